@@ -1,0 +1,181 @@
+"""Operand rules shared by instructions, and the read/write of operand data with the hardware's numerics.
+
+Every instruction function in this package has the signature ``fn(core, loc, ...)``: ``core`` is the machine
+executing it (anything with ``target``, ``execute``, ``precise``, ``strict`` and ``record(...)``), ``loc`` the
+``(file, line)`` of the user's call.  The ISA imports no machine code.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..memory import HBM, PSUM, SBUF, Tensor
+from .errors import NkiValidationError, fail
+
+__all__ = ["ENGINES", "pick_engine", "require_space", "part", "free_size", "check_same_partitions",
+           "check_free_match", "read", "write", "scalar_or_vector", "as_f32"]
+
+ENGINES = ("tensor", "vector", "scalar", "gpsimd", "sync", "dma")
+
+
+def engine_name(engine) -> str | None:
+    if engine is None:
+        return None
+    n = getattr(engine, "name", engine)
+    n = str(n).lower()
+    if n.endswith("_engine"):
+        n = n[:-7]
+    return None if n in ("unknown", "") else n
+
+
+def pick_engine(instr, engine, default, allowed, loc):
+    e = engine_name(engine)
+    if e is None:
+        return default
+    if e not in allowed:
+        fail(instr, "engine", f"cannot run on the {e} engine; allowed: {', '.join(allowed)}", e, allowed, loc)
+    return e
+
+
+def require_space(instr, name, t, spaces, loc, engine=None):
+    if not isinstance(t, Tensor):
+        fail(instr, name, f"must be a tensor, got {type(t).__name__} {t!r}", t, None, loc)
+    kind = t.buf.kind
+    if kind not in spaces:
+        want = " or ".join(spaces)
+        fail(instr, name, f"(tensor `{t.name}`) is in {kind.upper()}; expected in {want.upper()}"
+             + (f" for the {engine} engine" if engine else ""), kind, spaces, loc)
+    if engine == "gpsimd" and kind == PSUM:
+        fail(instr, name, f"(tensor `{t.name}`) is in PSUM; the GpSimd engine cannot access PSUM", kind,
+             (SBUF,), loc)
+
+
+def part(instr, name, t, loc, pmax):
+    """``(start_partition, num_partitions)`` of an on-chip operand, enforcing the partition rules."""
+    info = t.partition_info()
+    if info is None:
+        fail(instr, name, f"(tensor `{t.name}`) has a first dimension that does not map to partitions "
+             f"(pattern {t.get_pattern()}, {t.buf.pfree} elements per partition)", t.get_pattern(), None, loc)
+    start, n, step = info
+    if n > pmax:
+        fail(instr, name, f"(tensor `{t.name}`) spans {n} partitions, exceeds maximum {pmax}", n, pmax, loc)
+    if step != 1 and n > 1:
+        fail(instr, name, f"(tensor `{t.name}`) has partition step {step}; partitions must be consecutive",
+             step, 1, loc)
+    if start + n > t.buf.partitions:
+        fail(instr, name, f"(tensor `{t.name}`) partitions [{start}, {start + n}) exceed its buffer's "
+             f"{t.buf.partitions}", start + n, t.buf.partitions, loc)
+    # start-partition rule: >64 partitions start at 0; 33..64 at 0 or 64; <=32 at a multiple of 32
+    if n > 64:
+        ok = start == 0
+        rule = "0"
+    elif n > 32:
+        ok = start in (0, 64)
+        rule = "0 or 64"
+    else:
+        ok = start % 32 == 0 or start + n <= ((start // 32) + 1) * 32
+        rule = "a multiple of 32 (or stay within one 32-partition quadrant)"
+    if not ok:
+        fail(instr, name, f"(tensor `{t.name}`) of {n} partitions starts at partition {start}; a tile of "
+             f"{n} partitions must start at {rule}", start, rule, loc)
+    return start, n
+
+
+def free_size(t: Tensor) -> int:
+    n = 1
+    for s in t.shape[1:]:
+        n *= s
+    return n
+
+
+def check_same_partitions(instr, names_tensors, loc):
+    first = None
+    for name, t in names_tensors:
+        p = t.shape[0] if t.shape else 1
+        if first is None:
+            first = (name, p)
+        elif p != first[1]:
+            fail(instr, name, f"has {p} partitions but '{first[0]}' has {first[1]}; they must match", p,
+                 first[1], loc)
+
+
+def check_free_match(instr, names_tensors, loc):
+    first = None
+    for name, t in names_tensors:
+        f = free_size(t)
+        if first is None:
+            first = (name, f)
+        elif f != first[1]:
+            fail(instr, name, f"has {f} elements per partition but '{first[0]}' has {first[1]}; they must match",
+                 f, first[1], loc)
+
+
+def read(core, t: Tensor, name="operand", instr="", loc=None):
+    """The operand's values (float32 for float dtypes, native for integers); a never-written read is an error
+    in strict mode."""
+    if core.strict:
+        w = t.written_view()
+        if w is not None and not t.buf.all_written and not w.all():
+            raise NkiValidationError(
+                f"{instr}: operand '{name}' reads tensor `{t.name}` ({t.buf.kind}) memory that was never "
+                f"written", instr, name, None, None, loc)
+    return t.np
+
+
+def as_f32(a):
+    if a.dtype == np.float32:
+        return a
+    return a.astype(np.float32)
+
+
+def write(core, t: Tensor, values):
+    """Store float32/integer ``values`` into ``t`` rounded to its dtype (round to nearest even for floats)."""
+    from ..memory.dtypes import round_to
+    dst = t.np
+    v = np.asarray(values)
+    if v.shape != dst.shape:
+        v = v.reshape(dst.shape) if v.size == dst.size else np.broadcast_to(v, dst.shape)
+    dt = t.dtype
+    if dt.is_float:
+        if v.dtype != np.float32:
+            v = v.astype(np.float32)
+        v = round_to(dt, v, core.precise)
+    else:
+        v = round_to(dt, v)
+    np.copyto(dst, v, casting="unsafe")
+    mark_written(t)
+
+
+def mark_written(t: Tensor):
+    w = t.buf.written
+    if w is not None and not t.buf.all_written:
+        t.written_view()[...] = True
+
+
+def scalar_or_vector(instr, name, v, p, loc):
+    """An immediate float, or a ``[P, 1]`` on-chip tensor broadcast along the free dims: returns a float or a
+    ``(P, 1)`` float32 array (in shape-only mode the tensor's shape is still checked)."""
+    if v is None:
+        return None
+    if isinstance(v, Tensor):
+        if not v.on_chip:
+            fail(instr, name, f"(tensor `{v.name}`) is in {v.buf.kind.upper()}; a per-partition operand must be "
+                 "in SBUF or PSUM", v.buf.kind, (SBUF, PSUM), loc)
+        if (v.shape[0] if v.shape else 1) != p or free_size(v) != 1:
+            fail(instr, name, f"(tensor `{v.name}`) has shape {list(v.shape)}; a per-partition operand must be "
+                 f"[{p}, 1]", list(v.shape), [p, 1], loc)
+        return v
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        fail(instr, name, f"must be a number or a [P, 1] tensor, got {type(v).__name__}", v, None, loc)
+
+
+def operand_value(core, v):
+    if isinstance(v, Tensor):
+        return as_f32(v.np).reshape(v.shape[0] if v.shape else 1, 1)
+    return np.float32(v)
+
+
+def hbm_or_chip(t):
+    return HBM if not t.on_chip else t.buf.kind

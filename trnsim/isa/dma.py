@@ -1,0 +1,80 @@
+"""DMA instructions: dma_copy and dma_transpose, with the transfer cost model of the DMA engines."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..memory import HBM, PSUM, SBUF
+from .common import as_f32, read, require_space, write
+from .errors import fail
+
+__all__ = ["dma_copy", "dma_transpose", "dma_cost_ns"]
+
+
+def dma_cost_ns(target, nbytes: int, partitions: int) -> float:
+    """Time of one transfer of ``nbytes`` spread over ``partitions`` rows.
+
+    The transfer is split across the core's DMA engines by partition (each engine serves
+    ``dma_partitions_per_engine`` partitions); each engine moves its share at its practical rate after the fixed
+    semaphore-to-start cost.  Small per-partition payloads are overhead-bound: below the saturating payload size
+    the effective rate falls linearly with the payload (>= 4 KiB per partition saturates, < 256 B is dominated by
+    the fixed cost), which is how the DMA bandwidth guide describes it."""
+    rows = max(1, partitions)
+    engines = min(target.dma_engines_per_core, -(-rows // target.dma_partitions_per_engine))
+    per_partition = nbytes / rows
+    eff = min(1.0, per_partition / target.dma_saturating_payload_bytes)
+    eff = max(eff, target.dma_small_payload_bytes / target.dma_saturating_payload_bytes / 4)
+    rate = target.dma_bytes_per_ns_per_engine * engines * eff
+    return target.dma_fixed_ns + nbytes / rate
+
+
+def _rows(t):
+    return t.shape[0] if (t.on_chip and t.shape) else (t.shape[0] if t.shape else 1)
+
+
+def dma_copy(core, loc, dst, src, priority=None, oob_mode=None, dge_mode=None, engine=None):
+    I = "dma_copy"
+    require_space(I, "dst", dst, (SBUF, HBM, PSUM), loc)
+    require_space(I, "src", src, (SBUF, HBM, PSUM), loc)
+    if dst.size != src.size:
+        fail(I, "dst", f"has {dst.size} elements (shape {list(dst.shape)}) but 'src' has {src.size} "
+             f"(shape {list(src.shape)}); they must match", dst.size, src.size, loc)
+    if core.execute:
+        v = read(core, src, "src", I, loc)
+        if dst.dtype == src.dtype or not dst.dtype.is_float:
+            write(core, dst, v.reshape(dst.shape) if v.shape != dst.shape else v)
+        else:
+            write(core, dst, as_f32(v).reshape(dst.shape))
+    nbytes = max(dst.nbytes, src.nbytes)
+    rows = _rows(dst) if dst.on_chip else _rows(src)
+    core.record_dma(I, (dst,), (src,), nbytes, rows, dma_cost_ns(core.target, nbytes, rows), loc)
+
+
+_AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
+
+
+def dma_transpose(core, loc, dst, src, axes=None, priority=None, dge_mode=None, oob_mode=None):
+    I = "dma_transpose"
+    require_space(I, "dst", dst, (SBUF,), loc)
+    require_space(I, "src", src, (SBUF, HBM), loc)
+    if src.dtype != dst.dtype:
+        fail(I, "dst", f"has dtype {dst.dtype.name} but 'src' has {src.dtype.name}; they must match",
+             dst.dtype.name, src.dtype.name, loc)
+    nd = src.ndim
+    if nd not in _AXES:
+        fail(I, "src", f"has rank {nd}; dma_transpose supports rank 2, 3 or 4", nd, (2, 3, 4), loc)
+    axes = tuple(axes) if axes is not None else _AXES[nd]
+    if axes != _AXES[nd]:
+        fail(I, "axes", f"{axes} is not supported for rank {nd}; the supported permutation is {_AXES[nd]}",
+             axes, _AXES[nd], loc)
+    out_shape = tuple(src.shape[a] for a in axes)
+    if dst.size != src.size:
+        fail(I, "dst", f"has shape {list(dst.shape)}; the transposed source has shape {list(out_shape)}",
+             list(dst.shape), list(out_shape), loc)
+    if core.execute:
+        v = np.transpose(read(core, src, "src", I, loc), axes)
+        write(core, dst, np.ascontiguousarray(v).reshape(dst.shape))
+    rows = _rows(dst)
+    # element-wise transposes move 2-byte elements: the DMA pays the small-payload efficiency per element row
+    core.record_dma(I, (dst,), (src,), src.nbytes, rows,
+                    dma_cost_ns(core.target, src.nbytes, rows) * 2, loc)

@@ -1,0 +1,106 @@
+"""Scalar Engine (activation) instructions."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..memory import Tensor
+from .common import (as_f32, check_free_match, check_same_partitions, free_size, operand_value, read,
+                     scalar_or_vector, write)
+from .errors import fail
+from .ops import activation_fn, alu, reduce_fn
+from .vector import _onchip_operands
+
+__all__ = ["activation", "activation_reduce", "exponential"]
+
+
+def _act(I, op, loc):
+    try:
+        return activation_fn(op)
+    except KeyError as e:
+        fail(I, "op", f"{e.args[0]!r} is not an activation function", e.args[0], None, loc)
+
+
+class _ActRegs:
+    """The Scalar Engine's per-partition fp32 reduction registers, kept per core."""
+
+
+def _regs(core, p):
+    regs = getattr(core, "act_reduce_regs", None)
+    if regs is None or regs.shape[0] < p:
+        regs = np.zeros((max(p, 128), 1), dtype=np.float32)
+        core.act_reduce_regs = regs
+    return regs
+
+
+def activation(core, loc, dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=None):
+    """dst = op(data * scale + bias); optional accumulation of the free-dim sum into the ACT registers."""
+    I = "activation"
+    eng = "scalar"
+    _onchip_operands(core, I, eng, loc, ("dst", dst), ("data", data))
+    check_same_partitions(I, (("dst", dst), ("data", data)), loc)
+    check_free_match(I, (("dst", dst), ("data", data)), loc)
+    _, fn = _act(I, op, loc)
+    p = data.shape[0]
+    sc = scalar_or_vector(I, "scale", scale, p, loc)
+    bi = scalar_or_vector(I, "bias", bias, p, loc)
+    cmd = getattr(reduce_cmd, "name", reduce_cmd) or "idle"
+    if reduce_res is not None:
+        _onchip_operands(core, I, eng, loc, ("reduce_res", reduce_res))
+        if reduce_res.shape[0] != p or free_size(reduce_res) != 1:
+            fail(I, "reduce_res", f"has shape {list(reduce_res.shape)}; expected [{p}, 1]",
+                 list(reduce_res.shape), [p, 1], loc)
+        if cmd == "idle" and reduce_op is not None:
+            cmd = "reset_reduce"
+    reads = [data] + [t for t in (sc, bi) if isinstance(t, Tensor)]
+    writes = [dst] + ([reduce_res] if reduce_res is not None else [])
+    if core.execute:
+        x = as_f32(read(core, data, "data", I, loc)).reshape(p, -1)
+        x = x * operand_value(core, sc) if sc is not None and not (not isinstance(sc, Tensor) and sc == 1.0) else x
+        if bi is not None:
+            x = x + operand_value(core, bi)
+        y = np.asarray(fn(x.astype(np.float32)), dtype=np.float32)
+        write(core, dst, y)
+        if cmd != "idle" or reduce_res is not None:
+            regs = _regs(core, p)
+            if cmd in ("reset", "reset_reduce"):
+                regs[:p] = 0
+            if cmd in ("reduce", "reset_reduce", "load_reduce"):
+                rname = alu(reduce_op or "add")[0]
+                regs[:p] += reduce_fn(rname)(y, axis=1, keepdims=True) if rname == "add" else 0
+                if rname != "add":
+                    regs[:p] = reduce_fn(rname)(y, axis=1, keepdims=True)
+            if reduce_res is not None:
+                write(core, reduce_res, regs[:p])
+    n = free_size(dst)
+    cyc = max(float(core.target.min_ii_cycles), float(n))
+    if reduce_res is not None:
+        cyc += core.target.min_ii_cycles       # reading the registers out is one more instruction
+    core.record(I, eng, tuple(writes), tuple(reads), cyc, loc, flops=dst.size)
+
+
+def activation_reduce(core, loc, dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0):
+    activation(core, loc, dst, op, data, bias=bias, scale=scale, reduce_op=reduce_op, reduce_res=reduce_res,
+               reduce_cmd="reset_reduce")
+
+
+def exponential(core, loc, dst, src, max_value=0.0, reduce_res=None, reduce_cmd=None, reduce_init=0.0):
+    """dst = exp(src - max_value); optional per-partition sum of dst into reduce_res (plus reduce_init)."""
+    I = "exponential"
+    eng = "scalar"
+    _onchip_operands(core, I, eng, loc, ("dst", dst), ("src", src))
+    check_same_partitions(I, (("dst", dst), ("src", src)), loc)
+    check_free_match(I, (("dst", dst), ("src", src)), loc)
+    p = src.shape[0]
+    mv = scalar_or_vector(I, "max_value", max_value, p, loc)
+    writes = (dst,) if reduce_res is None else (dst, reduce_res)
+    if core.execute:
+        x = as_f32(read(core, src, "src", I, loc)).reshape(p, -1) - operand_value(core, mv)
+        with np.errstate(over="ignore"):
+            y = np.exp(x).astype(np.float32)
+        write(core, dst, y)
+        if reduce_res is not None:
+            init = operand_value(core, scalar_or_vector(I, "reduce_init", reduce_init, p, loc))
+            write(core, reduce_res, y.sum(axis=1, keepdims=True) + init)
+    cyc = max(float(core.target.min_ii_cycles), float(free_size(dst)))
+    core.record(I, eng, writes, (src,), cyc, loc, flops=dst.size)

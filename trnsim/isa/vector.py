@@ -1,0 +1,421 @@
+"""Vector Engine (and shared Vector/GpSimd/Scalar) elementwise, reduction and statistics instructions."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..memory import PSUM, SBUF, Tensor
+from .common import (as_f32, check_free_match, check_same_partitions, free_size, operand_value, part,
+                     pick_engine, read, require_space, scalar_or_vector, write)
+from .errors import fail
+from .ops import REDUCE_IDENTITY, alu, reduce_fn
+
+__all__ = ["tensor_copy", "tensor_tensor", "tensor_scalar", "memset", "tensor_reduce", "reciprocal",
+           "scalar_tensor_tensor", "tensor_tensor_scan", "tensor_copy_predicated", "bn_stats", "bn_aggr",
+           "tensor_scalar_reduce", "select_reduce", "elementwise_cycles"]
+
+ONCHIP = (SBUF, PSUM)
+
+
+def _resolve_alu(instr, name, op, loc):
+    try:
+        return alu(op)
+    except KeyError as e:
+        fail(instr, name, f"{e.args[0]!r} is not an ALU operator of this instruction", e.args[0], None, loc)
+
+
+def _check_fmax(core, instr, name, t, loc, engine):
+    f = free_size(t)
+    lim = core.target.vector_psum_fmax if t.buf.kind == PSUM else core.target.vector_sbuf_fmax
+    if f > lim:
+        fail(instr, name, f"(tensor `{t.name}`) has {f} elements per partition, exceeds maximum {lim} for "
+             f"{t.buf.kind.upper()} on the {engine} engine", f, lim, loc)
+
+
+def _onchip_operands(core, instr, engine, loc, *named):
+    pmax = core.target.pmax
+    for name, t in named:
+        require_space(instr, name, t, ONCHIP, loc, engine)
+        part(instr, name, t, loc, pmax)
+        _check_fmax(core, instr, name, t, loc, engine)
+
+
+def _contiguous_inner(t):
+    return t.ndim < 2 or t.strides[-1] == 1 or t.shape[-1] == 1
+
+
+def elementwise_cycles(core, engine, n, dst, srcs, kind):
+    """Engine cycles of an elementwise instruction over ``n`` elements per partition (shared/hardware.md):
+    max(MIN_II, N), or 2N for tensor_tensor off its fast path; trn2's Vector performance mode runs bf16/fp16
+    SBUF-to-SBUF copies and tensor_scalar 4x (2x when strided or touching PSUM)."""
+    tg = core.target
+    cyc = float(n)
+    if kind == "tensor_tensor":
+        fast = all(s.buf.kind == SBUF for s in srcs) or any(s.buf.kind == PSUM for s in srcs)
+        fast = fast and all(s.dtype.name == "bfloat16" for s in srcs) and dst.dtype.name == "bfloat16"
+        cyc = float(n) if fast else 2.0 * n
+        if engine == "vector" and tg.vector_perf_mode and all(s.buf.kind == SBUF for s in srcs) and \
+                all(s.dtype.name in ("bfloat16", "float16") for s in srcs + [dst]):
+            cyc = n / 2.0
+    elif kind in ("copy", "tensor_scalar") and engine == "vector" and tg.vector_perf_mode:
+        low = all(t.dtype.name in ("bfloat16", "float16") for t in srcs + [dst])
+        if low:
+            all_sbuf = all(t.buf.kind == SBUF for t in srcs + [dst])
+            contiguous = all(_contiguous_inner(t) for t in srcs + [dst])
+            cyc = n / 4.0 if (all_sbuf and contiguous) else n / 2.0
+    # an inner stride over 16 bytes halves the interface bandwidth
+    if any(t.ndim >= 2 and abs(t.strides[-1]) * t.dtype.itemsize > 16 for t in srcs + [dst]):
+        cyc *= 2
+    return max(float(tg.min_ii_cycles), cyc)
+
+
+def tensor_copy(core, loc, dst, src, engine=None):
+    I = "tensor_copy"
+    eng = pick_engine(I, engine, "vector", ("vector", "scalar", "gpsimd"), loc)
+    _onchip_operands(core, I, eng, loc, ("dst", dst), ("src", src))
+    check_same_partitions(I, (("dst", dst), ("src", src)), loc)
+    check_free_match(I, (("dst", dst), ("src", src)), loc)
+    if core.execute:
+        write(core, dst, read(core, src, "src", I, loc).reshape(dst.shape))
+    core.record(I, eng, (dst,), (src,), elementwise_cycles(core, eng, free_size(dst), dst, [src], "copy"), loc)
+
+
+def tensor_tensor(core, loc, dst, data1, data2, op, engine=None):
+    I = "tensor_tensor"
+    name, fn, bitvec = _resolve_alu(I, "op", op, loc)
+    default = "gpsimd" if name == "power" else "vector"
+    eng = pick_engine(I, engine, default, ("vector", "gpsimd"), loc)
+    _onchip_operands(core, I, eng, loc, ("dst", dst), ("data1", data1), ("data2", data2))
+    if data1.buf.kind == PSUM and data2.buf.kind == PSUM:
+        fail(I, "data2", "and 'data1' are both in PSUM; at most one tensor_tensor input may be in PSUM",
+             "psum", "sbuf", loc)
+    check_same_partitions(I, (("dst", dst), ("data1", data1), ("data2", data2)), loc)
+    check_free_match(I, (("dst", dst), ("data1", data1), ("data2", data2)), loc)
+    if bitvec:
+        for n_, t in (("dst", dst), ("data1", data1), ("data2", data2)):
+            if not t.dtype.is_int:
+                fail(I, n_, f"has dtype {t.dtype.name}; bitwise operator {name!r} needs integer dtypes",
+                     t.dtype.name, "int", loc)
+    if core.execute:
+        a = read(core, data1, "data1", I, loc)
+        b = read(core, data2, "data2", I, loc)
+        if a.shape != b.shape:
+            b = b.reshape(a.shape)
+        r = fn(a, b) if bitvec else fn(as_f32(a), as_f32(b))
+        write(core, dst, r)
+    core.record(I, eng, (dst,), (data1, data2),
+                elementwise_cycles(core, eng, free_size(dst), dst, [data1, data2], "tensor_tensor"), loc,
+                flops=dst.size)
+
+
+def _apply(fn, bitvec, x, operand, reverse):
+    if reverse:
+        return fn(operand, x)
+    return fn(x, operand)
+
+
+def tensor_scalar(core, loc, dst, data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False,
+                  engine=None):
+    I = "tensor_scalar"
+    eng = pick_engine(I, engine, "vector", ("vector", "scalar", "gpsimd"), loc)
+    _onchip_operands(core, I, eng, loc, ("dst", dst), ("data", data))
+    check_same_partitions(I, (("dst", dst), ("data", data)), loc)
+    check_free_match(I, (("dst", dst), ("data", data)), loc)
+    n0, f0, bv0 = _resolve_alu(I, "op0", op0, loc)
+    p = data.shape[0]
+    o0 = scalar_or_vector(I, "operand0", operand0, p, loc)
+    steps = [(f0, bv0, o0, reverse0)]
+    reads = [data] + ([o0] if isinstance(o0, Tensor) else [])
+    if op1 is not None:
+        n1, f1, bv1 = _resolve_alu(I, "op1", op1, loc)
+        if bv1 != bv0:
+            fail(I, "op1", f"{n1!r} mixes bitwise and arithmetic operators with op0 {n0!r}", n1, n0, loc)
+        if operand1 is None:
+            fail(I, "operand1", "is required when op1 is given", None, None, loc)
+        o1 = scalar_or_vector(I, "operand1", operand1, p, loc)
+        steps.append((f1, bv1, o1, reverse1))
+        if isinstance(o1, Tensor):
+            reads.append(o1)
+    if core.execute:
+        x = read(core, data, "data", I, loc).reshape(p, -1)
+        if not bv0:
+            x = as_f32(x)
+        for fn, bv, o, rev in steps:
+            ov = operand_value(core, o)
+            if bv:
+                ov = ov.astype(x.dtype) if isinstance(ov, np.ndarray) else x.dtype.type(int(ov))
+            x = _apply(fn, bv, x, ov, rev)
+        write(core, dst, x)
+    core.record(I, eng, (dst,), tuple(reads),
+                elementwise_cycles(core, eng, free_size(dst), dst, [data], "tensor_scalar"), loc,
+                flops=dst.size * len(steps))
+
+
+def memset(core, loc, dst, value, engine=None):
+    I = "memset"
+    eng = pick_engine(I, engine, "vector", ("vector", "gpsimd", "scalar"), loc)
+    _onchip_operands(core, I, eng, loc, ("dst", dst))
+    try:
+        v = float(value) if dst.dtype.is_float else int(value)
+    except (TypeError, ValueError):
+        fail(I, "value", f"must be a compile-time number, got {value!r}", value, None, loc)
+    if core.execute:
+        write(core, dst, np.full(dst.shape, v, dtype=np.float32 if dst.dtype.is_float else np.int64))
+    n = free_size(dst)
+    cyc = n / 2.0 if (v == 0 and dst.dtype.name in ("bfloat16", "float16")) else float(n)
+    core.record(I, eng, (dst,), (), max(float(core.target.min_ii_cycles), cyc), loc)
+
+
+def _reduce_axes(instr, data, axis, loc):
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    nd = data.ndim
+    axes = tuple(sorted(a % nd for a in axes))
+    if 0 in axes:
+        fail(instr, "axis", "includes the partition dimension 0; only free dimensions can be reduced",
+             axes, "1..", loc)
+    if axes != tuple(range(nd - len(axes), nd)):
+        fail(instr, "axis", f"{axes} must be the last free dimensions of a rank-{nd} tensor (e.g. "
+             f"{tuple(range(nd - len(axes), nd))})", axes, tuple(range(nd - len(axes), nd)), loc)
+    return axes
+
+
+def tensor_reduce(core, loc, dst, op, data, axis, negate=False, keepdims=False):
+    I = "tensor_reduce"
+    eng = "vector"
+    _onchip_operands(core, I, eng, loc, ("dst", dst), ("data", data))
+    check_same_partitions(I, (("dst", dst), ("data", data)), loc)
+    name, _, bitvec = _resolve_alu(I, "op", op, loc)
+    try:
+        red = reduce_fn(name)
+    except KeyError:
+        fail(I, "op", f"{name!r} is not a reduction operator", name, None, loc)
+    axes = _reduce_axes(I, data, axis, loc)
+    kept = 1
+    for d in range(data.ndim):
+        if d not in axes and d != 0:
+            kept *= data.shape[d]
+    if free_size(dst) != kept:
+        fail(I, "dst", f"has {free_size(dst)} elements per partition; reducing axes {axes} of shape "
+             f"{list(data.shape)} leaves {kept}", free_size(dst), kept, loc)
+    if core.execute:
+        x = read(core, data, "data", I, loc)
+        r = red(x if bitvec else as_f32(x), axis=axes)
+        if negate:
+            r = -r
+        write(core, dst, np.asarray(r).reshape(dst.shape))
+    n = free_size(data)
+    half = name in ("add", "maximum") and data.dtype.name == "bfloat16" and dst.dtype.name == "bfloat16"
+    core.record(I, eng, (dst,), (data,), max(float(core.target.min_ii_cycles), n / 2.0 if half else float(n)),
+                loc, flops=data.size)
+
+
+def reciprocal(core, loc, dst, data, engine=None):
+    I = "reciprocal"
+    eng = pick_engine(I, engine, "vector", ("vector", "scalar"), loc)
+    _onchip_operands(core, I, eng, loc, ("dst", dst), ("data", data))
+    check_same_partitions(I, (("dst", dst), ("data", data)), loc)
+    check_free_match(I, (("dst", dst), ("data", data)), loc)
+    if core.execute:
+        with np.errstate(divide="ignore"):
+            write(core, dst, np.float32(1.0) / as_f32(read(core, data, "data", I, loc)))
+    n = free_size(data)
+    cyc = max(core.target.min_ii_cycles, n if eng == "scalar" else 8 * n)
+    core.record(I, eng, (dst,), (data,), float(cyc), loc, flops=data.size)
+
+
+def scalar_tensor_tensor(core, loc, dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False):
+    """dst = (data op0 operand0) op1 operand1, operand0 a scalar or [P,1], operand1 a full tensor."""
+    I = "scalar_tensor_tensor"
+    eng = "vector"
+    _onchip_operands(core, I, eng, loc, ("dst", dst), ("data", data), ("operand1", operand1))
+    check_same_partitions(I, (("dst", dst), ("data", data), ("operand1", operand1)), loc)
+    check_free_match(I, (("dst", dst), ("data", data), ("operand1", operand1)), loc)
+    _, f0, _ = _resolve_alu(I, "op0", op0, loc)
+    _, f1, _ = _resolve_alu(I, "op1", op1, loc)
+    p = data.shape[0]
+    o0 = scalar_or_vector(I, "operand0", operand0, p, loc)
+    reads = (data, operand1) + ((o0,) if isinstance(o0, Tensor) else ())
+    if core.execute:
+        x = as_f32(read(core, data, "data", I, loc)).reshape(p, -1)
+        x = _apply(f0, False, x, operand_value(core, o0), reverse0)
+        y = as_f32(read(core, operand1, "operand1", I, loc)).reshape(p, -1)
+        write(core, dst, f1(y, x) if reverse1 else f1(x, y))
+    core.record(I, eng, (dst,), reads, max(float(core.target.min_ii_cycles), float(free_size(dst))), loc,
+                flops=2 * dst.size)
+
+
+def tensor_tensor_scan(core, loc, dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False):
+    """Per partition, along the free elements: r[i] = op1(op0(data0[i], r[i-1]), data1[i]), r[-1] = initial."""
+    I = "tensor_tensor_scan"
+    eng = "vector"
+    _onchip_operands(core, I, eng, loc, ("dst", dst), ("data0", data0), ("data1", data1))
+    check_same_partitions(I, (("dst", dst), ("data0", data0), ("data1", data1)), loc)
+    check_free_match(I, (("dst", dst), ("data0", data0), ("data1", data1)), loc)
+    if data0.buf.kind == PSUM and data1.buf.kind == PSUM:
+        fail(I, "data1", "and 'data0' are both in PSUM; at most one may be", "psum", "sbuf", loc)
+    _, f0, _ = _resolve_alu(I, "op0", op0, loc)
+    _, f1, _ = _resolve_alu(I, "op1", op1, loc)
+    p = data0.shape[0]
+    init = scalar_or_vector(I, "initial", initial, p, loc)
+    if core.execute:
+        a = as_f32(read(core, data0, "data0", I, loc)).reshape(p, -1)
+        b = as_f32(read(core, data1, "data1", I, loc)).reshape(p, -1)
+        r = np.broadcast_to(operand_value(core, init), (p, 1)).reshape(p).astype(np.float32)
+        out = np.empty_like(a)
+        for i in range(a.shape[1]):
+            t = f0(r, a[:, i]) if reverse0 else f0(a[:, i], r)
+            r = f1(b[:, i], t) if reverse1 else f1(t, b[:, i])
+            r = np.asarray(r, dtype=np.float32)
+            out[:, i] = r
+        write(core, dst, out)
+    core.record(I, eng, (dst,), (data0, data1), max(float(core.target.min_ii_cycles), 2.0 * free_size(dst)),
+                loc, flops=2 * dst.size)
+
+
+def tensor_copy_predicated(core, loc, dst, src, predicate, reverse_pred=False):
+    I = "tensor_copy_predicated"
+    eng = "vector"
+    _onchip_operands(core, I, eng, loc, ("dst", dst), ("predicate", predicate))
+    named = [("dst", dst), ("predicate", predicate)]
+    if isinstance(src, Tensor):
+        _onchip_operands(core, I, eng, loc, ("src", src))
+        named.append(("src", src))
+        if src.dtype != dst.dtype:
+            fail(I, "src", f"has dtype {src.dtype.name} but 'dst' has {dst.dtype.name}; they must match",
+                 src.dtype.name, dst.dtype.name, loc)
+    if predicate.dtype.name not in ("uint8", "uint16", "uint32", "int8", "int16", "int32", "bool"):
+        fail(I, "predicate", f"has dtype {predicate.dtype.name}; expected an integer dtype (uint8/16/32)",
+             predicate.dtype.name, "uint8|uint16|uint32", loc)
+    check_same_partitions(I, named, loc)
+    check_free_match(I, named, loc)
+    if core.execute:
+        pred = read(core, predicate, "predicate", I, loc).reshape(dst.shape) != 0
+        if reverse_pred:
+            pred = ~pred
+        cur = dst.np.copy()
+        new = read(core, src, "src", I, loc).reshape(dst.shape) if isinstance(src, Tensor) else src
+        write(core, dst, np.where(pred, new, cur))
+    core.record(I, eng, (dst,), tuple(t for _, t in named[1:]) + (dst,),
+                max(float(core.target.min_ii_cycles), float(free_size(dst))), loc)
+
+
+BN_STATS_FMAX = 512   # nl.tile_size.bn_stats_fmax (NKI reference, bn_stats: free size up to 512)
+
+
+def bn_stats(core, loc, dst, data):
+    """Per partition: [count, mean, count*var] of the even-indexed and of the odd-indexed free elements."""
+    I = "bn_stats"
+    eng = "vector"
+    _onchip_operands(core, I, eng, loc, ("dst", dst), ("data", data))
+    check_same_partitions(I, (("dst", dst), ("data", data)), loc)
+    f = free_size(data)
+    if f > BN_STATS_FMAX:
+        fail(I, "data", f"has {f} elements per partition, exceeds maximum {BN_STATS_FMAX} (nl.tile_size."
+             "bn_stats_fmax)", f, BN_STATS_FMAX, loc)
+    if free_size(dst) != 6:
+        fail(I, "dst", f"has {free_size(dst)} elements per partition; bn_stats writes 6", free_size(dst), 6, loc)
+    if core.execute:
+        x = as_f32(read(core, data, "data", I, loc)).reshape(data.shape[0], -1).astype(np.float64)
+        out = np.zeros((x.shape[0], 6), dtype=np.float64)
+        for j, sl in enumerate((x[:, 0::2], x[:, 1::2])):
+            n = sl.shape[1]
+            out[:, 3 * j] = n
+            if n:
+                m = sl.mean(axis=1)
+                out[:, 3 * j + 1] = m
+                out[:, 3 * j + 2] = ((sl - m[:, None]) ** 2).sum(axis=1)
+        write(core, dst, out.astype(np.float32))
+    core.record(I, eng, (dst,), (data,), max(float(core.target.min_ii_cycles), float(f)), loc, flops=3 * data.size)
+
+
+def bn_aggr(core, loc, dst, data):
+    """Combine (count, mean, M2) triples per partition into [mean, variance] (population variance)."""
+    I = "bn_aggr"
+    eng = "vector"
+    _onchip_operands(core, I, eng, loc, ("dst", dst), ("data", data))
+    check_same_partitions(I, (("dst", dst), ("data", data)), loc)
+    f = free_size(data)
+    if f % 3:
+        fail(I, "data", f"has {f} elements per partition; bn_aggr reads (count, mean, M2) triples, so it must "
+             "be a multiple of 3", f, "3k", loc)
+    if free_size(dst) != 2:
+        fail(I, "dst", f"has {free_size(dst)} elements per partition; bn_aggr writes 2 (mean, variance)",
+             free_size(dst), 2, loc)
+    if core.execute:
+        x = as_f32(read(core, data, "data", I, loc)).reshape(data.shape[0], -1, 3).astype(np.float64)
+        n, m, m2 = x[..., 0], x[..., 1], x[..., 2]
+        tot = n.sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = (n * m).sum(axis=1) / tot
+            var = (m2.sum(axis=1) + (n * (m - mean[:, None]) ** 2).sum(axis=1)) / tot
+        write(core, dst, np.stack([mean, var], axis=1).astype(np.float32))
+    core.record(I, eng, (dst,), (data,), max(float(core.target.min_ii_cycles), 13.0 * f / 3.0), loc)
+
+
+def tensor_scalar_reduce(core, loc, dst, data, op0, operand0, reduce_op, reduce_res=None, reverse0=False,
+                         reduce_cmd=None, reduce_init=None, reduce_res_negate=False):
+    """dst = data op0 operand0; reduce_res[p] = reduce_op over the free elements of dst (fp32)."""
+    I = "tensor_scalar_reduce"
+    eng = "vector"
+    _onchip_operands(core, I, eng, loc, ("dst", dst), ("data", data))
+    check_same_partitions(I, (("dst", dst), ("data", data)), loc)
+    check_free_match(I, (("dst", dst), ("data", data)), loc)
+    _, f0, _ = _resolve_alu(I, "op0", op0, loc)
+    rname, _, _ = _resolve_alu(I, "reduce_op", reduce_op, loc)
+    p = data.shape[0]
+    o0 = scalar_or_vector(I, "operand0", operand0, p, loc)
+    writes = (dst,)
+    if reduce_res is not None:
+        _onchip_operands(core, I, eng, loc, ("reduce_res", reduce_res))
+        if free_size(reduce_res) != 1 or reduce_res.shape[0] != p:
+            fail(I, "reduce_res", f"has shape {list(reduce_res.shape)}; expected [{p}, 1]", list(reduce_res.shape),
+                 [p, 1], loc)
+        writes = (dst, reduce_res)
+    if core.execute:
+        x = _apply(f0, False, as_f32(read(core, data, "data", I, loc)).reshape(p, -1), operand_value(core, o0),
+                   reverse0)
+        write(core, dst, x)
+        if reduce_res is not None:
+            r = reduce_fn(rname)(np.asarray(x, dtype=np.float32), axis=1, keepdims=True)
+            if reduce_init is not None:
+                _, fr, _ = alu(rname)
+                r = fr(r, np.float32(reduce_init))
+            if reduce_res_negate:
+                r = -r
+            write(core, reduce_res, r)
+    core.record(I, eng, writes, (data,), max(float(core.target.min_ii_cycles), float(free_size(dst)))
+                + core.target.min_ii_cycles, loc, flops=2 * dst.size)
+
+
+def select_reduce(core, loc, dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=None,
+                  reduce_op="maximum", reverse_pred=False):
+    """dst = on_true where predicate != 0 else on_false; optional per-partition reduction of dst."""
+    I = "select_reduce"
+    eng = "vector"
+    _onchip_operands(core, I, eng, loc, ("dst", dst), ("predicate", predicate), ("on_true", on_true))
+    named = [("dst", dst), ("predicate", predicate), ("on_true", on_true)]
+    p = dst.shape[0]
+    of = on_false
+    if isinstance(on_false, Tensor):
+        _onchip_operands(core, I, eng, loc, ("on_false", on_false))
+    else:
+        of = scalar_or_vector(I, "on_false", on_false, p, loc)
+    check_same_partitions(I, named, loc)
+    check_free_match(I, named, loc)
+    rname = _resolve_alu(I, "reduce_op", reduce_op, loc)[0]
+    writes = (dst,) if reduce_res is None else (dst, reduce_res)
+    if core.execute:
+        pr = read(core, predicate, "predicate", I, loc).reshape(p, -1) != 0
+        if reverse_pred:
+            pr = ~pr
+        t = as_f32(read(core, on_true, "on_true", I, loc)).reshape(p, -1)
+        if isinstance(of, Tensor) and free_size(of) != 1:
+            fv = as_f32(of.np).reshape(p, -1)
+        else:
+            fv = operand_value(core, of)
+        out = np.where(pr, t, fv).astype(np.float32)
+        write(core, dst, out)
+        if reduce_res is not None:
+            write(core, reduce_res, reduce_fn(rname)(out, axis=1, keepdims=True))
+    core.record(I, eng, writes, (predicate, on_true), max(float(core.target.min_ii_cycles),
+                                                         float(free_size(dst))), loc)

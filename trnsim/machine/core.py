@@ -1,0 +1,132 @@
+"""A NeuronCore: its SBUF and PSUM, the chip HBM it shares, and the in-order record of what it executed.
+
+Instructions execute eagerly in program order (so results are those of sequential semantics).  Each is recorded
+with the engine it ran on, its cost in engine cycles (or ns for DMA), the buffer ranges it read and wrote and the
+user's source line: the input of the timing scheduler.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..memory import HBM, PSUM, SBUF, Buffer, MemorySpace, Tensor
+from ..targets import Target, get_target
+
+__all__ = ["NeuronCore", "Chip", "InstrRecord"]
+
+
+class InstrRecord:
+    """One executed instruction or DMA transfer."""
+
+    __slots__ = ("id", "opcode", "engine", "writes", "reads", "cycles", "ns", "loc", "flops", "nbytes")
+
+    def __init__(self, id, opcode, engine, writes, reads, cycles, ns, loc, flops, nbytes):
+        self.id = id
+        self.opcode = opcode
+        self.engine = engine
+        self.writes = writes
+        self.reads = reads
+        self.cycles = cycles
+        self.ns = ns
+        self.loc = loc
+        self.flops = flops
+        self.nbytes = nbytes
+
+    def __repr__(self):
+        where = f" @{os.path.basename(self.loc[0])}:{self.loc[1]}" if self.loc else ""
+        cost = f"{self.cycles:.0f} cyc" if self.cycles is not None else f"{self.ns:.0f} ns"
+        return f"<{self.id} {self.engine}.{self.opcode} {cost}{where}>"
+
+
+def _ranges(tensors):
+    out = []
+    for t in tensors:
+        lo, hi = t.extent()
+        out.append((t.buf.id, lo, hi))
+    return tuple(out)
+
+
+class Chip:
+    """A Trainium chip: its cores share the HBM."""
+
+    def __init__(self, target: Target | str | None = None):
+        self.target = get_target(target)
+        self.hbm = MemorySpace(HBM, self.target.hbm_bytes_per_chip, name="hbm")
+
+
+class NeuronCore:
+    """One logical NeuronCore executing NKI instructions."""
+
+    def __init__(self, target: Target | str | None = None, *, execute: bool = True, precise: bool | None = None,
+                 strict: bool | None = None, chip: Chip | None = None, core_id: int = 0, record: bool = True):
+        self.target = get_target(target)
+        self.chip = chip or Chip(self.target)
+        self.core_id = core_id
+        self.execute = execute
+        if precise is None:
+            precise = os.environ.get("NKI_PRECISE_FP", "1") not in ("0", "false", "False")
+        self.precise = precise
+        if strict is None:
+            strict = os.environ.get("TRNSIM_STRICT_UNINIT", "0") not in ("0", "", "false", "False")
+        self.strict = strict
+        tg = self.target
+        self.sbuf = MemorySpace(SBUF, tg.sbuf_partition_bytes, tg.sbuf_partitions, align=4, name="sbuf")
+        self.psum = MemorySpace(PSUM, tg.psum_partition_bytes, tg.psum_partitions, align=4,
+                                bank_bytes=tg.psum_bank_bytes, name="psum")
+        self.instructions: list[InstrRecord] = []
+        self._record = record
+        self.act_reduce_regs = None
+
+    # -- memory -------------------------------------------------------------------------------------
+    def space(self, kind):
+        if kind == SBUF:
+            return self.sbuf
+        if kind == PSUM:
+            return self.psum
+        return self.chip.hbm
+
+    def allocate(self, shape, dtype, kind, name="") -> Buffer:
+        track = kind == PSUM or self.strict
+        return Buffer(self.space(kind), dtype, shape, name=name, execute=self.execute, track_written=track)
+
+    def wrap_input(self, array: np.ndarray | None, shape, dtype, name="") -> Buffer:
+        """An HBM buffer holding a kernel input (``array`` already in the dtype's storage type)."""
+        data = None
+        if self.execute:
+            data = np.ascontiguousarray(array, dtype=dtype.storage).reshape(-1)
+        return Buffer(self.chip.hbm, dtype, shape, name=name, data=data, execute=self.execute)
+
+    # -- recording ----------------------------------------------------------------------------------
+    def record(self, opcode, engine, writes, reads, cycles, loc, flops=0):
+        if self._record:
+            self.instructions.append(InstrRecord(len(self.instructions), opcode, engine, _ranges(writes),
+                                                 _ranges(reads), cycles, None, loc, flops, 0))
+
+    def record_dma(self, opcode, writes, reads, nbytes, rows, ns, loc):
+        if self._record:
+            self.instructions.append(InstrRecord(len(self.instructions), opcode, "dma", _ranges(writes),
+                                                 _ranges(reads), None, ns, loc, 0, nbytes))
+
+    # -- arithmetic helpers -------------------------------------------------------------------------
+    @staticmethod
+    def matmul_f32(a, b):
+        return np.matmul(a, b, dtype=np.float32)
+
+    # -- summary ------------------------------------------------------------------------------------
+    def instruction_counts(self):
+        out = {}
+        for r in self.instructions:
+            k = f"{r.engine}.{r.opcode}"
+            out[k] = out.get(k, 0) + 1
+        return out
+
+    def busy_ns_by_engine(self):
+        """Sum of instruction durations per engine (no overlap modelling: the scheduler does that)."""
+        tg = self.target
+        out = {}
+        for r in self.instructions:
+            ns = r.ns if r.cycles is None else tg.cycles_to_ns(r.engine, r.cycles)
+            out[r.engine] = out.get(r.engine, 0.0) + ns
+        return out
