@@ -183,13 +183,13 @@ def tensor_reduce(core, loc, dst, op, data, axis, negate=False, keepdims=False):
     I = "tensor_reduce"
     eng = "vector"
     _onchip_operands(core, I, eng, loc, ("dst", dst), ("data", data))
+    axes = _reduce_axes(I, data, axis, loc)
     check_same_partitions(I, (("dst", dst), ("data", data)), loc)
     name, _, bitvec = _resolve_alu(I, "op", op, loc)
     try:
         red = reduce_fn(name)
     except KeyError:
         fail(I, "op", f"{name!r} is not a reduction operator", name, None, loc)
-    axes = _reduce_axes(I, data, axis, loc)
     kept = 1
     for d in range(data.ndim):
         if d not in axes and d != 0:
