@@ -1,0 +1,39 @@
+import os
+import subprocess
+import sys
+
+import pytest
+
+from trnsim.cli import main
+
+
+def test_demo_runs_and_checks(capsys):
+    assert main(["demo", "--m", "128", "--k", "256", "--n", "512"]) == 0
+    out = capsys.readouterr().out
+    assert "simulated Trainium2 NeuronCore (trn2)" in out
+    assert "tensor.nc_matmul x2" in out and "-> OK" in out
+
+
+def test_demo_trn3(capsys):
+    assert main(["demo", "--target", "trn3", "--m", "128", "--k", "128", "--n", "512"]) == 0
+    assert "(trn3)" in capsys.readouterr().out
+
+
+def _py(code, **env):
+    e = {k: v for k, v in os.environ.items() if k != "TORCHNEURON_TARGET"}
+    e.update(env)
+    return subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=120)
+
+
+def test_nothing_shadowed_without_sim_target():
+    r = _py("import trnsim, sys\ntry:\n import nki\n print('imported', nki.__name__)\nexcept ImportError:\n"
+            " print('no nki')")
+    assert r.returncode == 0, r.stderr
+    assert "no nki" in r.stdout or "trnsim" not in r.stdout
+
+
+def test_sim_target_resolves_nki_to_trnsim():
+    r = _py("import trnsim\nimport nki, nki.language as nl, nki.isa as nisa\n"
+            "print(nki.__name__, nl.__name__, nisa.NkiValidationError.__module__)", TORCHNEURON_TARGET="sim")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["trnsim.kernels.nki", "trnsim.kernels.nki.language", "trnsim.isa.errors"]
