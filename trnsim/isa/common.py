@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..memory import HBM, PSUM, SBUF, Tensor
+from ..memory.dtypes import round_to
 from .errors import NkiValidationError, fail
 
 __all__ = ["ENGINES", "pick_engine", "require_space", "part", "free_size", "check_same_partitions",
@@ -130,20 +131,21 @@ def as_f32(a):
 
 def write(core, t: Tensor, values):
     """Store float32/integer ``values`` into ``t`` rounded to its dtype (round to nearest even for floats)."""
-    from ..memory.dtypes import round_to
     dst = t.np
-    v = np.asarray(values)
+    v = values if isinstance(values, np.ndarray) else np.asarray(values)
     if v.shape != dst.shape:
         v = v.reshape(dst.shape) if v.size == dst.size else np.broadcast_to(v, dst.shape)
     dt = t.dtype
     if dt.is_float:
         if v.dtype != np.float32:
             v = v.astype(np.float32)
-        v = round_to(dt, v, core.precise)
+        if dt._round is not None and core.precise:
+            v = dt._round(v)
     else:
         v = round_to(dt, v)
     np.copyto(dst, v, casting="unsafe")
-    mark_written(t)
+    if t.buf.written is not None:
+        mark_written(t)
 
 
 def mark_written(t: Tensor):

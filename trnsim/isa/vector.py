@@ -40,8 +40,7 @@ def _onchip_operands(core, instr, engine, loc, *named):
         _check_fmax(core, instr, name, t, loc, engine)
 
 
-def _contiguous_inner(t):
-    return t.ndim < 2 or t.strides[-1] == 1 or t.shape[-1] == 1
+_LOW = ("bfloat16", "float16")
 
 
 def elementwise_cycles(core, engine, n, dst, srcs, kind):
@@ -49,22 +48,47 @@ def elementwise_cycles(core, engine, n, dst, srcs, kind):
     max(MIN_II, N), or 2N for tensor_tensor off its fast path; trn2's Vector performance mode runs bf16/fp16
     SBUF-to-SBUF copies and tensor_scalar 4x (2x when strided or touching PSUM)."""
     tg = core.target
+    srcs_sbuf = srcs_psum = True
+    any_psum = False
+    srcs_bf16 = srcs_low = True
+    contiguous = True
+    wide = False
+    for t in srcs:
+        k = t.buf.kind
+        if k != SBUF:
+            srcs_sbuf = False
+        if k == PSUM:
+            any_psum = True
+        dn = t.dtype.name
+        if dn != "bfloat16":
+            srcs_bf16 = False
+        if dn not in _LOW:
+            srcs_low = False
+        st = t.strides
+        if len(st) >= 2 and t.shape[-1] != 1:
+            inner = st[-1]
+            if inner != 1:
+                contiguous = False
+            if abs(inner) * t.dtype.itemsize > 16:
+                wide = True
+    ddn = dst.dtype.name
+    dst_sbuf = dst.buf.kind == SBUF
+    st = dst.strides
+    if len(st) >= 2 and dst.shape[-1] != 1:
+        if st[-1] != 1:
+            contiguous = False
+        if abs(st[-1]) * dst.dtype.itemsize > 16:
+            wide = True
     cyc = float(n)
     if kind == "tensor_tensor":
-        fast = all(s.buf.kind == SBUF for s in srcs) or any(s.buf.kind == PSUM for s in srcs)
-        fast = fast and all(s.dtype.name == "bfloat16" for s in srcs) and dst.dtype.name == "bfloat16"
+        fast = (srcs_sbuf or any_psum) and srcs_bf16 and ddn == "bfloat16"
         cyc = float(n) if fast else 2.0 * n
-        if engine == "vector" and tg.vector_perf_mode and all(s.buf.kind == SBUF for s in srcs) and \
-                all(s.dtype.name in ("bfloat16", "float16") for s in srcs + [dst]):
+        if engine == "vector" and tg.vector_perf_mode and srcs_sbuf and srcs_low and ddn in _LOW:
             cyc = n / 2.0
-    elif kind in ("copy", "tensor_scalar") and engine == "vector" and tg.vector_perf_mode:
-        low = all(t.dtype.name in ("bfloat16", "float16") for t in srcs + [dst])
-        if low:
-            all_sbuf = all(t.buf.kind == SBUF for t in srcs + [dst])
-            contiguous = all(_contiguous_inner(t) for t in srcs + [dst])
-            cyc = n / 4.0 if (all_sbuf and contiguous) else n / 2.0
+    elif engine == "vector" and tg.vector_perf_mode and srcs_low and ddn in _LOW:
+        cyc = n / 4.0 if (srcs_sbuf and dst_sbuf and contiguous) else n / 2.0
     # an inner stride over 16 bytes halves the interface bandwidth
-    if any(t.ndim >= 2 and abs(t.strides[-1]) * t.dtype.itemsize > 16 for t in srcs + [dst]):
+    if wide:
         cyc *= 2
     return max(float(tg.min_ii_cycles), cyc)
 

@@ -45,7 +45,7 @@ class DynSlice:
 class Tensor:
     """A strided view of a :class:`Buffer`."""
 
-    __slots__ = ("buf", "offset", "shape", "strides", "dtype", "name", "_np")
+    __slots__ = ("buf", "offset", "shape", "strides", "dtype", "name", "_np", "_ext")
 
     def __init__(self, buf: Buffer, offset: int, shape: tuple, strides: tuple, dtype: DType | None = None,
                  name: str | None = None):
@@ -56,6 +56,7 @@ class Tensor:
         self.dtype = dtype if dtype is not None else buf.dtype
         self.name = name if name is not None else buf.name
         self._np = None
+        self._ext = None
 
     # -- construction -------------------------------------------------------------------------------
     @classmethod
@@ -77,6 +78,7 @@ class Tensor:
         t.dtype = dtype if dtype is not None else self.dtype
         t.name = self.name
         t._np = None
+        t._ext = None
         return t
 
     # -- basic properties ---------------------------------------------------------------------------
@@ -146,6 +148,13 @@ class Tensor:
 
     def extent(self):
         """``(lo, hi)`` element range of the buffer this view can touch (hi exclusive)."""
+        e = self._ext
+        if e is not None:
+            return e
+        self._ext = e = self._extent()
+        return e
+
+    def _extent(self):
         lo = hi = self.offset
         for s, st in zip(self.shape, self.strides):
             if s == 0:
