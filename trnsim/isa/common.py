@@ -148,6 +148,16 @@ def write(core, t: Tensor, values):
         mark_written(t)
 
 
+def write_same_dtype(core, t: Tensor, values):
+    """Store values that already are of ``t``'s dtype (a copy between tensors of one dtype): no rounding."""
+    dst = t.np
+    if values.shape != dst.shape:
+        values = values.reshape(dst.shape)
+    np.copyto(dst, values, casting="unsafe")
+    if t.buf.written is not None:
+        mark_written(t)
+
+
 def mark_written(t: Tensor):
     w = t.buf.written
     if w is not None and not t.buf.all_written:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..memory import HBM, PSUM, SBUF
-from .common import as_f32, read, require_space, write
+from .common import as_f32, read, require_space, write, write_same_dtype
 from .errors import fail
 
 __all__ = ["dma_copy", "dma_transpose", "dma_cost_ns"]
@@ -41,10 +41,10 @@ def dma_copy(core, loc, dst, src, priority=None, oob_mode=None, dge_mode=None, e
              f"(shape {list(src.shape)}); they must match", dst.size, src.size, loc)
     if core.execute:
         v = read(core, src, "src", I, loc)
-        if dst.dtype == src.dtype or not dst.dtype.is_float:
-            write(core, dst, v.reshape(dst.shape) if v.shape != dst.shape else v)
+        if dst.dtype.name == src.dtype.name:
+            write_same_dtype(core, dst, v)
         else:
-            write(core, dst, as_f32(v).reshape(dst.shape))
+            write(core, dst, (as_f32(v) if dst.dtype.is_float else v).reshape(dst.shape))
     nbytes = max(dst.nbytes, src.nbytes)
     rows = _rows(dst) if dst.on_chip else _rows(src)
     core.record_dma(I, (dst,), (src,), nbytes, rows, dma_cost_ns(core.target, nbytes, rows), loc)

@@ -125,7 +125,6 @@ def nc_matmul(core, loc, dst, stationary, moving, is_stationary_onezero=False, i
             write(core, dst, r)
         else:
             acc = getattr(accumulate, "value", accumulate)
-            out = dst.np.reshape(M, N) if dst.np.flags.c_contiguous or True else None
             if acc is None:
                 w = dst.written_view()
                 if w is None or dst.buf.all_written:
@@ -135,12 +134,23 @@ def nc_matmul(core, loc, dst, stationary, moving, is_stationary_onezero=False, i
                     acc_mask = True if acc_mask.all() else (False if not acc_mask.any() else acc_mask)
             else:
                 acc_mask = bool(acc)
-            cur = dst.np.reshape(M, N)
-            if acc_mask is True:
-                r = cur + r
-            elif acc_mask is not False:
-                r = np.where(acc_mask, cur + r, r)
-            write(core, dst, r)
+            cur = dst.np
+            if dst.dtype.name == "float32":
+                # fp32 PSUM: accumulate in place, no rounding needed
+                if acc_mask is True:
+                    np.add(cur, r.reshape(cur.shape), out=cur)
+                elif acc_mask is False:
+                    np.copyto(cur, r.reshape(cur.shape))
+                else:
+                    np.copyto(cur, np.where(acc_mask, cur.reshape(M, N) + r, r).reshape(cur.shape))
+                mark_written(dst)
+            else:
+                c2 = cur.reshape(M, N)
+                if acc_mask is True:
+                    r = c2 + r
+                elif acc_mask is not False:
+                    r = np.where(acc_mask, c2 + r, r)
+                write(core, dst, r)
     cyc = matmul_cycles(tg, K, M, N, s32)
     core.record(I, "tensor", (dst,), (stationary, moving), cyc, loc, flops=2 * K * M * N * (2 if double else 1))
 

@@ -6,7 +6,7 @@ import numpy as np
 
 from ..memory import PSUM, SBUF, Tensor
 from .common import (as_f32, check_free_match, check_same_partitions, free_size, operand_value, part,
-                     pick_engine, read, require_space, scalar_or_vector, write)
+                     pick_engine, read, require_space, scalar_or_vector, write, write_same_dtype)
 from .errors import fail
 from .ops import REDUCE_IDENTITY, alu, reduce_fn
 
@@ -100,7 +100,11 @@ def tensor_copy(core, loc, dst, src, engine=None):
     check_same_partitions(I, (("dst", dst), ("src", src)), loc)
     check_free_match(I, (("dst", dst), ("src", src)), loc)
     if core.execute:
-        write(core, dst, read(core, src, "src", I, loc).reshape(dst.shape))
+        v = read(core, src, "src", I, loc)
+        if dst.dtype.name == src.dtype.name:
+            write_same_dtype(core, dst, v)
+        else:
+            write(core, dst, v.reshape(dst.shape))
     core.record(I, eng, (dst,), (src,), elementwise_cycles(core, eng, free_size(dst), dst, [src], "copy"), loc)
 
 

@@ -112,7 +112,7 @@ class NeuronCore:
     # -- arithmetic helpers -------------------------------------------------------------------------
     @staticmethod
     def matmul_f32(a, b):
-        return np.matmul(a, b, dtype=np.float32)
+        return a @ b      # both operands are float32 arrays: fp32 products and sums
 
     # -- summary ------------------------------------------------------------------------------------
     def instruction_counts(self):
