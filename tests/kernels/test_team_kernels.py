@@ -170,3 +170,29 @@ def test_get_nc_version_follows_target(nki, nl, nisa, monkeypatch):
         monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", env)
         nki.simulate(ver)(np.zeros(1, np.float32))
         assert seen["v"] == want
+
+
+def test_range_select_keeps_window_and_reduces_max(nki, nl, nisa):
+    @nki.jit
+    def k(x, lo, hi):
+        P, F = x.shape
+        out = nl.ndarray((P, F + 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        b0 = nl.load(lo)
+        b1 = nl.load(hi)
+        res = nl.ndarray((P, F + 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.range_select(res[:, 0:F], t, nl.greater_equal, nl.less, b0, b1, reduce_res=res[:, F:F + 1],
+                          range_start=10)
+        nl.store(out, res)
+        return out
+
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((64, 40)).astype(np.float32)
+    lo = rng.integers(10, 30, (64, 1)).astype(np.float32)
+    hi = lo + rng.integers(1, 10, (64, 1)).astype(np.float32)
+    out = nki.simulate(k)(x, lo, hi)
+    idx = np.arange(40) + 10
+    keep = (idx[None, :] >= lo) & (idx[None, :] < hi)
+    ref = np.where(keep, x, np.finfo(np.float32).min)
+    np.testing.assert_array_equal(out[:, :40], ref)
+    np.testing.assert_array_equal(out[:, 40], ref.max(axis=1))

@@ -447,3 +447,38 @@ def select_reduce(core, loc, dst, predicate, on_true, on_false, reduce_res=None,
             write(core, reduce_res, reduce_fn(rname)(out, axis=1, keepdims=True))
     core.record(I, eng, writes, (predicate, on_true), max(float(core.target.min_ii_cycles),
                                                          float(free_size(dst))), loc)
+
+
+_FP32_MIN = float(np.finfo(np.float32).min)
+
+
+def range_select(core, loc, dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=None,
+                 reduce_res=None, reduce_op="maximum", range_start=0, on_false_value=_FP32_MIN):
+    """Keep on_true_tile where comp_op0(i, bound0[p]) and comp_op1(i, bound1[p]) for the free index
+    i = range_start + j, else on_false_value; optional per-partition max of dst into reduce_res."""
+    I = "range_select"
+    eng = "vector"
+    if core.target.nc_version < 3:
+        fail(I, None, f"is not available on {core.target.name} (NeuronCore-v3 and later)", core.target.name,
+             "trn2+", loc)
+    _onchip_operands(core, I, eng, loc, ("dst", dst), ("on_true_tile", on_true_tile))
+    check_same_partitions(I, (("dst", dst), ("on_true_tile", on_true_tile)), loc)
+    check_free_match(I, (("dst", dst), ("on_true_tile", on_true_tile)), loc)
+    p = dst.shape[0]
+    b0 = scalar_or_vector(I, "bound0", bound0, p, loc)
+    b1 = scalar_or_vector(I, "bound1", bound1, p, loc)
+    _, c0, _ = _resolve_alu(I, "comp_op0", comp_op0, loc)
+    _, c1, _ = _resolve_alu(I, "comp_op1", comp_op1, loc)
+    rname = _resolve_alu(I, "reduce_op", reduce_op, loc)[0]
+    reads = [on_true_tile] + [b for b in (b0, b1) if isinstance(b, Tensor)]
+    writes = (dst,) if reduce_res is None else (dst, reduce_res)
+    if core.execute:
+        f = free_size(dst)
+        idx = (np.arange(f, dtype=np.float32) + np.float32(range_start))[None, :]
+        mask = (c0(idx, operand_value(core, b0)) != 0) & (c1(idx, operand_value(core, b1)) != 0)
+        t = as_f32(read(core, on_true_tile, "on_true_tile", I, loc)).reshape(p, f)
+        out = np.where(mask, t, np.float32(on_false_value)).astype(np.float32)
+        write(core, dst, out)
+        if reduce_res is not None:
+            write(core, reduce_res, reduce_fn(rname)(out, axis=1, keepdims=True))
+    core.record(I, eng, writes, tuple(reads), max(float(core.target.min_ii_cycles), float(free_size(dst))), loc)

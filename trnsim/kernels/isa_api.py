@@ -103,7 +103,7 @@ def _unsupported(name):
 
 for _n in ("nc_matmul_mx", "tensor_partition_reduce", "tensor_scalar_cumulative", "activate2", "local_gather",
            "nc_n_gather", "rng", "dropout", "set_rng_seed", "rand_set_state", "rand_get_state", "rand2",
-           "sequence_bounds", "core_barrier", "dma_compute", "quantize_mx", "range_select", "sendrecv",
+           "sequence_bounds", "core_barrier", "dma_compute", "quantize_mx", "sendrecv",
            "register_alloc", "register_move", "register_load", "register_store", "nonzero_with_count", "topk"):
     globals()[_n] = _unsupported(_n)
 del _n
