@@ -37,3 +37,31 @@ def test_sim_target_resolves_nki_to_trnsim():
             "print(nki.__name__, nl.__name__, nisa.NkiValidationError.__module__)", TORCHNEURON_TARGET="sim")
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["trnsim.kernels.nki", "trnsim.kernels.nki.language", "trnsim.isa.errors"]
+
+
+def test_import_torch_under_sim_resolves_nki():
+    r = _py("import torch\nimport nki.isa as nisa\nprint(nisa.__name__)", TORCHNEURON_TARGET="sim")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "trnsim.kernels.nki.isa"
+
+
+def test_unmodified_kernel_test_file_runs_under_sim_pytest(tmp_path):
+    (tmp_path / "test_user_kernel.py").write_text(
+        "import numpy as np\n"
+        "import nki\nimport nki.language as nl\nimport nki.isa as nisa\n\n"
+        "@nki.jit\ndef double(x):\n"
+        "    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)\n"
+        "    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)\n"
+        "    nisa.dma_copy(t, x)\n"
+        "    nisa.tensor_scalar(t, t, nl.multiply, 2.0)\n"
+        "    nisa.dma_copy(out, t)\n"
+        "    return out\n\n"
+        "def test_double():\n"
+        "    x = np.arange(128 * 4, dtype=np.float32).reshape(128, 4)\n"
+        "    np.testing.assert_array_equal(nki.simulate(double)(x), 2 * x)\n")
+    e = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    e["TORCHNEURON_TARGET"] = "sim"
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)], env=e,
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "1 passed" in r.stdout
