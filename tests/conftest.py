@@ -18,3 +18,13 @@ def nl(nki):
 def nisa(nki):
     import nki.isa as nisa
     return nisa
+
+
+# CI runs a fixed set of hypothesis examples (derandomized); local runs explore new ones.
+import os as _os
+
+from hypothesis import settings as _settings
+
+_settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
+if _os.environ.get("CI"):
+    _settings.load_profile("ci")

@@ -14,6 +14,8 @@ S = settings(max_examples=15, deadline=None)
 NP = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16,
       "float8_e4m3": ml_dtypes.float8_e4m3}
 REL = {"float32": 1e-5, "bfloat16": 2.0 ** -8, "float16": 2.0 ** -11, "float8_e4m3": 2.0 ** -4}
+# spacing of the dtype's subnormals: below the smallest normal, rounding error is absolute, up to half of this
+SUBNORMAL = {"float32": 2.0 ** -149, "bfloat16": 2.0 ** -133, "float16": 2.0 ** -24, "float8_e4m3": 2.0 ** -9}
 
 parts = st.integers(1, 128)
 frees = st.integers(1, 512)
@@ -38,6 +40,7 @@ def close(got, ref, dt, mag=None, k=2.0):
     tol = k * REL[dt] * np.maximum(scale, 1.0 if mag is None else 0.0) + 1e-30
     if mag is None:
         tol = k * REL[dt] * np.abs(ref) + k * REL[dt] * 1e-3
+    tol = tol + 0.5 * SUBNORMAL[dt]
     err = np.abs(got - ref)
     assert np.all(err <= tol), f"max err {err.max()} tol {tol.flat[np.argmax(err - tol)]}"
 
