@@ -21,10 +21,6 @@ def _act(I, op, loc):
         fail(I, "op", f"{e.args[0]!r} is not an activation function", e.args[0], None, loc)
 
 
-class _ActRegs:
-    """The Scalar Engine's per-partition fp32 reduction registers, kept per core."""
-
-
 def _regs(core, p):
     regs = getattr(core, "act_reduce_regs", None)
     if regs is None or regs.shape[0] < p:
@@ -66,10 +62,10 @@ def activation(core, loc, dst, op, data, bias=None, scale=1.0, reduce_op=None, r
             if cmd in ("reset", "reset_reduce"):
                 regs[:p] = 0
             if cmd in ("reduce", "reset_reduce", "load_reduce"):
-                rname = alu(reduce_op or "add")[0]
-                regs[:p] += reduce_fn(rname)(y, axis=1, keepdims=True) if rname == "add" else 0
-                if rname != "add":
-                    regs[:p] = reduce_fn(rname)(y, axis=1, keepdims=True)
+                rname, combine, _ = alu(reduce_op or "add")
+                part_red = reduce_fn(rname)(y, axis=1, keepdims=True)
+                # reset_reduce starts from the register's reset value 0 for add; other ops start fresh
+                regs[:p] = combine(regs[:p], part_red) if (rname == "add" or cmd == "reduce") else part_red
             if reduce_res is not None:
                 write(core, reduce_res, regs[:p])
     n = free_size(dst)
