@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..memory import HBM, PSUM, SBUF, Tensor
+from ..memory import PSUM, SBUF, Tensor
 from ..memory.dtypes import round_to
 from .errors import NkiValidationError, fail
 
@@ -188,6 +188,3 @@ def operand_value(core, v):
         return as_f32(v.np).reshape(v.shape[0] if v.shape else 1, 1)
     return np.float32(v)
 
-
-def hbm_or_chip(t):
-    return HBM if not t.on_chip else t.buf.kind

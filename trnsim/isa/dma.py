@@ -16,16 +16,16 @@ def dma_cost_ns(target, nbytes: int, partitions: int) -> float:
 
     The transfer is split across the core's DMA engines by partition (each engine serves
     ``dma_partitions_per_engine`` partitions); each engine moves its share at its practical rate after the fixed
-    semaphore-to-start cost.  Small per-partition payloads are overhead-bound: below the saturating payload size
-    the effective rate falls linearly with the payload (>= 4 KiB per partition saturates, < 256 B is dominated by
-    the fixed cost), which is how the DMA bandwidth guide describes it."""
+    semaphore-to-start cost.  Below the saturating payload (4 KiB per partition) the effective rate falls in
+    proportion to the payload; below the overhead-bound size (256 B) a row costs what a 256 B row costs.  Both
+    thresholds are the DMA bandwidth guide's; the linear fall between them is trnsim's assumption."""
     rows = max(1, partitions)
     engines = min(target.dma_engines_per_core, -(-rows // target.dma_partitions_per_engine))
     per_partition = nbytes / rows
-    eff = min(1.0, per_partition / target.dma_saturating_payload_bytes)
-    eff = max(eff, target.dma_small_payload_bytes / target.dma_saturating_payload_bytes / 4)
+    payload = max(per_partition, target.dma_small_payload_bytes)
+    eff = min(1.0, payload / target.dma_saturating_payload_bytes)
     rate = target.dma_bytes_per_ns_per_engine * engines * eff
-    return target.dma_fixed_ns + nbytes / rate
+    return target.dma_fixed_ns + rows * payload / rate
 
 
 def _rows(t):
@@ -75,6 +75,4 @@ def dma_transpose(core, loc, dst, src, axes=None, priority=None, dge_mode=None, 
         v = np.transpose(read(core, src, "src", I, loc), axes)
         write(core, dst, np.ascontiguousarray(v).reshape(dst.shape))
     rows = _rows(dst)
-    # element-wise transposes move 2-byte elements: the DMA pays the small-payload efficiency per element row
-    core.record_dma(I, (dst,), (src,), src.nbytes, rows,
-                    dma_cost_ns(core.target, src.nbytes, rows) * 2, loc)
+    core.record_dma(I, (dst,), (src,), src.nbytes, rows, dma_cost_ns(core.target, src.nbytes, rows), loc)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..memory import PSUM, SBUF
+from ..memory import SBUF
 from .common import as_f32, free_size, part, read, require_space, write
 from .errors import fail
 from .ops import alu

@@ -25,15 +25,14 @@ def matmul_cycles(target, k_rows, n_stationary, n_moving, fp32):
 
 
 def _psum_bank_check(I, dst, target, loc):
+    """A matmul output must stay inside one PSUM bank of every partition it writes."""
     bank = target.psum_bank_bytes
-    start_byte = dst.buf.addr + (dst.offset % dst.buf.pfree) * dst.buf.dtype.itemsize
-    lo, hi = dst.extent()
     pf = dst.buf.pfree
-    end_byte = dst.buf.addr + ((hi - 1) % pf + 1) * dst.buf.dtype.itemsize if dst.size else start_byte
-    if dst.shape and dst.shape[0] > 0:
-        last_free = max(((lo % pf) + sum((s - 1) * st for s, st in zip(dst.shape[1:], dst.strides[1:])
-                                            if st > 0)), 0)
-        end_byte = dst.buf.addr + (last_free + 1) * dst.buf.dtype.itemsize
+    isz = dst.buf.dtype.itemsize
+    first = dst.offset % pf
+    last = first + sum((s - 1) * st for s, st in zip(dst.shape[1:], dst.strides[1:]) if st > 0)
+    start_byte = dst.buf.addr + first * isz
+    end_byte = dst.buf.addr + (last + 1) * isz
     if start_byte // bank != (end_byte - 1) // bank:
         fail(I, "dst", f"(tensor `{dst.name}`) covers PSUM bytes [{start_byte}, {end_byte}) of each partition, "
              f"crossing a {bank}-byte PSUM bank boundary; a matmul output must fit one bank",

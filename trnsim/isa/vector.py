@@ -8,7 +8,7 @@ from ..memory import PSUM, SBUF, Tensor
 from .common import (as_f32, check_free_match, check_same_partitions, free_size, operand_value, part,
                      pick_engine, read, require_space, scalar_or_vector, write, write_same_dtype)
 from .errors import fail
-from .ops import REDUCE_IDENTITY, alu, reduce_fn
+from .ops import alu, reduce_fn
 
 __all__ = ["tensor_copy", "tensor_tensor", "tensor_scalar", "memset", "tensor_reduce", "reciprocal",
            "scalar_tensor_tensor", "tensor_tensor_scan", "tensor_copy_predicated", "bn_stats", "bn_aggr",
@@ -48,7 +48,7 @@ def elementwise_cycles(core, engine, n, dst, srcs, kind):
     max(MIN_II, N), or 2N for tensor_tensor off its fast path; trn2's Vector performance mode runs bf16/fp16
     SBUF-to-SBUF copies and tensor_scalar 4x (2x when strided or touching PSUM)."""
     tg = core.target
-    srcs_sbuf = srcs_psum = True
+    srcs_sbuf = True
     any_psum = False
     srcs_bf16 = srcs_low = True
     contiguous = True
@@ -136,7 +136,7 @@ def tensor_tensor(core, loc, dst, data1, data2, op, engine=None):
                 flops=dst.size)
 
 
-def _apply(fn, bitvec, x, operand, reverse):
+def _apply(fn, x, operand, reverse):
     if reverse:
         return fn(operand, x)
     return fn(x, operand)
@@ -172,7 +172,7 @@ def tensor_scalar(core, loc, dst, data, op0, operand0, reverse0=False, op1=None,
             ov = operand_value(core, o)
             if bv:
                 ov = ov.astype(x.dtype) if isinstance(ov, np.ndarray) else x.dtype.type(int(ov))
-            x = _apply(fn, bv, x, ov, rev)
+            x = _apply(fn, x, ov, rev)
         write(core, dst, x)
     core.record(I, eng, (dst,), tuple(reads),
                 elementwise_cycles(core, eng, free_size(dst), dst, [data], "tensor_scalar"), loc,
@@ -265,7 +265,7 @@ def scalar_tensor_tensor(core, loc, dst, data, op0, operand0, op1, operand1, rev
     reads = (data, operand1) + ((o0,) if isinstance(o0, Tensor) else ())
     if core.execute:
         x = as_f32(read(core, data, "data", I, loc)).reshape(p, -1)
-        x = _apply(f0, False, x, operand_value(core, o0), reverse0)
+        x = _apply(f0, x, operand_value(core, o0), reverse0)
         y = as_f32(read(core, operand1, "operand1", I, loc)).reshape(p, -1)
         write(core, dst, f1(y, x) if reverse1 else f1(x, y))
     core.record(I, eng, (dst,), reads, max(float(core.target.min_ii_cycles), float(free_size(dst))), loc,
@@ -400,7 +400,7 @@ def tensor_scalar_reduce(core, loc, dst, data, op0, operand0, reduce_op, reduce_
                  [p, 1], loc)
         writes = (dst, reduce_res)
     if core.execute:
-        x = _apply(f0, False, as_f32(read(core, data, "data", I, loc)).reshape(p, -1), operand_value(core, o0),
+        x = _apply(f0, as_f32(read(core, data, "data", I, loc)).reshape(p, -1), operand_value(core, o0),
                    reverse0)
         write(core, dst, x)
         if reduce_res is not None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-import os
+import inspect
 
 import numpy as np
 
@@ -85,12 +85,10 @@ def run_kernel(fn, args, kwargs, grid=(1,), target=None, execute=True, precise=N
     chip = Chip(tg)
     cores = [NeuronCore(tg, execute=execute, precise=precise, strict=strict, chip=chip, core_id=i)
              for i in range(nprog)]
-    import inspect
     try:
         params = list(inspect.signature(fn).parameters)
     except (TypeError, ValueError):
         params = []
-    conv = []
     kind = "numpy"
     wrapped = []
     for i, a in enumerate(args):

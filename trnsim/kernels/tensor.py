@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from .. import isa as _isa
+from ..isa.errors import caller_location
 from ..memory import Tensor
+from .context import current
 
 __all__ = ["NkiTensor"]
 
@@ -13,13 +16,9 @@ class NkiTensor(Tensor):
     __slots__ = ()
 
     def __setitem__(self, key, value):
-        from . import isa_api
-        from ..isa.errors import caller_location
         dst = self[key]
         loc = caller_location()
-        from .context import current
         core = current().core
-        from .. import isa as _isa
         if isinstance(value, Tensor):
             if dst.on_chip and value.on_chip:
                 _isa.tensor_copy(core, loc, dst, value)

@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from ..memory import HBM, PSUM, SBUF, Buffer, MemorySpace, Tensor
+from ..memory import HBM, PSUM, SBUF, Buffer, MemorySpace
 from ..targets import Target, get_target
 
 __all__ = ["NeuronCore", "Chip", "InstrRecord"]
