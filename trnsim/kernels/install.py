@@ -1,4 +1,4 @@
-"""Make ``import nki`` (and its submodules) resolve to trnsim's NKI implementation."""
+"""Make ``import nki`` (NKI v2) and ``import neuronxcc.nki`` (legacy NKI) resolve to trnsim's implementations."""
 
 from __future__ import annotations
 
@@ -6,21 +6,33 @@ import importlib
 import sys
 
 _ALIASES = {"nki": "trnsim.kernels.nki", "nki.language": "trnsim.kernels.nki.language",
-            "nki.isa": "trnsim.kernels.nki.isa", "nki.typing": "trnsim.kernels.nki.typing"}
+            "nki.isa": "trnsim.kernels.nki.isa", "nki.typing": "trnsim.kernels.nki.typing",
+            "neuronxcc": "trnsim.kernels.neuronxcc", "neuronxcc.nki": "trnsim.kernels.neuronxcc.nki",
+            "neuronxcc.nki.language": "trnsim.kernels.neuronxcc.nki.language",
+            "neuronxcc.nki.isa": "trnsim.kernels.neuronxcc.nki.isa",
+            "neuronxcc.nki.typing": "trnsim.kernels.neuronxcc.nki.typing",
+            "neuronxcc.nki.compiler": "trnsim.kernels.neuronxcc.nki.compiler"}
+_SUBMODULES = {"nki": ("language", "isa", "typing"), "neuronxcc.nki": ("language", "isa", "typing", "compiler")}
+
+
+def _is_real(name):
+    mod = sys.modules.get(name)
+    return mod is not None and not getattr(mod, "__name__", "").startswith("trnsim")
 
 
 def install_nki():
-    """Alias ``nki``, ``nki.language``, ``nki.isa`` and ``nki.typing`` to trnsim.  Refuses to replace a real
-    NKI package that is already imported."""
-    existing = sys.modules.get("nki")
-    if existing is not None and not getattr(existing, "__name__", "").startswith("trnsim"):
-        raise RuntimeError("a real `nki` package is already imported; trnsim will not shadow it")
+    """Alias ``nki`` and ``neuronxcc.nki`` (with their ``language``, ``isa``, ``typing`` and, for legacy NKI,
+    ``compiler`` submodules) to trnsim.  Refuses to replace a real NKI or neuronxcc package already imported."""
+    for top in ("nki", "neuronxcc"):
+        if _is_real(top):
+            raise RuntimeError(f"a real `{top}` package is already imported; trnsim will not shadow it")
     for alias, target in _ALIASES.items():
         sys.modules[alias] = importlib.import_module(target)
-    nki = sys.modules["nki"]
-    for sub in ("language", "isa", "typing"):
-        setattr(nki, sub, sys.modules[f"nki.{sub}"])
-    return nki
+    for parent, subs in _SUBMODULES.items():
+        for sub in subs:
+            setattr(sys.modules[parent], sub, sys.modules[f"{parent}.{sub}"])
+    sys.modules["neuronxcc"].nki = sys.modules["neuronxcc.nki"]
+    return sys.modules["nki"]
 
 
 def uninstall_nki():
