@@ -20,7 +20,7 @@ def add_spmd(a, b):
     inside = (rows < M) & (cols < N)
     x = nl.load(a[rows, cols], mask=inside)
     y = nl.load(b[rows, cols], mask=inside)
-    z = x + y
+    z = nl.add(x, y, mask=inside)
     nl.store(c[rows, cols], value=z, mask=inside)
     return c
 
