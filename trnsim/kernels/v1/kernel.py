@@ -19,13 +19,8 @@ _FRAMEWORK_MODES = ("jax", "torchxla", "pytorch", "torch")
 
 
 def _grid_dims(grid):
-    dims = []
-    for g in grid if isinstance(grid, tuple) else (grid,):
-        sub = getattr(g, "dims", None)
-        if sub is not None:
-            dims.extend(sub)
-        else:
-            dims.append(int(g))
+    # an nl.spmd_dim(nl.nc(2), 4) entry is one grid dimension of their product (8 programs)
+    dims = [int(g) for g in (grid if isinstance(grid, tuple) else (grid,))]
     for d in dims:
         if d < 1:
             raise ValueError(f"SPMD launch grid {list(dims)}: every dimension must be >= 1")
