@@ -1,0 +1,184 @@
+"""``trnsim conformance``: run the suites in parallel worker processes, resumably, and write the reports.
+
+Each op's records are written to ``OUT/records/`` as soon as they are done (atomically), so an interrupted run
+continues where it stopped; ``--fresh`` starts over.  The reports are ``OUT/report.json`` and ``OUT/report.md``.
+The exit status is 1 when any group is a ``mismatch`` (the CI gate), 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import hashlib
+import json
+import multiprocessing
+import os
+import sys
+import time
+
+from . import report
+
+__all__ = ["main", "run", "records_dir"]
+
+
+def records_dir(out):
+    return os.path.join(out, "records")
+
+
+def _params_tag(p):
+    return hashlib.sha1(json.dumps(p, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _record_path(out, suite, key, tag):
+    safe = key.replace("/", "_")
+    return os.path.join(records_dir(out), suite, f"{safe}.{tag}.json")
+
+
+# -- worker side ------------------------------------------------------------------------------------------
+def _init_worker():
+    os.environ["TORCHNEURON_TARGET"] = "sim"
+    import warnings
+    warnings.simplefilter("ignore")
+    import torch  # noqa: F401  (registers the neuron device through the torch.backends entry point)
+    import trnsim.backend  # noqa: F401
+
+
+def _run_ops_task(key, params):
+    from .ops_sweep import list_ops, op_key, run_op
+    ops = [o for o in list_ops(key) if op_key(o) == key]
+    if not ops:
+        return key, [{"suite": "ops", "name": key, "dtype": "-", "mode": "forward", "status": "error",
+                      "counts": {"error": 1}, "samples": 1, "detail": "no such OpInfo", "seconds": 0.0}]
+    return key, run_op(ops[0], dtypes=params["dtypes"], modes=params["modes"], device=params["device"],
+                       max_samples=params["max_samples"], timeout_s=params["timeout"])
+
+
+class _Progress:
+    def __init__(self, total, label, stream=sys.stderr):
+        self.total = total
+        self.done = 0
+        self.label = label
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.t0 = time.perf_counter()
+        self.last = 0.0
+        self.counts = {}
+
+    def step(self, name, records):
+        self.done += 1
+        for r in records:
+            self.counts[r["status"]] = self.counts.get(r["status"], 0) + 1
+        now = time.perf_counter()
+        if not self.tty and now - self.last < 10 and self.done != self.total:
+            return
+        self.last = now
+        el = now - self.t0
+        eta = el / self.done * (self.total - self.done) if self.done else 0
+        c = " ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
+        width = 24
+        fill = int(width * self.done / max(1, self.total))
+        line = (f"{self.label} [{'#' * fill}{'.' * (width - fill)}] {self.done}/{self.total} {el:.0f}s "
+                f"eta {eta:.0f}s | {c} | {name[:30]}")
+        if self.tty:
+            self.stream.write("\r" + line[:160].ljust(160))
+            if self.done == self.total:
+                self.stream.write("\n")
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+
+def run(suite="all", dtypes=None, ops=None, out="conformance-report", jobs=2, modes=("forward", "backward"),
+        max_samples=None, timeout=60.0, fresh=False, device="neuron", progress=True):
+    """Run the suites; return all records (also kept under ``out/records``)."""
+    from .ops_sweep import DEFAULT_DTYPES
+    os.makedirs(records_dir(out), exist_ok=True)
+    records = []
+    if suite in ("ops", "all"):
+        params = {"dtypes": list(dtypes or DEFAULT_DTYPES), "modes": list(modes), "device": device,
+                  "max_samples": max_samples, "timeout": timeout}
+        tag = _params_tag(params)
+        from .ops_sweep import list_ops, op_key
+        keys = sorted({op_key(o) for o in list_ops(ops)})
+        todo = []
+        for k in keys:
+            p = _record_path(out, "ops", k, tag)
+            if not fresh and os.path.exists(p):
+                with open(p, encoding="utf-8") as f:
+                    records.extend(json.load(f))
+            else:
+                todo.append(k)
+        prog = _Progress(len(todo), "ops") if progress and todo else None
+        if todo:
+            ctx = multiprocessing.get_context("spawn")
+            with cf.ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=ctx, initializer=_init_worker) as ex:
+                futs = {ex.submit(_run_ops_task, k, params): k for k in todo}
+                for fut in cf.as_completed(futs):
+                    k = futs[fut]
+                    try:
+                        _, recs = fut.result()
+                    except Exception as e:      # a worker died (e.g. a crash in an op): record it, go on
+                        recs = [{"suite": "ops", "name": k, "dtype": "-", "mode": "forward", "status": "error",
+                                 "counts": {"error": 1}, "samples": 1,
+                                 "detail": f"worker failed: {type(e).__name__}: {e}"[:300], "seconds": 0.0}]
+                    report.atomic_write(_record_path(out, "ops", k, tag), json.dumps(recs))
+                    records.extend(recs)
+                    if prog:
+                        prog.step(k, recs)
+    if suite in ("nki", "all"):
+        try:
+            from .nki_suite import run_nki
+        except ImportError as e:
+            raise SystemExit(f"trnsim conformance: the NKI suite is not available ({e})") from None
+        prog = _Progress(1, "nki") if progress else None
+        cb = None
+        if prog is not None:
+            def cb(done, total, name):
+                prog.total = total
+                prog.done = done - 1
+                prog.step(name, [])
+        records.extend(run_nki(ops if suite == "nki" else None, list(dtypes) if dtypes else None, cb))
+    return records
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="trnsim conformance",
+                                 description="PyTorch op and NKI instruction conformance of the simulated device")
+    ap.add_argument("--suite", choices=("ops", "nki", "all"), default="all")
+    ap.add_argument("--dtypes", default=None, help="comma-separated, e.g. float32,bfloat16 (default: float32, "
+                    "bfloat16, float16, int64, bool)")
+    ap.add_argument("--ops", default=None, help="fnmatch pattern(s) on op names, comma-separated, e.g. 'add,nn.*'")
+    ap.add_argument("--out", default="conformance-report", help="output directory (reports and resumable records)")
+    ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--modes", default="forward,backward")
+    ap.add_argument("--max-samples", type=int, default=None, help="at most this many samples per op x dtype")
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds per op x dtype x mode")
+    ap.add_argument("--baseline", default=None, help="a previous report.json to compare against")
+    ap.add_argument("--fresh", action="store_true", help="ignore records of an earlier run in --out")
+    ap.add_argument("--no-fail", action="store_true", help="exit 0 even when a mismatch is found")
+    a = ap.parse_args(argv)
+    dtypes = [d.strip() for d in a.dtypes.split(",")] if a.dtypes else None
+    modes = tuple(m.strip() for m in a.modes.split(",") if m.strip())
+    bad = [m for m in modes if m not in ("forward", "backward")]
+    if bad:
+        ap.error(f"--modes: unknown mode(s) {bad}; use forward and/or backward")
+    baseline = report.load_json(a.baseline) if a.baseline else None
+    t0 = time.perf_counter()
+    records = run(a.suite, dtypes, a.ops, a.out, a.jobs, modes, a.max_samples, a.timeout, a.fresh)
+    records.sort(key=lambda r: (r["suite"], r["name"], r["dtype"], r["mode"]))
+    meta = {"suite": a.suite, "ops": a.ops or "all", "dtypes": ",".join(dtypes) if dtypes else "default",
+            "max_samples": a.max_samples, "wall_s": round(time.perf_counter() - t0, 1)}
+    report.write_json(records, os.path.join(a.out, "report.json"), meta)
+    report.write_markdown(records, os.path.join(a.out, "report.md"), baseline, meta)
+    line = report.summary_line(records)
+    print(line)
+    if baseline is not None:
+        reg, fix, _ = report.compare(records, baseline)
+        print(f"against {a.baseline}: {len(reg)} regressions, {len(fix)} fixes")
+    print(f"reports: {os.path.join(a.out, 'report.md')}, {os.path.join(a.out, 'report.json')}")
+    mism = [r for r in records if r["status"] == "mismatch"]
+    return 1 if mism and not a.no_fail else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
