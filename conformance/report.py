@@ -67,7 +67,9 @@ def summary_line(records):
         n = sum(tot.values())
         pct = ", ".join(f"{s} {100.0 * tot.get(s, 0) / n:.1f}%" if n else f"{s} 0" for s in statuses)
         modes = sorted({r["mode"] for r in recs})
-        parts.append(f"{what} {len(names)} x {len(dtypes)} dtypes ({'/'.join(modes)}), {n:,} samples: {pct}")
+        skipped = sum(1 for r in recs if r["status"] == "skip" and not r.get("samples"))
+        extra = f" (+{skipped} groups skipped whole)" if skipped else ""
+        parts.append(f"{what} {len(names)} x {len(dtypes)} dtypes ({'/'.join(modes)}), {n:,} samples: {pct}{extra}")
     return "; ".join(parts) if parts else "no records"
 
 

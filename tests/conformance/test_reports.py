@@ -25,7 +25,7 @@ def test_summary_line_counts_samples():
     line = report.summary_line(RECS)
     # ops: 4+4+2+1+3 = 14 samples (the skip group has 0)
     assert line.startswith("ops 5 x 2 dtypes (forward), 14 samples: native 57.1%, fallback 14.3%, mismatch 7.1%, "
-                           "error 21.4%, skip 0.0%")
+                           "error 21.4%, skip 0.0% (+1 groups skipped whole)")
     assert "nki 1 x 1 dtypes (numerics), 10 samples: pass 100.0%" in line
 
 
