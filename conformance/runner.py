@@ -43,14 +43,58 @@ def _init_worker():
     import trnsim.backend  # noqa: F401
 
 
-def _run_ops_task(key, params):
+def _run_ops_task(key, params, running_dir):
     from .ops_sweep import list_ops, op_key, run_op
+    marker = os.path.join(running_dir, key.replace("/", "_"))
+    with open(marker, "w") as f:        # left behind if this process dies inside the op
+        f.write(key)
     ops = [o for o in list_ops(key) if op_key(o) == key]
     if not ops:
-        return key, [{"suite": "ops", "name": key, "dtype": "-", "mode": "forward", "status": "error",
-                      "counts": {"error": 1}, "samples": 1, "detail": "no such OpInfo", "seconds": 0.0}]
-    return key, run_op(ops[0], dtypes=params["dtypes"], modes=params["modes"], device=params["device"],
-                       max_samples=params["max_samples"], timeout_s=params["timeout"])
+        recs = [{"suite": "ops", "name": key, "dtype": "-", "mode": "forward", "status": "error",
+                 "counts": {"error": 1}, "samples": 1, "detail": "no such OpInfo", "seconds": 0.0}]
+    else:
+        recs = run_op(ops[0], dtypes=params["dtypes"], modes=params["modes"], device=params["device"],
+                      max_samples=params["max_samples"], timeout_s=params["timeout"])
+    os.unlink(marker)
+    return key, recs
+
+
+def _crash_record(key, params):
+    return [{"suite": "ops", "name": key, "dtype": d, "mode": "forward", "status": "error", "counts": {"error": 1},
+             "samples": 1, "detail": "the worker process died inside this op (a crash in native code: abort or "
+             "segfault); rerun alone: python -m conformance --suite ops --ops " + key, "seconds": 0.0}
+            for d in params["dtypes"]]
+
+
+def _pool_round(keys, params, jobs, running_dir, on_done):
+    """Run ``keys`` in a pool until done or a worker dies; returns ``(suspects, not_run)``: the keys that were
+    running when a worker died, and those that never ran."""
+    import glob
+    for m in glob.glob(os.path.join(running_dir, "*")):
+        os.unlink(m)
+    ctx = multiprocessing.get_context("spawn")
+    done = set()
+    broken = False
+    with cf.ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=ctx, initializer=_init_worker) as ex:
+        futs = {ex.submit(_run_ops_task, k, params, running_dir): k for k in keys}
+        for fut in cf.as_completed(futs):
+            k = futs[fut]
+            try:
+                _, recs = fut.result()
+            except cf.process.BrokenProcessPool:
+                broken = True
+                continue
+            done.add(k)
+            on_done(k, recs)
+    if not broken:
+        return [], []
+    suspects = []
+    for m in glob.glob(os.path.join(running_dir, "*")):
+        with open(m) as f:
+            suspects.append(f.read())
+        os.unlink(m)
+    rest = [k for k in keys if k not in done and k not in suspects]
+    return suspects, rest
 
 
 class _Progress:
@@ -109,22 +153,21 @@ def run(suite="all", dtypes=None, ops=None, out="conformance-report", jobs=2, mo
             else:
                 todo.append(k)
         prog = _Progress(len(todo), "ops") if progress and todo else None
-        if todo:
-            ctx = multiprocessing.get_context("spawn")
-            with cf.ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=ctx, initializer=_init_worker) as ex:
-                futs = {ex.submit(_run_ops_task, k, params): k for k in todo}
-                for fut in cf.as_completed(futs):
-                    k = futs[fut]
-                    try:
-                        _, recs = fut.result()
-                    except Exception as e:      # a worker died (e.g. a crash in an op): record it, go on
-                        recs = [{"suite": "ops", "name": k, "dtype": "-", "mode": "forward", "status": "error",
-                                 "counts": {"error": 1}, "samples": 1,
-                                 "detail": f"worker failed: {type(e).__name__}: {e}"[:300], "seconds": 0.0}]
-                    report.atomic_write(_record_path(out, "ops", k, tag), json.dumps(recs))
-                    records.extend(recs)
-                    if prog:
-                        prog.step(k, recs)
+        running_dir = os.path.join(out, "running")
+        os.makedirs(running_dir, exist_ok=True)
+
+        def on_done(k, recs):
+            report.atomic_write(_record_path(out, "ops", k, tag), json.dumps(recs))
+            records.extend(recs)
+            if prog:
+                prog.step(k, recs)
+        remaining = todo
+        while remaining:
+            suspects, remaining = _pool_round(remaining, params, jobs, running_dir, on_done)
+            for k in suspects:          # run each suspect alone: the one that dies alone is the culprit
+                again, _ = _pool_round([k], params, 1, running_dir, on_done)
+                if again:
+                    on_done(k, _crash_record(k, params))
     if suite in ("nki", "all"):
         try:
             from .nki_suite import run_nki
