@@ -169,9 +169,13 @@ def tensor_scalar(core, loc, dst, data, op0, operand0, reverse0=False, op1=None,
         if not bv0:
             x = as_f32(x)
         for fn, bv, o, rev in steps:
-            ov = operand_value(core, o)
             if bv:
-                ov = ov.astype(x.dtype) if isinstance(ov, np.ndarray) else x.dtype.type(int(ov))
+                # bit-vector ops take the operand's integer bits: not through float32 (which rounds integers above
+                # 2^24), and a negative immediate wraps into an unsigned dtype (nl.invert is xor with -1)
+                ov = o.np.reshape(p, 1).astype(x.dtype) if isinstance(o, Tensor) else \
+                    np.array(int(o)).astype(x.dtype)
+            else:
+                ov = operand_value(core, o)
             x = _apply(fn, x, ov, rev)
         write(core, dst, x)
     core.record(I, eng, (dst,), tuple(reads),
