@@ -7,15 +7,16 @@ import pytest
 from trnsim.cli import main
 
 
-def test_demo_runs_and_checks(capsys):
-    assert main(["demo", "--m", "128", "--k", "256", "--n", "512"]) == 0
+def test_demo_runs_and_checks(capsys, tmp_path):
+    assert main(["demo", "--m", "128", "--k", "256", "--n", "512", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "simulated Trainium2 NeuronCore (trn2)" in out
     assert "tensor.nc_matmul x2" in out and "-> OK" in out
 
 
-def test_demo_trn3(capsys):
-    assert main(["demo", "--target", "trn3", "--m", "128", "--k", "128", "--n", "512"]) == 0
+def test_demo_trn3(capsys, tmp_path):
+    assert main(["demo", "--target", "trn3", "--m", "128", "--k", "128", "--n", "512", "--out", str(tmp_path),
+                 "--no-plot"]) == 0
     assert "(trn3)" in capsys.readouterr().out
 
 

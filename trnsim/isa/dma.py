@@ -8,7 +8,12 @@ from ..memory import HBM, PSUM, SBUF
 from .common import as_f32, read, require_space, write, write_same_dtype
 from .errors import fail
 
-__all__ = ["dma_copy", "dma_transpose", "dma_cost_ns"]
+__all__ = ["dma_copy", "dma_transpose", "dma_cost_ns", "dma_engines_used"]
+
+
+def dma_engines_used(target, partitions: int) -> int:
+    """DMA engines a transfer of ``partitions`` rows is spread over (each serves ``dma_partitions_per_engine``)."""
+    return min(target.dma_engines_per_core, -(-max(1, partitions) // target.dma_partitions_per_engine))
 
 
 def dma_cost_ns(target, nbytes: int, partitions: int) -> float:
@@ -20,7 +25,7 @@ def dma_cost_ns(target, nbytes: int, partitions: int) -> float:
     proportion to the payload; below the overhead-bound size (256 B) a row costs what a 256 B row costs.  Both
     thresholds are the DMA bandwidth guide's; the linear fall between them is trnsim's assumption."""
     rows = max(1, partitions)
-    engines = min(target.dma_engines_per_core, -(-rows // target.dma_partitions_per_engine))
+    engines = dma_engines_used(target, rows)
     per_partition = nbytes / rows
     payload = max(per_partition, target.dma_small_payload_bytes)
     eff = min(1.0, payload / target.dma_saturating_payload_bytes)
@@ -30,6 +35,14 @@ def dma_cost_ns(target, nbytes: int, partitions: int) -> float:
 
 def _rows(t):
     return t.shape[0] if (t.on_chip and t.shape) else (t.shape[0] if t.shape else 1)
+
+
+def _part0(t):
+    """First partition an on-chip operand touches (0 for HBM): it picks the DMA engines of the transfer."""
+    if not t.on_chip:
+        return 0
+    pf = t.buf.pfree
+    return (t.extent()[0] // pf) if pf else 0
 
 
 def dma_copy(core, loc, dst, src, priority=None, oob_mode=None, dge_mode=None, engine=None):
@@ -47,7 +60,8 @@ def dma_copy(core, loc, dst, src, priority=None, oob_mode=None, dge_mode=None, e
             write(core, dst, (as_f32(v) if dst.dtype.is_float else v).reshape(dst.shape))
     nbytes = max(dst.nbytes, src.nbytes)
     rows = _rows(dst) if dst.on_chip else _rows(src)
-    core.record_dma(I, (dst,), (src,), nbytes, rows, dma_cost_ns(core.target, nbytes, rows), loc)
+    p0 = _part0(dst) if dst.on_chip else _part0(src)
+    core.record_dma(I, (dst,), (src,), nbytes, rows, dma_cost_ns(core.target, nbytes, rows), loc, p0)
 
 
 _AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
@@ -75,4 +89,5 @@ def dma_transpose(core, loc, dst, src, axes=None, priority=None, dge_mode=None, 
         v = np.transpose(read(core, src, "src", I, loc), axes)
         write(core, dst, np.ascontiguousarray(v).reshape(dst.shape))
     rows = _rows(dst)
-    core.record_dma(I, (dst,), (src,), src.nbytes, rows, dma_cost_ns(core.target, src.nbytes, rows), loc)
+    core.record_dma(I, (dst,), (src,), src.nbytes, rows, dma_cost_ns(core.target, src.nbytes, rows), loc,
+                    _part0(dst))

@@ -8,6 +8,7 @@ import sys
 __all__ = ["NkiValidationError", "caller_location", "fail"]
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_LIB_DIR = os.path.join(_PKG_DIR, "kernels", "library")   # trnsim's own NKI kernels count as kernel source
 
 
 class NkiValidationError(Exception):
@@ -25,11 +26,12 @@ class NkiValidationError(Exception):
 
 
 def caller_location():
-    """``(filename, lineno)`` of the innermost frame outside the trnsim package (the user's kernel line)."""
+    """``(filename, lineno)`` of the innermost frame outside the trnsim package (the user's kernel line), or in
+    trnsim's kernel library (the library kernel's line)."""
     f = sys._getframe(1)
     while f is not None:
         fn = f.f_code.co_filename
-        if not fn.startswith(_PKG_DIR):
+        if not fn.startswith(_PKG_DIR) or fn.startswith(_LIB_DIR):
             return (fn, f.f_lineno)
         f = f.f_back
     return None

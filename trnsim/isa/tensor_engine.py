@@ -8,11 +8,19 @@ from ..memory import PSUM, SBUF
 from .common import as_f32, free_size, part, pick_engine, read, require_space, write, mark_written
 from .errors import fail
 
-__all__ = ["nc_matmul", "nc_transpose", "matmul_cycles", "MATMUL_DTYPES"]
+__all__ = ["nc_matmul", "nc_transpose", "matmul_cycles", "stationary_load_cycles", "MATMUL_DTYPES"]
 
 MATMUL_DTYPES = ("float8_e4m3", "float8_e5m2", "float8_e4m3fn", "bfloat16", "float16", "tfloat32", "float32")
 _FP8 = ("float8_e4m3", "float8_e5m2", "float8_e4m3fn")
 _FP32ISH = ("float32", "tfloat32")
+
+
+def stationary_load_cycles(target, n_stationary, fp32):
+    """PE cycles to load a stationary tile: the min(64, N_stationary) term of the matmul cost (shared/hardware.md:
+    loading is up to 4x faster than a multiply of its size); the scheduler overlaps it with the previous multiply
+    and skips it when the same stationary tile is reused."""
+    cyc = float(min(64, n_stationary))
+    return cyc * target.fp32_matmul_slowdown if fp32 else cyc
 
 
 def matmul_cycles(target, k_rows, n_stationary, n_moving, fp32):
@@ -151,7 +159,8 @@ def nc_matmul(core, loc, dst, stationary, moving, is_stationary_onezero=False, i
                     r = np.where(acc_mask, c2 + r, r)
                 write(core, dst, r)
     cyc = matmul_cycles(tg, K, M, N, s32)
-    core.record(I, "tensor", (dst,), (stationary, moving), cyc, loc, flops=2 * K * M * N * (2 if double else 1))
+    core.record(I, "tensor", (dst,), (stationary, moving), cyc, loc, flops=2 * K * M * N * (2 if double else 1),
+                pre=stationary_load_cycles(tg, M, s32))
 
 
 def nc_transpose(core, loc, dst, data, engine=None):

@@ -8,6 +8,7 @@ user's source line: the input of the timing scheduler.
 from __future__ import annotations
 
 import os
+import weakref
 
 import numpy as np
 
@@ -18,11 +19,17 @@ __all__ = ["NeuronCore", "Chip", "InstrRecord"]
 
 
 class InstrRecord:
-    """One executed instruction or DMA transfer."""
+    """One executed instruction or DMA transfer.
 
-    __slots__ = ("id", "opcode", "engine", "writes", "reads", "cycles", "ns", "loc", "flops", "nbytes")
+    ``writes`` / ``reads`` are tuples of ``(buf_id, lo, hi, (offset, shape, strides))``: the buffer, the element
+    range ``[lo, hi)`` the operand's view can touch, and the view's access pattern (element units), from which
+    the scheduler tells apart two strided tiles whose extents overlap but whose elements do not."""
 
-    def __init__(self, id, opcode, engine, writes, reads, cycles, ns, loc, flops, nbytes):
+    __slots__ = ("id", "opcode", "engine", "writes", "reads", "cycles", "ns", "loc", "flops", "nbytes", "rows",
+                 "part0", "pre")
+
+    def __init__(self, id, opcode, engine, writes, reads, cycles, ns, loc, flops, nbytes, rows=0, part0=0,
+                 pre=0.0):
         self.id = id
         self.opcode = opcode
         self.engine = engine
@@ -33,6 +40,9 @@ class InstrRecord:
         self.loc = loc
         self.flops = flops
         self.nbytes = nbytes
+        self.rows = rows        # DMA: partitions (rows) of the transfer, which set the DMA engines it uses
+        self.part0 = part0      # DMA: first on-chip partition of the transfer
+        self.pre = pre          # Tensor Engine: stationary-load cycles (0 for other instructions)
 
     def __repr__(self):
         where = f" @{os.path.basename(self.loc[0])}:{self.loc[1]}" if self.loc else ""
@@ -41,11 +51,15 @@ class InstrRecord:
 
 
 def _ranges(tensors):
-    out = []
-    for t in tensors:
-        lo, hi = t.extent()
-        out.append((t.buf.id, lo, hi))
-    return tuple(out)
+    return tuple([(t.buf.id, *t.extent(), (t.offset, t.shape, t.strides)) for t in tensors])
+
+
+_LIVE: "weakref.WeakSet[NeuronCore]" = weakref.WeakSet()   # cores alive, for progress reporting
+
+
+def live_cores():
+    """The NeuronCores currently alive (a progress bar sums their instruction counts)."""
+    return list(_LIVE)
 
 
 class Chip:
@@ -76,6 +90,10 @@ class NeuronCore:
         self.psum = MemorySpace(PSUM, tg.psum_partition_bytes, tg.psum_partitions, align=4,
                                 bank_bytes=tg.psum_bank_bytes, name="psum")
         self.instructions: list[InstrRecord] = []
+        # buf_id -> (memory kind, bytes per partition (total bytes for HBM), partitions, itemsize): what the
+        # scheduler needs about each buffer without keeping the buffer (and its memory) alive
+        self.buffers: dict[int, tuple] = {}
+        _LIVE.add(self)
         self._record = record
         self.act_reduce_regs = None
 
@@ -89,25 +107,35 @@ class NeuronCore:
 
     def allocate(self, shape, dtype, kind, name="") -> Buffer:
         track = kind == PSUM or self.strict
-        return Buffer(self.space(kind), dtype, shape, name=name, execute=self.execute, track_written=track)
+        buf = Buffer(self.space(kind), dtype, shape, name=name, execute=self.execute, track_written=track)
+        self.buffers[buf.id] = (buf.kind, buf.bytes_pp, buf.partitions, dtype.itemsize)
+        return buf
 
     def wrap_input(self, array: np.ndarray | None, shape, dtype, name="") -> Buffer:
         """An HBM buffer holding a kernel input (``array`` already in the dtype's storage type)."""
         data = None
         if self.execute:
             data = np.ascontiguousarray(array, dtype=dtype.storage).reshape(-1)
-        return Buffer(self.chip.hbm, dtype, shape, name=name, data=data, execute=self.execute)
+        buf = Buffer(self.chip.hbm, dtype, shape, name=name, data=data, execute=self.execute)
+        self.buffers[buf.id] = (buf.kind, buf.bytes_pp, buf.partitions, dtype.itemsize)
+        return buf
 
     # -- recording ----------------------------------------------------------------------------------
-    def record(self, opcode, engine, writes, reads, cycles, loc, flops=0):
+    def record(self, opcode, engine, writes, reads, cycles, loc, flops=0, pre=0.0):
+        """Record an engine instruction of ``cycles`` engine cycles (``pre``: Tensor Engine stationary-load
+        cycles, which the scheduler overlaps with the previous multiply)."""
         if self._record:
-            self.instructions.append(InstrRecord(len(self.instructions), opcode, engine, _ranges(writes),
-                                                 _ranges(reads), cycles, None, loc, flops, 0))
+            ins = self.instructions
+            ins.append(InstrRecord(len(ins), opcode, engine, _ranges(writes), _ranges(reads), cycles, None, loc,
+                                   flops, 0, 0, 0, pre))
 
-    def record_dma(self, opcode, writes, reads, nbytes, rows, ns, loc):
+    def record_dma(self, opcode, writes, reads, nbytes, rows, ns, loc, part0=0):
+        """Record a DMA transfer of ``nbytes`` over ``rows`` partitions starting at partition ``part0``, costing
+        ``ns`` in isolation (``trnsim.isa.dma.dma_cost_ns``)."""
         if self._record:
-            self.instructions.append(InstrRecord(len(self.instructions), opcode, "dma", _ranges(writes),
-                                                 _ranges(reads), None, ns, loc, 0, nbytes))
+            ins = self.instructions
+            ins.append(InstrRecord(len(ins), opcode, "dma", _ranges(writes), _ranges(reads), None, ns, loc, 0,
+                                   nbytes, rows, part0))
 
     # -- arithmetic helpers -------------------------------------------------------------------------
     @staticmethod
