@@ -240,6 +240,12 @@ def main(argv=None):
     pr.add_argument("--no-plot", action="store_true", help="skip the PNG")
     pr.add_argument("--progress", action="store_true", help="show progress even when stderr is not a terminal")
     pr.add_argument("--no-progress", action="store_true", help="never show progress")
+    sub.add_parser("conformance", add_help=False,
+                   help="PyTorch op and NKI instruction conformance (see `trnsim conformance --help`)")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["conformance"]:
+        from conformance.runner import main as conformance_main
+        return conformance_main(argv[1:])
     args = p.parse_args(argv)
     if args.cmd == "demo":
         return _demo(args)
