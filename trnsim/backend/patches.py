@@ -1,0 +1,95 @@
+"""Every private-API patch the ``neuron`` device needs, in one place, each guarded by the torch version it was
+written for.  Each has a test in tests/backend/test_patches.py.
+
+1. ``torch.optim.optimizer._foreach_supported_types`` and ``torch.utils._foreach_utils._foreach_supported_types``:
+   exact-type allow-lists; without NeuronTensor in them AdamW and clip_grad_norm_ silently take the slow path.
+2. ``torch.accelerator.synchronize``: the C++ side behind a Python PrivateUse1 backend has no device to
+   synchronise; replaced by ``torch.neuron.synchronize``.
+4. ``torch.autograd._engine_run_backward``: on torch 2.13 an exception raised from ``__torch_dispatch__`` on
+   autograd's device thread for a Python PrivateUse1 backend aborts the process ("terminate called without an
+   active exception").  The device records such errors instead (fallback errors, cross-device errors) and this
+   wrapper re-raises the first one on the calling thread when backward returns.
+3. ``torch.Tensor.pin_memory`` / ``is_pinned``: there is no pinned-memory allocator for a Python backend; pinning
+   is a no-op (host memory is host memory in the simulator).
+"""
+
+from __future__ import annotations
+
+import torch
+
+SUPPORTED = ("2.13",)
+APPLIED = []
+
+
+def _version_ok():
+    return torch.__version__.split("+")[0].rsplit(".", 1)[0] in SUPPORTED
+
+
+def _foreach(tensor_type):
+    import torch.optim.optimizer as opt
+    import torch.utils._foreach_utils as fu
+    for mod in (opt, fu):
+        lst = getattr(mod, "_foreach_supported_types", None)
+        if isinstance(lst, list) and tensor_type not in lst:
+            lst.append(tensor_type)
+    APPLIED.append("foreach_supported_types")
+
+
+def _accelerator_sync(device_module):
+    orig = torch.accelerator.synchronize
+
+    def synchronize(device=None, /):
+        if device is None or torch.device(device).type == "neuron" or isinstance(device, int):
+            return device_module.synchronize(device)
+        return orig(device)
+    synchronize.__doc__ = orig.__doc__
+    synchronize._trnsim_orig = orig
+    torch.accelerator.synchronize = synchronize
+    APPLIED.append("accelerator.synchronize")
+
+
+def _pin_memory():
+    orig_pin = torch.Tensor.pin_memory
+    orig_is = torch.Tensor.is_pinned
+
+    def pin_memory(self, device=None):
+        return self
+
+    def is_pinned(self, device=None):
+        return False
+    pin_memory._trnsim_orig = orig_pin
+    is_pinned._trnsim_orig = orig_is
+    torch.Tensor.pin_memory = pin_memory
+    torch.Tensor.is_pinned = is_pinned
+    APPLIED.append("pin_memory")
+
+
+def _backward_errors():
+    import torch.autograd as ag
+    from .tensor import PENDING
+    orig = ag._engine_run_backward
+
+    def _engine_run_backward(*args, **kwargs):
+        del PENDING[:]
+        try:
+            out = orig(*args, **kwargs)
+        finally:
+            errs = list(PENDING)
+            del PENDING[:]
+        if errs:
+            raise errs[0]
+        return out
+    _engine_run_backward._trnsim_orig = orig
+    ag._engine_run_backward = _engine_run_backward
+    APPLIED.append("autograd._engine_run_backward")
+
+
+def apply(tensor_type, device_module):
+    if not _version_ok():
+        import warnings
+        warnings.warn(f"trnsim's neuron device was written for torch {SUPPORTED}; torch {torch.__version__} may "
+                      "need other private patches", RuntimeWarning, stacklevel=2)
+    _foreach(tensor_type)
+    _accelerator_sync(device_module)
+    _pin_memory()
+    _backward_errors()
