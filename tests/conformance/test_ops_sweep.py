@@ -34,3 +34,38 @@ def test_run_resumes_from_records(tmp_path):
     recs = runner.run("ops", ["float32"], "abs", str(tmp_path), jobs=1, modes=("forward",), max_samples=2,
                       progress=False)
     assert recs == planted
+
+
+def _mul():
+    (mul,) = [o for o in ops_sweep.list_ops("mul") if ops_sweep.op_key(o) == "mul"]
+    return mul
+
+
+def test_planted_wrong_native_kernel_is_reported_as_mismatch(monkeypatch):
+    """A native op made wrong on purpose (a relative error of 2^-10, far outside fp32 tolerances) is caught."""
+    from trnsim import backend
+    from trnsim.backend import tensor as bt
+    backend.register()
+    good = ops_sweep.run_op(_mul(), dtypes=("float32",), modes=("forward",), max_samples=4)
+    assert good[0]["status"] == "native", good
+
+    orig = bt.dispatch
+
+    def wrong(func, args, kwargs):
+        out = orig(func, args, kwargs)
+        if func._opname == "mul" and type(out) is bt.NeuronTensor and out.is_floating_point():
+            out._p.mul_(1 + 2 ** -10)
+        return out
+    monkeypatch.setattr(bt, "dispatch", wrong)
+    bad = ops_sweep.run_op(_mul(), dtypes=("float32",), modes=("forward", "backward"), max_samples=4)
+    assert [r["status"] for r in bad] == ["mismatch", "mismatch"], bad
+    assert "worst at" in bad[0]["detail"] and "got" in bad[0]["detail"]
+
+
+def test_fallback_is_classified(monkeypatch):
+    """An op the device does not implement is correct through the CPU fallback: `fallback`, not `native`."""
+    from trnsim import backend
+    backend.register()
+    (erfinv,) = [o for o in ops_sweep.list_ops("erfinv") if ops_sweep.op_key(o) == "erfinv"]
+    recs = ops_sweep.run_op(erfinv, dtypes=("float32",), modes=("forward",), max_samples=2)
+    assert recs[0]["status"] == "fallback", recs
