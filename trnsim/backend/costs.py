@@ -70,7 +70,11 @@ def _memo(key, compute):
 # -- kernel-backed costs: each returns (ns, flops, bytes) ------------------------------------------
 def matmul_cost(target, m, k, n, dtype, batch=1):
     """``batch`` matmuls [m, k] @ [k, n] through ``library.matmul_resident.resident_matmul`` when the operands fit
-    its SBUF budget, else ``library.matmul.tiled_matmul`` (dims padded to the kernels' tiles)."""
+    its SBUF budget, else ``library.matmul.tiled_matmul`` (dims padded to the kernels' tiles).  An empty product
+    (a zero dimension) launches no matmul kernel."""
+    if m == 0 or k == 0 or n == 0 or batch == 0:
+        return 0.0, 0.0, 0
+
     def compute():
         P = target.pmax
         mp = max(P, math.ceil(m / P) * P)

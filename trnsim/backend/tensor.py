@@ -34,7 +34,15 @@ class NeuronTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        return dispatch(func, args, kwargs or {})
+        try:
+            return dispatch(func, args, kwargs or {})
+        except Exception as e:
+            if not _on_autograd_worker():
+                raise
+            # on autograd's device thread an exception out of here aborts the process (torch 2.13): record it for
+            # backward()/grad() to raise on the caller, and hand autograd a placeholder of the right shape
+            PENDING.append(e)
+            return _placeholder(func, args, kwargs or {}, e)
 
     # -- Python-level behaviour a device tensor needs ------------------------------------------------
     def __repr__(self, *, tensor_contents=None):
@@ -149,6 +157,22 @@ def _raise(exc):
         PENDING.append(exc)
         return
     raise exc
+
+
+def _placeholder(func, args, kwargs, exc):
+    """Zeros shaped like ``func``'s result (found by running it on the meta device), so that a backward whose op
+    failed on the worker thread unwinds normally; the recorded error is raised when backward returns."""
+    def to_meta(x):
+        if isinstance(x, torch.Tensor):
+            return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+        return x
+    try:
+        m_args, m_kwargs = torch.utils._pytree.tree_map(to_meta, (args, kwargs))
+        m_out = func(*m_args, **m_kwargs)
+    except Exception:
+        raise exc from None
+    return torch.utils._pytree.tree_map(
+        lambda t: wrap(torch.zeros(t.shape, dtype=t.dtype)) if isinstance(t, torch.Tensor) else t, m_out)
 
 
 def _cross_device(func, ctx):
