@@ -156,3 +156,28 @@ def test_patches_each_applied():
     t = torch.ones(2)
     assert t.pin_memory() is t
     assert torch.autograd._engine_run_backward._trnsim_orig is not None
+
+
+def test_inplace_view_ops_update_the_tensor_shape():
+    """squeeze_/unsqueeze_/t_ change the device tensor's own metadata (found by the conformance sweep through
+    matmul(vector, matrix) with autograd, which squeezes in place)."""
+    x = torch.randn(1, 4)
+    d = x.to("neuron")
+    d.squeeze_(0)
+    assert d.shape == (4,) and torch.equal(d.cpu(), x.squeeze(0))
+    d.unsqueeze_(1)
+    assert d.shape == (4, 1) and d.stride() == x.squeeze(0).unsqueeze(1).stride()
+    y = torch.randn(2, 3)
+    e = y.to("neuron")
+    e.t_()
+    assert e.shape == (3, 2) and torch.equal(e.cpu(), y.t())
+    a = torch.randn(3, requires_grad=True)
+    b = torch.randn(3, 5, requires_grad=True)
+    ad = a.detach().to("neuron").requires_grad_()
+    bd = b.detach().to("neuron").requires_grad_()
+    r, rd = torch.matmul(a, b), torch.matmul(ad, bd)
+    assert rd.shape == r.shape == (5,)
+    rd.sum().backward()
+    r.sum().backward()
+    torch.testing.assert_close(ad.grad.cpu(), a.grad)
+    torch.testing.assert_close(bd.grad.cpu(), b.grad)

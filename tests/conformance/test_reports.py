@@ -69,3 +69,16 @@ def test_atomic_write_leaves_no_temp(tmp_path):
     report.atomic_write(str(p), "hello")
     assert p.read_text() == "hello"
     assert os.listdir(p.parent) == ["f.txt"]
+
+
+def test_known_mismatches_carry_their_cause(tmp_path):
+    known = report.load_known()
+    assert known and all(k["status"] in ("verified", "inferred") and k["cause"] for k in known)
+    recs = [rec("nn.functional.silu", "float16", "mismatch", mode="backward"), rec("add", "float32", "mismatch")]
+    left = report.annotate_known(recs, known)
+    assert left == [recs[1]]
+    assert "composite backward" in recs[0]["cause"] and recs[0]["status"] == "mismatch"
+    p = tmp_path / "r.md"
+    report.write_markdown(recs, str(p))
+    text = p.read_text()
+    assert "(verified) on the neuron device" in text and "**not yet explained**" in text

@@ -159,6 +159,16 @@ def _raise(exc):
     raise exc
 
 
+def _sync_meta(w):
+    """After an in-place view op (``squeeze_``, ``t_``, ``as_strided_``...) changed the payload's shape, give the
+    wrapper the same sizes, strides and offset (its metadata is its own, set at creation)."""
+    p = w._p
+    if w.shape != p.shape or w.stride() != p.stride() or w.storage_offset() != p.storage_offset():
+        from torch.utils._mode_utils import no_dispatch
+        with no_dispatch():
+            torch.ops.aten.as_strided_.default(w, p.size(), p.stride(), p.storage_offset())
+
+
 def _placeholder(func, args, kwargs, exc):
     """Zeros shaped like ``func``'s result (found by running it on the meta device), so that a backward whose op
     failed on the worker thread unwinds normally; the recorded error is raised when backward returns."""
@@ -304,6 +314,8 @@ def dispatch(func, args, kwargs):
         out = _accumulate_fp32(func, uargs, ukw)
     else:
         out = func(*uargs, **ukw)
+        if cat == "view" and name[-1] == "_" and args and type(args[0]) is NeuronTensor:
+            _sync_meta(args[0])
     if cat in _EW and type(out) is torch.Tensor:
         key = (name, out.numel(), out.dtype)
         r = _FAST.get(key)
