@@ -94,6 +94,8 @@ def _moved(t, device):
 
 def _to_dev(device):
     def fn(t):
+        if not hasattr(t, "_base"):        # SampleInput.transform also hands over dtypes and other leaves
+            return t
         r = _moved(t, device)
         if t.requires_grad:
             r.requires_grad_(True)
@@ -118,20 +120,21 @@ def _devices(x):
 
 # -- comparing ----------------------------------------------------------------------------------------------
 def _worst(actual, expected):
-    """(index, got, want) of the element with the largest error, for the report."""
+    """(index, got, want) of the element farthest outside the dtype's tolerance, for the report."""
     import torch
+    from torch.testing._comparison import default_tolerances
     a, e = actual, expected
-    if a.shape != e.shape:
-        return None
-    if a.numel() == 0:
+    if a.shape != e.shape or a.numel() == 0:
         return None
     if a.dtype == torch.bool or e.dtype == torch.bool:
-        diff = (a != e).to(torch.float64)
+        score = (a != e).to(torch.float64)
     else:
-        diff = (a.to(torch.float64) - e.to(torch.float64)).abs()
-        diff = torch.where(torch.isnan(a.to(torch.float64)) != torch.isnan(e.to(torch.float64)),
-                           torch.full_like(diff, math.inf), torch.nan_to_num(diff, nan=0.0))
-    i = int(torch.argmax(diff.reshape(-1)))
+        a64, e64 = a.to(torch.float64), e.to(torch.float64)
+        rtol, atol = default_tolerances(a, e)
+        score = (a64 - e64).abs() - (atol + rtol * e64.abs())
+        score = torch.where(torch.isnan(a64) != torch.isnan(e64), torch.full_like(score, math.inf),
+                            torch.nan_to_num(score, nan=-math.inf))
+    i = int(torch.argmax(score.reshape(-1)))
     idx = tuple(int(v) for v in torch.unravel_index(torch.tensor(i), a.shape)) if a.dim() else ()
     return idx, a.reshape(-1)[i].item(), e.reshape(-1)[i].item()
 
@@ -264,6 +267,8 @@ def _sample_backward(op, sample, device):
     mapping = {}
 
     def to_dev(t):
+        if not hasattr(t, "_base"):
+            return t
         r = _moved(t, device)
         if t.requires_grad:
             r.requires_grad_(True)

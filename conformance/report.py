@@ -28,6 +28,9 @@ def atomic_write(path, text):
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)          # mkstemp makes 0600; a report is an ordinary file
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -109,7 +112,7 @@ def summary_line(records):
 def write_json(records, path, meta=None):
     doc = {"format": "trnsim-conformance/1", "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(
         timespec="seconds"), "meta": meta or {}, "summary": summary_line(records), "records": records}
-    atomic_write(path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    atomic_write(path, json.dumps(doc, sort_keys=True, separators=(",", ":")).replace('},{', '},\n{') + "\n")
 
 
 def load_json(path):

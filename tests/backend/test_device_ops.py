@@ -181,3 +181,14 @@ def test_inplace_view_ops_update_the_tensor_shape():
     r.sum().backward()
     torch.testing.assert_close(ad.grad.cpu(), a.grad)
     torch.testing.assert_close(bd.grad.cpu(), b.grad)
+
+
+def test_empty_tensors_cost_no_kernel():
+    """Ops on empty tensors (found by the conformance sweep) run on the device instead of failing in their cost."""
+    for shape in ((0, 5), (5, 0, 0), (0,)):
+        x = torch.zeros(shape)
+        d = x.to("neuron")
+        outs = [torch.log_softmax(d, -1), torch.softmax(d, -1), d + 1, d.sum(-1), torch.nn.functional.layer_norm(
+            d, d.shape[-1:]) if d.shape[-1] else d]
+        for o, ref in zip(outs, [torch.log_softmax(x, -1), torch.softmax(x, -1), x + 1, x.sum(-1)]):
+            assert o.shape == ref.shape and o.device.type == "neuron"

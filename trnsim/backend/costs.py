@@ -90,7 +90,13 @@ def matmul_cost(target, m, k, n, dtype, batch=1):
     return ns * batch, 2.0 * m * k * n * batch, nb * batch
 
 
+_EMPTY = (0.0, 0.0, 0)      # an op on an empty tensor launches no kernel
+
+
 def elementwise_cost(target, numel, dtype, kind="binary", op="add"):
+    if numel == 0:
+        return _EMPTY
+
     def compute():
         R, C = _rows_cols(numel)
         if kind == "binary":
@@ -102,6 +108,9 @@ def elementwise_cost(target, numel, dtype, kind="binary", op="add"):
 
 
 def reduction_cost(target, rows, cols, dtype, op="add"):
+    if rows == 0 or cols == 0:
+        return _EMPTY
+
     def compute():
         r, c = max(int(rows), 1), max(int(cols), 1)
         if r < 128 and c >= 128 * 4:    # few long rows: split each row over partitions, then combine
@@ -112,6 +121,8 @@ def reduction_cost(target, rows, cols, dtype, op="add"):
 
 
 def softmax_cost(target, rows, cols, dtype, log=False):
+    if rows == 0 or cols == 0:
+        return _EMPTY
     if cols > softmax.MAX_COLS:
         return None
     return _memo(("sm", target.name, int(rows), int(cols), dtype, log),
@@ -119,6 +130,8 @@ def softmax_cost(target, rows, cols, dtype, log=False):
 
 
 def norm_cost(target, rows, cols, dtype, kind="layer_norm"):
+    if rows == 0 or cols == 0:
+        return _EMPTY
     if cols > normalization.MAX_COLS:
         return None
 

@@ -210,6 +210,8 @@ def _is_low(x):
 def _up(x):
     if isinstance(x, torch.Tensor) and x.dtype in _LOW:
         return x.float()
+    if isinstance(x, torch.dtype) and x in _LOW:     # e.g. _softmax_backward_data's input_dtype, sum's dtype=
+        return torch.float32
     if isinstance(x, (list, tuple)):
         return type(x)(_up(y) for y in x)
     return x
@@ -233,7 +235,7 @@ def _accumulate_fp32(func, uargs, ukw):
             low = next(a.dtype for a in uargs if _is_low(a))
             dts = (low,)
         _OUT_DTYPES[key] = dts
-    out = func(*_up(uargs), **ukw)
+    out = func(*_up(uargs), **{k: _up(v) for k, v in ukw.items()})
     if isinstance(out, (list, tuple)):
         return type(out)(o.to(d) if isinstance(o, torch.Tensor) and d is not None and o.dtype != d else o
                          for o, d in zip(out, dts + (None,) * (len(out) - len(dts))))
