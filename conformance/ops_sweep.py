@@ -180,6 +180,15 @@ def _fallback_total():
     return sum(b.fallback_counts().values())
 
 
+def _retarget(sample, device):
+    """A ``device=`` keyword that names the CPU (factory-like ops: ``full_like(..., device="cpu")``) names the
+    device under test instead, as PyTorch's device-generic tests build their samples."""
+    dv = sample.kwargs.get("device")
+    if dv is not None and str(dv).startswith("cpu"):
+        sample.kwargs = dict(sample.kwargs, device=device)
+    return sample
+
+
 def _call(op, sample):
     return op(sample.input, *sample.args, **sample.kwargs)
 
@@ -226,7 +235,7 @@ def _sample_forward(op, sample, device):
         cpu_out = _call(op, sample)
     except Exception as e:
         return "skip", f"the CPU raises too: {_error_text(e)}"
-    dev_sample = sample.transform(_to_dev(device)) if hasattr(sample, "transform") else sample
+    dev_sample = _retarget(sample.transform(_to_dev(device)), device)
     fb0 = _fallback_total()
     try:
         dev_out = _call(op, dev_sample)
@@ -274,7 +283,7 @@ def _sample_backward(op, sample, device):
             r.requires_grad_(True)
             mapping[id(t)] = r
         return r
-    dev_sample = sample.transform(to_dev)
+    dev_sample = _retarget(sample.transform(to_dev), device)
     dev_leaves = [mapping[id(t)] for t in leaves if id(t) in mapping]
     fb0 = _fallback_total()
     try:

@@ -19,7 +19,9 @@ import time
 
 from . import report
 
-__all__ = ["main", "run", "records_dir"]
+__all__ = ["main", "run", "records_dir", "LAST_RUN"]
+
+LAST_RUN = {}     # what the last run() did: ops read back from earlier records, ops run now
 
 
 def records_dir(out):
@@ -153,6 +155,7 @@ def run(suite="all", dtypes=None, ops=None, out="conformance-report", jobs=2, mo
                     records.extend(json.load(f))
             else:
                 todo.append(k)
+        LAST_RUN.update(ops_from_records=len(keys) - len(todo), ops_run=len(todo))
         prog = _Progress(len(todo), "ops") if progress and todo else None
         running_dir = os.path.join(out, "running")
         os.makedirs(running_dir, exist_ok=True)
@@ -212,7 +215,7 @@ def main(argv=None):
     records.sort(key=lambda r: (r["suite"], r["name"], r["dtype"], r["mode"]))
     unexplained = report.annotate_known(records, report.load_known())
     meta = {"suite": a.suite, "ops": a.ops or "all", "dtypes": ",".join(dtypes) if dtypes else "default",
-            "max_samples": a.max_samples, "wall_s": round(time.perf_counter() - t0, 1)}
+            "max_samples": a.max_samples, "wall_s": round(time.perf_counter() - t0, 1), **LAST_RUN}
     report.write_json(records, os.path.join(a.out, "report.json"), meta)
     report.write_markdown(records, os.path.join(a.out, "report.md"), baseline, meta)
     line = report.summary_line(records)

@@ -192,3 +192,11 @@ def test_empty_tensors_cost_no_kernel():
             d, d.shape[-1:]) if d.shape[-1] else d]
         for o, ref in zip(outs, [torch.log_softmax(x, -1), torch.softmax(x, -1), x + 1, x.sum(-1)]):
             assert o.shape == ref.shape and o.device.type == "neuron"
+
+
+def test_integer_matmul_is_estimated_not_a_tensor_engine_kernel():
+    a = torch.randint(-5, 5, (4, 3))
+    b = torch.randint(-5, 5, (3, 6))
+    r = a.to("neuron") @ b.to("neuron")
+    assert torch.equal(r.cpu(), a @ b)
+    assert torch.equal((b.T.to("neuron") @ a.T.to("neuron")).cpu(), b.T @ a.T)
