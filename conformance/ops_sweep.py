@@ -242,7 +242,9 @@ def _sample_forward(op, sample, device):
         if isinstance(dev_out, torch.Tensor) or _tensors(dev_out):
             devs = _devices(dev_out)
             ins = _devices([dev_sample.input, list(dev_sample.args), dev_sample.kwargs])
-            if device in ins and devs and devs != {device}:
+            to_host = any(str(a).startswith("cpu") for a in list(dev_sample.args) + list(dev_sample.kwargs.values())
+                          if isinstance(a, (str, torch.device)))      # x.to("cpu") is meant to land on the host
+            if device in ins and devs and devs != {device} and not to_host:
                 return "error", f"output on {sorted(devs)}, inputs on {device}"
         dev_cpu = _map(dev_out, _to_cpu)
     except _Timeout:
