@@ -176,10 +176,6 @@ def _write_profile(kernel, res):
     opts = kernel.options
     wd = opts.get("working_directory") or os.getcwd()
     name = opts.get("save_trace_name") or f"{getattr(kernel.fn, '__name__', 'kernel')}.trace.json"
-    try:
-        from ...profiler import save_trace
-    except ImportError:
-        raise NotImplementedError("nki.profile needs trnsim's profiler (trnsim.profiler.save_trace), which this "
-                                  "build does not have") from None
+    from ...profiler import write_trace
     os.makedirs(wd, exist_ok=True)
-    save_trace(tl, os.path.join(wd, name))
+    write_trace(tl, os.path.join(wd, name))
