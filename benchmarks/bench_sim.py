@@ -14,9 +14,6 @@ BLAS is pinned to one thread with threadpoolctl (if installed) for every run, si
 """
 
 import argparse
-import contextlib
-import statistics
-import time
 
 import ml_dtypes
 import numpy as np
@@ -29,26 +26,7 @@ import nki.language as nl  # noqa: E402
 
 from trnsim.kernels.library.matmul import tensor_add, tiled_matmul  # noqa: E402
 
-try:
-    from threadpoolctl import threadpool_limits
-except ImportError:  # pragma: no cover
-    threadpool_limits = None
-
-
-def blas_one_thread():
-    if threadpool_limits is None:
-        return contextlib.nullcontext()
-    return threadpool_limits(limits=1, user_api="blas")
-
-
-def timed(fn, repeats):
-    times = []
-    out = None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
+from bench_common import blas_one_thread, threadpool_limits, timed  # noqa: E402
 
 
 # ---------------------------------------------------------------- bare NumPy floors

@@ -15,8 +15,6 @@ BLAS is pinned to one thread (threadpoolctl) as in bench_sim.py.  Figures are me
 """
 
 import argparse
-import contextlib
-import statistics
 import time
 
 import ml_dtypes
@@ -33,26 +31,7 @@ from trnsim.kernels.library.matmul import tensor_add, tiled_matmul  # noqa: E402
 from trnsim.machine import schedule  # noqa: E402
 from trnsim.profiling import gc_paused  # noqa: E402
 
-try:
-    from threadpoolctl import threadpool_limits
-except ImportError:  # pragma: no cover
-    threadpool_limits = None
-
-
-def blas_one_thread():
-    if threadpool_limits is None:
-        return contextlib.nullcontext()
-    return threadpool_limits(limits=1, user_api="blas")
-
-
-def timed(fn, repeats):
-    times = []
-    out = None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
+from bench_common import blas_one_thread, threadpool_limits, timed  # noqa: E402
 
 
 def stream(x, n):

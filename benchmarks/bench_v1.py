@@ -10,9 +10,7 @@ the same run; BLAS pinned to one thread.
 
 import argparse
 import os
-import statistics
 import sys
-import time
 
 import ml_dtypes
 import numpy as np
@@ -28,19 +26,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "kernels"))
 import test_v1  # noqa: E402
 import v1_team_kernels as k1  # noqa: E402
 
-try:
-    from threadpoolctl import threadpool_limits
-except ImportError:  # pragma: no cover
-    threadpool_limits = None
-
-
-def timed(fn, repeats):
-    ts = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+from bench_common import blas_one_thread, timed  # noqa: E402
 
 
 def main():
@@ -56,15 +42,13 @@ def main():
     cases = [("2-D SPMD add, masked edge, 1000x3000 fp32", k1.add_spmd[8, 6], add2[8, 6], (x, x)),
              ("tiled matmul bf16 512x1024x1024", k1.matmul_tiled, mm2, (at, b)),
              ("masked softmax 1000x256 fp32", k1.softmax[8], sm2[8], (s,))]
-    ctx = threadpool_limits(limits=1, user_api="blas") if threadpool_limits else None
-    if ctx:
-        ctx.__enter__()
+    blas_one_thread().__enter__()
     print(f"{'workload':45s} {'instr':>6s} {'v2 s':>8s} {'v1 s':>8s} {'v1/v2':>6s}")
     for name, kv1, kv2, args in cases:
         r1, r2 = kv1.run(*args), kv2.run(*args)
         assert test_v1._stream(r1) == test_v1._stream(r2), name
-        t2 = timed(lambda: kv2.run(*args), a.repeats)
-        t1 = timed(lambda: kv1.run(*args), a.repeats)
+        t2 = timed(lambda: kv2.run(*args), a.repeats)[0]
+        t1 = timed(lambda: kv1.run(*args), a.repeats)[0]
         print(f"{name:45s} {len(r1.instructions):6d} {t2:8.4f} {t1:8.4f} {t1 / t2:6.2f}")
 
 

@@ -83,7 +83,7 @@ def _moved(t, device):
     """``t`` on ``device``; a view is re-made as the same view of its moved base, so that storage offsets and
     aliasing mean on the device what they meant on the CPU (``.to()`` of a view alone copies just the view)."""
     base = t._base
-    if base is not None and base.layout == t.layout and t.is_contiguous() is not None:
+    if base is not None and base.layout == t.layout:
         try:
             b = base.detach().to(device)
             return b.as_strided(t.shape, t.stride(), t.storage_offset())
@@ -338,9 +338,6 @@ def _grads_float64(op, sample, leaves, gos):
         return torch.autograd.grad(outs, leaves64, [g.to(torch.float64) for g in gos], allow_unused=True)
     except Exception:
         return None
-
-
-_TORCH_DTYPES = None
 
 
 def _dtype(name):

@@ -8,6 +8,7 @@ import functools
 from .. import isa as _isa
 from ..isa.errors import NkiValidationError, caller_location
 from .context import current
+from .stubs import install_unsupported
 
 __all__ = ["engine", "reduce_cmd", "dge_mode", "oob_mode", "matmul_perf_mode", "nc_version", "dma_engine",
            "NkiValidationError", "get_nc_version", "get_nc_sub_version"] + list(_isa.INSTRUCTIONS)
@@ -94,16 +95,8 @@ for _n, _f in _isa.INSTRUCTIONS.items():
 del _n, _f
 
 
-def _unsupported(name):
-    def call(*args, **kwargs):
-        raise NotImplementedError(f"nki.isa.{name} is not supported by trnsim yet")
-    call.__name__ = name
-    return call
-
-
-for _n in ("nc_matmul_mx", "tensor_partition_reduce", "tensor_scalar_cumulative", "activate2", "local_gather",
-           "nc_n_gather", "rng", "dropout", "set_rng_seed", "rand_set_state", "rand_get_state", "rand2",
-           "sequence_bounds", "core_barrier", "dma_compute", "quantize_mx", "sendrecv",
-           "register_alloc", "register_move", "register_load", "register_store", "nonzero_with_count", "topk"):
-    globals()[_n] = _unsupported(_n)
-del _n
+install_unsupported(globals(), "nki.isa", (
+    "nc_matmul_mx", "tensor_partition_reduce", "tensor_scalar_cumulative", "activate2", "local_gather",
+    "nc_n_gather", "rng", "dropout", "set_rng_seed", "rand_set_state", "rand_get_state", "rand2",
+    "sequence_bounds", "core_barrier", "dma_compute", "quantize_mx", "sendrecv", "register_alloc", "register_move",
+    "register_load", "register_store", "nonzero_with_count", "topk"))

@@ -11,6 +11,7 @@ from .. import isa as _isa
 from ..isa.errors import caller_location
 from ..memory import HBM, PSUM, SBUF, DynSlice, Tensor, dtype_of
 from .context import current
+from .stubs import install_unsupported
 from .tensor import NkiTensor
 
 # -- dtypes (strings, as in NKI v2) -------------------------------------------------------------------
@@ -439,14 +440,7 @@ def device_print(print_prefix, tensor):
         print(print_prefix, tensor.np)
 
 
-def _unsupported(name):
-    def fn(*a, **k):
-        raise NotImplementedError(f"nki.language.{name} is not supported by trnsim yet")
-    fn.__name__ = name
-    return fn
-
-
-for _n in ("rms_norm", "all", "dropout", "random_seed", "load_transpose2d", "gather_flattened", "while_loop",
-           "shared_constant", "shared_identity_matrix", "rand"):
-    setattr(_mod, _n, _unsupported(_n))
+install_unsupported(globals(), "nki.language", (
+    "rms_norm", "all", "dropout", "random_seed", "load_transpose2d", "gather_flattened", "while_loop",
+    "shared_constant", "shared_identity_matrix", "rand"))
 del _n

@@ -16,6 +16,7 @@ from ...isa.errors import NkiValidationError, caller_location
 from ...memory import PSUM, SBUF, Tensor
 from ..context import current
 from ..isa_api import get_nc_version as _v2_nc_version
+from ..stubs import install_unsupported
 from . import language as _nl
 from .index import IndexExpr, Predicate
 from .tile import PendingMatmul, box_empty, mask_box, materialize, resolve
@@ -66,8 +67,7 @@ class nc_version(enum.IntEnum):
     gen4 = 4
 
 
-class fp32:
-    min = float(np.finfo(np.float32).min)
+fp32 = _nl.fp32          # ``nisa.fp32.min``, the same object as ``nl.fp32``
 
 
 def get_nc_version():
@@ -445,14 +445,6 @@ def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs):
     return out
 
 
-def _unsupported(name):
-    def fn(*a, **k):
-        raise NotImplementedError(f"neuronxcc.nki.isa.{name} is not supported by trnsim yet")
-    fn.__name__ = name
-    return fn
-
-
-for _n in ("local_gather", "sequence_bounds", "dropout", "builtin_custom_op", "tensor_copy_dynamic_src",
-           "tensor_copy_dynamic_dst", "tensor_partition_reduce"):
-    globals()[_n] = _unsupported(_n)
-del _n
+install_unsupported(globals(), "neuronxcc.nki.isa", (
+    "local_gather", "sequence_bounds", "dropout", "builtin_custom_op", "tensor_copy_dynamic_src",
+    "tensor_copy_dynamic_dst", "tensor_partition_reduce"))

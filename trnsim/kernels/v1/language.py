@@ -17,7 +17,8 @@ from ...isa.errors import NkiValidationError, caller_location
 from ...memory import HBM, PSUM, SBUF, DynSlice, Tensor, ViewError, dtype_of
 from .. import language as _v2
 from ..context import current
-from .index import IndexExpr, Predicate, arange, mgrid  # noqa: F401
+from ..stubs import install_unsupported
+from .index import arange, mgrid  # noqa: F401  (nl.arange, nl.mgrid)
 from .tile import PendingMatmul, Tile, as_tile, box_empty, mask_box, materialize, resolve
 
 # -- dtypes (NumPy, as in legacy NKI) ------------------------------------------------------------------
@@ -615,15 +616,6 @@ def device_print(prefix, x, *, mask=None, **kwargs):
         print(prefix, materialize(x, caller_location()).np)
 
 
-def _unsupported(name):
-    def fn(*a, **k):
-        raise NotImplementedError(f"neuronxcc.nki.language.{name} is not supported by trnsim yet")
-    fn.__name__ = name
-    return fn
-
-
-for _n in ("dropout", "random_seed", "rand", "gather_flattened", "all_reduce", "atomic_rmw", "loop_reduce",
-           "gemm_grid", "gemm_stationary_grid"):
-    setattr(_mod, _n, _unsupported(_n))
-del _n
-_ = IndexExpr, Predicate
+install_unsupported(globals(), "neuronxcc.nki.language", (
+    "dropout", "random_seed", "rand", "gather_flattened", "all_reduce", "atomic_rmw", "loop_reduce", "gemm_grid",
+    "gemm_stationary_grid"))

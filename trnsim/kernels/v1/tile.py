@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ...isa import nc_matmul as _nc_matmul
 from ...isa.errors import NkiValidationError, caller_location
-from ...memory import IndexOutOfBounds, Tensor, ViewError
+from ...memory import IndexOutOfBounds, Tensor
 from ..context import current
 from ..tensor import NkiTensor
 from .index import IndexExpr, MaskError, Predicate, broadcast_shapes
@@ -364,4 +364,3 @@ for _n in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", 
     setattr(PendingMatmul, _n, _delegate(_n))
 del _n
 
-_ = ViewError  # re-exported name used by language for view errors
