@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 
+from ..fileio import atomic_write_json
 from .device_state import STATE
 
 
@@ -68,9 +68,8 @@ class TorchProfile:
                        "args": {"shapes": [list(s) for s in r.shapes], "dtypes": list(r.dtypes),
                                 "bytes": r.bytes, "flops": r.flops, "source": r.source}})
         doc = {"traceEvents": ev}
-        if path is not None:
-            with open(path, "w") as f:
-                json.dump(doc, f)
+        if path is not None:       # atomic: pytest-xdist workers may write the same path
+            atomic_write_json(path, doc)
         return doc
 
     def timeline(self):
