@@ -68,6 +68,8 @@ class Target:
     dma_partitions_per_engine: int
     dma_small_payload_bytes: int         # below this per partition a transfer is overhead-bound
     dma_saturating_payload_bytes: int    # at or above this per partition a transfer saturates
+    dma_knee_bytes_per_partition: float  # packet-rate knee of the throughput curve (isa/dma_timing.py)
+    dma_knee_sharpness: float            # exponent of the smooth maximum joining packet rate and bandwidth
     # -- instruction overheads -----------------------------------------------------------------
     min_ii_cycles: int
     static_overhead_cycles: int
@@ -134,6 +136,13 @@ _COMMON_OVERHEADS = dict(
     dma_partitions_per_engine=8,   # dma-bw: each engine serves 8 partitions
     dma_small_payload_bytes=256,   # dma-bw: < 256 B per partition is overhead-bound
     dma_saturating_payload_bytes=4096,  # dma-bw: >= 4 KiB per partition saturates
+    # dma-ov plot (hardware.md "DMA in detail"): throughput is proportional to bytes per partition below the
+    # knee: 1.4/2.6/5.0/10/21/42% at 32..1024 B give a knee of 32/.014=2286, 64/.026=2462, 128/.05=2560,
+    # 256/.10=2560, 512/.21=2438, 1024/.42=2438 B: mean 2450 B per partition (one descriptor per row)
+    dma_knee_bytes_per_partition=2450.0,
+    # dma-ov plot: 81% at 2 KiB and 97% at 4 KiB, where a hard knee at 2450 B gives 84% and 100%; a smooth
+    # maximum with exponent 8 gives 81.7% and 99.8%
+    dma_knee_sharpness=8.0,
     pe_rows=128, pe_cols=128,    # arch:v2/v3/v4: 128x128 systolic array
     moving_fmax=512,             # hardware.md memory rules: moving <= 128 x 512
     sbuf_partitions=128,         # arch: 128 partitions

@@ -177,12 +177,33 @@ def test_large_hbm_to_sbuf_copy_approaches_16_engines_at_practical_rate(tg):
     assert 0.95 * peak <= achieved < peak
 
 
-def test_small_transfers_use_fewer_engines_and_lower_efficiency():
+def test_small_transfers_use_fewer_engines_and_are_packet_rate_bound():
     x = np.zeros((16, 64), np.float32)            # 16 partitions -> 2 engines; 256 B per partition
     (r,) = rows(timeline(big_copy, x))
     assert r.nqueues == 2
     assert r.end - r.start == pytest.approx(dma_cost_ns(TRN2, x.nbytes, 16))
-    assert x.nbytes / (r.end - r.data_start) == pytest.approx(2 * 23.0 * 256 / 4096)
+    # far below the 2450 B knee: each engine takes a descriptor time (knee / rate) per row, whatever the bytes
+    assert x.nbytes / (r.end - r.data_start) == pytest.approx(2 * 23.0 * 256 / 2450, rel=1e-4)
+
+
+def test_strided_transfer_pays_a_descriptor_per_contiguous_run():
+    # 1024 fp32 elements per row read with an inner stride of 2 make 1024 descriptors per row; the same number
+    # read contiguously is one descriptor per row and bandwidth-bound (4 KiB per row, past the knee)
+    def strided(a):
+        t = nl.ndarray((128, 1024), dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(t, a[:, ::2])
+        return None
+
+    def dense(a):
+        t = nl.ndarray((128, 1024), dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(t, a[:, :1024])
+        return None
+    x = np.zeros((128, 2048), np.float32)
+    (rs,) = rows(timeline(strided, x))
+    (rd,) = rows(timeline(dense, x))
+    knee_ns = TRN2.dma_knee_bytes_per_partition / TRN2.dma_bytes_per_ns_per_engine
+    assert rs.work == pytest.approx(8 * 1024 * knee_ns, rel=1e-3)     # 8 rows per engine, 1024 runs each
+    assert rd.work == pytest.approx(8 * 4096 / 23.0, rel=0.01)        # bandwidth-bound
 
 
 def test_double_buffered_kernel_overlaps_dma_and_compute():

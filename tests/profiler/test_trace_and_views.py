@@ -200,3 +200,45 @@ def test_profile_a_v1_kernel(nki):
     assert p.timeline.core_ids == (0, 1, 2, 3) and p.total_ns > 0
     shape = trnsim.profile(vk.add_spmd[2, 2], execute=False)(a, a)
     assert shape.timeline == p.timeline
+
+
+# ---------------------------------------------------------------------------------- waits and findings
+def test_waits_and_findings_explain_a_dma_bound_matmul():
+    import ml_dtypes
+
+    from trnsim.kernels.library.matmul import tiled_matmul
+    from trnsim.profiler.findings import descriptor_overhead, findings, hfu, waits
+    at = np.zeros((512, 256), ml_dtypes.bfloat16)
+    b = np.zeros((512, 1024), ml_dtypes.bfloat16)
+    tl = trnsim.profile(tiled_matmul, execute=False)(at, b).timeline
+    evt, dma = waits(tl)
+    # every matmul that started late because its operands were still loading has a dma_wait equal to its gap
+    pe = [r for r in tl.rows() if r.engine == "tensor"]
+    prev_end = 0.0
+    for r in pe:
+        gap = r.start - prev_end
+        if gap > 1e-6 and tl.engine[r.bind] == "dma":
+            assert dma[r.index] == pytest.approx(gap)
+        prev_end = r.end
+    assert sum(dma[r.index] for r in pe) > 0.5 * tl.total_ns          # the PE mostly waits for loads
+    # [128, 128] and [128, 512] bf16 loads move 256 B and 1 KiB per partition: all under 2 KiB
+    over, small = descriptor_overhead(tl)
+    assert small == pytest.approx(1.0) and over > 0.3
+    text = "\n".join(findings(tl))
+    assert "Tensor Engine idle waiting for DMA" in text and "under 2 KiB per partition" in text
+    assert "dma-bound" in text
+    assert hfu(tl) == pytest.approx(tl.mfu, rel=1e-6)                 # full 128x128 matmuls: HFU = MFU
+
+
+def test_trace_carries_evt_and_dma_waits(tmp_path):
+    import ml_dtypes
+
+    from trnsim.kernels.library.matmul import tiled_matmul
+    p = trnsim.profile(tiled_matmul, execute=False)(np.zeros((256, 128), ml_dtypes.bfloat16),
+                                                    np.zeros((256, 512), ml_dtypes.bfloat16))
+    p.save_trace(tmp_path / "t.json")
+    ev = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    mm = [e for e in ev if e.get("ph") == "X" and e["name"] == "nc_matmul"]
+    first = min(mm, key=lambda e: e["ts"])
+    # the first matmul waits from t=0 for its operands' loads: its dma_wait is its whole start time
+    assert first["args"]["dma_wait_ns"] == pytest.approx(first["args"]["start_ns"], abs=1e-3)

@@ -6,31 +6,27 @@ import numpy as np
 
 from ..memory import HBM, PSUM, SBUF
 from .common import as_f32, read, require_space, write, write_same_dtype
+from .dma_timing import contiguous_run, descriptors_per_row, engine_time_ns, transfer_engines
 from .errors import fail
 
 __all__ = ["dma_copy", "dma_transpose", "dma_cost_ns", "dma_engines_used"]
 
 
-def dma_engines_used(target, partitions: int) -> int:
-    """DMA engines a transfer of ``partitions`` rows is spread over (each serves ``dma_partitions_per_engine``)."""
-    return min(target.dma_engines_per_core, -(-max(1, partitions) // target.dma_partitions_per_engine))
+dma_engines_used = transfer_engines      # DMA engines a transfer of ``partitions`` rows is spread over
 
 
-def dma_cost_ns(target, nbytes: int, partitions: int) -> float:
-    """Time of one transfer of ``nbytes`` spread over ``partitions`` rows.
+def dma_cost_ns(target, nbytes: int, partitions: int, descs_per_row: int = 1) -> float:
+    """Time of one transfer of ``nbytes`` spread over ``partitions`` rows, each row moved as ``descs_per_row``
+    descriptors: the fixed semaphore-to-start cost plus each engine's busy time (``dma_timing.engine_time_ns``:
+    the slower of the engine's practical rate and its descriptor rate)."""
+    return target.dma_fixed_ns + engine_time_ns(target, nbytes, partitions, descs_per_row)
 
-    The transfer is split across the core's DMA engines by partition (each engine serves
-    ``dma_partitions_per_engine`` partitions); each engine moves its share at its practical rate after the fixed
-    semaphore-to-start cost.  Below the saturating payload (4 KiB per partition) the effective rate falls in
-    proportion to the payload; below the overhead-bound size (256 B) a row costs what a 256 B row costs.  Both
-    thresholds are the DMA bandwidth guide's; the linear fall between them is trnsim's assumption."""
-    rows = max(1, partitions)
-    engines = dma_engines_used(target, rows)
-    per_partition = nbytes / rows
-    payload = max(per_partition, target.dma_small_payload_bytes)
-    eff = min(1.0, payload / target.dma_saturating_payload_bytes)
-    rate = target.dma_bytes_per_ns_per_engine * engines * eff
-    return target.dma_fixed_ns + rows * payload / rate
+
+def _descs(dst, src, rows):
+    """Descriptors per row of a dst <- src transfer: one per run contiguous on both sides."""
+    row_elems = max(1, dst.size // max(1, rows))
+    return descriptors_per_row(row_elems, contiguous_run(dst.shape, dst.strides),
+                               contiguous_run(src.shape, src.strides))
 
 
 def _rows(t):
@@ -61,10 +57,12 @@ def dma_copy(core, loc, dst, src, priority=None, oob_mode=None, dge_mode=None, e
     nbytes = max(dst.nbytes, src.nbytes)
     rows = _rows(dst) if dst.on_chip else _rows(src)
     p0 = _part0(dst) if dst.on_chip else _part0(src)
-    core.record_dma(I, (dst,), (src,), nbytes, rows, dma_cost_ns(core.target, nbytes, rows), loc, p0)
+    core.record_dma(I, (dst,), (src,), nbytes, rows,
+                    dma_cost_ns(core.target, nbytes, rows, _descs(dst, src, rows)), loc, p0)
 
 
 _AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
+_TRANSPOSE_RUN = 16       # elements contiguous per write of a DMA transpose (trainium2_arch)
 
 
 def dma_transpose(core, loc, dst, src, axes=None, priority=None, dge_mode=None, oob_mode=None):
@@ -89,5 +87,8 @@ def dma_transpose(core, loc, dst, src, axes=None, priority=None, dge_mode=None, 
         v = np.transpose(read(core, src, "src", I, loc), axes)
         write(core, dst, np.ascontiguousarray(v).reshape(dst.shape))
     rows = _rows(dst)
-    core.record_dma(I, (dst,), (src,), src.nbytes, rows, dma_cost_ns(core.target, src.nbytes, rows), loc,
+    # the 16 engines write one [128, 16] SBUF tile at a time with its 16 elements contiguous (trainium2_arch,
+    # hardware.md): a descriptor per 16-element run of each row
+    descs = descriptors_per_row(max(1, dst.size // max(1, rows)), _TRANSPOSE_RUN)
+    core.record_dma(I, (dst,), (src,), src.nbytes, rows, dma_cost_ns(core.target, src.nbytes, rows, descs), loc,
                     _part0(dst))

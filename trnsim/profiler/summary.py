@@ -37,6 +37,8 @@ def format_summary(tl: Timeline, title="", top_lines=5) -> str:
     peak = tl.peak_flops_per_s / 1e12
     lines.append(f"  MFU                 {100 * s['mfu']:6.2f} %  ({s['flops'] / 1e9:.3f} GFLOP against "
                  f"{peak:.1f} TFLOPS)")
+    from .findings import findings, hfu
+    lines.append(f"  HFU                 {100 * hfu(tl):6.2f} %  (Tensor Engine array occupied by matmuls)")
     lines.append(f"  MBU                 {100 * s['mbu']:6.2f} %  ({_b(s['hbm_bytes'])} HBM traffic against "
                  f"{tl.hbm_peak_bytes_per_s / 1e9:.0f} GB/s)")
     lines.append(f"  DMA utilisation     {100 * s['dma_utilisation']:6.2f} %  (mean over "
@@ -48,6 +50,10 @@ def format_summary(tl: Timeline, title="", top_lines=5) -> str:
     for e in _ENGINES:
         lines.append(f"  {e:<10} {100 * s['engine_active'][e]:9.2f} {100 * crit.get(e, 0.0):16.2f}")
     lines.append(f"  {'wait':<10} {'':>9} {100 * crit.get('wait', 0.0):16.2f}   (semaphores, static latency)")
+    found = findings(tl)
+    if found:
+        lines.append("  findings:")
+        lines += [f"    - {f}" for f in found]
     top = tl.by_source_line(top_lines)
     if top:
         lines.append("  busiest source lines:")

@@ -3,7 +3,8 @@
 * one process per core (``pid`` = core id), one thread (track) per engine and per DMA engine ("DMA queue q"),
   with extra lanes "DMA queue q.k" when transfers interleave on one engine (its 16 hardware queues);
 * a complete event (``ph: "X"``) per instruction, on every DMA queue a transfer is spread over, with args: id,
-  source line, flops, bytes, dependencies;
+  source line, flops, bytes, dependencies, and the time it waited on another engine's semaphore (``evt_wait_ns``)
+  or on DMA (``dma_wait_ns``), as Neuron Explorer names them;
 * flow arrows (``ph: "s"`` / ``"f"``) from each dependency to its dependent;
 * counter tracks (``ph: "C"``): SBUF and PSUM bytes live, HBM bandwidth.
 
@@ -17,6 +18,7 @@ import os
 
 from ..machine.timeline import Timeline
 from ._io import atomic_write
+from .findings import waits
 
 __all__ = ["trace_events", "write_trace", "ENGINE_TRACKS"]
 
@@ -84,8 +86,13 @@ def trace_events(tl: Timeline, flows=True, max_flows=200_000):
                 ends[k] = max(ends[k], te)
         return _lane_tid(q, k)
 
+    evt_wait, dma_wait = waits(tl)
     for r in tl.rows():
         args = {"id": r.id, "source": _loc(r.loc), "start_ns": round(r.start, 3), "end_ns": round(r.end, 3)}
+        if evt_wait[r.index]:
+            args["evt_wait_ns"] = round(evt_wait[r.index], 3)
+        if dma_wait[r.index]:
+            args["dma_wait_ns"] = round(dma_wait[r.index], 3)
         if r.flops:
             args["flops"] = r.flops
         if r.engine == "dma":

@@ -1,0 +1,218 @@
+"""Microbenchmarks: the Neuron documents' own micro-architectural statements, reproduced as the simulator's output.
+
+Each benchmark is a small NKI kernel run through ``trnsim.profile`` in shape-only mode (timing only); it returns
+rows of ``Claim(name, document, simulated, unit, tolerance, source)``.  ``python -m benchmarks.microbench`` prints
+the table (document figure, trnsim figure, error); ``tests/machine/test_microbench.py`` asserts each claim
+within its tolerance.  The documents' figures come from ../shared/hardware.md, which quotes them with sources.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+import trnsim
+from trnsim.kernels.nki import isa as nisa
+from trnsim.kernels.nki import language as nl
+from trnsim.targets import get_target
+
+__all__ = ["Claim", "all_claims", "table"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    name: str
+    document: float       # the figure the document states (or reads off its plot)
+    simulated: float      # trnsim's figure for the same experiment
+    unit: str
+    tolerance: float      # relative error allowed (the plot's reading accuracy, or the text's "about")
+    source: str
+
+    @property
+    def error(self) -> float:
+        return (self.simulated - self.document) / self.document if self.document else float("inf")
+
+    @property
+    def ok(self) -> bool:
+        return abs(self.error) <= self.tolerance
+
+
+def _profile(kernel, *shapes_dtypes, target="trn2"):
+    args = [np.empty(s, dtype=d) for s, d in shapes_dtypes]
+    return trnsim.profile(kernel, target=target, execute=False)(*args)
+
+
+# -- DMA -----------------------------------------------------------------------------------------------
+def _stream_loads(src, ntransfers):
+    """``ntransfers`` independent HBM->SBUF loads of [128, F] (fresh tiles: all in flight at once)."""
+    P, F = 128, src.shape[1] // ntransfers
+    for i in range(ntransfers):
+        t = nl.ndarray((P, F), dtype=src.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(t, src[:, i * F:(i + 1) * F])
+    return None
+
+
+# DMA throughput against bytes per partition, 128 partitions, % of the 32 KiB point (hardware.md "DMA in detail":
+# the plot of nki-dma-overview, read to about +-2 points)
+DMA_CURVE = {32: 1.4, 64: 2.6, 128: 5.0, 256: 10, 512: 21, 1024: 42, 2048: 81, 4096: 97, 8192: 98, 16384: 99,
+             32768: 100}
+
+
+def dma_throughput(bytes_per_partition, target="trn2", ntransfers=64):
+    """Sustained HBM->SBUF bytes per ns of a stream of [128, b] fp32 loads (after the first transfer's fixed
+    cost, which the later ones overlap)."""
+    F = bytes_per_partition // 4
+    p = _profile(lambda s: _stream_loads(s, ntransfers), ((128, F * ntransfers), np.float32), target=target)
+    tl = p.timeline
+    first = min(tl.data_start)
+    last = max(tl.end)
+    return 128 * bytes_per_partition * ntransfers / (last - first)
+
+
+def dma_curve_claims(target="trn2"):
+    ref = dma_throughput(32768, target)
+    out = []
+    for b, pct in DMA_CURVE.items():
+        sim = 100.0 * dma_throughput(b, target) / ref
+        # the plot is read to about +-2%; the smallest values (a few % of the scale) to about +-10%
+        out.append(Claim(f"DMA throughput at {b} B/partition (% of 32 KiB)", pct, sim, "%",
+                         0.10 if pct < 5 else 0.05, "nki-dma-overview plot (hardware.md, DMA in detail)"))
+    return out
+
+
+def _one_load(src):
+    t = nl.ndarray(src.shape, dtype=src.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(t, src)
+    return None
+
+
+def dma_example1_claim(target="trn2"):
+    """Example 1 of the DMA overview: 4 partitions x 8 KiB HBM->SBUF, one DMA engine busy 1,416 ns."""
+    p = _profile(_one_load, ((4, 2048), np.float32), target=target)
+    r = next(p.timeline.rows())
+    return Claim("one engine: 4 partitions x 8 KiB busy time", 1416.0, r.work, "ns", 0.03,
+                 "nki-dma-overview Example 1 (hardware.md)")
+
+
+def dma_fixed_cost_claim(target="trn2"):
+    """A tiny transfer costs its semaphore-to-start latency, about 1,300 ns."""
+    p = _profile(_one_load, ((1, 1), np.float32), target=target)
+    return Claim("tiny transfer (1 element) latency", 1300.0, p.total_ns, "ns", 0.10,
+                 "nki-dma-bandwidth-guide: ~1300 ns semaphore-to-start (hardware.md)")
+
+
+def dma_rate_claims():
+    """Large transfers reach the practical rate of 16 engines: 272 / 368 / 528 GB/s per core."""
+    out = []
+    for tg, gbps in (("trn1", 272.0), ("trn2", 368.0), ("trn3", 528.0)):
+        sim = dma_throughput(32768, tg)
+        out.append(Claim(f"{tg}: 16-engine practical rate", gbps, sim, "GB/s", 0.03,
+                         "nki-dma-bandwidth-guide practical rates (hardware.md)"))
+    return out
+
+
+# -- engines -------------------------------------------------------------------------------------------
+def _vector_op(kind, n_instr):
+    def k(src):
+        P, F = src.shape
+        a = nl.ndarray((P, F), dtype=src.dtype, buffer=nl.sbuf)
+        nisa.memset(a, 1.0)
+        for _ in range(n_instr):
+            d = nl.ndarray((P, F), dtype=src.dtype, buffer=nl.sbuf)
+            if kind == "tensor_scalar":
+                nisa.tensor_scalar(d, a, nl.multiply, 2.0, engine=nisa.vector_engine)
+            elif kind == "tensor_tensor":
+                nisa.tensor_tensor(d, a, a, op=nl.add)
+            else:
+                nisa.tensor_copy(d, a, engine=nisa.vector_engine)
+        return None
+    return k
+
+
+def vector_cycles_per_element(kind, dtype, target="trn2", F=2048, n_instr=32):
+    """Vector Engine cycles per element per partition of back-to-back independent instructions."""
+    p = _profile(_vector_op(kind, n_instr), ((128, F), dtype), target=target)
+    tl = p.timeline
+    rows = [r for r in tl.rows() if r.engine == "vector" and r.opcode == kind]
+    span = max(r.end for r in rows) - min(r.start for r in rows)
+    clk = get_target(target).engine_clock_hz["vector"]
+    return span * 1e-9 * clk / (n_instr * F)
+
+
+def vector_claims():
+    import ml_dtypes
+    bf16 = ml_dtypes.bfloat16
+    # hardware.md instruction cost model: max(MIN_II, N) for tensor_scalar/tensor_copy (1 cycle per element);
+    # tensor_tensor 2N off its fast path (fp32), N on it (all bf16); trn2 performance mode: bf16 SBUF-to-SBUF
+    # copies and tensor_scalar 4x, tensor_tensor all-bf16 in SBUF 2x
+    spec = [("tensor_scalar", np.float32, "trn1", 1.0), ("tensor_copy", np.float32, "trn1", 1.0),
+            ("tensor_tensor", np.float32, "trn1", 2.0), ("tensor_tensor", bf16, "trn1", 1.0),
+            ("tensor_scalar", np.float32, "trn2", 1.0), ("tensor_scalar", bf16, "trn2", 0.25),
+            ("tensor_copy", bf16, "trn2", 0.25), ("tensor_tensor", bf16, "trn2", 0.5),
+            ("tensor_tensor", np.float32, "trn2", 2.0)]
+    out = []
+    for kind, dt, tg, cpe in spec:
+        sim = vector_cycles_per_element(kind, dt, tg)
+        out.append(Claim(f"{tg} vector {kind} {np.dtype(dt).name}: cycles/element", cpe, sim, "cycles", 0.02,
+                         "NKI ISA cost notes; trainium2_arch performance mode (hardware.md)"))
+    return out
+
+
+def matmul_throughput_claim(target="trn2", n=64):
+    """Back-to-back bf16 matmuls [128x128] x [128x512] into one PSUM accumulation group run at the Tensor
+    Engine's peak (79 TFLOPS on trn2: 128*128*2*2.4e9)."""
+    import ml_dtypes
+
+    def k(a, b):
+        at = nl.ndarray((128, 128), dtype=a.dtype, buffer=nl.sbuf)
+        bt = nl.ndarray((128, 512), dtype=b.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(at, a)
+        nisa.dma_copy(bt, b)
+        acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+        for _ in range(n):
+            nisa.nc_matmul(acc, at, bt)
+        return None
+    p = _profile(k, ((128, 128), ml_dtypes.bfloat16), ((128, 512), ml_dtypes.bfloat16), target=target)
+    rows = [r for r in p.timeline.rows() if r.engine == "tensor"]
+    span = max(r.end for r in rows) - min(r.start for r in rows)
+    tflops = sum(r.flops for r in rows) / span * 1e-3
+    peak = get_target(target).tensor_bf16_flops_per_core * 1e-12
+    return Claim(f"{target} back-to-back bf16 matmul throughput", peak, tflops, "TFLOPS", 0.02,
+                 "trainium2_arch: 128x128 PE at 2.4 GHz (hardware.md)")
+
+
+def dependent_chain_claim(n=32):
+    """A dependent chain of 1-element instructions alternating two engines of NeuronCore-v2's 1.4 GHz clock domain
+    (Scalar and GpSimd): 189 ns per instruction (the figure trnsim's semaphore latency is derived from)."""
+    def k(src):
+        a = nl.ndarray((1, 1), dtype=src.dtype, buffer=nl.sbuf)
+        nisa.memset(a, 1.0)
+        for i in range(n):
+            nisa.tensor_scalar(a, a, nl.add, 1.0, engine=nisa.gpsimd_engine if i % 2 else nisa.scalar_engine)
+        return None
+    p = _profile(k, ((1, 1), np.float32), target="trn1")
+    rows = [r for r in p.timeline.rows() if r.opcode == "tensor_scalar"]
+    per = (rows[-1].done - rows[0].done) / (len(rows) - 1)
+    return Claim("trn1 dependent 1-element chain across engines, per instruction", 189.0, per, "ns", 0.03,
+                 "NKI ISA cost notes: 189 ns measured (hardware.md)")
+
+
+def all_claims():
+    out = []
+    out += dma_curve_claims()
+    out.append(dma_example1_claim())
+    out.append(dma_fixed_cost_claim())
+    out += dma_rate_claims()
+    out += vector_claims()
+    out.append(matmul_throughput_claim())
+    out.append(dependent_chain_claim())
+    return out
+
+
+def table(claims):
+    lines = ["| claim | document | trnsim | error | within | source |", "|---|---|---|---|---|---|"]
+    for c in claims:
+        lines.append(f"| {c.name} | {c.document:g} {c.unit} | {c.simulated:.4g} {c.unit} | {100 * c.error:+.1f}% | "
+                     f"{'yes' if c.ok else 'NO'} (±{100 * c.tolerance:.0f}%) | {c.source} |")
+    return "\n".join(lines)

@@ -1,0 +1,25 @@
+"""The documents' micro-architectural statements, reproduced by the simulator (benchmarks/microbench/): each claim
+is compared with the figure its source states, within the reading accuracy of that source."""
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+microbench = pytest.importorskip("benchmarks.microbench")
+
+CLAIMS = microbench.all_claims()
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=lambda c: c.name)
+def test_claim_matches_document(claim):
+    assert claim.ok, (f"{claim.name}: document {claim.document} {claim.unit}, trnsim {claim.simulated:.4g} "
+                      f"({100 * claim.error:+.1f}%, allowed ±{100 * claim.tolerance:.0f}%) [{claim.source}]")
+
+
+def test_the_table_covers_every_document_statement():
+    names = " ".join(c.name for c in CLAIMS)
+    for what in ("DMA throughput at 32 B", "DMA throughput at 32768 B", "4 partitions x 8 KiB", "tiny transfer",
+                 "practical rate", "cycles/element", "matmul throughput", "dependent 1-element chain"):
+        assert what in names
