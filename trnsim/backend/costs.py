@@ -20,7 +20,8 @@ import numpy as np
 
 from .. import machine as _machine
 from ..kernels.jit import run_kernel
-from ..kernels.library import elementwise, matmul, matmul_resident, normalization, reduction, softmax
+from ..kernels.library import (elementwise, matmul, matmul_blocked, matmul_resident, normalization, reduction,
+                               softmax)
 
 _MEMO = {}
 
@@ -54,6 +55,16 @@ def _sim(fn, args, kwargs, target):
     return kernel_duration_ns(res), flops, nbytes
 
 
+def _linear(run, n, n1, n2):
+    """(ns, flops, bytes) of a kernel whose work is ``n`` identical steps (row tiles, column chunks): simulated
+    whole up to ``n2`` steps; beyond, extrapolated from the simulations at ``n1`` and ``n2`` steps (the steady
+    state adds the same time per step; tests compare it with the whole simulation)."""
+    if n <= n2:
+        return run(n)
+    a, b = run(n1), run(n2)
+    return tuple(x + (y - x) * (n - n1) / (n2 - n1) for x, y in zip(a, b))
+
+
 def _rows_cols(n):
     rows = min(128, max(int(n), 1))
     return rows, max(1, math.ceil(int(n) / rows))
@@ -70,8 +81,9 @@ def _memo(key, compute):
 # -- kernel-backed costs: each returns (ns, flops, bytes) ------------------------------------------
 def matmul_cost(target, m, k, n, dtype, batch=1):
     """``batch`` matmuls [m, k] @ [k, n] through ``library.matmul_resident.resident_matmul`` when the operands fit
-    its SBUF budget, else ``library.matmul.tiled_matmul`` (dims padded to the kernels' tiles).  An empty product
-    (a zero dimension) launches no matmul kernel."""
+    its SBUF budget, else ``library.matmul_blocked.blocked_matmul`` (dims padded to the kernels' tiles).  An empty
+    product (a zero dimension) launches no matmul kernel.  Large blocked products are extrapolated from the
+    simulation of one and two of their blocks (:func:`blocked_matmul_ns`)."""
     if m == 0 or k == 0 or n == 0 or batch == 0:
         return 0.0, 0.0, 0
 
@@ -82,12 +94,39 @@ def matmul_cost(target, m, k, n, dtype, batch=1):
         tn = target.moving_fmax
         np_ = n if n <= tn else math.ceil(n / tn) * tn
         item = np.dtype(_np_dtype(dtype)).itemsize
-        kern = matmul_resident.resident_matmul if matmul_resident.fits(target, mp, kp, np_, item) \
-            else matmul.tiled_matmul
-        ns, fl, nb = _sim(kern, (_inp((kp, mp), dtype), _inp((kp, np_), dtype)), {}, target)
-        return ns, fl, nb
+        if matmul_resident.fits(target, mp, kp, np_, item):
+            return _sim(matmul_resident.resident_matmul, (_inp((kp, mp), dtype), _inp((kp, np_), dtype)), {},
+                        target)
+        return blocked_matmul_ns(target, mp, kp, np_, dtype)
     ns, fl, nb = _memo(("mm", target.name, m, k, n, dtype), compute)
     return ns * batch, 2.0 * m * k * n * batch, nb * batch
+
+
+def blocked_matmul_ns(target, m, k, n, dtype, extrapolate=True):
+    """(ns, flops, bytes) of ``blocked_matmul`` on padded [m, k] x [k, n].  Its output blocks are identical and
+    run back to back in steady state, so with more than two blocks the time is the simulated time of one block
+    plus (blocks - 1) times the increment from one to two blocks (``extrapolate=False`` simulates it whole;
+    tests compare the two)."""
+    item = np.dtype(_np_dtype(dtype)).itemsize
+    mb, nb, kc = matmul_blocked.block_shape(target, m, n, k, item)
+    kw = {"mb": mb, "nb": nb, "kc": kc}
+    nblk = n // nb
+    rows = m // mb
+    if not extrapolate or rows * nblk <= 2:
+        return _sim(matmul_blocked.blocked_matmul, (_inp((k, m), dtype), _inp((k, n), dtype)), kw, target)
+    # steady state: every further block costs the increment from one to two blocks in a row (db), and every
+    # further block row adds its own overhead (the row's at strip load), the increment from one to two single-
+    # block rows beyond db: t = t1 + db * (blocks - 1) + (dr - db) * (rows - 1)
+    sim = matmul_blocked.blocked_matmul
+    one = _sim(sim, (_inp((k, mb), dtype), _inp((k, nb), dtype)), kw, target)
+    two_b = _sim(sim, (_inp((k, mb), dtype), _inp((k, 2 * nb), dtype)), kw, target) if nblk > 1 else None
+    two_r = _sim(sim, (_inp((k, 2 * mb), dtype), _inp((k, nb), dtype)), kw, target) if rows > 1 else None
+    out = []
+    for i in range(3):
+        db = (two_b[i] - one[i]) if two_b else (two_r[i] - one[i])
+        dr = (two_r[i] - one[i]) if two_r else db
+        out.append(one[i] + db * (rows * nblk - 1) + (dr - db) * (rows - 1))
+    return tuple(out)
 
 
 _EMPTY = (0.0, 0.0, 0)      # an op on an empty tensor launches no kernel
@@ -97,13 +136,26 @@ def elementwise_cost(target, numel, dtype, kind="binary", op="add"):
     if numel == 0:
         return _EMPTY
 
-    def compute():
-        R, C = _rows_cols(numel)
+    def run(C):
+        R = _rows_cols(numel)[0]
         if kind == "binary":
             return _sim(elementwise.binary, (_inp((R, C), dtype), _inp((R, C), dtype)), {"op": op}, target)
         if kind == "unary":
             return _sim(elementwise.unary, (_inp((R, C), dtype),), {"op": op}, target)
         return _sim(elementwise.copy, (_inp((R, C), dtype),), {}, target)
+
+    def compute():
+        C = _rows_cols(numel)[1]
+        ft = elementwise.FREE_TILE
+        if C <= 8 * ft:
+            return run(C)
+        # whole column chunks are identical steps; a last partial chunk is simulated on its own
+        full, rest = divmod(C, ft)
+        t = _linear(lambda k: run(k * ft), full, 4, 8)
+        if rest:
+            t1, t0 = run(ft + rest), run(ft)
+            t = tuple(x + (y - z) for x, y, z in zip(t, t1, t0))
+        return t
     return _memo(("ew", target.name, int(numel), dtype, kind, op), compute)
 
 
@@ -116,6 +168,10 @@ def reduction_cost(target, rows, cols, dtype, op="add"):
         if r < 128 and c >= 128 * 4:    # few long rows: split each row over partitions, then combine
             split = min(128 // r, c // 128) or 1
             r, c = r * split, math.ceil(c / split)
+        P = target.pmax
+        if r % P == 0:          # row tiles of 128 are identical steps
+            return _linear(lambda k: _sim(reduction.row_reduce, (_inp((k * P, c), dtype),), {"op": op}, target),
+                           r // P, 2, 4)
         return _sim(reduction.row_reduce, (_inp((r, c), dtype),), {"op": op}, target)
     return _memo(("red", target.name, int(rows), int(cols), dtype, op), compute)
 
@@ -125,8 +181,16 @@ def softmax_cost(target, rows, cols, dtype, log=False):
         return _EMPTY
     if cols > softmax.MAX_COLS:
         return None
-    return _memo(("sm", target.name, int(rows), int(cols), dtype, log),
-                 lambda: _sim(softmax.row_softmax, (_inp((rows, cols), dtype),), {"log": log}, target))
+    P = target.pmax
+
+    def run(r):
+        return _sim(softmax.row_softmax, (_inp((r, cols), dtype),), {"log": log}, target)
+
+    def compute():
+        if rows % P == 0:
+            return _linear(lambda k: run(k * P), rows // P, 2, 4)
+        return run(rows)
+    return _memo(("sm", target.name, int(rows), int(cols), dtype, log), compute)
 
 
 def norm_cost(target, rows, cols, dtype, kind="layer_norm"):
@@ -135,12 +199,18 @@ def norm_cost(target, rows, cols, dtype, kind="layer_norm"):
     if cols > normalization.MAX_COLS:
         return None
 
-    def compute():
-        wp = min(int(rows), target.pmax)
-        x, w = _inp((rows, cols), dtype), _inp((wp, cols), dtype)
+    def run(r):
+        wp = min(int(r), target.pmax)
+        x, w = _inp((r, cols), dtype), _inp((wp, cols), dtype)
         if kind == "rms_norm":
             return _sim(normalization.rms_norm, (x, w), {}, target)
         return _sim(normalization.layer_norm, (x, w, _inp((wp, cols), dtype)), {}, target)
+
+    def compute():
+        P = target.pmax
+        if rows % P == 0:
+            return _linear(lambda k: run(k * P), rows // P, 2, 4)
+        return run(rows)
     return _memo(("norm", target.name, int(rows), int(cols), dtype, kind), compute)
 
 
