@@ -96,6 +96,8 @@ class NeuronCore:
         _LIVE.add(self)
         self._record = record
         self.act_reduce_regs = None
+        self.programs = None     # the launch's Programs while a multi-program launch runs (programs.py)
+        self.program = None      # this core's Program in it
 
     # -- memory -------------------------------------------------------------------------------------
     def space(self, kind):
@@ -124,18 +126,40 @@ class NeuronCore:
     def record(self, opcode, engine, writes, reads, cycles, loc, flops=0, pre=0.0):
         """Record an engine instruction of ``cycles`` engine cycles (``pre``: Tensor Engine stationary-load
         cycles, which the scheduler overlaps with the previous multiply)."""
-        if self._record:
+        if self._record or self.programs is not None:
             ins = self.instructions
-            ins.append(InstrRecord(len(ins), opcode, engine, _ranges(writes), _ranges(reads), cycles, None, loc,
-                                   flops, 0, 0, 0, pre))
+            rec = InstrRecord(len(ins), opcode, engine, _ranges(writes), _ranges(reads), cycles, None, loc,
+                              flops, 0, 0, 0, pre)
+            if self._record:
+                ins.append(rec)
+            if self.programs is not None:
+                self.programs.issued(self, rec, writes, reads)
 
     def record_dma(self, opcode, writes, reads, nbytes, rows, ns, loc, part0=0):
         """Record a DMA transfer of ``nbytes`` over ``rows`` partitions starting at partition ``part0``, costing
         ``ns`` in isolation (``trnsim.isa.dma.dma_cost_ns``)."""
-        if self._record:
+        if self._record or self.programs is not None:
             ins = self.instructions
-            ins.append(InstrRecord(len(ins), opcode, "dma", _ranges(writes), _ranges(reads), None, ns, loc, 0,
-                                   nbytes, rows, part0))
+            rec = InstrRecord(len(ins), opcode, "dma", _ranges(writes), _ranges(reads), None, ns, loc, 0,
+                              nbytes, rows, part0)
+            if self._record:
+                ins.append(rec)
+            if self.programs is not None:
+                self.programs.issued(self, rec, writes, reads)
+
+    # -- synchronisation ----------------------------------------------------------------------------
+    def barrier(self, participants, loc=None):
+        """Wait until the programs (cores of the launch) numbered in ``participants`` all reach a barrier
+        (``core_barrier``).  In a launch of one program only ``participants == (0,)`` (or this core) completes."""
+        if self.programs is not None:
+            self.programs.barrier(self, participants, loc)
+            return
+        parts = sorted({int(x) for x in participants})
+        if parts != [0]:
+            from .programs import BarrierError
+            raise BarrierError(f"core_barrier: cores={parts} in a launch of one program: no other program runs "
+                               "this kernel, so the barrier would wait forever (launch it on more cores, e.g. "
+                               "kernel[2](...))", "core_barrier", "cores", parts, [0], loc)
 
     # -- arithmetic helpers -------------------------------------------------------------------------
     @staticmethod

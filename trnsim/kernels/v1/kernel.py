@@ -55,7 +55,7 @@ class V1Kernel(Kernel):
 
     def run(self, *args, **kwargs):
         body, seen = self._body()
-        res = run_kernel(body, args, kwargs, self.grid, self.target)
+        res = run_kernel(body, args, kwargs, self.grid, self.target, strict_races=self.options.get("strict_races"))
         if seen:
             _write_back(args, kwargs, seen[0], res)
         self._last = res
