@@ -57,6 +57,22 @@ def run_programs(fn, args, kwargs, ctx, cores, strict_races=None):
         return body
 
     results = progs.run([body_of(i) for i in range(n)])
+    for c in cores:
+        c.check_capacity()          # the tiles' live ranges against SBUF/PSUM, as the compiler allocates them
     if races is not None:
-        races.warn(stacklevel=3)
+        races.warn(stacklevel=_user_stacklevel())
     return results[0]
+
+
+def _user_stacklevel():
+    """``warnings.warn`` stacklevel (counted from ``RaceDetector.warn``'s caller) of the first frame outside
+    trnsim: the user's kernel call."""
+    import os
+    import sys
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    f = sys._getframe(1)
+    level = 1
+    while f is not None and f.f_code.co_filename.startswith(pkg):
+        f = f.f_back
+        level += 1
+    return level

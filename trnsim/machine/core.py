@@ -12,8 +12,9 @@ import weakref
 
 import numpy as np
 
-from ..memory import HBM, PSUM, SBUF, Buffer, MemorySpace
+from ..memory import HBM, ON_CHIP, PSUM, SBUF, Buffer, MemorySpace
 from ..targets import Target, get_target
+from .capacity import Occupancy
 
 __all__ = ["NeuronCore", "Chip", "InstrRecord"]
 
@@ -86,9 +87,11 @@ class NeuronCore:
             strict = os.environ.get("TRNSIM_STRICT_UNINIT", "0") not in ("0", "", "false", "False")
         self.strict = strict
         tg = self.target
-        self.sbuf = MemorySpace(SBUF, tg.sbuf_partition_bytes, tg.sbuf_partitions, align=4, name="sbuf")
+        self.sbuf = MemorySpace(SBUF, tg.sbuf_partition_bytes, tg.sbuf_partitions, align=4, name="sbuf",
+                                overcommit=True)
         self.psum = MemorySpace(PSUM, tg.psum_partition_bytes, tg.psum_partitions, align=4,
-                                bank_bytes=tg.psum_bank_bytes, name="psum")
+                                bank_bytes=tg.psum_bank_bytes, name="psum", overcommit=True)
+        self.occupancy = Occupancy()     # live ranges of on-chip tiles in program order (capacity.py)
         self.instructions: list[InstrRecord] = []
         # buf_id -> (memory kind, bytes per partition (total bytes for HBM), partitions, itemsize): what the
         # scheduler needs about each buffer without keeping the buffer (and its memory) alive
@@ -107,9 +110,14 @@ class NeuronCore:
             return self.psum
         return self.chip.hbm
 
-    def allocate(self, shape, dtype, kind, name="") -> Buffer:
+    def allocate(self, shape, dtype, kind, name="", address=None, block=0, block_shape=None) -> Buffer:
+        """A new buffer.  On chip, ``address`` places it explicitly: ``(partition, byte address)``, or a callable
+        ``(block index, partitions, bytes per partition) -> (partition, byte address)`` for block tensors.  A block
+        tensor (``[B, par_dim(P), F]``, laid out ``[P, B, F]``) passes ``block`` (elements per partition of one
+        block, prod(F)) and ``block_shape`` (B): each block is a tile with its own live range."""
         track = kind == PSUM or self.strict
-        buf = Buffer(self.space(kind), dtype, shape, name=name, execute=self.execute, track_written=track)
+        buf = Buffer(self.space(kind), dtype, shape, name=name, execute=self.execute, track_written=track,
+                     address=address, block=block, block_shape=block_shape)
         self.buffers[buf.id] = (buf.kind, buf.bytes_pp, buf.partitions, dtype.itemsize)
         return buf
 
@@ -126,6 +134,7 @@ class NeuronCore:
     def record(self, opcode, engine, writes, reads, cycles, loc, flops=0, pre=0.0):
         """Record an engine instruction of ``cycles`` engine cycles (``pre``: Tensor Engine stationary-load
         cycles, which the scheduler overlaps with the previous multiply)."""
+        self._occupy(writes, reads, loc)
         if self._record or self.programs is not None:
             ins = self.instructions
             rec = InstrRecord(len(ins), opcode, engine, _ranges(writes), _ranges(reads), cycles, None, loc,
@@ -138,6 +147,7 @@ class NeuronCore:
     def record_dma(self, opcode, writes, reads, nbytes, rows, ns, loc, part0=0):
         """Record a DMA transfer of ``nbytes`` over ``rows`` partitions starting at partition ``part0``, costing
         ``ns`` in isolation (``trnsim.isa.dma.dma_cost_ns``)."""
+        self._occupy(writes, reads, loc)
         if self._record or self.programs is not None:
             ins = self.instructions
             rec = InstrRecord(len(ins), opcode, "dma", _ranges(writes), _ranges(reads), None, ns, loc, 0,
@@ -146,6 +156,22 @@ class NeuronCore:
                 ins.append(rec)
             if self.programs is not None:
                 self.programs.issued(self, rec, writes, reads)
+
+    def _occupy(self, writes, reads, loc):
+        occ = self.occupancy
+        for t in writes:
+            if t.buf.kind in ON_CHIP:
+                occ.touch(t, loc)
+        for t in reads:
+            if t.buf.kind in ON_CHIP:
+                occ.touch(t, loc)
+        occ.seq += 1
+
+    def check_capacity(self):
+        """Refuse the kernel (:class:`~trnsim.machine.capacity.CapacityError`) if its on-chip tiles, live from
+        first to last access in program order, exceed SBUF or PSUM somewhere, or explicitly placed tiles overlap
+        while live."""
+        self.occupancy.check(self.target)
 
     # -- synchronisation ----------------------------------------------------------------------------
     def barrier(self, participants, loc=None):
