@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
+
 from ..machine.programs import Programs
 from ..machine.races import RaceDetector
 from . import context
@@ -41,6 +43,7 @@ def run_programs(fn, args, kwargs, ctx, cores, strict_races=None):
     n = len(cores)
     races = RaceDetector(n, strict_races) if n > 1 else None
     progs = Programs(cores, races)
+    errstate = np.geterr()              # NumPy's error state is per thread: programs run with the caller's
 
     def body_of(pid):
         pctx = copy.copy(ctx)            # shares the launch's lists (shared outputs...), own program fields
@@ -49,6 +52,7 @@ def run_programs(fn, args, kwargs, ctx, cores, strict_races=None):
         pctx._shared_index = 0
 
         def body():
+            np.seterr(**errstate)
             prev = context.push(pctx)
             try:
                 return fn(*args, **kwargs)
