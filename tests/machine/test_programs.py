@@ -15,9 +15,9 @@ from trnsim.machine.programs import BarrierError
 from trnsim.machine.races import RaceError, RaceWarning
 
 
-def barrier(cores=(0, 1)):
+def barrier(cores=(0, 1), data=None):
     """What ``nisa.core_barrier`` does on the machine (the front end's instruction calls this)."""
-    context.current().core.barrier(cores, caller_location())
+    context.current().core.barrier(cores, caller_location(), data=data)
 
 
 def _races(fn, *args, **kw):
@@ -269,3 +269,39 @@ def test_v1_spmd_grid_runs_concurrently_and_disjoint_tiles_do_not_race():
     out, races = _races(grid_copy[4, 2], a)
     np.testing.assert_allclose(out, 2.0 * a.astype(np.float64), rtol=0, atol=0)
     assert races == []
+
+
+@nki.jit
+def barrier_timing(x):
+    """Program 0 is slow to write its half of ``mid``; program 1 reads it after the barrier."""
+    pid = nl.program_id(0)
+    mid = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm, name="mid")
+    t = nl.ndarray((64, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(t, x[pid * 64:(pid + 1) * 64, :])
+    if pid == 0:
+        for _ in range(50):
+            nisa.tensor_scalar(t, t, nl.add, 1.0)
+    nisa.dma_copy(mid[pid * 64:(pid + 1) * 64, :], t)
+    barrier(data=mid)
+    u = nl.ndarray((64, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(u, mid[(1 - pid) * 64:(2 - pid) * 64, :])
+    return mid
+
+
+def test_barrier_synchronises_the_timeline():
+    from trnsim.machine import schedule
+    x = np.zeros((128, 64), np.float32)
+    res = barrier_timing[2].run(x)
+    tl = schedule(res.cores)
+    rows = list(tl.rows())
+    bar = {r.core: r for r in rows if r.opcode == "core_barrier"}
+    stores = {r.core: r for r in rows if r.opcode == "dma_copy" and r.dst == "hbm"}
+    loads_after = {r.core: r for r in rows if r.opcode == "dma_copy" and r.src == "hbm" and r.id > bar[r.core].id}
+    assert set(bar) == {0, 1}
+    sema = res.cores[0].target.semaphore_ns
+    # both pass the barrier together: the later arrival (program 0's store of mid, plus the semaphore of that
+    # cross-engine dependency) plus the semaphore update reaching the other core
+    assert bar[0].start == bar[1].start == pytest.approx(max(stores[0].done, stores[1].done) + 2 * sema)
+    assert stores[0].done > stores[1].done + 1000            # program 0 really was the late one
+    for c in (0, 1):                                         # reads of mid wait for the barrier
+        assert loads_after[c].start >= bar[c].done

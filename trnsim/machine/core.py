@@ -27,10 +27,10 @@ class InstrRecord:
     the scheduler tells apart two strided tiles whose extents overlap but whose elements do not."""
 
     __slots__ = ("id", "opcode", "engine", "writes", "reads", "cycles", "ns", "loc", "flops", "nbytes", "rows",
-                 "part0", "pre")
+                 "part0", "pre", "parts")
 
     def __init__(self, id, opcode, engine, writes, reads, cycles, ns, loc, flops, nbytes, rows=0, part0=0,
-                 pre=0.0):
+                 pre=0.0, parts=None):
         self.id = id
         self.opcode = opcode
         self.engine = engine
@@ -44,6 +44,7 @@ class InstrRecord:
         self.rows = rows        # DMA: partitions (rows) of the transfer, which set the DMA engines it uses
         self.part0 = part0      # DMA: first on-chip partition of the transfer
         self.pre = pre          # Tensor Engine: stationary-load cycles (0 for other instructions)
+        self.parts = parts      # core_barrier: the core ids it waits for (None for other instructions)
 
     def __repr__(self):
         where = f" @{os.path.basename(self.loc[0])}:{self.loc[1]}" if self.loc else ""
@@ -174,18 +175,27 @@ class NeuronCore:
         self.occupancy.check(self.target)
 
     # -- synchronisation ----------------------------------------------------------------------------
-    def barrier(self, participants, loc=None):
-        """Wait until the programs (cores of the launch) numbered in ``participants`` all reach a barrier
-        (``core_barrier``).  In a launch of one program only ``participants == (0,)`` (or this core) completes."""
-        if self.programs is not None:
-            self.programs.barrier(self, participants, loc)
-            return
+    def barrier(self, participants, loc=None, data=None, engine="gpsimd"):
+        """``core_barrier``: wait until every core (program of the launch) in ``participants`` reaches a barrier,
+        then record a ``core_barrier`` instruction on ``engine``.  ``data`` (the shared tensor the barrier
+        synchronises on) is recorded as written by it, so this core's later accesses to it wait for the barrier.
+        The scheduler starts the barrier on every participant when the last one arrives, plus the semaphore
+        latency; its engine time is the minimum instruction interval (trnsim's assumption: the remote semaphore
+        update and local wait are not measured separately).  In a launch of one program only ``(0,)`` completes."""
         parts = sorted({int(x) for x in participants})
-        if parts != [0]:
+        if self.programs is not None:
+            self.programs.barrier(self, parts, loc)
+        elif parts != [self.core_id]:
             from .programs import BarrierError
             raise BarrierError(f"core_barrier: cores={parts} in a launch of one program: no other program runs "
                                "this kernel, so the barrier would wait forever (launch it on more cores, e.g. "
-                               "kernel[2](...))", "core_barrier", "cores", parts, [0], loc)
+                               "kernel[2](...))", "core_barrier", "cores", parts, [self.core_id], loc)
+        writes = (data,) if data is not None else ()
+        self._occupy(writes, (), loc)
+        if self._record:
+            ins = self.instructions
+            ins.append(InstrRecord(len(ins), "core_barrier", engine, _ranges(writes), (),
+                                   float(self.target.min_ii_cycles), None, loc, 0, 0, parts=tuple(parts)))
 
     # -- arithmetic helpers -------------------------------------------------------------------------
     @staticmethod
