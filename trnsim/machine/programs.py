@@ -33,10 +33,11 @@ __all__ = ["Programs", "Program", "BarrierError", "ProgramAborted"]
 _NEW, _READY, _BARRIER, _DONE = "new", "ready", "barrier", "done"
 
 
-# A program keeps the turn until its clock is more than this ahead of the earliest other program (trnsim's
-# choice: a quarter of the ~2 us fixed cost of a DMA, so accesses to shared memory further apart in time than that
-# keep their time order, and lockstep programs switch every few instructions, not at every one).  Accesses closer
-# in time than this, with no barrier between them, are races: their order is not fixed on hardware either.
+# A program keeps the turn until its clock is more than this ahead of the earliest other program.  trnsim's
+# choice, not a hardware figure: well below a DMA's fixed cost (targets.py dma_fixed_ns), so shared-memory accesses
+# further apart in time keep their time order, while lockstep programs switch every few instructions rather than
+# at every one.  Accesses closer in time than this with no barrier between them are races: their order is not
+# fixed on hardware either.
 TURN_NS = 500.0
 
 
