@@ -7,7 +7,7 @@ import pytest
 import trnsim.kernels.nki as nki
 import trnsim.kernels.nki.isa as nisa
 import trnsim.kernels.nki.language as nl
-from trnsim.isa.errors import NkiValidationError, caller_location
+from trnsim.isa.errors import NkiValidationError
 from trnsim.kernels import context
 from trnsim.kernels.tensor import NkiTensor
 from trnsim.machine.capacity import CapacityError, modulo_placement
