@@ -20,6 +20,10 @@ def barrier(cores=(0, 1), data=None):
     context.current().core.barrier(cores, caller_location(), data=data)
 
 
+def _program_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("trnsim-program-")]
+
+
 def _races(fn, *args, **kw):
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
@@ -116,6 +120,7 @@ def test_disjoint_rows_are_not_a_race():
     out, races = _races(disjoint_rows[2], x)
     np.testing.assert_array_equal(out, (x.astype(np.float64) + 3.0).astype(np.float32))  # one fp32 rounding
     assert races == []
+    assert _program_threads() == []                 # the launch's threads are gone when it returns
 
 
 @nki.jit
@@ -180,9 +185,18 @@ def test_strict_mode_environment_variable(monkeypatch):
 
 def test_single_program_launch_reports_nothing_and_starts_no_thread():
     x = np.ones((128, 16), np.float32)
-    before = threading.active_count()
-    out, races = _races(disjoint_rows, x)
-    assert races == [] and threading.active_count() == before
+    started = []
+    orig = threading.Thread.start
+
+    def spy(self):
+        started.append(self.name)
+        return orig(self)
+    threading.Thread.start = spy
+    try:
+        out, races = _races(disjoint_rows, x)
+    finally:
+        threading.Thread.start = orig
+    assert races == [] and not [n for n in started if n.startswith("trnsim-program-")]
 
 
 @nki.jit
@@ -198,10 +212,9 @@ def fails_in_program_1(x):
 
 
 def test_a_failing_program_raises_and_the_others_unwind():
-    before = threading.active_count()
     with pytest.raises(ValueError, match="program 1 gives up"):
         fails_in_program_1[2](np.zeros((128, 16), np.float32))
-    assert threading.active_count() == before
+    assert _program_threads() == []
 
 
 @nki.jit
@@ -214,12 +227,11 @@ def barrier_only_in_program_0(x):
 
 
 def test_a_barrier_that_cannot_complete_is_an_error_not_a_hang():
-    before = threading.active_count()
     with pytest.raises(BarrierError, match="would hang"):
         barrier_only_in_program_0[2](np.zeros((128, 16), np.float32))
     with pytest.raises(BarrierError, match="one program"):
         barrier_only_in_program_0(np.zeros((128, 16), np.float32))
-    assert threading.active_count() == before
+    assert _program_threads() == []
 
 
 @nki.jit
