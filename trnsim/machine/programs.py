@@ -9,7 +9,7 @@ interleave in simulated-time order, not one program to completion before the nex
 The simulated time of a program here is an issue-time estimate, computed as each instruction is recorded: an
 instruction starts when its engine is free and the buffers it touches are ready (read after write, write after
 read and write after write, by buffer), and lasts its cost at its engine's clock (DMA transfers: their cost in
-ns; the DMA queues are not modelled here).  It is monotone per program.  The timeline itself is still computed
+ns, waiting for the DMA engines taken as one pool of booked time).  It is monotone per program.  The timeline itself is still computed
 afterwards by the scheduler from each core's record; this estimate only orders the programs' effects.
 
 A program keeps the turn while its clock is at most ``TURN_NS`` ahead of every other program's, and a switch
@@ -52,7 +52,7 @@ class ProgramAborted(BaseException):
 class _Clock:
     """A program's issue-time estimate (ns from the launch); see the module docstring."""
 
-    __slots__ = ("target", "eng", "wdone", "rdone", "now", "rate")
+    __slots__ = ("target", "eng", "wdone", "rdone", "now", "rate", "dma_work")
 
     def __init__(self, target):
         self.target = target
@@ -61,12 +61,20 @@ class _Clock:
         self.rdone = {}
         self.now = 0.0
         self.rate = {}
+        self.dma_work = 0.0          # DMA engine-ns booked so far (all engines together)
 
     def issue(self, rec) -> float:
         e = rec.engine
         wdone = self.wdone
         rdone = self.rdone
-        t = 0.0 if e == "dma" else self.eng.get(e, 0.0)
+        if e == "dma":                # the DMA engines as one pool: a transfer waits for the pool's booked time
+            tg = self.target
+            nq = tg.dma_engines_per_core
+            t = self.dma_work / nq
+            nuse = min(nq, -(-max(1, rec.rows or 1) // tg.dma_partitions_per_engine))
+            self.dma_work += max(0.0, (rec.ns or 0.0) - tg.dma_fixed_ns) * nuse
+        else:
+            t = self.eng.get(e, 0.0)
         for op in rec.reads:
             w = wdone.get(op[0])
             if w is not None and w > t:
