@@ -1969,10 +1969,19 @@ def _define_rules():
             match="number of partitions 256 exceed architecture limitation of 128"),
        Rule("129 partitions in PSUM", lambda: nl.ndarray((129, 64), nl.float32, buffer=nl.psum), "shape",
             match="number of partitions 129 exceed architecture limitation of 128"),
-       Rule("over SBUF capacity", lambda: [nl.ndarray((128, 32 * 1024), nl.float32, buffer=nl.sbuf)
-                                           for _ in range(2)], "shape", match="SBUF allocation of .* does not fit"),
-       Rule("over PSUM capacity", lambda: [nl.ndarray((128, 4096), nl.float32, buffer=nl.psum)
-                                           for _ in range(2)], "shape", match="PSUM allocation of .* does not fit"))
+       Rule("over SBUF capacity", lambda: _both_live((128, 32 * 1024), nl.sbuf), "shape",
+            match="SBUF allocation of .* does not fit"),
+       Rule("over PSUM capacity", lambda: _both_live((128, 4096), nl.psum), "shape",
+            match="PSUM allocation of .* does not fit"))
+
+
+def _both_live(shape, buffer):
+    """Two tiles live at the same time in program order (capacity counts live ranges, not Python objects)."""
+    nisa, nl = _M["nisa"], _M["nl"]
+    a, b = (nl.ndarray(shape, nl.float32, buffer=buffer) for _ in range(2))
+    nisa.memset(a, 0.0)
+    nisa.memset(b, 1.0)
+    nisa.tensor_copy(a, b)
 
 
 # ---------------------------------------------------------------------------------- not implemented

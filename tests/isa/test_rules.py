@@ -248,6 +248,8 @@ def test_out_of_bounds_index_names_user_line(nki, nl, nisa):
 
 def test_sbuf_capacity(nki, nl, nisa):
     def k(x):
-        keep = [nl.ndarray((128, 32 * 1024), nl.float32, buffer=nl.sbuf) for _ in range(2)]
-        return keep
+        a, b = [nl.ndarray((128, 32 * 1024), nl.float32, buffer=nl.sbuf) for _ in range(2)]
+        nisa.memset(a, 0.0)
+        nisa.memset(b, 1.0)             # a is still live (read below): 2 x 128 KiB per partition
+        nisa.tensor_tensor(b, a, b, op=nl.add)
     expect(nki, k, r"SBUF allocation of 131072 bytes per partition.*capacity 229376")

@@ -10,7 +10,7 @@ import numpy as np
 from ..machine import Chip, NeuronCore
 from ..memory import Tensor, dtype_of
 from ..targets import get_target
-from . import context
+from . import context, launch
 from .tensor import NkiTensor
 
 __all__ = ["jit", "simulate", "Kernel", "SimulationResult"]
@@ -75,8 +75,12 @@ class SimulationResult:
         return [r for c in self.cores for r in c.instructions]
 
 
-def run_kernel(fn, args, kwargs, grid=(1,), target=None, execute=True, precise=None, strict=None):
-    """Simulate one launch of ``fn`` over ``grid`` programs; returns a :class:`SimulationResult`."""
+def run_kernel(fn, args, kwargs, grid=(1,), target=None, execute=True, precise=None, strict=None,
+               strict_races=None):
+    """Simulate one launch of ``fn`` over ``grid`` programs (run interleaved: ``launch.py``); returns a
+    :class:`SimulationResult`.  Called from inside a running kernel, ``fn`` runs inline in the calling program."""
+    if launch.inside_kernel():
+        return SimulationResult(fn(*args, **kwargs), [])
     tg = get_target(target)
     grid = tuple(int(g) for g in grid) or (1,)
     nprog = 1
@@ -105,20 +109,8 @@ def run_kernel(fn, args, kwargs, grid=(1,), target=None, execute=True, precise=N
         wkw[k_] = t
     ctx = context.KernelContext(cores, grid)
     prev = context.push(ctx)
-    out = None
     try:
-        for pid in range(nprog):
-            ids = []
-            rem = pid
-            for g in reversed(grid):
-                ids.append(rem % g)
-                rem //= g
-            ctx.program_id = tuple(reversed(ids))
-            ctx.core = cores[pid]
-            ctx._shared_index = 0
-            r = fn(*wrapped, **wkw)
-            if pid == 0:
-                out = r
+        out = launch.run_programs(fn, wrapped, wkw, ctx, cores, strict_races)
     finally:
         context.pop(prev)
     return SimulationResult(_convert(out, kind), cores)
@@ -141,7 +133,8 @@ class Kernel:
         return Kernel(self.fn, grid, self.target, self.options)
 
     def run(self, *args, **kwargs) -> SimulationResult:
-        return run_kernel(self.fn, args, kwargs, self.grid, self.target)
+        return run_kernel(self.fn, args, kwargs, self.grid, self.target,
+                          strict_races=self.options.get("strict_races"))
 
     def __call__(self, *args, **kwargs):
         return self.run(*args, **kwargs).outputs

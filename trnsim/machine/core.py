@@ -12,8 +12,9 @@ import weakref
 
 import numpy as np
 
-from ..memory import HBM, PSUM, SBUF, Buffer, MemorySpace
+from ..memory import HBM, ON_CHIP, PSUM, SBUF, Buffer, MemorySpace
 from ..targets import Target, get_target
+from .capacity import Occupancy
 
 __all__ = ["NeuronCore", "Chip", "InstrRecord"]
 
@@ -26,10 +27,10 @@ class InstrRecord:
     the scheduler tells apart two strided tiles whose extents overlap but whose elements do not."""
 
     __slots__ = ("id", "opcode", "engine", "writes", "reads", "cycles", "ns", "loc", "flops", "nbytes", "rows",
-                 "part0", "pre")
+                 "part0", "pre", "parts")
 
     def __init__(self, id, opcode, engine, writes, reads, cycles, ns, loc, flops, nbytes, rows=0, part0=0,
-                 pre=0.0):
+                 pre=0.0, parts=None):
         self.id = id
         self.opcode = opcode
         self.engine = engine
@@ -43,6 +44,7 @@ class InstrRecord:
         self.rows = rows        # DMA: partitions (rows) of the transfer, which set the DMA engines it uses
         self.part0 = part0      # DMA: first on-chip partition of the transfer
         self.pre = pre          # Tensor Engine: stationary-load cycles (0 for other instructions)
+        self.parts = parts      # core_barrier: the core ids it waits for (None for other instructions)
 
     def __repr__(self):
         where = f" @{os.path.basename(self.loc[0])}:{self.loc[1]}" if self.loc else ""
@@ -86,9 +88,11 @@ class NeuronCore:
             strict = os.environ.get("TRNSIM_STRICT_UNINIT", "0") not in ("0", "", "false", "False")
         self.strict = strict
         tg = self.target
-        self.sbuf = MemorySpace(SBUF, tg.sbuf_partition_bytes, tg.sbuf_partitions, align=4, name="sbuf")
+        self.sbuf = MemorySpace(SBUF, tg.sbuf_partition_bytes, tg.sbuf_partitions, align=4, name="sbuf",
+                                overcommit=True)
         self.psum = MemorySpace(PSUM, tg.psum_partition_bytes, tg.psum_partitions, align=4,
-                                bank_bytes=tg.psum_bank_bytes, name="psum")
+                                bank_bytes=tg.psum_bank_bytes, name="psum", overcommit=True)
+        self.occupancy = Occupancy()     # live ranges of on-chip tiles in program order (capacity.py)
         self.instructions: list[InstrRecord] = []
         # buf_id -> (memory kind, bytes per partition (total bytes for HBM), partitions, itemsize): what the
         # scheduler needs about each buffer without keeping the buffer (and its memory) alive
@@ -96,6 +100,8 @@ class NeuronCore:
         _LIVE.add(self)
         self._record = record
         self.act_reduce_regs = None
+        self.programs = None     # the launch's Programs while a multi-program launch runs (programs.py)
+        self.program = None      # this core's Program in it
 
     # -- memory -------------------------------------------------------------------------------------
     def space(self, kind):
@@ -105,9 +111,14 @@ class NeuronCore:
             return self.psum
         return self.chip.hbm
 
-    def allocate(self, shape, dtype, kind, name="") -> Buffer:
+    def allocate(self, shape, dtype, kind, name="", address=None, block=0, block_shape=None) -> Buffer:
+        """A new buffer.  On chip, ``address`` places it explicitly: ``(partition, byte address)``, or a callable
+        ``(block index, partitions, bytes per partition) -> (partition, byte address)`` for block tensors.  A block
+        tensor (``[B, par_dim(P), F]``, laid out ``[P, B, F]``) passes ``block`` (elements per partition of one
+        block, prod(F)) and ``block_shape`` (B): each block is a tile with its own live range."""
         track = kind == PSUM or self.strict
-        buf = Buffer(self.space(kind), dtype, shape, name=name, execute=self.execute, track_written=track)
+        buf = Buffer(self.space(kind), dtype, shape, name=name, execute=self.execute, track_written=track,
+                     address=address, block=block, block_shape=block_shape)
         self.buffers[buf.id] = (buf.kind, buf.bytes_pp, buf.partitions, dtype.itemsize)
         return buf
 
@@ -124,18 +135,67 @@ class NeuronCore:
     def record(self, opcode, engine, writes, reads, cycles, loc, flops=0, pre=0.0):
         """Record an engine instruction of ``cycles`` engine cycles (``pre``: Tensor Engine stationary-load
         cycles, which the scheduler overlaps with the previous multiply)."""
-        if self._record:
+        self._occupy(writes, reads, loc)
+        if self._record or self.programs is not None:
             ins = self.instructions
-            ins.append(InstrRecord(len(ins), opcode, engine, _ranges(writes), _ranges(reads), cycles, None, loc,
-                                   flops, 0, 0, 0, pre))
+            rec = InstrRecord(len(ins), opcode, engine, _ranges(writes), _ranges(reads), cycles, None, loc,
+                              flops, 0, 0, 0, pre)
+            if self._record:
+                ins.append(rec)
+            if self.programs is not None:
+                self.programs.issued(self, rec, writes, reads)
 
     def record_dma(self, opcode, writes, reads, nbytes, rows, ns, loc, part0=0):
         """Record a DMA transfer of ``nbytes`` over ``rows`` partitions starting at partition ``part0``, costing
         ``ns`` in isolation (``trnsim.isa.dma.dma_cost_ns``)."""
+        self._occupy(writes, reads, loc)
+        if self._record or self.programs is not None:
+            ins = self.instructions
+            rec = InstrRecord(len(ins), opcode, "dma", _ranges(writes), _ranges(reads), None, ns, loc, 0,
+                              nbytes, rows, part0)
+            if self._record:
+                ins.append(rec)
+            if self.programs is not None:
+                self.programs.issued(self, rec, writes, reads)
+
+    def _occupy(self, writes, reads, loc):
+        occ = self.occupancy
+        for t in writes:
+            if t.buf.kind in ON_CHIP:
+                occ.touch(t, loc)
+        for t in reads:
+            if t.buf.kind in ON_CHIP:
+                occ.touch(t, loc)
+        occ.seq += 1
+
+    def check_capacity(self):
+        """Refuse the kernel (:class:`~trnsim.machine.capacity.CapacityError`) if its on-chip tiles, live from
+        first to last access in program order, exceed SBUF or PSUM somewhere, or explicitly placed tiles overlap
+        while live."""
+        self.occupancy.check(self.target)
+
+    # -- synchronisation ----------------------------------------------------------------------------
+    def barrier(self, participants, loc=None, data=None, engine="gpsimd"):
+        """``core_barrier``: wait until every core (program of the launch) in ``participants`` reaches a barrier,
+        then record a ``core_barrier`` instruction on ``engine``.  ``data`` (the shared tensor the barrier
+        synchronises on) is recorded as written by it, so this core's later accesses to it wait for the barrier.
+        The scheduler starts the barrier on every participant when the last one arrives, plus the semaphore
+        latency; its engine time is the minimum instruction interval (trnsim's assumption: the remote semaphore
+        update and local wait are not measured separately).  In a launch of one program only ``(0,)`` completes."""
+        parts = sorted({int(x) for x in participants})
+        if self.programs is not None:
+            self.programs.barrier(self, parts, loc)
+        elif parts != [self.core_id]:
+            from .programs import BarrierError
+            raise BarrierError(f"core_barrier: cores={parts} in a launch of one program: no other program runs "
+                               "this kernel, so the barrier would wait forever (launch it on more cores, e.g. "
+                               "kernel[2](...))", "core_barrier", "cores", parts, [self.core_id], loc)
+        writes = (data,) if data is not None else ()
+        self._occupy(writes, (), loc)
         if self._record:
             ins = self.instructions
-            ins.append(InstrRecord(len(ins), opcode, "dma", _ranges(writes), _ranges(reads), None, ns, loc, 0,
-                                   nbytes, rows, part0))
+            ins.append(InstrRecord(len(ins), "core_barrier", engine, _ranges(writes), (),
+                                   float(self.target.min_ii_cycles), None, loc, 0, 0, parts=tuple(parts)))
 
     # -- arithmetic helpers -------------------------------------------------------------------------
     @staticmethod

@@ -23,6 +23,9 @@ The model (every figure from the target, which takes it from shared/hardware.md)
   earlier (the most recent 32 gaps are searched), so a store waiting for compute does not block later loads.
   A transfer moving HBM bytes (twice for HBM to HBM) takes at least those bytes over the core's share of the
   chip's HBM bandwidth (the chip peak divided among the cores launched on the chip).
+* Barriers (``core_barrier`` records, from ``NeuronCore.barrier``): each core is scheduled on its own until it
+  reaches a barrier; the barrier starts on every participant when the last one is ready to start it, plus the
+  semaphore latency (the remote semaphore update).  Cores without barriers are scheduled independently, as before.
 * Fresh tiles: buffer ids are never reused (a tile allocated in a loop body is a new buffer each iteration), so
   iterations do not serialise on false dependencies.  To stay within SBUF/PSUM capacity, the first access of a
   new on-chip buffer waits, if the buffers live at that time would not fit, until enough earlier buffers have
@@ -62,13 +65,14 @@ def schedule(cores, *, progress=None) -> Timeline:
     gc_was = gc.isenabled()
     gc.disable()
     try:
+        gens = []
         for c in cores:
             share = tg.hbm_peak_bytes_per_s * 1e-9 / per_chip[id(c.chip)]
-            cols, counters = schedule_core(c, hbm_bytes_per_ns=share, progress=progress, progress_base=done,
-                                           progress_total=total)
+            gens.append(_schedule_core(c, share, progress, done, total))
+            done += len(c.instructions)
+        for cols, counters in _run_with_barriers(cores, gens):
             tl.extend(cols)
             tl.counters.update(counters)
-            done += len(c.instructions)
     finally:
         if gc_was:
             gc.enable()
@@ -77,8 +81,60 @@ def schedule(cores, *, progress=None) -> Timeline:
     return tl
 
 
+def _run_with_barriers(cores, gens):
+    """Drive each core's scheduling generator; a core at a barrier (``core_barrier``) waits until every core it
+    names has reached that barrier, and all of them pass it at the latest of their arrival times.  Cores without
+    barriers run straight through, one after the other.  Returns each core's ``(columns, counters)``."""
+    ids = {c.core_id: i for i, c in enumerate(cores)}
+    results = [None] * len(gens)
+    waiting = {}                       # core index -> (participant indices, arrival time)
+    send = [None] * len(gens)
+    live = set(range(len(gens)))
+    while live:
+        for i in sorted(live):
+            if i in waiting:
+                continue
+            try:
+                parts, t = gens[i].send(send[i])
+            except StopIteration as stop:
+                results[i] = stop.value
+                live.discard(i)
+                continue
+            idx = tuple(sorted(ids.get(p, -1) for p in parts))
+            waiting[i] = (idx, t)
+        released = False
+        for i, (idx, _) in list(waiting.items()):
+            if i not in waiting:
+                continue
+            if all(j in waiting and waiting[j][0] == idx for j in idx):
+                t = max(waiting[j][1] for j in idx)
+                for j in idx:
+                    send[j] = t
+                    del waiting[j]
+                released = True
+        if not released and waiting and all(i in waiting for i in live):
+            for i, (_, t) in list(waiting.items()):    # a barrier that cannot complete (not a recorded run):
+                send[i] = t                             # each core passes it at its own arrival
+                del waiting[i]
+    return results
+
+
 def schedule_core(core, *, hbm_bytes_per_ns=None, progress=None, progress_base=0, progress_total=0):
-    """Schedule one core's record; returns ``(columns, counters)`` for :meth:`Timeline.extend`."""
+    """Schedule one core's record on its own (a barrier passes at the core's own arrival); returns
+    ``(columns, counters)`` for :meth:`Timeline.extend`."""
+    gen = _schedule_core(core, hbm_bytes_per_ns, progress, progress_base, progress_total)
+    t = None
+    while True:
+        try:
+            _, t = gen.send(t)
+        except StopIteration as stop:
+            return stop.value
+
+
+def _schedule_core(core, hbm_bytes_per_ns=None, progress=None, progress_base=0, progress_total=0):
+    """The scheduling of one core's record, as a generator: at a ``core_barrier`` record it yields
+    ``(participant core ids, the time it is ready to start)`` and is sent the time the barrier completes (the
+    latest arrival of the participants); it returns ``(columns, counters)``."""
     tg = core.target
     recs = core.instructions
     binfo = core.buffers
@@ -312,6 +368,13 @@ def schedule_core(core, *, hbm_bytes_per_ns=None, progress=None, progress_base=0
             if gate > st:
                 st = gate
                 b = gb
+            if r.parts is not None:             # core_barrier: starts when the last participant arrives
+                joined = yield (r.parts, st)
+                if joined is not None and len(r.parts) > 1:
+                    joined += sema              # the remote semaphore update reaching the other core
+                    if joined > st:
+                        st = joined
+                        b = -1
             cyc = r.cycles
             if r.pre and e == "tensor":
                 key = reads[0][:3] if reads else None

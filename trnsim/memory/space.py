@@ -5,8 +5,10 @@ an address range ``[addr, addr + bytes_per_partition)`` on every partition (as N
 elements are laid out partition-major: element ``e`` sits on partition ``e // pfree``.  HBM is one flat byte range
 per chip, accounted but never allocated on the host beyond what a buffer really holds.
 
-A buffer's host storage is released, and its capacity returned, when the last view of it goes away: a tile
-allocated inside a loop body is a fresh buffer every iteration, as the compiler's multi-buffering makes it.
+A buffer's host storage is released, and its address range returned, when the last view of it goes away: a tile
+allocated inside a loop body is a fresh buffer every iteration, as the compiler's multi-buffering makes it.  A
+NeuronCore's SBUF and PSUM overcommit (``overcommit=True``): whether the tiles fit is decided by their live ranges
+in program order (``trnsim/machine/capacity.py``), as the compiler decides it.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ class MemorySpace:
     """One memory of a NeuronCore (or chip) with a first-fit allocator and live/peak accounting."""
 
     def __init__(self, kind: str, capacity_bytes: int, partitions: int = 0, align: int = 1,
-                 bank_bytes: int = 0, name: str | None = None):
+                 bank_bytes: int = 0, name: str | None = None, overcommit: bool = False):
         self.kind = kind
         self.name = name or kind
         self.partitions = partitions
@@ -47,6 +49,10 @@ class MemorySpace:
         self.peak = 0
         self._free = [(0, capacity_bytes)]      # sorted (start, size) free ranges
         self.on_chip = kind in ON_CHIP
+        # overcommit: an allocation that finds no free range is not refused (returns -1): a NeuronCore's SBUF and
+        # PSUM are refused by live range in program order instead (trnsim/machine/capacity.py), not by how many
+        # tile objects Python still holds.  A tile larger than the whole capacity is always refused.
+        self.overcommit = overcommit
 
     # -- allocation ---------------------------------------------------------------------------------
     def _place(self, size: int) -> int:
@@ -76,6 +82,8 @@ class MemorySpace:
             raise OutOfMemory(self._oom_message(size, what))
         addr = self._place(size)
         if addr < 0:
+            if self.overcommit:
+                return -1
             raise OutOfMemory(self._oom_message(size, what))
         self.live += size
         if self.live > self.peak:
@@ -86,6 +94,17 @@ class MemorySpace:
         unit = " per partition" if self.on_chip else ""
         return (f"{self.name.upper()} allocation of {size} bytes{unit} for {what} does not fit: capacity "
                 f"{self.capacity} bytes{unit}, {self.live} in use by live tensors (peak {self.peak})")
+
+    def check_placement(self, partition: int, partitions: int, addr: int, size: int, what: str = "tensor"):
+        """Check an explicit placement ``[addr, addr + size)`` on partitions ``[partition, partition +
+        partitions)`` lies inside the space; raises :class:`OutOfMemory` naming the limit."""
+        unit = " per partition" if self.on_chip else ""
+        if addr < 0 or addr + size > self.capacity:
+            raise OutOfMemory(f"{self.name.upper()} placement of {what} at byte {addr} ({size} bytes{unit}) ends at "
+                              f"{addr + size}, beyond the capacity of {self.capacity} bytes{unit}")
+        if self.on_chip and (partition < 0 or partition + partitions > self.partitions):
+            raise OutOfMemory(f"{self.name.upper()} placement of {what} on partitions [{partition}, "
+                              f"{partition + partitions}) is outside the {self.partitions} partitions")
 
     def release(self, addr: int, size: int) -> None:
         self.live -= size
@@ -118,11 +137,11 @@ class Buffer:
     """
 
     __slots__ = ("id", "space", "kind", "dtype", "shape", "nelem", "pfree", "addr", "bytes_pp", "data",
-                 "written", "all_written", "name", "__weakref__")
+                 "written", "all_written", "name", "block", "block_shape", "placement", "__weakref__")
 
     def __init__(self, space: MemorySpace | None, dtype: DType, shape: tuple, *, name: str = "",
                  data: np.ndarray | None = None, execute: bool = True, track_written: bool = False,
-                 fill: bool = True):
+                 fill: bool = True, address=None, block: int = 0, block_shape=None):
         self.id = next(_ids)
         self.space = space
         self.kind = space.kind if space is not None else HBM
@@ -137,9 +156,29 @@ class Buffer:
         self.pfree = (n // self.shape[0] if self.shape and self.shape[0] else 0) if on_chip else n
         self.bytes_pp = self.pfree * dtype.itemsize if on_chip else n * dtype.itemsize
         self.addr = 0
+        # block tensors ([B, par_dim(P), F] laid out as P partitions of B blocks): elements per partition of one
+        # block (0: not a block tensor) and the block dims; set by the front end.  placement: an explicit
+        # (partition, byte address), or a callable (block index, partitions, bytes) -> (partition, byte address)
+        self.block = int(block or 0)
+        self.block_shape = tuple(block_shape) if block_shape else None
+        self.placement = None
         if space is not None:
-            self.addr = space.allocate(self.bytes_pp, what=f"tensor {name!r}" if name else "a tensor")
-            weakref.finalize(self, space.release, self.addr, self.bytes_pp)
+            what = f"tensor {name!r}" if name else "a tensor"
+            if address is not None and space.on_chip:
+                self.placement = address
+                if not callable(address):
+                    p0, a0 = (int(address[0]), int(address[1])) if len(address) == 2 else (0, int(address[0]))
+                    space.check_placement(p0, self.shape[0] if self.shape else 1, a0, self.bytes_pp, what)
+                    self.placement = (p0, a0)
+                    self.addr = a0
+            else:
+                one = self.block * dtype.itemsize if self.block else self.bytes_pp   # a block is one tile
+                if space.on_chip and one > space.capacity:
+                    raise OutOfMemory(space._oom_message(one, what))
+                addr = space.allocate(self.bytes_pp, what=what) if self.bytes_pp <= space.capacity else -1
+                if addr >= 0:
+                    self.addr = addr
+                    weakref.finalize(self, space.release, addr, self.bytes_pp)
         if data is not None:
             self.data = data
         elif execute:

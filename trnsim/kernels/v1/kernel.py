@@ -34,7 +34,6 @@ class V1Kernel(Kernel):
         super().__init__(fn, grid, target, options)
         self.mode = mode
         self.benchmark_result = None
-        self._last = None
 
     def __getitem__(self, grid):
         k = V1Kernel(self.fn, _grid_dims(grid), self.target, self.options, self.mode)
@@ -55,10 +54,9 @@ class V1Kernel(Kernel):
 
     def run(self, *args, **kwargs):
         body, seen = self._body()
-        res = run_kernel(body, args, kwargs, self.grid, self.target)
+        res = run_kernel(body, args, kwargs, self.grid, self.target, strict_races=self.options.get("strict_races"))
         if seen:
             _write_back(args, kwargs, seen[0], res)
-        self._last = res
         return res
 
     def __call__(self, *args, **kwargs):
