@@ -1,0 +1,69 @@
+"""``trnsim estimate --search``: parallelism x instance count x micro-batch, pruned by memory first, and the
+Pareto front of step time against cost (or against instances when no price is known)."""
+
+from __future__ import annotations
+
+import itertools
+
+from .estimate import INSTANCES, estimate
+from .models import load_model
+
+__all__ = ["candidates", "search", "pareto"]
+
+
+def _divisors(n, cap=None):
+    return [d for d in range(1, n + 1) if n % d == 0 and (cap is None or d <= cap)]
+
+
+def candidates(model, instance, counts=(1,), micro_batches=(1, 2), seq=4096, lnc=None, max_tp=None):
+    """Configurations to try: tp over powers of two up to the cores of an instance's chips, pp dividing the
+    layers, ep for MoE models; dp fills the rest."""
+    from ..collectives import get_topology
+    spec = load_model(model)
+    out = []
+    for count in counts:
+        topo = get_topology(INSTANCES[instance]["topology"], nodes=count, lnc=lnc)
+        ranks = topo.ranks
+        for tp in [t for t in (1, 2, 4, 8, 16, 32) if ranks % t == 0 and (max_tp is None or t <= max_tp)
+                   and spec.heads % t == 0]:
+            for pp in [p for p in (1, 2, 4, 8, 16) if (ranks // tp) % p == 0 and spec.layers >= p]:
+                dp = ranks // (tp * pp)
+                eps = [e for e in (1, 2, 4, 8, 16, 32, 64) if spec.moe and dp % e == 0 and spec.experts % e == 0] \
+                    or [1]
+                for ep, mb in itertools.product(eps, micro_batches):
+                    out.append(dict(count=count, tp=tp, pp=pp, dp=dp, ep=ep, micro_batch=mb))
+    return out
+
+
+def pareto(results):
+    """Estimates not beaten on both step time and cost (cost: $/billion tokens, else instances)."""
+    def cost(e):
+        return e.usd_per_billion_tokens if e.usd_per_hour is not None else e.count
+    front = []
+    for e in results:
+        if not any((o.step_time_s <= e.step_time_s and cost(o) <= cost(e)) and
+                   (o.step_time_s < e.step_time_s or cost(o) < cost(e)) for o in results):
+            front.append(e)
+    return front
+
+
+def search(model, instance, counts=(1,), micro_batches=(1, 2), seq=4096, global_batch=None, lnc=None,
+           checkpointing=(False, True), progress=None, **kw):
+    """Every candidate that fits in memory, estimated; returns ``(feasible, front, rejected)``."""
+    res, rejected = [], []
+    cands = candidates(model, instance, counts, micro_batches, seq, lnc)
+    for i, c in enumerate(cands):
+        for ck in checkpointing:
+            try:
+                e = estimate(model, instance, c["count"], dp=c["dp"], tp=c["tp"], pp=c["pp"], ep=c["ep"],
+                             micro_batch=c["micro_batch"], seq=seq, global_batch=global_batch, lnc=lnc,
+                             checkpointing=ck, **kw)
+            except ValueError as err:
+                rejected.append((c, str(err)))
+                continue
+            (res if e.fits else rejected).append(e if e.fits else (c, e.notes[-1]))
+            if e.fits:
+                break            # checkpointing only when needed to fit
+        if progress:
+            progress(i + 1, len(cands))
+    return res, pareto(res), rejected
