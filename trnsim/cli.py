@@ -242,7 +242,12 @@ def main(argv=None):
     pr.add_argument("--no-progress", action="store_true", help="never show progress")
     sub.add_parser("conformance", add_help=False,
                    help="PyTorch op and NKI instruction conformance (see `trnsim conformance --help`)")
+    sub.add_parser("nccom-test", add_help=False,
+                   help="AWS nccom-test on a simulated cluster (see `trnsim nccom-test --help`)")
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["nccom-test"]:
+        from .collectives.nccom import run as nccom_run
+        return nccom_run(argv[1:])
     if argv[:1] == ["conformance"]:
         from conformance.runner import main as conformance_main
         return conformance_main(argv[1:])
