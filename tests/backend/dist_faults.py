@@ -56,6 +56,14 @@ def scenario(rank, world, out_dir, init, case):
         y = torch.full((4,), float(rank), device="neuron")
         dist.all_reduce(y)
         res["after_faults"] = float(y[0].to("cpu"))
+        # point to point: the receiver's clock ends no earlier than the sender's arrival plus the transfer
+        if rank == 0:
+            dist.send(torch.full((5,), 7.0, device="neuron"), 1)
+        elif rank == 1:
+            t = torch.empty(5, device="neuron")
+            dist.recv(t, 0)
+            res["recv"] = t.to("cpu").tolist()
+        dist.barrier()
         # rank 3 never issues this one: the others time out naming it
         if rank != 3:
             res["missing"] = _outcome(lambda: dist.all_reduce(torch.ones(8, device="neuron")))

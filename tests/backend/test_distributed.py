@@ -130,6 +130,7 @@ def test_clock_imbalance_mismatches_subset_and_missing_rank(tmp_path):
         assert not out["subset"]["ok"] and "ranks [0, 1] issued all_reduce" in msg \
             and "ranks [2, 3] issued all_gather" in msg
         assert out["after_faults"] == 0 + 1 + 2 + 3
+    assert res[1]["recv"] == [7.0] * 5
     for out in res[:3]:
         m = out["missing"]
         assert not m["ok"] and m["type"] == "NeuronCollectiveError" and "ranks [3] did not arrive" in m["msg"]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import struct
 import zlib
 
 import torch
@@ -150,7 +151,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         dt = ts[0].dtype if ts else torch.float32
         code = _DTYPES.index(dt) if dt in _DTYPES else 99
         return torch.tensor([self._seq, _OPS.index(op), sum(t.numel() for t in ts), code, _shape_key(ts),
-                             int(round(STATE.now_ns * 1000)), int(extra)], dtype=torch.int64)
+                             _f2i(STATE.now_ns), int(extra)], dtype=torch.int64)
 
     def _fail_missing(self, op, exc):
         missing = []
@@ -203,7 +204,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
                     f"neuron backend: {op} #{self._seq}: ranks {bad} disagree with rank {self._global[0]} on the "
                     f"tensors' shapes/dtypes ({'; '.join(desc)}; this rank {self._global[self.rank()]}: "
                     f"{_describe(ts)})")
-        return max(h[5] for h in heads) / 1000.0
+        return max(_i2f(h[5]) for h in heads)
 
     def _charge(self, op, ts, size, latest, group=None, device=True):
         if not device:
@@ -401,7 +402,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
     # point to point: the header travels with the payload (the sender's clock)
     def send(self, tensors, dst, tag=0):
         ts = _flat(tensors)
-        head = torch.tensor([int(round(STATE.now_ns * 1000)), sum(t.numel() for t in ts)], dtype=torch.int64)
+        head = torch.tensor([_f2i(STATE.now_ns), sum(t.numel() for t in ts)], dtype=torch.int64)
         try:
             self._gloo.send([head], dst, tag).wait()
             w = self._gloo.send([_payload(t) for t in ts], dst, tag)
@@ -413,7 +414,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         size = sum(t.numel() * t.element_size() for t in ts)
         self._charge("send_recv", ts, size, STATE.now_ns, group=[self._global[self.rank()], self._global[dst]],
                      device=_on_device(ts))
-        return w
+        return _Done()        # gloo's point-to-point work must not be waited on twice
 
     def recv(self, tensors, src, tag=0):
         ts = _flat(tensors)
@@ -433,9 +434,9 @@ class NeuronProcessGroup(dist.ProcessGroup):
                                         f"{self._global[src]} failed within {self._timeout.total_seconds():g} s: "
                                         f"{str(exc).splitlines()[0]}") from None
         size = sum(t.numel() * t.element_size() for t in ts)
-        self._charge("send_recv", ts, size, int(head[0]) / 1000.0,
+        self._charge("send_recv", ts, size, _i2f(int(head[0])),
                      group=[self._global[src], self._global[self.rank()]], device=_on_device(ts))
-        return w
+        return _Done()
 
 
 class _Done(dist.Work if hasattr(dist, "Work") else object):
@@ -461,6 +462,15 @@ def _each(fn, outs, ins, opts):
         w = fn(o, i, opts)
         w.wait()
     return w if w is not None else _Done()
+
+
+def _f2i(x):
+    """A float64 clock reading carried exactly in an int64 header slot."""
+    return struct.unpack("<q", struct.pack("<d", float(x)))[0]
+
+
+def _i2f(i):
+    return struct.unpack("<d", struct.pack("<q", int(i)))[0]
 
 
 def _red(op):
