@@ -66,6 +66,7 @@ def _check_jobs(results, jobs):
     assert len(set(ddp)) == len(ddp)
 
 
+@pytest.mark.slow       # 4 torchrun workers, each job twice: about 60 s on a loaded 2-core machine
 def test_ddp_fsdp2_tp_under_torchrun_match_cpu_gloo(tmp_path):
     jobs = ["ddp", "fsdp", "tp"]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(WORLD), "--master-port",
@@ -89,6 +90,7 @@ def _spawn(fn, args, tmp_path):
                 os.environ[k] = v
 
 
+@pytest.mark.slow
 def test_tp_under_mp_spawn(tmp_path):
     sys.path.insert(0, HERE)
     try:
@@ -137,6 +139,7 @@ def test_clock_imbalance_mismatches_subset_and_missing_rank(tmp_path):
         assert 9 < m["secs"] < 60                   # TRNSIM_DIST_TIMEOUT=10, not the 30 minutes of torch
 
 
+@pytest.mark.slow
 def test_a_rank_that_dies_makes_the_others_fail(tmp_path):
     sys.path.insert(0, HERE)
     try:

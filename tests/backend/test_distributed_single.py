@@ -64,3 +64,12 @@ def test_cluster_topology_from_world_size(monkeypatch):
     assert D.cluster_topology(256).nodes == 4                 # 64 ranks per trn2.48xlarge at LNC=2
     monkeypatch.setenv("TRNSIM_TOPOLOGY", "trn2-ultraserver")
     assert D.cluster_topology(256).nodes == 1
+
+
+def test_collectives_are_rows_in_torch_profiler(world1):
+    x = torch.ones(16, device="neuron")
+    with torch.profiler.profile() as prof:
+        dist.all_reduce(x)
+        dist.broadcast(x, 0)
+    names = {e.key for e in prof.key_averages()}
+    assert {"neuron::all_reduce", "neuron::broadcast"} <= names

@@ -232,15 +232,16 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     def _run(self, op, ts_in, ts_out, size, call, extra=0, check_shapes=True):
         device = _on_device(ts_in + ts_out)
-        latest = self._arrive(op, ts_in, extra, check_shapes)
-        try:
-            work = call()
-            work.wait()
-        except NeuronCollectiveError:
-            raise
-        except Exception as exc:     # noqa: BLE001
-            self._fail_missing(op, exc)
-        self._charge(op, ts_in + ts_out, size, latest, device=device)
+        with torch.profiler.record_function(f"neuron::{op}"):     # a row in torch.profiler tables and traces
+            latest = self._arrive(op, ts_in, extra, check_shapes)
+            try:
+                work = call()
+                work.wait()
+            except NeuronCollectiveError:
+                raise
+            except Exception as exc:     # noqa: BLE001
+                self._fail_missing(op, exc)
+            self._charge(op, ts_in + ts_out, size, latest, device=device)
         return work
 
     # -- collectives -----------------------------------------------------------------------------------------
