@@ -33,15 +33,20 @@ def test_functional_collective_on_neuron_is_native_and_plain(world1):
     import torch.distributed._functional_collectives as fc
     trnsim.backend.reset_fallback_counts()
     x = torch.arange(6.0, device="neuron")
-    y = fc.all_reduce(x, "sum", world1)
+    with trnsim.profile_torch() as prof:
+        y = fc.all_reduce(x, "sum", world1)
+    # the payload reached the group as a CPU tensor, inside the device's dispatch: still a device collective
+    assert [(r.op, r.kind) for r in prof.rows if r.kind == "collective"] == [("c10d::all_reduce", "collective")]
     assert type(y).__name__ == "NeuronTensor" and y.device.type == "neuron"   # the patch: no AsyncCollectiveTensor
     assert torch.equal(y.to("cpu"), torch.arange(6.0))
     g = fc.all_gather_tensor(x, 0, world1)
     assert torch.equal(g.to("cpu"), torch.arange(6.0))
     assert not any("c10d" in k or "all_" in k or "wait" in k for k in trnsim.backend.fallback_counts())
     # CPU tensors keep torch's own path
-    z = fc.all_reduce(torch.ones(3), "sum", world1)
+    with trnsim.profile_torch() as prof:
+        z = fc.wait_tensor(fc.all_reduce(torch.ones(3), "sum", world1))
     assert torch.equal(torch.as_tensor(z), torch.ones(3))
+    assert not prof.rows                                        # host collectives cost no device time
 
 
 def test_avg_and_profile_rows(world1):

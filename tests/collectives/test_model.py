@@ -1,7 +1,6 @@
 """The collective timing model's claims: topology data, contention, the alpha-beta ring, the runtime's algorithm
 switch points, hierarchical collectives across instances, HBM traffic of KangaRing, busbw bounds."""
 
-import math
 
 import pytest
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import datetime
 import os
 import struct
+import sys
 import zlib
 
 import torch
@@ -88,7 +89,18 @@ def _flat(xs):
 
 
 def _on_device(ts):
-    return any(type(t).__name__ == "NeuronTensor" for t in ts)
+    """Device data: neuron tensors, or the CPU payloads a c10d functional op on neuron tensors hands the group
+    (its CPU kernel runs inside the device's ``__torch_dispatch__``, found on the stack)."""
+    if any(type(t).__name__ == "NeuronTensor" for t in ts):
+        return True
+    from .tensor import dispatch
+    code = dispatch.__code__
+    f = sys._getframe(1)
+    while f is not None:
+        if f.f_code is code:
+            return True
+        f = f.f_back
+    return False
 
 
 def _shape_key(ts):

@@ -15,7 +15,6 @@ several topologies).  The simulator is deterministic, so the P50 over ``--iters`
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import re
 import sys
@@ -23,7 +22,7 @@ import tempfile
 
 import numpy as np
 
-from .algorithms import bus_factor, collective_time, _canon
+from .algorithms import bus_factor, collective_time
 from .topology import get_topology
 from . import functional
 
