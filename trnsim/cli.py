@@ -361,19 +361,26 @@ def build_parser():
     pr.add_argument("--no-plot", action="store_true", help="skip the PNG")
     pr.add_argument("--progress", action="store_true", help="show progress even when stderr is not a terminal")
     pr.add_argument("--no-progress", action="store_true", help="never show progress")
-    sub.add_parser("conformance", add_help=False,
-                   help="PyTorch op and NKI instruction conformance (see 'trnsim conformance --help')")
+    for name, (_, _, helptext) in _DELEGATED.items():
+        sub.add_parser(name, add_help=False, help=f"{helptext} (see 'trnsim {name} --help')")
     return p
 
 
 _COMMANDS = {"demo": _demo, "profile": _profile}
 
+# subcommands with parsers of their own: name -> (module, function taking argv, help)
+_DELEGATED = {
+    "conformance": ("conformance.runner", "main", "PyTorch op and NKI instruction conformance"),
+    "nccom-test": ("trnsim.collectives.nccom", "run", "AWS nccom-test on a simulated cluster"),
+}
+
 
 def _run(argv):
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["conformance"]:
-        from conformance.runner import main as conformance_main
-        return conformance_main(argv[1:])
+    if argv[:1] and argv[0] in _DELEGATED:
+        import importlib
+        mod, fn, _ = _DELEGATED[argv[0]]
+        return getattr(importlib.import_module(mod), fn)(argv[1:])
     p = build_parser()
     args = p.parse_args(argv)
     if args.cmd is None:

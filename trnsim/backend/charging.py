@@ -62,7 +62,7 @@ def _main_out(out):
 def op_time(name, cat, args, out):
     """(ns, kind, flops, bytes) for a native op; ``args`` are the CPU payloads, ``out`` the CPU result."""
     tg = STATE.target
-    if cat == "view":
+    if cat in ("view", "collective"):     # collectives: the process group charges them (distributed.py)
         return 0.0, "native", 0.0, 0
     if cat in ("sync",):
         return costs.host_transfer_ns(tg, 8), "native", 0.0, 8

@@ -93,3 +93,25 @@ def apply(tensor_type, device_module):
     _accelerator_sync(device_module)
     _pin_memory()
     _backward_errors()
+
+
+# -- torch.distributed (the "neuron" process group, trnsim/backend/distributed.py) ----------------------------
+def _functional_collectives_wrap():
+    """5. ``torch.distributed._functional_collectives._maybe_wrap_tensor``: its ``_wrap_tensor_autograd`` custom op
+    builds an ``AsyncCollectiveTensor`` around whatever reaches its kernel, which for a ``neuron`` tensor is the CPU
+    payload (the wrapper is unwrapped on the way in), so the result cannot be re-wrapped.  The neuron process group
+    runs every collective to completion, so a neuron tensor takes the path torch uses under tracing:
+    ``wait_tensor(t)``, a plain tensor.  Other tensors keep the original path."""
+    if not _version_ok():
+        return
+    import torch.distributed._functional_collectives as fc
+    from .tensor import NeuronTensor
+    orig = fc._maybe_wrap_tensor
+
+    def _maybe_wrap_tensor(self):
+        if type(self) is NeuronTensor:
+            return fc.wait_tensor(self)
+        return orig(self)
+    _maybe_wrap_tensor._trnsim_orig = orig
+    fc._maybe_wrap_tensor = _maybe_wrap_tensor
+    APPLIED.append("_functional_collectives._maybe_wrap_tensor")

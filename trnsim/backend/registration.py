@@ -64,6 +64,7 @@ def register(force=False):
     patches.apply(tensor.NeuronTensor, mod)
     from . import autocast
     autocast.register()
+    from . import distributed; distributed.register()  # noqa: E702  torch.distributed backend "neuron"
     _REGISTERED = True
 
 

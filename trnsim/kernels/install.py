@@ -7,12 +7,14 @@ import sys
 
 _ALIASES = {"nki": "trnsim.kernels.nki", "nki.language": "trnsim.kernels.nki.language",
             "nki.isa": "trnsim.kernels.nki.isa", "nki.typing": "trnsim.kernels.nki.typing",
+            "nki.collectives": "trnsim.kernels.nki.collectives", "nki.isa.constants": "trnsim.kernels.nki.isa_constants",
             "neuronxcc": "trnsim.kernels.neuronxcc", "neuronxcc.nki": "trnsim.kernels.neuronxcc.nki",
             "neuronxcc.nki.language": "trnsim.kernels.neuronxcc.nki.language",
             "neuronxcc.nki.isa": "trnsim.kernels.neuronxcc.nki.isa",
             "neuronxcc.nki.typing": "trnsim.kernels.neuronxcc.nki.typing",
             "neuronxcc.nki.compiler": "trnsim.kernels.neuronxcc.nki.compiler"}
 _SUBMODULES = {"nki": ("language", "isa", "typing"), "neuronxcc.nki": ("language", "isa", "typing", "compiler")}
+_SUBMODULES.update({"nki": _SUBMODULES["nki"] + ("collectives",), "nki.isa": ("constants",)})  # issue 16
 
 
 def _is_real(name):
