@@ -372,6 +372,7 @@ _COMMANDS = {"demo": _demo, "profile": _profile}
 _DELEGATED = {
     "conformance": ("conformance.runner", "main", "PyTorch op and NKI instruction conformance"),
     "nccom-test": ("trnsim.collectives.nccom", "run", "AWS nccom-test on a simulated cluster"),
+    "estimate": ("trnsim.cost.cli", "main", "time and price of a training job on trn1/trn2/trn3 instances"),
 }
 
 

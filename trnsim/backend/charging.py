@@ -59,6 +59,9 @@ def _main_out(out):
     return None
 
 
+_FEW = 8      # reductions of at most this many values per output are costed as elementwise combines
+
+
 def op_time(name, cat, args, out):
     """(ns, kind, flops, bytes) for a native op; ``args`` are the CPU payloads, ``out`` the CPU result."""
     tg = STATE.target
@@ -124,6 +127,13 @@ def op_time(name, cat, args, out):
         on = o.numel() if o is not None else 1
         rows = max(on, 1)
         cols = max(1, x.numel() // rows)
+        if cols <= _FEW and rows >= 128 * _FEW:
+            # a few values per output (a sum over a short outer dimension, e.g. the backward of
+            # repeat_interleave): (cols - 1) elementwise combines of output-sized slices, not a row reduction
+            # of very short rows
+            ns, fl, nb = costs.elementwise_cost(tg, rows, kdtype(x.dtype), "binary", "add")
+            k = cols - 1 if cols > 1 else 1
+            return launch + k * ns, "native", k * fl, k * nb
         ns, fl, nb = costs.reduction_cost(tg, rows, cols, kdtype(x.dtype),
                                           "maximum" if cat == "reduce_max" else "add")
         return launch + ns, "native", fl, nb

@@ -29,8 +29,20 @@ _MODE = None
 def _fake_mode():
     global _MODE
     if _MODE is None:
-        from torch._subclasses.fake_tensor import FakeTensorMode
-        _MODE = FakeTensorMode(allow_non_fake_inputs=True)
+        from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+        class ShapeOnlyMode(FakeTensorMode):
+            """Fake tensors that choose the attention kernel as real CPU tensors of their shapes would: the meta
+            device's choice is the math path (materialised scores), the device's the fused flash kernel."""
+
+            def dispatch(self, func, types, args=(), kwargs=None):
+                if func is torch.ops.aten._fused_sdp_choice.default:
+                    # same shapes, dtypes and a contiguous last dimension, backed by one row of real memory
+                    real = [torch.empty(a.shape[-1], dtype=a.dtype).expand(a.shape) if isinstance(a, FakeTensor)
+                            else a for a in args]
+                    return func(*real, **(kwargs or {}))
+                return super().dispatch(func, types, args, kwargs)
+        _MODE = ShapeOnlyMode(allow_non_fake_inputs=True)
     return _MODE
 
 

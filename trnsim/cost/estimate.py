@@ -181,7 +181,7 @@ def _optimizer_s(numel, target):
     from ..backend.shape_only import device_target, shape_only_tensor
     if numel <= 0:
         return 0.0
-    key = (int(numel), target)
+    key = (int(numel), target.name)
     if key in _OPT:
         return _OPT[key]
     with device_target(target):

@@ -30,6 +30,17 @@ class RMSNorm(nn.Module):
         return F.rms_norm(x, (x.shape[-1],), self.weight, 1e-6)
 
 
+def _attention(q, k, v):
+    """Causal attention through the fused (flash) kernel the device implements natively, as a Trainium attention
+    kernel is: torch's composite SDPA on a PrivateUse1 device takes the math path (materialised scores) instead.
+    Value heads narrower than the query's (latent attention) are padded to the query's head size."""
+    dv = v.shape[-1]
+    if dv != q.shape[-1]:
+        v = F.pad(v, (0, q.shape[-1] - dv))
+    o = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True)[0]
+    return o[..., :dv] if dv != q.shape[-1] else o
+
+
 def _rotate(x, cos, sin):
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
@@ -58,7 +69,7 @@ class Attention(nn.Module):
         if self.kv != self.h:
             k = k.repeat_interleave(self.h // self.kv, dim=1)
             v = v.repeat_interleave(self.h // self.kv, dim=1)
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        o = _attention(q, k, v)
         return self.o(o.transpose(1, 2).reshape(b, s, self.h * self.d))
 
 
@@ -94,7 +105,7 @@ class LatentAttention(nn.Module):
         kvb = self.kv_b(self.kv_norm(c)).view(b, s, self.h, self.nope + self.vd).transpose(1, 2)
         k = torch.cat((kvb[..., :self.nope], k_rope), dim=-1)
         v = kvb[..., self.nope:]
-        o = F.scaled_dot_product_attention(torch.cat((q_nope, q_rope), dim=-1), k, v, is_causal=True)
+        o = _attention(torch.cat((q_nope, q_rope), dim=-1), k, v)
         return self.o(o.transpose(1, 2).reshape(b, s, self.h * self.vd))
 
 

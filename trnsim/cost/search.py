@@ -47,23 +47,45 @@ def pareto(results):
     return front
 
 
+def _one(args):
+    model, instance, c, seq, global_batch, lnc, checkpointing, kw = args
+    out = []
+    for ck in checkpointing:
+        try:
+            e = estimate(model, instance, c["count"], dp=c["dp"], tp=c["tp"], pp=c["pp"], ep=c["ep"],
+                         micro_batch=c["micro_batch"], seq=seq, global_batch=global_batch, lnc=lnc,
+                         checkpointing=ck, **kw)
+        except ValueError as err:
+            return [("rejected", (c, str(err)))]
+        if e.fits:
+            return [("ok", e)]          # checkpointing only when needed to fit
+        out = [("rejected", (c, e.notes[-1]))]
+    return out
+
+
 def search(model, instance, counts=(1,), micro_batches=(1, 2), seq=4096, global_batch=None, lnc=None,
-           checkpointing=(False, True), progress=None, **kw):
-    """Every candidate that fits in memory, estimated; returns ``(feasible, front, rejected)``."""
-    res, rejected = [], []
+           checkpointing=(False, True), progress=None, jobs=1, **kw):
+    """Every candidate that fits in memory, estimated; returns ``(feasible, front, rejected)``.  Memory is
+    checked first: a configuration that does not fit is retried with activation checkpointing, then dropped.
+    ``jobs`` > 1 spreads the candidates over worker processes (grouped by layer shapes, so each worker
+    simulates its layers once)."""
     cands = candidates(model, instance, counts, micro_batches, seq, lnc)
-    for i, c in enumerate(cands):
-        for ck in checkpointing:
-            try:
-                e = estimate(model, instance, c["count"], dp=c["dp"], tp=c["tp"], pp=c["pp"], ep=c["ep"],
-                             micro_batch=c["micro_batch"], seq=seq, global_batch=global_batch, lnc=lnc,
-                             checkpointing=ck, **kw)
-            except ValueError as err:
-                rejected.append((c, str(err)))
-                continue
-            (res if e.fits else rejected).append(e if e.fits else (c, e.notes[-1]))
-            if e.fits:
-                break            # checkpointing only when needed to fit
-        if progress:
-            progress(i + 1, len(cands))
+    cands.sort(key=lambda c: (c["tp"], c["ep"], c["micro_batch"]))
+    work = [(model, instance, c, seq, global_batch, lnc, tuple(checkpointing), kw) for c in cands]
+    res, rejected = [], []
+    if jobs > 1 and len(work) > 1:
+        import multiprocessing as mp
+        with mp.get_context("spawn").Pool(jobs) as pool:
+            outs = pool.imap(_one, work, chunksize=max(1, len(work) // (4 * jobs)))
+            for i, o in enumerate(outs):
+                for kind, v in o:
+                    (res if kind == "ok" else rejected).append(v)
+                if progress:
+                    progress(i + 1, len(work))
+    else:
+        for i, w in enumerate(work):
+            for kind, v in _one(w):
+                (res if kind == "ok" else rejected).append(v)
+            if progress:
+                progress(i + 1, len(work))
     return res, pareto(res), rejected
