@@ -96,14 +96,23 @@ def materialize_shape_only(module: torch.nn.Module, dtype=None):
 
 @contextlib.contextmanager
 def device_target(target):
-    """Run the device as ``target`` (a name or Target) inside the block (the cost memo is per target)."""
+    """Run the device as ``target`` (a name or Target) inside the block (the cost memo is per target).  The
+    device's HBM capacity check is off inside: a shape-only run of one layer or one optimizer shard of a large
+    model is not a placement on one core (the estimator accounts memory per rank itself)."""
     from ..targets import get_target
     from . import tensor
+    from .memory import MEMORY
     prev = STATE.target
     STATE.target = get_target(target)
     tensor._FAST.clear()
+    MEMORY.check = _no_check
     try:
         yield STATE.target
     finally:
         STATE.target = prev
         tensor._FAST.clear()
+        MEMORY.__dict__.pop("check", None)
+
+
+def _no_check(*args, **kwargs):
+    return None

@@ -297,7 +297,7 @@ def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, c
     p2p = 2 * _coll("send_recv", act_bytes, topo, groups["pp"][0][:2]) if pp > 1 else 0.0
     steps = mbs + pp - 1
     pipeline_s = steps * (stage_s + per_mb_comm + p2p)
-    bubble_s = (pp - 1) * (stage_s + per_mb_comm + p2p)
+    bubble_s = (pp - 1) * stage_s        # the collectives of the bubble steps are counted with the others
     # parameters held by one rank
     dense_layer_local = {k: (spec.attention_params() / tp + spec.mlp_params(k) / (tp * (ep if k == "moe" else 1))
                              + 2 * spec.hidden) for k, _ in kinds}
