@@ -93,3 +93,22 @@ def apply(tensor_type, device_module):
     _accelerator_sync(device_module)
     _pin_memory()
     _backward_errors()
+
+
+def dynamo_wrap_tensor(tensor_type):
+    """5. torch._dynamo ``VariableBuilder._type_dispatch_impl`` (torch 2.13): dynamo wraps a value by its exact type;
+    an unknown tensor subclass is traced as an object (graph breaks, then tracing into ``__torch_dispatch__``).
+    Mapping the device tensor type to ``wrap_tensor`` in both tables (``trace_numpy`` True and False) makes dynamo
+    treat it as a tensor.  Applied by the compile backend when dynamo is first used (never at import: importing
+    dynamo costs about a second)."""
+    if "dynamo_wrap_tensor" in APPLIED:
+        return
+    if not _version_ok():
+        import warnings
+        warnings.warn(f"trnsim's dynamo patch was written for torch {SUPPORTED}; torch {torch.__version__} may "
+                      "trace neuron tensors with graph breaks", RuntimeWarning, stacklevel=2)
+    from torch._dynamo.variables.builder import VariableBuilder
+    for trace_numpy in (True, False):
+        table = VariableBuilder._type_dispatch_impl(trace_numpy)
+        table[tensor_type] = VariableBuilder.wrap_tensor
+    APPLIED.append("dynamo_wrap_tensor")
