@@ -127,7 +127,12 @@ class CompileCache:
     def lookup(self, key):
         """(plan, "ok") | (failure payload, "failure") | (None, None)."""
         payload = self.memory.get(key)
-        if payload is None and self.enabled():
+        if payload is not None and self.enabled():
+            try:
+                os.utime(self.path(key))           # least-recently-used order for eviction
+            except OSError:
+                pass
+        elif payload is None and self.enabled():
             payload = self._read(key)
         if payload is None:
             return None, None
