@@ -149,3 +149,19 @@ def test_import_does_not_load_dynamo_or_register_backend():
             "assert eps.get('neuron') == 'trnsim.backend.compile:neuron', eps; print('ok')")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]
+
+
+def test_compile_time_in_profile_summary():
+    from trnsim.backend.compile import stats
+
+    def f(x):
+        return torch.tanh(x) * 3
+
+    x = torch.randn(8, 8).to("neuron")
+    with backend.profile_torch() as p:
+        torch.compile(f, backend="neuron")(x)
+    (rec,) = p.compiles
+    assert rec.cache == "miss" and rec.host_s > 0
+    assert rec.est_hw_compile_s == pytest.approx(stats.HW_COMPILE_FIXED_S + stats.HW_COMPILE_PER_OP_S * rec.n_ops)
+    text = p.summary()
+    assert "estimated Neuron compiler" in text and rec.graph in text
