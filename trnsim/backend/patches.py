@@ -112,3 +112,23 @@ def dynamo_wrap_tensor(tensor_type):
         table = VariableBuilder._type_dispatch_impl(trace_numpy)
         table[tensor_type] = VariableBuilder.wrap_tensor
     APPLIED.append("dynamo_wrap_tensor")
+
+
+def flex_attention_device():
+    """6. ``torch.nn.attention.flex_attention._validate_device`` (torch 2.13): the front end accepts only CUDA, CPU,
+    XPU, HPU and MPS inputs ("FlexAttention is only supported on CUDA, CPU, HPU, or MPS devices").  Inputs on
+    ``neuron`` are let through (forward and backward: the device implements both, see
+    ``trnsim/backend/compile/flex.py``); every other device keeps torch's check.  Applied with the compile backend
+    (FlexAttention always goes through dynamo)."""
+    if "flex_attention_device" in APPLIED:
+        return
+    import torch.nn.attention.flex_attention as fa
+    orig = fa._validate_device
+
+    def _validate_device(query, key, value):
+        if query.device.type == "neuron":
+            return None
+        return orig(query, key, value)
+    _validate_device._trnsim_orig = orig
+    fa._validate_device = _validate_device
+    APPLIED.append("flex_attention_device")

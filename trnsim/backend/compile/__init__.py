@@ -14,6 +14,8 @@ def _ensure_patched():
     from .. import patches
     from ..tensor import NeuronTensor
     patches.dynamo_wrap_tensor(NeuronTensor)
+    from . import flex
+    flex.enable()
 
 
 def neuron(gm, example_inputs, **kwargs):

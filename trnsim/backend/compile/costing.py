@@ -59,9 +59,11 @@ def _meta(x):
 def eager_kernel_cost(node):
     """(ns, flops, bytes, estimated) the eager device charges ``node`` minus its per-op launch."""
     name = O.op_name(node.target)
-    cat = TABLE.get(name) or ("copy" if O.kind(node.target) in ("factory", "random", "pointwise") else "estimate")
+    cat = TABLE.get(name) or O._HOP_OPAQUE.get(name) or ("copy" if O.kind(node.target) in ("factory", "random", "pointwise") else "estimate")
     args = tuple(_meta(a) for a in node.args)
     out = _meta(node)
+    if name in O._HOP_OPAQUE:
+        args, out = args[:3], None          # q, k, v: the attention kernel's shapes
     ns, kind, fl, nb = charging.op_time(name, cat, args, out)
     ns = max(0.0, ns - costs.launch_ns(STATE.target)) if ns else 0.0
     return ns, fl, nb, kind == "estimated"

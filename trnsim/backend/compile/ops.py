@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import operator
 
+import torch
+
 from ..op_table import TABLE
 
 # activations on the Scalar Engine; every other elementwise op is one Vector Engine instruction
@@ -36,12 +38,18 @@ _ROW_REDUCE = frozenset("sum mean amax amin any all prod".split())
 _MATMUL = frozenset("mm bmm addmm".split())
 _SOFTMAX = frozenset(("_softmax", "_log_softmax", "_safe_softmax"))
 _SOFTMAX_BW = frozenset(("_softmax_backward_data", "_log_softmax_backward_data"))
+_HOP_OPAQUE = {"flex_attention": "sdpa", "flex_attention_backward": "backward:sdpa"}   # higher-order ops -> cost
 _VIEW_EXTRA = frozenset(("split_with_sizes", "split", "unbind", "chunk", "alias"))
 
 
 def op_name(target):
-    """The overload packet name of an aten op (``aten.add.Tensor`` -> ``add``)."""
-    return getattr(target, "_opname", None) or getattr(target, "__name__", str(target))
+    """The overload packet name of an aten op (``aten.add.Tensor`` -> ``add``), or a higher-order op's name."""
+    n = getattr(target, "_opname", None)
+    if n:
+        return n
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return target.name()
+    return getattr(target, "__name__", str(target))
 
 
 def kind(target):
@@ -49,6 +57,8 @@ def kind(target):
     if target is operator.getitem:
         return "view"
     name = op_name(target)
+    if name in _HOP_OPAQUE:
+        return "opaque"
     if name in _RANDOM:
         return "random"
     if name in _FACTORY and name not in ("full_like", "zeros_like", "ones_like", "new_zeros", "new_ones",
