@@ -19,6 +19,18 @@ from ..tensor import NeuronTensor, wrap
 _DONE = []
 
 
+class _OnHost(torch.overrides.TorchFunctionMode):
+    """While the dense implementation runs on the payloads, a tensor the mask/score mods create on the device
+    (``new_ones(..., device=neuron)`` baked into a traced mod) is created on the host instead."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        d = kwargs.get("device")
+        if d is not None and torch.device(d).type == "neuron":
+            kwargs = dict(kwargs, device="cpu")
+        return func(*args, **kwargs)
+
+
 def _unwrap(x):
     return x._p if isinstance(x, NeuronTensor) else x
 
@@ -36,20 +48,23 @@ def enable():
     from torch._higher_order_ops.flex_attention import flex_attention_backward as fab_hop
 
     from .. import patches
+    # torch's dense kernels, called directly (a call through the higher-order op would not see _OnHost)
+    dense_fw = fa_hop.py_kernels[torch._C.DispatchKey.CompositeExplicitAutograd]
+    dense_bw = fab_hop.py_kernels[torch._C.DispatchKey.CompositeExplicitAutograd]
 
     @fa_hop.py_impl(NeuronTensor)
     def _forward(*args, **kwargs):
         ua, uk = pytree.tree_map(_unwrap, (args, kwargs))
-        with torch.no_grad():
-            out = fa_hop(*ua, **uk)
+        with torch.no_grad(), _OnHost():
+            out = dense_fw(*ua, **uk)
         _charge("flex_attention", "sdpa", ua[:3], None)
         return pytree.tree_map(lambda t: wrap(t) if isinstance(t, torch.Tensor) else t, out)
 
     @fab_hop.py_impl(NeuronTensor)
     def _backward(*args, **kwargs):
         ua, uk = pytree.tree_map(_unwrap, (args, kwargs))
-        with torch.no_grad():
-            out = fab_hop(*ua, **uk)
+        with torch.no_grad(), _OnHost():
+            out = dense_bw(*ua, **uk)
         _charge("flex_attention_backward", "backward:sdpa", ua[:3], None)
         return pytree.tree_map(lambda t: wrap(t) if isinstance(t, torch.Tensor) else t, out)
 
