@@ -165,3 +165,24 @@ def test_compile_time_in_profile_summary():
     assert rec.est_hw_compile_s == pytest.approx(stats.HW_COMPILE_FIXED_S + stats.HW_COMPILE_PER_OP_S * rec.n_ops)
     text = p.summary()
     assert "estimated Neuron compiler" in text and rec.graph in text
+
+
+def test_compile_patches_each_applied():
+    """The two private patches the compile backend adds to trnsim/backend/patches.py (torch 2.13), each checked for
+    its effect."""
+    import torch.nn.attention.flex_attention as fa
+    from torch._dynamo.variables.builder import VariableBuilder
+
+    import trnsim.backend.compile  # noqa: F401
+    from trnsim.backend import patches
+    from trnsim.backend.tensor import NeuronTensor
+    assert {"dynamo_wrap_tensor", "flex_attention_device"} <= set(patches.APPLIED)
+    for trace_numpy in (True, False):
+        assert VariableBuilder._type_dispatch_impl(trace_numpy)[NeuronTensor] is VariableBuilder.wrap_tensor
+    q = torch.randn(1, 1, 4, 8)
+    assert fa._validate_device(q.to("neuron"), q.to("neuron"), q.to("neuron")) is None
+    qm = q.to("meta")
+    with pytest.raises(ValueError, match="only supported on CUDA, CPU"):
+        fa._validate_device(qm, qm, qm)                          # other devices keep torch's check
+    patches.dynamo_wrap_tensor(NeuronTensor)                     # idempotent
+    assert patches.APPLIED.count("dynamo_wrap_tensor") == 1
