@@ -36,6 +36,9 @@ def _unwrap(x):
 
 
 def _charge(name, cat, args, out):
+    from torch._subclasses.fake_tensor import FakeTensor
+    if isinstance(args[0], FakeTensor):
+        return                 # dynamo propagating shapes through the op while tracing: nothing runs on the device
     ns, kind, fl, nb = charging.op_time(name, cat, args, out)
     charging.advance(name, ns, kind, fl, nb, args, out)
 
