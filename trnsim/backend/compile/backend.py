@@ -94,7 +94,6 @@ class _PerShape:
         key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else ("int", a) for a in args)
         fn = self.compiled.get(key)
         if fn is None:
-            from torch._guards import detect_fake_mode  # noqa: F401  (dynamo's fake mode is not active here)
             fn = self.compiled[key] = _aot(self.gm, list(args), self.options)
         return fn(*args)
 
