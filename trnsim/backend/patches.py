@@ -115,3 +115,42 @@ def _functional_collectives_wrap():
     _maybe_wrap_tensor._trnsim_orig = orig
     fc._maybe_wrap_tensor = _maybe_wrap_tensor
     APPLIED.append("_functional_collectives._maybe_wrap_tensor")
+
+
+def dynamo_wrap_tensor(tensor_type):
+    """5. torch._dynamo ``VariableBuilder._type_dispatch_impl`` (torch 2.13): dynamo wraps a value by its exact type;
+    an unknown tensor subclass is traced as an object (graph breaks, then tracing into ``__torch_dispatch__``).
+    Mapping the device tensor type to ``wrap_tensor`` in both tables (``trace_numpy`` True and False) makes dynamo
+    treat it as a tensor.  Applied by the compile backend when dynamo is first used (never at import: importing
+    dynamo costs about a second)."""
+    if "dynamo_wrap_tensor" in APPLIED:
+        return
+    if not _version_ok():
+        import warnings
+        warnings.warn(f"trnsim's dynamo patch was written for torch {SUPPORTED}; torch {torch.__version__} may "
+                      "trace neuron tensors with graph breaks", RuntimeWarning, stacklevel=2)
+    from torch._dynamo.variables.builder import VariableBuilder
+    for trace_numpy in (True, False):
+        table = VariableBuilder._type_dispatch_impl(trace_numpy)
+        table[tensor_type] = VariableBuilder.wrap_tensor
+    APPLIED.append("dynamo_wrap_tensor")
+
+
+def flex_attention_device():
+    """6. ``torch.nn.attention.flex_attention._validate_device`` (torch 2.13): the front end accepts only CUDA, CPU,
+    XPU, HPU and MPS inputs ("FlexAttention is only supported on CUDA, CPU, HPU, or MPS devices").  Inputs on
+    ``neuron`` are let through (forward and backward: the device implements both, see
+    ``trnsim/backend/compile/flex.py``); every other device keeps torch's check.  Applied with the compile backend
+    (FlexAttention always goes through dynamo)."""
+    if "flex_attention_device" in APPLIED:
+        return
+    import torch.nn.attention.flex_attention as fa
+    orig = fa._validate_device
+
+    def _validate_device(query, key, value):
+        if query.device.type == "neuron":
+            return None
+        return orig(query, key, value)
+    _validate_device._trnsim_orig = orig
+    fa._validate_device = _validate_device
+    APPLIED.append("flex_attention_device")

@@ -33,6 +33,7 @@ class TorchOpRow:
 class TorchProfile:
     def __init__(self):
         self.rows: list[TorchOpRow] = []
+        self.compiles = []     # torch.compile(backend="neuron") graph compiles inside the block (compile/stats.py)
 
     def add(self, op, shapes, dtypes, start, end, kind, nbytes, flops, source):
         self.rows.append(TorchOpRow(op, shapes, dtypes, start, end, kind, int(nbytes), float(flops), source))
@@ -57,6 +58,9 @@ class TorchProfile:
         for op, (c, t, kind) in list(self.by_op().items())[:top]:
             lines.append(f"{op:<48} {c:>6} {t / 1e3:>14.2f} {100 * t / tot:>6.1f}  {kind}")
         lines.append(f"total simulated device time: {tot / 1e3:.2f} us over {len(self.rows)} ops")
+        if self.compiles:
+            from .compile.stats import summary as compile_summary
+            lines.append(compile_summary(self.compiles))
         return "\n".join(lines)
 
     def to_chrome_trace(self, path=None):
