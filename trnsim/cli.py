@@ -1,4 +1,4 @@
-"""The ``trnsim`` command: ``trnsim demo`` and ``trnsim profile FILE::KERNEL``."""
+"""The ``trnsim`` command: ``trnsim demo``, ``trnsim profile FILE::KERNEL``, ``trnsim compare A B``."""
 
 from __future__ import annotations
 
@@ -242,7 +242,13 @@ def main(argv=None):
     pr.add_argument("--no-progress", action="store_true", help="never show progress")
     sub.add_parser("conformance", add_help=False,
                    help="PyTorch op and NKI instruction conformance (see `trnsim conformance --help`)")
+    sub.add_parser("compare", add_help=False, help="compare two difftest recordings: first divergence, report "
+                   "(see `trnsim compare --help`)")
+    sub.add_parser("replay", add_help=False, help="re-run a recording's inputs on the simulator and compare")
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] in (["compare"], ["replay"]):
+        from .difftest.cli import main as difftest_main
+        return difftest_main(argv)
     if argv[:1] == ["conformance"]:
         from conformance.runner import main as conformance_main
         return conformance_main(argv[1:])

@@ -304,7 +304,7 @@ def _parse_npz(data: bytes, fp: str, max_bytes: int, dtypes: dict) -> dict:
         with np.load(io.BytesIO(data), allow_pickle=False) as z:
             for k in z.files:
                 arr = z[k]
-                t = torch.from_numpy(np.ascontiguousarray(arr))
+                t = torch.from_numpy(arr.copy(order="C"))
                 want = dtypes.get(k)
                 if want is not None and want in _NPZ_RAW and t.dtype == _NPZ_RAW[want]:
                     t = t.view(want)

@@ -33,7 +33,7 @@ def host_tensor(value):
     ``None`` for one that holds no values (meta/fake tensors)."""
     notes = {}
     if isinstance(value, np.ndarray):
-        arr = np.ascontiguousarray(value)
+        arr = value.copy(order="C")
         name = arr.dtype.name
         if name in _NP_VIEW:
             raw, dt = _NP_VIEW[name]

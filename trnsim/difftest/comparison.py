@@ -160,6 +160,8 @@ def compare_tensors(a: torch.Tensor, b: torch.Tensor, dtype: str, tol: Tolerance
         else:
             u = np.ones_like(x)
         allowed = np.maximum(tol.atol + tol.rtol * np.where(fin, ax, 0.0), tol.ulps * u)
+        if tol.tensor_ulps and is_float(dtype) and fin.any():
+            allowed = np.maximum(allowed, tol.tensor_ulps * float(ulp(np.max(ax[fin]), dtype)))
         allowed = np.where(fin, allowed, 0.0)
         bad = diff > allowed
         rel = np.where(ax > 0, diff / np.where(ax > 0, ax, 1.0), np.where(diff > 0, np.inf, 0.0))
