@@ -27,6 +27,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -119,6 +120,7 @@ class Recorder:
         self._handles = []
         self._mode = None
         self._kernel_obs = None
+        self._warn_ctx = None
         self._names = {}                        # id(module) -> dotted path in the outermost module
         self._last_path = {}                    # id(module) -> path of its latest call
         self._bwd_path = ""
@@ -386,6 +388,10 @@ class Recorder:
             self._handles.append(M.register_module_forward_pre_hook(self._fwd_pre))
             self._handles.append(M.register_module_forward_hook(self._fwd_post, always_call=True))
         if self.backward:
+            # torch warns for each module whose inputs need no gradient (an embedding's indices): expected here
+            self._warn_ctx = warnings.catch_warnings()
+            self._warn_ctx.__enter__()
+            warnings.filterwarnings("ignore", message="Full backward hook is firing", category=UserWarning)
             self._handles.append(M.register_module_full_backward_pre_hook(self._bwd_pre))
             self._handles.append(M.register_module_full_backward_hook(self._bwd_post))
         if self.kernels:
@@ -407,6 +413,9 @@ class Recorder:
         for h in self._handles:
             h.remove()
         self._handles.clear()
+        if self._warn_ctx is not None:
+            self._warn_ctx.__exit__(None, None, None)
+            self._warn_ctx = None
         if self._kernel_obs is not None:
             hooks = sys.modules.get("trnsim.kernels.hooks")
             if hooks is not None:

@@ -16,8 +16,8 @@ def _g(x):
 
 def verdict(cmp) -> str:
     if cmp.ok:
-        n = len(cmp.results)
-        return f"EQUAL within tolerance ({n} tensors in {len(cmp.pairs)} recordings)"
+        n = sum(1 for r in cmp.results if r.status in (EQUAL, WITHIN))
+        return f"EQUAL within tolerance ({n} tensors compared in {len(cmp.pairs)} recording(s))"
     f = cmp.first
     if f is None:
         miss = ", ".join(f"{p.test} rank {p.rank} ({'only in A' if p.b is None else 'only in B'})"
