@@ -69,7 +69,8 @@ def ulp(a: np.ndarray, dtype: str) -> np.ndarray:
     a = np.abs(np.asarray(a, dtype=np.float64))
     with np.errstate(divide="ignore", invalid="ignore"):
         _, e = np.frexp(np.where(np.isfinite(a), a, 0.0))     # a = m * 2**e, m in [0.5, 1)
-    e = np.maximum(e.astype(np.int64) - 1, emin)
+    e = np.where(a > 0, e.astype(np.int64) - 1, emin)      # frexp(0) is (0, 0): zero is spaced as subnormals
+    e = np.maximum(e, emin)
     return np.ldexp(1.0, (e - (p - 1)).astype(np.int64))
 
 
