@@ -53,10 +53,23 @@ def test_python_blocks_run(demo):
     assert out.strip().endswith("True")
 
 
-def test_compare_lines_run(demo):
+def test_compare_lines_run(demo, monkeypatch, capsys):
+    """The `trnsim compare` lines, run in this process (same arguments, same exit codes as the shell)."""
+    from trnsim.cli import main
     cwd, _ = demo
-    outs = [_run_line(line, cwd) for line in _shell_lines(pytest_lines=False) if "pytest-" not in line]
-    assert len(outs) == 3 and "exit 1" in outs[1] and "EQUAL" in outs[2]
+    monkeypatch.chdir(cwd)
+    codes = []
+    for line in _shell_lines(pytest_lines=False):
+        if "pytest-" in line:
+            continue
+        cmd, _, tail = line.partition("||")
+        argv = shlex.split(cmd.split(" #")[0])
+        assert argv[0] == "trnsim"
+        code = main(argv[1:])
+        assert code == 0 or tail, line            # a non-zero exit only where the doc says `|| echo "exit $?"`
+        codes.append(code)
+    assert codes == [0, 1, 0]
+    assert "EQUAL" in capsys.readouterr().out
     assert (cwd / "difftest-demo" / "report" / "report.html").exists()
 
 
