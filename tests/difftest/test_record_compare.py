@@ -13,27 +13,18 @@ from difftest_models import PerturbOp, tiny_lm
 OPTS = dict(modules=True, ops=True, backward=True)
 
 
-def run_lm(root, device, dtype=torch.float32, perturb=None, name="lm", attn=True, **opts):
+def run_lm(root, device, dtype=torch.float32, name="lm", attn=True, **opts):
     m = tiny_lm(attn=attn).to(device=device, dtype=dtype)
     g = torch.Generator().manual_seed(1)
     idx = torch.randint(0, 32, (2, 8), generator=g).to(device)
-    inj = PerturbOp(*perturb) if perturb else None
-    if inj:
-        inj.__enter__()
-    try:
-        with dt.record(root, name=name, **(opts or OPTS)) as rec:
-            rec.input("idx", idx)
-            out = m(idx)
-            loss = out.pow(2).mean()
-            loss.backward()
-            rec.output("logits", out)
-            rec.output("loss", loss)
-            rec.state(m)
-    finally:
-        if inj:
-            inj.__exit__(None, None, None)
-    if inj:
-        assert inj.hits == 1
+    with dt.record(root, name=name, **(opts or OPTS)) as rec:
+        rec.input("idx", idx)
+        out = m(idx)
+        loss = out.pow(2).mean()
+        loss.backward()
+        rec.output("logits", out)
+        rec.output("loss", loss)
+        rec.state(m)
     return rec, m
 
 

@@ -99,6 +99,11 @@ def test_recording_limit_error_and_failed_tests(tmp_path):
             1 / 0
     man = json.load(open(tmp_path / "fails" / "rank0" / "manifest.json"))
     assert man["error"].startswith("ZeroDivisionError") and len(man["entries"]) == 1
+    with dt.record(tmp_path, name="fails") as rec:          # the same name again: replaced
+        rec.output("y", torch.ones(2))
+    with pytest.raises(dt.RecordingError, match="already holds the recording of 'fails'"):
+        with dt.record(tmp_path, name="fails?") as rec:     # another name mapping to the same folder
+            rec.output("y", torch.ones(2))
 
 
 def test_dtypes_and_nested_values_round_trip(tmp_path):

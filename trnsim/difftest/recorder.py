@@ -455,6 +455,16 @@ class Recorder:
     def write(self, error=None):
         rank, _ = dist_rank()
         self.path = os.path.join(self.root, _bundle.safe_dirname(self.name), f"rank{rank}")
+        old = os.path.join(self.path, _bundle.MANIFEST)
+        if os.path.exists(old):        # two names that map to one folder must not overwrite each other
+            try:
+                with open(old) as f:
+                    other = json.load(f).get("name")
+            except (OSError, ValueError):
+                other = None
+            if other is not None and other != self.name:
+                raise RecordingError(f"recording {self.name!r}: {self.path} already holds the recording of "
+                                     f"{other!r} (both names map to this folder); give another name or folder")
         _bundle.write_bundle(self.path, self.manifest(error), self._tensors, self.fmt)
         return self.path
 
