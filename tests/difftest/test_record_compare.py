@@ -126,6 +126,9 @@ def test_cli_compare_exit_codes_and_reports(tmp_path, cpu_fp32, capsys):
     for doc in (md, html):
         assert "First divergence" in doc and "aten.addmm.default" in doc and "Worst elements" in doc
     assert "<table>" in html and "&lt;" not in md
+    for line in md.splitlines():          # every Markdown table row has as many cells as its header
+        if line.startswith("| index |"):
+            assert line.replace("\\|", "").count("|") == 7
     # a generous tolerance for every entry turns the same comparison into a pass; a path glob on one layer only
     # does not (the error propagates to later layers)
     assert trnsim_main(["compare", str(cpu_fp32), str(bad), "-q", "--tol", "*=atol:0.5"]) == 0

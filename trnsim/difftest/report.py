@@ -122,6 +122,7 @@ def text_summary(cmp, limit=20) -> str:
 
 def _md_table(head, rows):
     esc = [[c.replace("|", "\\|") for c in r] for r in rows]
+    head = [c.replace("|", "\\|") for c in head]
     return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
                      + ["| " + " | ".join(r) + " |" for r in esc])
 
