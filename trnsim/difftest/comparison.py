@@ -128,26 +128,20 @@ def _as_f64(t: torch.Tensor) -> np.ndarray:
 
 def compare_tensors(a: torch.Tensor, b: torch.Tensor, dtype: str, tol: Tolerance, top: int = 5):
     """``(n_bad, max_abs, max_rel, max_ulps, worst)`` of ``b`` against reference ``a`` (same shape)."""
-    if not is_float(dtype) and tol.atol == 0 and tol.rtol == 0:
-        if a.dtype in (torch.uint64,):
-            bad = (a.numpy() != b.numpy())
-            da = db = None
-        else:
-            ai, bi = a.to(torch.int64).numpy(), b.to(torch.int64).numpy()
-            bad = ai != bi
-            da, db = ai, bi
+    if not is_float(dtype) and tol.atol == 0 and tol.rtol == 0:        # integers, booleans: exact
+        ai, bi = a.reshape(-1).numpy(), b.reshape(-1).numpy()
+        bad = ai != bi
         n_bad = int(bad.sum())
-        worst = []
-        if n_bad:
-            idx = np.flatnonzero(bad.reshape(-1))[:top]
-            for i in idx:
-                av = a.reshape(-1)[i].item()
-                bv = b.reshape(-1)[i].item()
-                worst.append({"index": tuple(int(x) for x in np.unravel_index(i, a.shape)) if a.dim() else (),
-                              "a": av, "b": bv, "abs": abs(float(av) - float(bv)), "rel": float("nan"),
-                              "ulps": float("nan")})
-        max_abs = float(np.max(np.abs(da - db))) if (n_bad and da is not None) else (float(n_bad > 0))
-        return n_bad, max_abs, float("nan"), float("nan"), worst
+        if not n_bad:
+            return 0, 0.0, 0.0, 0.0, []
+        # |difference| as Python integers (no overflow for int64/uint64 extremes)
+        idx = np.flatnonzero(bad)
+        diffs = [abs(int(ai[i]) - int(bi[i])) for i in idx]
+        order = sorted(range(len(idx)), key=lambda j: -diffs[j])[:top]
+        worst = [{"index": tuple(int(v) for v in np.unravel_index(int(idx[j]), a.shape)) if a.dim() else (),
+                  "a": int(ai[idx[j]]), "b": int(bi[idx[j]]), "abs": float(diffs[j]), "rel": float("nan"),
+                  "ulps": float("nan")} for j in order]
+        return n_bad, float(max(diffs)), float("nan"), float("nan"), worst
     x, y = _as_f64(a).reshape(-1), _as_f64(b).reshape(-1)
     with np.errstate(invalid="ignore", over="ignore"):
         same = (x == y) | (np.isnan(x) & np.isnan(y))
