@@ -1,4 +1,5 @@
-"""The ``trnsim`` command: ``trnsim demo``, ``trnsim profile FILE::KERNEL``, ``trnsim conformance``.
+"""The ``trnsim`` command: ``demo``, ``profile FILE::KERNEL``, ``estimate``, ``nccom-test``, ``compare``/``replay``,
+``conformance``.
 
 A mistake in the command line ends with one line on stderr naming the argument, the value and what is allowed,
 and exit status 2 (never a traceback); output to a closed pipe (``trnsim profile ... | head``) ends quietly.
@@ -373,6 +374,8 @@ _DELEGATED = {
     "conformance": ("conformance.runner", "main", "PyTorch op and NKI instruction conformance"),
     "nccom-test": ("trnsim.collectives.nccom", "run", "AWS nccom-test on a simulated cluster"),
     "estimate": ("trnsim.cost.cli", "main", "time and price of a training job on trn1/trn2/trn3 instances"),
+    "compare": ("trnsim.difftest.cli", "compare_main", "compare two difftest recordings: first divergence, report"),
+    "replay": ("trnsim.difftest.cli", "replay_main", "re-run a recording's inputs on the simulator and compare"),
 }
 
 

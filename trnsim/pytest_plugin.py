@@ -24,6 +24,12 @@ def pytest_addoption(parser):
     g.addoption("--neuron-strict", action="store_true", default=False,
                 help="a CPU fallback of an op is an error (does the code run fully on the device?)")
     g.addoption("--neuron-summary-top", type=int, default=15, help="tests listed in the simulated-time summary")
+    g.addoption("--trnsim-record", metavar="DIR", default=None,
+                help="record each test's tensors into DIR/<test>/rank<r>/ on any device (trnsim.difftest); "
+                     "compare two runs with `trnsim compare A B`")
+    g.addoption("--trnsim-record-what", default="modules", choices=("io", "modules", "ops", "all"),
+                help="with --trnsim-record: io (the trnsim_record fixture's inputs/outputs), modules (+ every "
+                     "module's output, default), ops (+ every op's outputs), all (+ module input gradients)")
 
 
 class _NeuronSession:
@@ -102,6 +108,9 @@ class _NeuronSession:
 
 
 def pytest_configure(config):
+    if config.getoption("trnsim_record", None):            # differential-testing recordings, any device
+        from trnsim.difftest.pytest_support import RecordSession
+        config.pluginmanager.register(RecordSession(config), "trnsim-record-session")
     if not _sim():
         return
     import trnsim
@@ -137,3 +146,11 @@ def neuron_device():
         pytest.skip("the simulated neuron device needs TORCHNEURON_TARGET=sim")
     import torch
     return torch.device("neuron", 0)
+
+
+@pytest.fixture
+def trnsim_record(request):
+    """The test's ``trnsim.difftest`` recorder under ``--trnsim-record DIR`` (``rec.input``, ``rec.output``,
+    ``rec.call``, ``rec.kernel``); without the option one that records nothing."""
+    from trnsim.difftest.pytest_support import recorder_for
+    return recorder_for(request)

@@ -10,7 +10,7 @@ import numpy as np
 from ..machine import Chip, NeuronCore
 from ..memory import Tensor, dtype_of
 from ..targets import get_target
-from . import context, launch
+from . import context, hooks, launch
 from .tensor import NkiTensor
 
 __all__ = ["jit", "simulate", "Kernel", "SimulationResult"]
@@ -113,7 +113,10 @@ def run_kernel(fn, args, kwargs, grid=(1,), target=None, execute=True, precise=N
         out = launch.run_programs(fn, wrapped, wkw, ctx, cores, strict_races)
     finally:
         context.pop(prev)
-    return SimulationResult(_convert(out, kind), cores)
+    result = SimulationResult(_convert(out, kind), cores)
+    if execute and hooks._OBSERVERS:
+        hooks.notify_launch(fn, args, kwargs, params, result.outputs)
+    return result
 
 
 class Kernel:
