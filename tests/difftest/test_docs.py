@@ -1,4 +1,4 @@
-"""The code blocks of docs/difftest.md run as written (Python blocks in order, then the shell lines)."""
+"""The code blocks of docs/guides/differential-testing.md run as written (Python blocks in order, then the shell lines)."""
 
 import os
 import re
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-DOC = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "difftest.md")
+DOC = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "guides", "differential-testing.md")
 
 
 def _blocks(lang):

@@ -3,7 +3,7 @@
 Recording (:func:`record`, :func:`record_kernels`, pytest's ``--trnsim-record DIR``) imports only torch and NumPy,
 so the same test harness runs unchanged on a Trainium instance, on trnsim's simulated ``neuron`` device and on CPU;
 :func:`compare` (``trnsim compare A B``) and the reports read bundles without unpickling anything;
-:func:`replay`/:func:`replay_kernel` re-run recorded inputs on the simulator.  See docs/difftest.md.
+:func:`replay`/:func:`replay_kernel` re-run recorded inputs on the simulator.  See docs/guides/differential-testing.md.
 """
 
 from .bundle import Bundle, BundleError, find_bundles, load_bundle
