@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from trnsim.cost import estimate as E
+from trnsim.cost import estimator as E
 from trnsim.cost.models import ModelSpec, load_model
 from trnsim.cost.step import head_cost, layer_cost
 

@@ -1,5 +1,5 @@
 """``trnsim estimate``: time, memory and dollars of a training step, from the model's layers run on the shape-only
-device (see :mod:`trnsim.cost.estimate`)."""
+device (see :mod:`trnsim.cost.estimator`)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def _positive(text):
 
 
 def build_parser():
-    from .estimate import INSTANCES
+    from .estimator import INSTANCES
     from .models import builtin_names
     p = _Parser(prog="trnsim estimate", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_EXAMPLES,
                 description="Estimate the time and price of a training step on trn1/trn2/trn3 instances: the "
@@ -89,7 +89,7 @@ def main(argv=None) -> int:
     p = build_parser()
     a = p.parse_args(argv)
     from ..fileio import FileWriteError, atomic_write_json, ensure_writable_dir
-    from . import estimate as E
+    from . import estimator as E
     from .report import format_estimate, format_front, plot_breakdown, plot_front, write_json
     from .search import search
     try:

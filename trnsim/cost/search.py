@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 
-from .estimate import INSTANCES, estimate
+from .estimator import INSTANCES, estimate
 from .models import load_model
 
 __all__ = ["candidates", "search", "pareto"]
