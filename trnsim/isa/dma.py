@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..memory import HBM, PSUM, SBUF
-from .common import as_f32, read, require_space, write, write_same_dtype
+from .common import as_f32, int_tuple, read, require_space, write, write_same_dtype
 from .errors import fail
 
 __all__ = ["dma_copy", "dma_transpose", "dma_cost_ns", "dma_engines_used"]
@@ -77,7 +77,7 @@ def dma_transpose(core, loc, dst, src, axes=None, priority=None, dge_mode=None, 
     nd = src.ndim
     if nd not in _AXES:
         fail(I, "src", f"has rank {nd}; dma_transpose supports rank 2, 3 or 4", nd, (2, 3, 4), loc)
-    axes = tuple(axes) if axes is not None else _AXES[nd]
+    axes = int_tuple(I, "axes", axes, loc) if axes is not None else _AXES[nd]
     if axes != _AXES[nd]:
         fail(I, "axes", f"{axes} is not supported for rank {nd}; the supported permutation is {_AXES[nd]}",
              axes, _AXES[nd], loc)

@@ -8,8 +8,21 @@ from ..memory import Tensor
 from .common import (as_f32, check_free_match, check_same_partitions, free_size, operand_value, read,
                      scalar_or_vector, write)
 from .errors import fail
-from .ops import activation_fn, alu, reduce_fn
-from .vector import _onchip_operands
+from .ops import activation_fn, reduce_fn
+from .vector import _check_reduce_res, _onchip_operands, _resolve_reduce
+
+REDUCE_CMDS = ("idle", "reset", "reduce", "reset_reduce", "load_reduce")
+
+
+def reduce_cmd_name(instr, cmd, loc, default="idle"):
+    """The name of a ``nisa.reduce_cmd`` value (enum member or its name)."""
+    if cmd is None:
+        return default
+    n = getattr(cmd, "name", cmd)
+    if not isinstance(n, str) or n not in REDUCE_CMDS:
+        fail(instr, "reduce_cmd", f"must be one of nisa.reduce_cmd's values ({', '.join(REDUCE_CMDS)}), got "
+             f"{cmd!r}", cmd, REDUCE_CMDS, loc)
+    return n
 
 __all__ = ["activation", "activation_reduce", "exponential"]
 
@@ -38,14 +51,15 @@ def activation(core, loc, dst, op, data, bias=None, scale=1.0, reduce_op=None, r
     check_free_match(I, (("dst", dst), ("data", data)), loc)
     _, fn = _act(I, op, loc)
     p = data.shape[0]
-    sc = scalar_or_vector(I, "scale", scale, p, loc)
-    bi = scalar_or_vector(I, "bias", bias, p, loc)
-    cmd = getattr(reduce_cmd, "name", reduce_cmd) or "idle"
+    sc = scalar_or_vector(I, "scale", scale, p, loc, optional=True)
+    bi = scalar_or_vector(I, "bias", bias, p, loc, optional=True)
+    cmd = reduce_cmd_name(I, reduce_cmd, loc)
+    rname, combine = "add", None
+    if reduce_op is not None or cmd != "idle":
+        rname, combine, _ = _resolve_reduce(I, "reduce_op", "add" if reduce_op is None else reduce_op, loc,
+                                           arith=True)
     if reduce_res is not None:
-        _onchip_operands(core, I, eng, loc, ("reduce_res", reduce_res))
-        if reduce_res.shape[0] != p or free_size(reduce_res) != 1:
-            fail(I, "reduce_res", f"has shape {list(reduce_res.shape)}; expected [{p}, 1]",
-                 list(reduce_res.shape), [p, 1], loc)
+        _check_reduce_res(core, I, eng, reduce_res, p, loc)
         if cmd == "idle" and reduce_op is not None:
             cmd = "reset_reduce"
     reads = [data] + [t for t in (sc, bi) if isinstance(t, Tensor)]
@@ -62,7 +76,6 @@ def activation(core, loc, dst, op, data, bias=None, scale=1.0, reduce_op=None, r
             if cmd in ("reset", "reset_reduce"):
                 regs[:p] = 0
             if cmd in ("reduce", "reset_reduce", "load_reduce"):
-                rname, combine, _ = alu(reduce_op or "add")
                 part_red = reduce_fn(rname)(y, axis=1, keepdims=True)
                 # reset_reduce starts from the register's reset value 0 for add; other ops start fresh
                 regs[:p] = combine(regs[:p], part_red) if (rname == "add" or cmd == "reduce") else part_red
@@ -89,6 +102,9 @@ def exponential(core, loc, dst, src, max_value=0.0, reduce_res=None, reduce_cmd=
     check_free_match(I, (("dst", dst), ("src", src)), loc)
     p = src.shape[0]
     mv = scalar_or_vector(I, "max_value", max_value, p, loc)
+    reduce_cmd_name(I, reduce_cmd, loc)
+    _check_reduce_res(core, I, eng, reduce_res, p, loc)
+    init = scalar_or_vector(I, "reduce_init", reduce_init, p, loc, optional=True)
     writes = (dst,) if reduce_res is None else (dst, reduce_res)
     if core.execute:
         x = as_f32(read(core, src, "src", I, loc)).reshape(p, -1) - operand_value(core, mv)
@@ -96,7 +112,7 @@ def exponential(core, loc, dst, src, max_value=0.0, reduce_res=None, reduce_cmd=
             y = np.exp(x).astype(np.float32)
         write(core, dst, y)
         if reduce_res is not None:
-            init = operand_value(core, scalar_or_vector(I, "reduce_init", reduce_init, p, loc))
-            write(core, reduce_res, y.sum(axis=1, keepdims=True) + init)
+            base = operand_value(core, init) if init is not None else np.float32(0)
+            write(core, reduce_res, y.sum(axis=1, keepdims=True) + base)
     cyc = max(float(core.target.min_ii_cycles), float(free_size(dst)))
     core.record(I, eng, writes, (src,), cyc, loc, flops=dst.size)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..memory import PSUM, SBUF
-from .common import as_f32, free_size, part, pick_engine, read, require_space, write, mark_written
+from .common import as_f32, flag, free_size, int_tuple, part, pick_engine, read, require_space, write, mark_written
 from .errors import fail
 
 __all__ = ["nc_matmul", "nc_transpose", "matmul_cycles", "stationary_load_cycles", "MATMUL_DTYPES"]
@@ -30,6 +30,11 @@ def matmul_cycles(target, k_rows, n_stationary, n_moving, fp32):
     if fp32:
         cyc *= target.fp32_matmul_slowdown
     return cyc
+
+
+def _given(x):
+    """A tiling argument that was passed (``()`` and ``None`` mean "not given")."""
+    return x is not None and not (isinstance(x, (tuple, list)) and len(x) == 0)
 
 
 def _psum_bank_check(I, dst, target, loc):
@@ -68,8 +73,16 @@ def nc_matmul(core, loc, dst, stationary, moving, is_stationary_onezero=False, i
     if dst.dtype.name not in allowed_dst and not is_transpose:
         fail(I, "dst", f"has dtype {dst.dtype.name}; PSUM matmul output on {tg.name} must be "
              f"{' or '.join(allowed_dst)}", dst.dtype.name, allowed_dst, loc)
-    mode = getattr(perf_mode, "value", perf_mode) or "none"
+    mode = getattr(perf_mode, "value", perf_mode)
+    mode = "none" if mode is None else mode
+    if not isinstance(mode, str) or mode not in ("none", "double_row"):
+        fail(I, "perf_mode", f"must be nisa.matmul_perf_mode.none or .double_row, got {perf_mode!r}", perf_mode,
+             ("none", "double_row"), loc)
     double = mode == "double_row"
+    is_transpose = flag(I, "is_transpose", is_transpose, loc)
+    acc_arg = getattr(accumulate, "value", accumulate)
+    if acc_arg is not None:
+        acc_arg = flag(I, "accumulate", acc_arg, loc)
     if double:
         if not tg.fp8_double_row:
             fail(I, "perf_mode", f"double_row is not available on {tg.name}", mode, "none", loc)
@@ -90,12 +103,12 @@ def nc_matmul(core, loc, dst, stationary, moving, is_stationary_onezero=False, i
     M = free_size(stationary) // (2 if double else 1)
     N = free_size(moving) // (2 if double else 1)
     rows, cols = tg.pe_rows, tg.pe_cols
-    if tile_size or tile_position:
-        if not (tile_size and tile_position) or len(tile_size) != 2 or len(tile_position) != 2:
+    if _given(tile_size) or _given(tile_position):
+        if not (_given(tile_size) and _given(tile_position)):
             fail(I, "tile_size", "and tile_position must both be given as (rows, columns) pairs",
                  (tile_size, tile_position), None, loc)
-        rows, cols = int(tile_size[0]), int(tile_size[1])
-        r0, c0 = int(tile_position[0]), int(tile_position[1])
+        rows, cols = int_tuple(I, "tile_size", tile_size, loc, 2)
+        r0, c0 = int_tuple(I, "tile_position", tile_position, loc, 2)
         sizes = (32, 64, 128) if tg.nc_version >= 3 else (64, 128)
         for nm, v in (("tile_size[0]", rows), ("tile_size[1]", cols)):
             if v not in sizes:
@@ -131,7 +144,7 @@ def nc_matmul(core, loc, dst, stationary, moving, is_stationary_onezero=False, i
         if is_transpose:
             write(core, dst, r)
         else:
-            acc = getattr(accumulate, "value", accumulate)
+            acc = acc_arg
             if acc is None:
                 w = dst.written_view()
                 if w is None or dst.buf.all_written:
@@ -167,6 +180,9 @@ def nc_transpose(core, loc, dst, data, engine=None):
     """dst[F, P] = data[P, F] exactly (bit-accurate), on the PE array (SBUF -> PSUM, up to 128x128) or the
     Vector Engine (up to 32x32)."""
     I = "nc_transpose"
+    require_space(I, "data", data, (SBUF, PSUM), loc)
+    require_space(I, "dst", dst, (SBUF, PSUM), loc)
+    part(I, "data", data, loc, core.target.pmax)
     P = data.shape[0]
     F = free_size(data)
     default = "vector" if (P <= 32 and F <= 32) else "tensor"

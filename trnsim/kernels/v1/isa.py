@@ -271,7 +271,8 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
     if not box_empty(box):
         ob = _nl._reduce_box(box, data.ndim, axes, keepdims, len(shape))
         _isa.tensor_reduce(current().core, loc, _r(out, ob, loc, "tensor_reduce", "dst"), op,
-                           _r(data, box, loc, "tensor_reduce", "data"), axes, negate=negate, keepdims=keepdims)
+                           _r(data, box, loc, "tensor_reduce", "data"), axes, negate=negate, keepdims=keepdims,
+                           _nki226_axes=True)
     return out
 
 

@@ -409,7 +409,14 @@ def _reduce(opname, x, axis, dtype, mask, keepdims, loc, post=None):
     xr = resolve(x, box, loc, opname, "x")
     ob = _reduce_box(box, x.ndim, axes, keepdims, len(shape))
     d = resolve(out, ob, loc, opname, "dst") if ob is not None else out
-    _isa.tensor_reduce(core, loc, d, opname, xr, axes, keepdims=keepdims)
+    red = tuple(sorted(set(axes)))
+    if 0 not in red and red != tuple(range(xr.ndim - len(red), xr.ndim)):
+        # nl.sum & co. reduce any free axes: move them last (a strided view, no copy) for the instruction,
+        # whose rule wants the trailing free axes; the kept axes keep their order, as the result's
+        kept = tuple(a for a in range(xr.ndim) if a not in red)
+        xr = xr.permute(kept + red)
+        red = tuple(range(len(kept), xr.ndim))
+    _isa.tensor_reduce(core, loc, d, opname, xr, red, keepdims=keepdims)
     if post == "mean":
         n = 1
         for a in axes:
