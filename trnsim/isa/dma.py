@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..memory import HBM, PSUM, SBUF
-from .common import as_f32, int_tuple, read, require_space, write, write_same_dtype
+from .common import as_f32, flag, int_tuple, number, read, require_space, write, write_same_dtype
 from .errors import fail
+from .ops import op_name
 
-__all__ = ["dma_copy", "dma_transpose", "dma_cost_ns", "dma_engines_used"]
+__all__ = ["dma_copy", "dma_transpose", "dma_compute", "dma_cost_ns", "dma_engines_used"]
 
 
 def dma_engines_used(target, partitions: int) -> int:
@@ -91,3 +92,43 @@ def dma_transpose(core, loc, dst, src, axes=None, priority=None, dge_mode=None, 
     rows = _rows(dst)
     core.record_dma(I, (dst,), (src,), src.nbytes, rows, dma_cost_ns(core.target, src.nbytes, rows), loc,
                     _part0(dst))
+
+
+DMA_COMPUTE_MAX_SRCS = 16    # NKI reference, dma_compute: "The max number of source tensors in srcs is 16"
+
+
+def dma_compute(core, loc, dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode=None):
+    """dst = srcs[0] + srcs[1] + ... computed by the DMA engines in fp32 (summed in list order) and cast to
+    dst's dtype; ``reduce_op`` must be add and every scale 1.0 (the only forms the reference allows)."""
+    I = "dma_compute"
+    require_space(I, "dst", dst, (SBUF, HBM), loc)
+    if not isinstance(srcs, (list, tuple)) or not 1 <= len(srcs) <= DMA_COMPUTE_MAX_SRCS:
+        fail(I, "srcs", f"must be a list of 1 to {DMA_COMPUTE_MAX_SRCS} tensors, got {srcs!r}"[:160], srcs,
+             DMA_COMPUTE_MAX_SRCS, loc)
+    for i, s in enumerate(srcs):
+        require_space(I, f"srcs[{i}]", s, (SBUF, HBM), loc)
+        if s.size != dst.size:
+            fail(I, f"srcs[{i}]", f"has {s.size} elements (shape {list(s.shape)}) but 'dst' has {dst.size}; they "
+                 "must match", s.size, dst.size, loc)
+    name = op_name(reduce_op)
+    if name != "add":
+        fail(I, "reduce_op", f"is {name!r}; dma_compute supports only add", name, "add", loc)
+    if scales is not None:
+        if not isinstance(scales, (list, tuple)) or len(scales) != len(srcs):
+            fail(I, "scales", f"must be a list of {len(srcs)} numbers (one per source), got {scales!r}"[:160],
+                 scales, len(srcs), loc)
+        for sc in scales:
+            if number(I, "scales", sc, loc) != 1.0:
+                fail(I, "scales", f"holds {sc!r}; every scale must be 1.0", sc, 1.0, loc)
+    if not flag(I, "unique_indices", unique_indices, loc):
+        fail(I, "unique_indices", "is False; non-unique indices are not supported", False, True, loc)
+    if core.execute:
+        acc = None
+        for i, s in enumerate(srcs):
+            v = as_f32(read(core, s, f"srcs[{i}]", I, loc)).reshape(-1)
+            acc = v.copy() if acc is None else np.add(acc, v, dtype=np.float32)
+        write(core, dst, acc.reshape(dst.shape))
+    nbytes = sum(s.nbytes for s in srcs)
+    rows = _rows(dst) if dst.on_chip else _rows(srcs[0])
+    core.record_dma(I, (dst,), tuple(srcs), nbytes, rows, dma_cost_ns(core.target, nbytes, rows), loc,
+                    _part0(dst) if dst.on_chip else 0)

@@ -61,6 +61,17 @@ _PLANS = {
     "affine_select": {"dst": (SBUF, lambda p, f, m: (p, f), None), "on_true_tile": (SBUF, lambda p, f, m: (p, f), None)},
     "tensor_copy_predicated": {"predicate": (SBUF, lambda p, f, m: (p, f), "uint8")},
     "select_reduce": {"predicate": (SBUF, lambda p, f, m: (p, f), "uint8")},
+    "nonzero_with_count": {"src": (SBUF, lambda p, f, m: (p, f), "float32"),
+                           "dst": (SBUF, lambda p, f, m: (p, f + 1), "int32")},
+    "sequence_bounds": {"segment_ids": (SBUF, lambda p, f, m: (1, f), "float32"),
+                        "dst": (SBUF, lambda p, f, m: (1, 2, f), "float32")},
+    "local_gather": {"src_buffer": (SBUF, lambda p, f, m: (128, f + 40), None),
+                     "index": (SBUF, lambda p, f, m: (128, 1), "uint16"),
+                     "dst": (SBUF, lambda p, f, m: (128, 16), None)},
+    "nc_n_gather": {"indices": (SBUF, lambda p, f, m: (p, 8), "uint32"), "dst": (SBUF, lambda p, f, m: (p, 8), None),
+                    "data": (SBUF, lambda p, f, m: (p, f + 8), None)},
+    "tensor_partition_reduce": {"dst": (SBUF, lambda p, f, m: (1, f), None), "data": (SBUF, lambda p, f, m: (p, f), None)},
+    "dma_compute": {"dst": (HBM, lambda p, f, m: (p, f), None)},
     "*": {"reduce_res": (SBUF, lambda p, f, m: (p, 1), "float32")},
 }
 
