@@ -323,3 +323,90 @@ def test_scalar_tensor_tensor_dtype_rounds_result():
     isa.scalar_tensor_tensor(core, LOC, dst, tile(core, x, "float32"), "multiply", 1.0, "add",
                              tile(core, np.zeros((2, 4)), "float32"))
     np.testing.assert_array_equal(dst.np, x)
+
+
+# -- MX: quantize_mx, nc_matmul_mx (trn3) -------------------------------------------------------------------------
+def _mx_ref_quantize(x, emax):
+    """The reference's scale formula, in float64: X = 2^(floor(log2 amax) - (emax - 1)) per 8x4 group."""
+    p, f = x.shape
+    g = x.reshape(p // 8, 8, f // 4, 4).astype(np.float64)
+    amax = np.abs(g).max(axis=(1, 3))
+    e = np.where(amax > 0, np.floor(np.log2(np.where(amax > 0, amax, 1))) - (emax - 1), -127)
+    return e, g / 2.0 ** e[:, None, :, None]
+
+
+@pytest.mark.parametrize("x4,emax,ml", [("float8_e4m3fn_x4", 8, ml_dtypes.float8_e4m3fn),
+                                          ("float8_e5m2_x4", 15, ml_dtypes.float8_e5m2)])
+@pytest.mark.parametrize("p", [32, 128])
+def test_quantize_mx_then_matmul_mx(x4, emax, ml, p):
+    from trnsim.memory.dtypes import unpack_x4
+    core = NeuronCore("trn3")
+    r = np.random.default_rng(p)
+    f = 16
+    xs = (r.standard_normal((p, f)) * np.exp2(r.integers(-6, 6, (p, 1)))).astype(ml_dtypes.bfloat16)
+    xs[:8, :4] = 0                                        # an all-zero group gets the scale 2^-127
+    src = tile(core, xs.astype(np.float32), "bfloat16")
+    q = empty(core, (p, f // 4), x4)
+    sc = tile(core, np.zeros((p, f // 4)), "uint8")
+    isa.quantize_mx(core, LOC, q, src, sc)
+    e, scaled = _mx_ref_quantize(xs.astype(np.float32), emax)
+    rows = 32 * (np.arange(p // 8) // 4) + np.arange(p // 8) % 4
+    np.testing.assert_array_equal(sc.np[rows].astype(np.int64), e + 127)
+    assert sc.np[0, 0] == 0                               # the zero group
+    vals = unpack_x4(DTYPES[x4], q.np)                    # [p, f/4, 4]
+    want = scaled.reshape(p, f // 4, 4).astype(np.float32).astype(ml).astype(np.float32)
+    np.testing.assert_array_equal(vals, want)
+    # dequantized values are within the element format's rounding of the input
+    deq = vals.reshape(p // 8, 8, f // 4, 4) * 2.0 ** e[:, None, :, None]
+    rel = {8: 2 ** -4, 15: 2 ** -3}[emax]
+    np.testing.assert_allclose(deq.reshape(p, f), xs.astype(np.float64), rtol=rel, atol=2.0 ** (e.max() - 10))
+
+    # matmul of the quantized tile with itself: dst[M=f/4, N=f/4] over K=p partitions x 4 values
+    dst = empty(core, (f // 4, f // 4), "float32", PSUM)
+    isa.nc_matmul_mx(core, LOC, dst, q, q, sc, sc)
+    d64 = deq.reshape(p, f // 4, 4)
+    ref = np.einsum("kmq,knq->mn", d64, d64)
+    np.testing.assert_allclose(dst.np, ref, rtol=1e-5, atol=1e-6 * np.abs(ref).max())
+    assert core.instructions[-1].cycles == isa.matmul_cycles(core.target, p, f // 4, f // 4, False)
+    # accumulate=True adds a second product
+    isa.nc_matmul_mx(core, LOC, dst, q, q, sc, sc, accumulate=True)
+    np.testing.assert_allclose(dst.np, 2 * ref, rtol=1e-5, atol=1e-6 * np.abs(ref).max())
+
+
+def test_mx_rules():
+    core = NeuronCore("trn3")
+    q = empty(core, (32, 4), "float8_e4m3fn_x4")
+    sc = empty(core, (32, 4), "uint8")
+    with pytest.raises(trnsim.NkiValidationError, match="bfloat16 or float16"):
+        isa.quantize_mx(core, LOC, q, empty(core, (32, 16), "float32"), sc)
+    with pytest.raises(trnsim.NkiValidationError, match="multiple of 32"):
+        isa.quantize_mx(core, LOC, empty(core, (16, 4), "float8_e4m3fn_x4"), empty(core, (16, 16), "bfloat16"),
+                        empty(core, (16, 4), "uint8"))
+    with pytest.raises(trnsim.NkiValidationError, match="scale tile has its data tile"):
+        isa.quantize_mx(core, LOC, q, empty(core, (32, 16), "bfloat16"), empty(core, (32, 2), "uint8"))
+    with pytest.raises(trnsim.NkiValidationError, match="takes float8_e5m2_x4"):
+        isa.nc_matmul_mx(core, LOC, empty(core, (4, 4), "float32", PSUM), empty(core, (32, 4), "bfloat16"), q, sc,
+                         sc)
+    with pytest.raises(trnsim.NkiValidationError, match="tiles rows only"):
+        isa.nc_matmul_mx(core, LOC, empty(core, (4, 4), "float32", PSUM), q, q, sc, sc, tile_position=(0, 0),
+                         tile_size=(32, 64))
+    c2 = NeuronCore("trn2")
+    with pytest.raises(trnsim.NkiValidationError, match="NeuronCore-v4"):
+        isa.quantize_mx(c2, LOC, empty(c2, (32, 4), "float8_e4m3fn_x4"), empty(c2, (32, 16), "bfloat16"),
+                        empty(c2, (32, 4), "uint8"))
+
+
+def test_mx_dtypes_through_nisa_view_of_uint32():
+    """Kernels receive MX weights as uint32 and reinterpret them: the bits survive DMA and view."""
+    from trnsim.memory.dtypes import pack_x4
+    vals = np.arange(32 * 2 * 4, dtype=np.float32).reshape(32, 2, 4) / 8
+    bits = pack_x4(DTYPES["float8_e4m3fn_x4"], vals)
+
+    @nki.jit
+    def k(w):
+        t = nl.ndarray((32, 2), nl.float8_e4m3fn_x4, buffer=nl.sbuf)
+        nisa.dma_copy(t, w.view(nl.float8_e4m3fn_x4))
+        out = nl.ndarray((32, 2), nl.uint32, buffer=nl.shared_hbm)
+        nisa.dma_copy(out.view(nl.float8_e4m3fn_x4), t)
+        return out
+    np.testing.assert_array_equal(nki.simulate(k, target="trn3")(bits), bits)

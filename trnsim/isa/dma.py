@@ -53,6 +53,9 @@ def dma_copy(core, loc, dst, src, priority=None, oob_mode=None, dge_mode=None, e
     if dst.size != src.size:
         fail(I, "dst", f"has {dst.size} elements (shape {list(dst.shape)}) but 'src' has {src.size} "
              f"(shape {list(src.shape)}); they must match", dst.size, src.size, loc)
+    if (dst.dtype.packed or src.dtype.packed) and dst.dtype != src.dtype:
+        fail(I, "dst", f"has dtype {dst.dtype.name} but 'src' has {src.dtype.name}; packed MX data is copied only "
+             "to the same dtype (reinterpret with .view())", dst.dtype.name, src.dtype.name, loc)
     if core.execute:
         v = read(core, src, "src", I, loc)
         if dst.dtype.name == src.dtype.name:
@@ -72,9 +75,11 @@ def dma_transpose(core, loc, dst, src, axes=None, priority=None, dge_mode=None, 
     I = "dma_transpose"
     require_space(I, "dst", dst, (SBUF,), loc)
     require_space(I, "src", src, (SBUF, HBM), loc)
-    if src.dtype != dst.dtype:
-        fail(I, "dst", f"has dtype {dst.dtype.name} but 'src' has {src.dtype.name}; they must match",
-             dst.dtype.name, src.dtype.name, loc)
+    # the DMA engines cast as dma_copy does (the reference states no dtype rule for dma_transpose), but packed MX
+    # bits cannot be converted
+    if (dst.dtype.packed or src.dtype.packed) and dst.dtype != src.dtype:
+        fail(I, "dst", f"has dtype {dst.dtype.name} but 'src' has {src.dtype.name}; packed MX data is moved only "
+             "to the same dtype", dst.dtype.name, src.dtype.name, loc)
     nd = src.ndim
     if nd not in _AXES:
         fail(I, "src", f"has rank {nd}; dma_transpose supports rank 2, 3 or 4", nd, (2, 3, 4), loc)
@@ -82,13 +87,30 @@ def dma_transpose(core, loc, dst, src, axes=None, priority=None, dge_mode=None, 
     if axes != _AXES[nd]:
         fail(I, "axes", f"{axes} is not supported for rank {nd}; the supported permutation is {_AXES[nd]}",
              axes, _AXES[nd], loc)
+    mode = getattr(dge_mode, "name", dge_mode)
+    if mode == "hwdge":
+        # NKI reference, dma_transpose, "DMA Direct Transpose Constraints" of the hardware DGE
+        if src.dtype.itemsize != 2:
+            fail(I, "src", f"has dtype {src.dtype.name}; a hardware-DGE transpose moves 2-byte dtypes only",
+                 src.dtype.name, "2 bytes", loc)
+        if src.shape[-1] > 128:
+            fail(I, "src", f"has last dimension {src.shape[-1]}; a hardware-DGE transpose takes at most 128",
+                 src.shape[-1], 128, loc)
+        ok0 = src.shape[0] == 16 if nd == 2 else (src.shape[0] in (1, 2, 4, 8, 16) and
+                                                   (src.shape[0] * src.shape[-2]) % 16 == 0)
+        if not ok0:
+            fail(I, "src", f"has shape {list(src.shape)}; a hardware-DGE transpose needs shape[0] == 16 (2-D) or "
+                 "shape[0] in {1, 2, 4, 8, 16} with shape[0] * shape[-2] a multiple of 16", list(src.shape), 16, loc)
     out_shape = tuple(src.shape[a] for a in axes)
     if dst.size != src.size:
         fail(I, "dst", f"has shape {list(dst.shape)}; the transposed source has shape {list(out_shape)}",
              list(dst.shape), list(out_shape), loc)
     if core.execute:
         v = np.transpose(read(core, src, "src", I, loc), axes)
-        write(core, dst, np.ascontiguousarray(v).reshape(dst.shape))
+        if dst.dtype.name == src.dtype.name:
+            write_same_dtype(core, dst, np.ascontiguousarray(v).reshape(dst.shape))
+        else:
+            write(core, dst, np.ascontiguousarray(as_f32(v) if dst.dtype.is_float else v).reshape(dst.shape))
     rows = _rows(dst)
     core.record_dma(I, (dst,), (src,), src.nbytes, rows, dma_cost_ns(core.target, src.nbytes, rows), loc,
                     _part0(dst))

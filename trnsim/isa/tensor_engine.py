@@ -8,7 +8,8 @@ from ..memory import PSUM, SBUF
 from .common import as_f32, flag, free_size, int_tuple, part, pick_engine, read, require_space, write, mark_written
 from .errors import fail
 
-__all__ = ["nc_matmul", "nc_transpose", "matmul_cycles", "stationary_load_cycles", "MATMUL_DTYPES"]
+__all__ = ["nc_matmul", "nc_transpose", "matmul_cycles", "stationary_load_cycles", "MATMUL_DTYPES",
+           "psum_accumulate"]
 
 MATMUL_DTYPES = ("float8_e4m3", "float8_e5m2", "float8_e4m3fn", "bfloat16", "float16", "tfloat32", "float32")
 _FP8 = ("float8_e4m3", "float8_e5m2", "float8_e4m3fn")
@@ -144,36 +145,41 @@ def nc_matmul(core, loc, dst, stationary, moving, is_stationary_onezero=False, i
         if is_transpose:
             write(core, dst, r)
         else:
-            acc = acc_arg
-            if acc is None:
-                w = dst.written_view()
-                if w is None or dst.buf.all_written:
-                    acc_mask = True
-                else:
-                    acc_mask = w.reshape(M, N)
-                    acc_mask = True if acc_mask.all() else (False if not acc_mask.any() else acc_mask)
-            else:
-                acc_mask = bool(acc)
-            cur = dst.np
-            if dst.dtype.name == "float32":
-                # fp32 PSUM: accumulate in place, no rounding needed
-                if acc_mask is True:
-                    np.add(cur, r.reshape(cur.shape), out=cur)
-                elif acc_mask is False:
-                    np.copyto(cur, r.reshape(cur.shape))
-                else:
-                    np.copyto(cur, np.where(acc_mask, cur.reshape(M, N) + r, r).reshape(cur.shape))
-                mark_written(dst)
-            else:
-                c2 = cur.reshape(M, N)
-                if acc_mask is True:
-                    r = c2 + r
-                elif acc_mask is not False:
-                    r = np.where(acc_mask, c2 + r, r)
-                write(core, dst, r)
+            psum_accumulate(core, dst, r, M, N, acc_arg)
     cyc = matmul_cycles(tg, K, M, N, s32)
     core.record(I, "tensor", (dst,), (stationary, moving), cyc, loc, flops=2 * K * M * N * (2 if double else 1),
                 pre=stationary_load_cycles(tg, M, s32))
+
+
+def psum_accumulate(core, dst, r, M, N, acc):
+    """Write a [M, N] fp32 matmul result into PSUM ``dst``: accumulate (``acc`` True), overwrite (False), or, for
+    None, accumulate where the PSUM element was written before and overwrite where it was not."""
+    if acc is None:
+        w = dst.written_view()
+        if w is None or dst.buf.all_written:
+            acc_mask = True
+        else:
+            acc_mask = w.reshape(M, N)
+            acc_mask = True if acc_mask.all() else (False if not acc_mask.any() else acc_mask)
+    else:
+        acc_mask = bool(acc)
+    cur = dst.np
+    if dst.dtype.name == "float32":
+        # fp32 PSUM: accumulate in place, no rounding needed
+        if acc_mask is True:
+            np.add(cur, r.reshape(cur.shape), out=cur)
+        elif acc_mask is False:
+            np.copyto(cur, r.reshape(cur.shape))
+        else:
+            np.copyto(cur, np.where(acc_mask, cur.reshape(M, N) + r, r).reshape(cur.shape))
+        mark_written(dst)
+    else:
+        c2 = cur.reshape(M, N)
+        if acc_mask is True:
+            r = c2 + r
+        elif acc_mask is not False:
+            r = np.where(acc_mask, c2 + r, r)
+        write(core, dst, r)
 
 
 def nc_transpose(core, loc, dst, data, engine=None):

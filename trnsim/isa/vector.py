@@ -83,12 +83,18 @@ def _check_fmax(core, instr, name, t, loc, engine):
              f"{t.buf.kind.upper()} on the {engine} engine", f, lim, loc)
 
 
+_BIT_MOVERS = ("tensor_copy", "nc_stream_shuffle", "memset")   # instructions that may touch packed MX bits
+
+
 def _onchip_operands(core, instr, engine, loc, *named):
     pmax = core.target.pmax
     for name, t in named:
         require_space(instr, name, t, ONCHIP, loc, engine)
         part(instr, name, t, loc, pmax)
         _check_fmax(core, instr, name, t, loc, engine)
+        if t.dtype.packed and instr not in _BIT_MOVERS:
+            fail(instr, name, f"(tensor `{t.name}`) has the packed MX dtype {t.dtype.name}; only quantize_mx, "
+                 "nc_matmul_mx and copies of the same dtype handle it", t.dtype.name, "not packed", loc)
 
 
 _LOW = ("bfloat16", "float16")
@@ -150,6 +156,9 @@ def tensor_copy(core, loc, dst, src, engine=None):
     _onchip_operands(core, I, eng, loc, ("dst", dst), ("src", src))
     check_same_partitions(I, (("dst", dst), ("src", src)), loc)
     check_free_match(I, (("dst", dst), ("src", src)), loc)
+    if (dst.dtype.packed or src.dtype.packed) and dst.dtype != src.dtype:
+        fail(I, "dst", f"has dtype {dst.dtype.name} but 'src' has {src.dtype.name}; packed MX data is copied only "
+             "to the same dtype", dst.dtype.name, src.dtype.name, loc)
     if core.execute:
         v = read(core, src, "src", I, loc)
         if dst.dtype.name == src.dtype.name:
@@ -246,7 +255,9 @@ def memset(core, loc, dst, value, engine=None):
     eng = pick_engine(I, engine, "vector", ("vector", "gpsimd", "scalar"), loc)
     _onchip_operands(core, I, eng, loc, ("dst", dst))
     dt = dst.dtype
-    if dt.is_float:
+    if dt.packed:
+        v = number(I, "value", value, loc, integer=True, lo=0, hi=0)   # only zero bits have a meaning
+    elif dt.is_float:
         v = number(I, "value", value, loc)
     else:
         # an integer tile takes an integral value inside its range: memset(int8, 300) would not store 300
