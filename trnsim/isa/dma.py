@@ -88,7 +88,7 @@ def dma_transpose(core, loc, dst, src, axes=None, priority=None, dge_mode=None, 
         fail(I, "axes", f"{axes} is not supported for rank {nd}; the supported permutation is {_AXES[nd]}",
              axes, _AXES[nd], loc)
     mode = getattr(dge_mode, "name", dge_mode)
-    if mode == "hwdge":
+    if isinstance(mode, str) and mode == "hwdge":
         # NKI reference, dma_transpose, "DMA Direct Transpose Constraints" of the hardware DGE
         if src.dtype.itemsize != 2:
             fail(I, "src", f"has dtype {src.dtype.name}; a hardware-DGE transpose moves 2-byte dtypes only",
