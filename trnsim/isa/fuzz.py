@@ -72,7 +72,28 @@ _PLANS = {
                     "data": (SBUF, lambda p, f, m: (p, f + 8), None)},
     "tensor_partition_reduce": {"dst": (SBUF, lambda p, f, m: (1, f), None), "data": (SBUF, lambda p, f, m: (p, f), None)},
     "dma_compute": {"dst": (HBM, lambda p, f, m: (p, f), None)},
+    "range_select": {"bound0": (SBUF, lambda p, f, m: (p, 1), "float32"),
+                     "bound1": (SBUF, lambda p, f, m: (p, 1), "float32"),
+                     "on_true_tile": (SBUF, lambda p, f, m: (p, f), None), "dst": (SBUF, lambda p, f, m: (p, f), None)},
+    "quantize_mx": {"src": (SBUF, lambda p, f, m: (32, 4 * f), "bfloat16"),
+                    "dst": (SBUF, lambda p, f, m: (32, f), "float8_e4m3fn_x4"),
+                    "dst_scale": (SBUF, lambda p, f, m: (32, f), "uint8")},
+    "nc_matmul_mx": {"stationary": (SBUF, lambda p, f, m: (32, 2 * m if m < 128 else m), "float8_e4m3fn_x4"),
+                     "moving": (SBUF, lambda p, f, m: (32, f), "float8_e5m2_x4"),
+                     "stationary_scale": (SBUF, lambda p, f, m: (32, 2 * m if m < 128 else m), "uint8"),
+                     "moving_scale": (SBUF, lambda p, f, m: (32, f), "uint8"),
+                     "dst": (PSUM, lambda p, f, m: (2 * m if m < 128 else m, f), "float32")},
     "*": {"reduce_res": (SBUF, lambda p, f, m: (p, 1), "float32")},
+}
+
+
+# tame calls: non-tensor arguments an instruction accepts only in particular forms
+_PLAN_VALUES = {
+    "activate2": {"op0": ("multiply", "add", "subtract", "bypass"), "op1": ("add", "subtract", "bypass"),
+                  "op": ("relu", "exp", "prelu", "copy"), "reduce_op": (None, "add", "maximum")},
+    "dma_compute": {"reduce_op": ("add",), "scales": (None,), "unique_indices": (True,)},
+    "nc_matmul_mx": {"tile_position": (None, (0, 0)), "tile_size": (None, (128, 128)),
+                     "accumulate": (None, True, False)},
 }
 
 
@@ -141,6 +162,7 @@ class Fuzzer:
         self.dtype = "float32"
         self.m = 1
         self.plan = {}
+        self.name = ""
 
     # -- operands ---------------------------------------------------------------------------------------
     def _core(self):
@@ -233,6 +255,13 @@ class Fuzzer:
         r = self.r
         if r.random() < (0.07 if not self.tame else 0.01):
             return r.choice(_JUNK)
+        pv = _PLAN_VALUES.get(self.name, {}).get(name)
+        if self.tame and pv is not None:
+            return r.choice(pv)
+        if self.tame and name == "srcs":
+            k = r.randint(1, 3)
+            dt = self.dtype
+            return [self._alloc_filled(core, (p, f), dt, r.choice((HBM, SBUF))) for _ in range(k)]
         plan = self.plan.get(name) or _PLANS["*"].get(name)
         if self.tame and plan is not None and r.random() < 0.9:
             kind, shape, dt = plan
@@ -293,6 +322,7 @@ class Fuzzer:
         self.dtype = r.choice(("float32", "float32", "bfloat16", "int32", "uint32", "float8_e4m3"))
         self.m = r.choice((1, 8, 32, 64, 128))
         self.plan = _PLANS.get(name, {})
+        self.name = name
         kwargs = {}
         for prm in self.params[name]:
             if prm.default is not inspect.Parameter.empty and r.random() < 0.35:

@@ -19,7 +19,7 @@ from ..isa_api import get_nc_version as _v2_nc_version
 from ..stubs import install_unsupported
 from . import language as _nl
 from .index import IndexExpr, Predicate
-from .tile import PendingMatmul, box_empty, mask_box, materialize, resolve
+from .tile import PendingMatmul, box_empty, mask_box, materialize, resolve, partition_views
 
 __all__ = ["engine", "reduce_cmd", "dge_mode", "oob_mode", "nc_version", "NkiValidationError", "get_nc_version",
            "tensor_engine", "vector_engine", "scalar_engine", "gpsimd_engine", "unknown_engine"]
@@ -204,7 +204,9 @@ def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, **kwargs):
     out = _out(shape, dtype)
     box = _prep(mask, out.shape, "memset", loc)
     if not box_empty(box):
-        _isa.memset(current().core, loc, _r(out, box, loc, "memset", "dst"), value, engine=_eng(engine))
+        # a block shape ([B, par_dim(P), F]) is set one [P, F] tile at a time
+        for v in partition_views(_r(out, box, loc, "memset", "dst")):
+            _isa.memset(current().core, loc, v, value, engine=_eng(engine))
     return out
 
 
