@@ -228,3 +228,25 @@ def test_mutable_tensor_annotation_and_mx_names():
     assert nt.mutable_tensor[128, 64] is nt.mutable_tensor
     from trnsim.memory import dtype_of
     assert dtype_of(nl.float8_e4m3fn_x4).packed == 4 and dtype_of(nl.float8_e8m0fnu).name == "float8_e8m0fnu"
+
+
+# -- instructions the legacy front end now issues -----------------------------------------------------------------
+def test_v1_partition_reduce_sequence_bounds_local_gather():
+    seg = np.array([[0, 1, 1, 2, 2, 2, 0, 3, 3]], np.float32)
+    src = (np.arange(128 * 40, dtype=np.float32).reshape(128, 40) % 23)
+    idx = np.tile((np.arange(16 * 2).reshape(16, 2) % 30).astype(np.uint16), (8, 1))
+
+    @nki.jit
+    def k(a, s, g, i):
+        o1 = nl.ndarray((1, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        o2 = nl.ndarray((1, 2, 9), dtype=nl.float32, buffer=nl.shared_hbm)
+        o3 = nl.ndarray((128, 32, 2), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(o1, nisa.tensor_partition_reduce(np.add, nl.load(a)))
+        nl.store(o2, nisa.sequence_bounds(segment_ids=nl.load(s)))
+        nl.store(o3, nisa.local_gather(nl.load(g), nl.load(i), 2))
+        return o1, o2, o3
+    o1, o2, o3 = k(A, seg, src, idx)
+    np.testing.assert_allclose(o1[0], f64(A).sum(0), rtol=1e-5, atol=1e-4)
+    np.testing.assert_array_equal(o2[0], [[9, 1, 1, 3, 3, 3, 9, 7, 7], [-1, 3, 3, 6, 6, 6, -1, 9, 9]])
+    flat = idx[:16].flatten(order="F").astype(np.int64)
+    np.testing.assert_array_equal(o3[:16], src[:16][:, flat[:, None] + np.arange(2)])

@@ -58,6 +58,9 @@ def nc_matmul(core, loc, dst, stationary, moving, is_stationary_onezero=False, i
     """dst[M, N] (PSUM) (+)= stationary[K, M].T @ moving[K, N], fp32 accumulation."""
     I = "nc_matmul"
     tg = core.target
+    is_transpose = flag(I, "is_transpose", is_transpose, loc)
+    flag(I, "is_stationary_onezero", is_stationary_onezero, loc)
+    flag(I, "is_moving_onezero", is_moving_onezero, loc)
     require_space(I, "stationary", stationary, (SBUF,), loc, "tensor")
     require_space(I, "moving", moving, (SBUF,), loc, "tensor")
     require_space(I, "dst", dst, (PSUM,), loc, "tensor")
@@ -80,7 +83,6 @@ def nc_matmul(core, loc, dst, stationary, moving, is_stationary_onezero=False, i
         fail(I, "perf_mode", f"must be nisa.matmul_perf_mode.none or .double_row, got {perf_mode!r}", perf_mode,
              ("none", "double_row"), loc)
     double = mode == "double_row"
-    is_transpose = flag(I, "is_transpose", is_transpose, loc)
     acc_arg = getattr(accumulate, "value", accumulate)
     if acc_arg is not None:
         acc_arg = flag(I, "accumulate", acc_arg, loc)
