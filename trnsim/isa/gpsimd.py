@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..memory import SBUF, Tensor
+from ..memory import SBUF
 from .common import as_f32, check_same_partitions, free_size, number, part, read, require_space, write
 from .errors import fail
 from .vector import _onchip_operands, _resolve_arith
