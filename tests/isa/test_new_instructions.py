@@ -385,7 +385,7 @@ def test_mx_rules():
     with pytest.raises(trnsim.NkiValidationError, match="multiple of 32"):
         isa.quantize_mx(core, LOC, empty(core, (16, 4), "float8_e4m3fn_x4"), empty(core, (16, 16), "bfloat16"),
                         empty(core, (16, 4), "uint8"))
-    with pytest.raises(trnsim.NkiValidationError, match="scale tile has its data tile"):
+    with pytest.raises(trnsim.NkiValidationError, match="need at least 4 partitions .* and 4 elements"):
         isa.quantize_mx(core, LOC, q, empty(core, (32, 16), "bfloat16"), empty(core, (32, 2), "uint8"))
     with pytest.raises(trnsim.NkiValidationError, match="takes float8_e5m2_x4"):
         isa.nc_matmul_mx(core, LOC, empty(core, (4, 4), "float32", PSUM), empty(core, (32, 4), "bfloat16"), q, sc,
@@ -393,6 +393,13 @@ def test_mx_rules():
     with pytest.raises(trnsim.NkiValidationError, match="tiles rows only"):
         isa.nc_matmul_mx(core, LOC, empty(core, (4, 4), "float32", PSUM), q, q, sc, sc, tile_position=(0, 0),
                          tile_size=(32, 64))
+    # a single-quadrant tile's scales fit a 4-partition scale tile
+    sc4 = tile(core, np.zeros((4, 4)), "uint8")
+    isa.quantize_mx(core, LOC, q, tile(core, np.ones((32, 16)), "bfloat16"), sc4)
+    np.testing.assert_array_equal(sc4.np, 127 - 8)               # amax 1 = 2^0: biased 127, minus Emax 8
+    with pytest.raises(trnsim.NkiValidationError, match="need at least 36 partitions"):
+        isa.quantize_mx(core, LOC, empty(core, (64, 4), "float8_e4m3fn_x4"), empty(core, (64, 16), "bfloat16"),
+                        empty(core, (32, 4), "uint8"))
     c2 = NeuronCore("trn2")
     with pytest.raises(trnsim.NkiValidationError, match="NeuronCore-v4"):
         isa.quantize_mx(c2, LOC, empty(c2, (32, 4), "float8_e4m3fn_x4"), empty(c2, (32, 16), "bfloat16"),

@@ -58,10 +58,13 @@ def _check_scale(I, name, scale, data, loc, pmax):
     if scale.dtype.name not in _SCALE_DTYPES:
         fail(I, name, f"has dtype {scale.dtype.name}; MX scales are float8_e8m0fnu or uint8", scale.dtype.name,
              _SCALE_DTYPES, loc)
-    if scale.shape[0] != data.shape[0] or free_size(scale) != free_size(data):
-        fail(I, name, f"has shape {list(scale.shape)}; an MX scale tile has its data tile's partitions and "
-             f"elements per partition ({data.shape[0]} x {free_size(data)})", list(scale.shape),
-             [data.shape[0], free_size(data)], loc)
+    # the scales of a data tile spanning q quadrants sit on partitions 32 * i + 0..3 (i < q): the scale tile must
+    # reach partition 32 * (q - 1) + 3 and hold one scale per packed data element
+    need = 32 * (data.shape[0] // 32 - 1) + 4
+    if scale.shape[0] < need or free_size(scale) != free_size(data):
+        fail(I, name, f"has shape {list(scale.shape)}; the scales of a [{data.shape[0]}, {free_size(data)}] MX tile "
+             f"need at least {need} partitions (4 per 32-partition quadrant, at its start) and "
+             f"{free_size(data)} elements per partition", list(scale.shape), [need, free_size(data)], loc)
 
 
 def _scale_factors(core, scale, data_p, loc, I, name):
@@ -112,7 +115,7 @@ def quantize_mx(core, loc, dst, src, dst_scale):
         big = _ELEM_MAX[dst.dtype.element]
         q = np.clip(q, -big, big).reshape(p, f // 4, 4)
         write(core, dst, pack_x4(dst.dtype, q.astype(np.float32)).reshape(dst.shape))
-        sc = dst_scale.np.reshape(p, -1).copy()
+        sc = dst_scale.np.reshape(dst_scale.shape[0], -1).copy()
         rows = scale_rows(p)
         if dst_scale.dtype.name == "uint8":
             sc[rows] = (sexp + _E8M0_BIAS).astype(sc.dtype)
