@@ -1960,8 +1960,9 @@ def _define_rules():
        Rule("element counts differ", lambda: nisa.dma_copy(_nd((128, 32)), _nd((128, 64), space="hbm")), "dst"))
     _R("nisa.dma_transpose",
        Rule("dst in HBM", lambda: nisa.dma_transpose(_nd((64, 128), space="hbm"), _nd((128, 64), space="hbm")), "dst"),
-       Rule("dtype mismatch", lambda: nisa.dma_transpose(_nd((64, 128), "bfloat16"), _nd((128, 64), space="hbm")),
-            "dst"),
+       Rule("hardware DGE moves 2-byte dtypes only",
+            lambda: nisa.dma_transpose(_nd((64, 16)), _nd((16, 64), space="hbm"), dge_mode=nisa.dge_mode.hwdge),
+            "src"),
        Rule("unsupported axes", lambda: nisa.dma_transpose(_nd((64, 128)), _nd((128, 64), space="hbm"), axes=(0, 1)),
             "axes"))
     _R("nl.ndarray",
@@ -2009,6 +2010,7 @@ _DEFINED = []
 def _ensure():
     _setup()
     if not _DEFINED:
+        from . import nki_suite_mx  # noqa: F401  (registers the issue-13 instructions' cases)
         _define_rules()
         for name, reason in _discover_unsupported().items():
             _REG.setdefault(name, {})["skip"] = reason

@@ -36,7 +36,7 @@ def test_names_cover_the_instruction_set():
 
 
 def test_unimplemented_instruction_is_skip_with_reason():
-    r, = nki_suite.run_nki("nisa.nc_matmul_mx")
+    r, = nki_suite.run_nki("nisa.topk")
     assert r["status"] == "skip" and r["counts"]["skip"] == 1
     assert "not supported by trnsim" in r["detail"]
 

@@ -492,12 +492,13 @@ def test_max8_find_replace(p, f, dt, seed):
     np.testing.assert_array_equal(f64(mx), ref)
     ix = np.asarray(ix).astype(np.int64)
     np.testing.assert_array_equal(np.take_along_axis(X, ix, 1), ref)
-    for j in range(8):   # first occurrence
+    for j in range(8):   # NKI reference: duplicate vals pair with their matching positions in ascending order
         for r in range(p):
-            assert ix[r, j] == np.flatnonzero(X[r] == ref[r, j])[0]
+            k_dup = int(np.sum(ref[r, :j] == ref[r, j]))
+            assert ix[r, j] == np.flatnonzero(X[r] == ref[r, j])[k_dup]
     exp = X.copy()
     for r in range(p):
-        for j in range(8):
+        for j in range(7, -1, -1):       # match_replace8 matches the vals in reverse order (slot 7 first)
             hit = np.flatnonzero(exp[r] == ref[r, j])
             if hit.size:
                 exp[r, hit[0]] = -1000.0

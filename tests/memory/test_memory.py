@@ -79,9 +79,20 @@ def test_out_of_bounds_slices_raise_not_clamp():
         t.ap([[4000, 101], [1, 4000]])
 
 
-def test_packed_dtypes_recognised_not_supported():
-    with pytest.raises(UnsupportedDTypeError, match="float8_e4m3fn_x4.*not supported yet"):
-        dtype_of("float8_e4m3fn_x4")
+def test_packed_mx_dtypes():
+    """The MX formats: 4 FP8 values in a 32-bit element (4 FP4 in 16 bits), stored as their bits."""
+    from trnsim.memory.dtypes import pack_x4, unpack_x4
+    d = dtype_of("float8_e4m3fn_x4")
+    assert (d.itemsize, d.packed, d.is_float, d.is_int) == (4, 4, False, False)
+    v = np.array([[1.0, -2.0, 0.5, 448.0]], np.float32)
+    bits = pack_x4(d, v)
+    assert bits[0] == 0x38 | (0xC0 << 8) | (0x30 << 16) | (0x7E << 24)   # e4m3fn codes, element 0 lowest
+    np.testing.assert_array_equal(unpack_x4(d, bits), v)
+    d4 = dtype_of("float4_e2m1fn_x4")
+    assert d4.itemsize == 2
+    np.testing.assert_array_equal(unpack_x4(d4, pack_x4(d4, np.array([[1, -6, 0.5, 3]], np.float32))),
+                                  [[1, -6, 0.5, 3]])
+    assert dtype_of("float8_e8m0fnu").is_float
     with pytest.raises(TypeError, match="unknown dtype"):
         dtype_of("float128")
 

@@ -14,7 +14,7 @@ from ..memory.dtypes import round_to
 from .errors import NkiValidationError, fail
 
 __all__ = ["ENGINES", "pick_engine", "require_space", "part", "free_size", "check_same_partitions",
-           "check_free_match", "read", "write", "scalar_or_vector", "as_f32"]
+           "check_free_match", "read", "write", "scalar_or_vector", "as_f32", "number", "flag", "int_tuple"]
 
 ENGINES = ("tensor", "vector", "scalar", "gpsimd", "sync", "dma")
 
@@ -53,6 +53,12 @@ def require_space(instr, name, t, spaces, loc, engine=None):
 
 def part(instr, name, t, loc, pmax):
     """``(start_partition, num_partitions)`` of an on-chip operand, enforcing the partition rules."""
+    if not t.shape:
+        fail(instr, name, f"(tensor `{t.name}`) is 0-D; an on-chip operand needs a partition dimension "
+             "(shape [P, ...])", list(t.shape), "[P, ...]", loc)
+    if t.size == 0 or t.buf.nelem == 0:
+        fail(instr, name, f"(tensor `{t.name}`) has shape {list(t.shape)}, no elements; an instruction operand "
+             "needs at least one element in every dimension", list(t.shape), ">= 1", loc)
     info = t.partition_info()
     if info is None:
         fail(instr, name, f"(tensor `{t.name}`) has a first dimension that does not map to partitions "
@@ -80,6 +86,57 @@ def part(instr, name, t, loc, pmax):
         fail(instr, name, f"(tensor `{t.name}`) of {n} partitions starts at partition {start}; a tile of "
              f"{n} partitions must start at {rule}", start, rule, loc)
     return start, n
+
+
+def number(instr, name, v, loc, integer=False, finite=False, lo=None, hi=None):
+    """A compile-time immediate given as a Python/NumPy number: returned as ``int`` (``integer``) or ``float``.
+    Strings, ``None``, tensors, NaN (where an integer or a finite value is needed) and values outside
+    ``[lo, hi]`` are refused."""
+    if isinstance(v, (bool, np.bool_)):
+        v = int(v)
+    if not isinstance(v, (int, float, np.integer, np.floating)) and not (isinstance(v, np.ndarray) and v.ndim == 0
+                                                                          and v.dtype.kind in "iuf"):
+        fail(instr, name, f"must be a number, got {type(v).__name__} {_short(v)}", v, None, loc)
+    if isinstance(v, np.ndarray):
+        v = v.item()
+    if integer:
+        if isinstance(v, (float, np.floating)):
+            if not np.isfinite(v) or v != int(v):
+                fail(instr, name, f"must be an integer, got {v!r}", v, "integer", loc)
+        v = int(v)
+    else:
+        v = float(v) if abs(v) <= 1e300 or not isinstance(v, int) else float("inf") * (1 if v > 0 else -1)
+        if finite and not np.isfinite(v):
+            fail(instr, name, f"must be a finite number, got {v!r}", v, "finite", loc)
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        fail(instr, name, f"is {v!r}, outside the allowed range [{lo}, {hi}]", v, (lo, hi), loc)
+    return v
+
+
+def flag(instr, name, v, loc):
+    """A boolean option (``True``/``False``/``0``/``1``; ``None`` counts as False)."""
+    if v is None:
+        return False
+    if isinstance(v, (bool, np.bool_)) or (isinstance(v, (int, np.integer)) and v in (0, 1)):
+        return bool(v)
+    fail(instr, name, f"must be True or False, got {type(v).__name__} {_short(v)}", v, (True, False), loc)
+
+
+def _short(v):
+    r = repr(v)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+def int_tuple(instr, name, v, loc, length=None):
+    """A tuple of Python integers (``tile_position``, ``axes``, ...)."""
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        v = (v,)
+    if not isinstance(v, (tuple, list)):
+        fail(instr, name, f"must be a tuple of integers, got {type(v).__name__} {_short(v)}", v, None, loc)
+    out = tuple(number(instr, name, x, loc, integer=True) for x in v)
+    if length is not None and len(out) != length:
+        fail(instr, name, f"has {len(out)} entries; expected {length}", len(out), length, loc)
+    return out
 
 
 def free_size(t: Tensor) -> int:
@@ -164,12 +221,17 @@ def mark_written(t: Tensor):
         t.written_view()[...] = True
 
 
-def scalar_or_vector(instr, name, v, p, loc):
+def scalar_or_vector(instr, name, v, p, loc, optional=False):
     """An immediate float, or a ``[P, 1]`` on-chip tensor broadcast along the free dims: returns a float or a
     ``(P, 1)`` float32 array (in shape-only mode the tensor's shape is still checked)."""
     if v is None:
-        return None
+        if optional:
+            return None
+        fail(instr, name, "is required: a number or a [P, 1] tensor, got None", None, None, loc)
     if isinstance(v, Tensor):
+        if not v.shape or v.size == 0:
+            fail(instr, name, f"(tensor `{v.name}`) has shape {list(v.shape)}; a per-partition operand must be "
+                 f"[{p}, 1]", list(v.shape), [p, 1], loc)
         if not v.on_chip:
             fail(instr, name, f"(tensor `{v.name}`) is in {v.buf.kind.upper()}; a per-partition operand must be "
                  "in SBUF or PSUM", v.buf.kind, (SBUF, PSUM), loc)
@@ -177,10 +239,11 @@ def scalar_or_vector(instr, name, v, p, loc):
             fail(instr, name, f"(tensor `{v.name}`) has shape {list(v.shape)}; a per-partition operand must be "
                  f"[{p}, 1]", list(v.shape), [p, 1], loc)
         return v
-    try:
+    if isinstance(v, (int, float, np.integer, np.floating, bool, np.bool_)):
+        return float(v) if not (isinstance(v, int) and abs(v) > 1e300) else float("inf") * (1 if v > 0 else -1)
+    if isinstance(v, np.ndarray) and v.ndim == 0 and v.dtype.kind in "iufb":
         return float(v)
-    except (TypeError, ValueError):
-        fail(instr, name, f"must be a number or a [P, 1] tensor, got {type(v).__name__}", v, None, loc)
+    fail(instr, name, f"must be a number or a [P, 1] tensor, got {type(v).__name__} {_short(v)}", v, None, loc)
 
 
 def operand_value(core, v):

@@ -10,9 +10,15 @@ import math
 
 import numpy as np
 
-__all__ = ["alu", "activation_fn", "op_name", "BITVEC_OPS", "REDUCE_IDENTITY", "reduce_fn"]
+__all__ = ["alu", "activation_fn", "op_name", "BITVEC_OPS", "REDUCE_IDENTITY", "REDUCE_OPS", "UNARY_ALU",
+           "reduce_fn"]
 
 _f32 = np.float32
+
+
+def _unary_safe(f, a):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return f(a)
 
 
 def _div(a, b):
@@ -58,11 +64,19 @@ _ALU = {
     "logical_or": _cmp(lambda a, b: np.logical_or(a != 0, b != 0)),
     "logical_xor": _cmp(lambda a, b: np.logical_xor(a != 0, b != 0)),
     "bypass": lambda a, b: a,
+    # the ALU's unary arithmetic operators (NKI ISA operator table, "Arithmetic Unary"): they act on the first
+    # input and ignore the second (so tensor_scalar(op0=nl.abs, operand0=0.0) is |x|)
+    "abs": lambda a, b: np.abs(a), "square": lambda a, b: np.square(a),
+    "relu": lambda a, b: np.maximum(a, _f32(0)),
+    "rsqrt": lambda a, b: _unary_safe(lambda x: (_f32(1) / np.sqrt(x)).astype(_f32), a),
+    "reciprocal": lambda a, b: _unary_safe(lambda x: (_f32(1) / x).astype(_f32), a),
 }
+UNARY_ALU = frozenset(("abs", "square", "relu", "rsqrt", "reciprocal", "invert"))
 # bit-vector ops: computed on the integer bits
 BITVEC_OPS = {
     "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
     "left_shift": np.left_shift, "right_shift": np.right_shift,
+    "invert": lambda a, b: np.invert(a),
 }
 
 _NP_NAMES = {"add": "add", "subtract": "subtract", "multiply": "multiply", "divide": "divide",
@@ -190,6 +204,20 @@ def activation_fn(op):
 REDUCE_IDENTITY = {"add": 0.0, "maximum": -np.inf, "minimum": np.inf, "multiply": 1.0,
                    "abs_max": 0.0, "abs_min": np.inf}
 
+# operators legal as a reduction (NKI ISA operator table, column "Legal Reduction op"; abs_max/abs_min are
+# trnsim's extension kept for existing kernels)
+# subtract is in the table too, but the order in which the accumulator combines is not published: refused
+REDUCE_OPS = frozenset(("add", "multiply", "maximum", "minimum", "logical_and", "logical_or",
+                        "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "abs_max", "abs_min"))
+
+
+def _logical_reduce(uf):
+    def red(a, axis, keepdims=False):
+        return uf.reduce(a != 0, axis=axis, keepdims=keepdims).astype(_f32)
+    return red
+
+
+
 
 def reduce_fn(name):
     """NumPy reduction over axes for a reduce op name."""
@@ -205,6 +233,8 @@ def reduce_fn(name):
         return lambda a, axis, keepdims=False: np.max(np.abs(a), axis=axis, keepdims=keepdims)
     if name == "abs_min":
         return lambda a, axis, keepdims=False: np.min(np.abs(a), axis=axis, keepdims=keepdims)
+    if name in ("logical_and", "logical_or", "logical_xor"):
+        return _logical_reduce(getattr(np, name))
     if name in BITVEC_OPS and name.startswith("bitwise"):
         uf = BITVEC_OPS[name]
         return lambda a, axis, keepdims=False: uf.reduce(a, axis=axis, keepdims=keepdims)

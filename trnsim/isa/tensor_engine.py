@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..memory import PSUM, SBUF
-from .common import as_f32, free_size, part, pick_engine, read, require_space, write, mark_written
+from .common import as_f32, flag, free_size, int_tuple, part, pick_engine, read, require_space, write, mark_written
 from .errors import fail
 
-__all__ = ["nc_matmul", "nc_transpose", "matmul_cycles", "stationary_load_cycles", "MATMUL_DTYPES"]
+__all__ = ["nc_matmul", "nc_transpose", "matmul_cycles", "stationary_load_cycles", "MATMUL_DTYPES",
+           "psum_accumulate"]
 
 MATMUL_DTYPES = ("float8_e4m3", "float8_e5m2", "float8_e4m3fn", "bfloat16", "float16", "tfloat32", "float32")
 _FP8 = ("float8_e4m3", "float8_e5m2", "float8_e4m3fn")
@@ -32,6 +33,11 @@ def matmul_cycles(target, k_rows, n_stationary, n_moving, fp32):
     return cyc
 
 
+def _given(x):
+    """A tiling argument that was passed (``()`` and ``None`` mean "not given")."""
+    return x is not None and not (isinstance(x, (tuple, list)) and len(x) == 0)
+
+
 def _psum_bank_check(I, dst, target, loc):
     """A matmul output must stay inside one PSUM bank of every partition it writes."""
     bank = target.psum_bank_bytes
@@ -52,6 +58,9 @@ def nc_matmul(core, loc, dst, stationary, moving, is_stationary_onezero=False, i
     """dst[M, N] (PSUM) (+)= stationary[K, M].T @ moving[K, N], fp32 accumulation."""
     I = "nc_matmul"
     tg = core.target
+    is_transpose = flag(I, "is_transpose", is_transpose, loc)
+    flag(I, "is_stationary_onezero", is_stationary_onezero, loc)
+    flag(I, "is_moving_onezero", is_moving_onezero, loc)
     require_space(I, "stationary", stationary, (SBUF,), loc, "tensor")
     require_space(I, "moving", moving, (SBUF,), loc, "tensor")
     require_space(I, "dst", dst, (PSUM,), loc, "tensor")
@@ -68,8 +77,15 @@ def nc_matmul(core, loc, dst, stationary, moving, is_stationary_onezero=False, i
     if dst.dtype.name not in allowed_dst and not is_transpose:
         fail(I, "dst", f"has dtype {dst.dtype.name}; PSUM matmul output on {tg.name} must be "
              f"{' or '.join(allowed_dst)}", dst.dtype.name, allowed_dst, loc)
-    mode = getattr(perf_mode, "value", perf_mode) or "none"
+    mode = getattr(perf_mode, "value", perf_mode)
+    mode = "none" if mode is None else mode
+    if not isinstance(mode, str) or mode not in ("none", "double_row"):
+        fail(I, "perf_mode", f"must be nisa.matmul_perf_mode.none or .double_row, got {perf_mode!r}", perf_mode,
+             ("none", "double_row"), loc)
     double = mode == "double_row"
+    acc_arg = getattr(accumulate, "value", accumulate)
+    if acc_arg is not None:
+        acc_arg = flag(I, "accumulate", acc_arg, loc)
     if double:
         if not tg.fp8_double_row:
             fail(I, "perf_mode", f"double_row is not available on {tg.name}", mode, "none", loc)
@@ -90,12 +106,12 @@ def nc_matmul(core, loc, dst, stationary, moving, is_stationary_onezero=False, i
     M = free_size(stationary) // (2 if double else 1)
     N = free_size(moving) // (2 if double else 1)
     rows, cols = tg.pe_rows, tg.pe_cols
-    if tile_size or tile_position:
-        if not (tile_size and tile_position) or len(tile_size) != 2 or len(tile_position) != 2:
+    if _given(tile_size) or _given(tile_position):
+        if not (_given(tile_size) and _given(tile_position)):
             fail(I, "tile_size", "and tile_position must both be given as (rows, columns) pairs",
                  (tile_size, tile_position), None, loc)
-        rows, cols = int(tile_size[0]), int(tile_size[1])
-        r0, c0 = int(tile_position[0]), int(tile_position[1])
+        rows, cols = int_tuple(I, "tile_size", tile_size, loc, 2)
+        r0, c0 = int_tuple(I, "tile_position", tile_position, loc, 2)
         sizes = (32, 64, 128) if tg.nc_version >= 3 else (64, 128)
         for nm, v in (("tile_size[0]", rows), ("tile_size[1]", cols)):
             if v not in sizes:
@@ -131,42 +147,50 @@ def nc_matmul(core, loc, dst, stationary, moving, is_stationary_onezero=False, i
         if is_transpose:
             write(core, dst, r)
         else:
-            acc = getattr(accumulate, "value", accumulate)
-            if acc is None:
-                w = dst.written_view()
-                if w is None or dst.buf.all_written:
-                    acc_mask = True
-                else:
-                    acc_mask = w.reshape(M, N)
-                    acc_mask = True if acc_mask.all() else (False if not acc_mask.any() else acc_mask)
-            else:
-                acc_mask = bool(acc)
-            cur = dst.np
-            if dst.dtype.name == "float32":
-                # fp32 PSUM: accumulate in place, no rounding needed
-                if acc_mask is True:
-                    np.add(cur, r.reshape(cur.shape), out=cur)
-                elif acc_mask is False:
-                    np.copyto(cur, r.reshape(cur.shape))
-                else:
-                    np.copyto(cur, np.where(acc_mask, cur.reshape(M, N) + r, r).reshape(cur.shape))
-                mark_written(dst)
-            else:
-                c2 = cur.reshape(M, N)
-                if acc_mask is True:
-                    r = c2 + r
-                elif acc_mask is not False:
-                    r = np.where(acc_mask, c2 + r, r)
-                write(core, dst, r)
+            psum_accumulate(core, dst, r, M, N, acc_arg)
     cyc = matmul_cycles(tg, K, M, N, s32)
     core.record(I, "tensor", (dst,), (stationary, moving), cyc, loc, flops=2 * K * M * N * (2 if double else 1),
                 pre=stationary_load_cycles(tg, M, s32))
+
+
+def psum_accumulate(core, dst, r, M, N, acc):
+    """Write a [M, N] fp32 matmul result into PSUM ``dst``: accumulate (``acc`` True), overwrite (False), or, for
+    None, accumulate where the PSUM element was written before and overwrite where it was not."""
+    if acc is None:
+        w = dst.written_view()
+        if w is None or dst.buf.all_written:
+            acc_mask = True
+        else:
+            acc_mask = w.reshape(M, N)
+            acc_mask = True if acc_mask.all() else (False if not acc_mask.any() else acc_mask)
+    else:
+        acc_mask = bool(acc)
+    cur = dst.np
+    if dst.dtype.name == "float32":
+        # fp32 PSUM: accumulate in place, no rounding needed
+        if acc_mask is True:
+            np.add(cur, r.reshape(cur.shape), out=cur)
+        elif acc_mask is False:
+            np.copyto(cur, r.reshape(cur.shape))
+        else:
+            np.copyto(cur, np.where(acc_mask, cur.reshape(M, N) + r, r).reshape(cur.shape))
+        mark_written(dst)
+    else:
+        c2 = cur.reshape(M, N)
+        if acc_mask is True:
+            r = c2 + r
+        elif acc_mask is not False:
+            r = np.where(acc_mask, c2 + r, r)
+        write(core, dst, r)
 
 
 def nc_transpose(core, loc, dst, data, engine=None):
     """dst[F, P] = data[P, F] exactly (bit-accurate), on the PE array (SBUF -> PSUM, up to 128x128) or the
     Vector Engine (up to 32x32)."""
     I = "nc_transpose"
+    require_space(I, "data", data, (SBUF, PSUM), loc)
+    require_space(I, "dst", dst, (SBUF, PSUM), loc)
+    part(I, "data", data, loc, core.target.pmax)
     P = data.shape[0]
     F = free_size(data)
     default = "vector" if (P <= 32 and F <= 32) else "tensor"

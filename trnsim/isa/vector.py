@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..memory import PSUM, SBUF, Tensor
-from .common import (as_f32, check_free_match, check_same_partitions, free_size, operand_value, part,
+from ..memory.dtypes import dtype_of, round_to
+from .common import (as_f32, check_free_match, check_same_partitions, flag, free_size, number, operand_value, part,
                      pick_engine, read, require_space, scalar_or_vector, write, write_same_dtype)
 from .errors import fail
-from .ops import alu, reduce_fn
+from .ops import REDUCE_OPS, alu, reduce_fn
 
 __all__ = ["tensor_copy", "tensor_tensor", "tensor_scalar", "memset", "tensor_reduce", "reciprocal",
            "scalar_tensor_tensor", "tensor_tensor_scan", "tensor_copy_predicated", "bn_stats", "bn_aggr",
@@ -24,6 +25,56 @@ def _resolve_alu(instr, name, op, loc):
         fail(instr, name, f"{e.args[0]!r} is not an ALU operator of this instruction", e.args[0], None, loc)
 
 
+def _resolve_arith(instr, name, op, loc):
+    """An arithmetic ALU operator (the instructions whose reference says "Bitvec operators are not supported")."""
+    r = _resolve_alu(instr, name, op, loc)
+    if r[2]:
+        fail(instr, name, f"{r[0]!r} is a bitwise operator; this instruction takes arithmetic operators only",
+             r[0], "arithmetic", loc)
+    return r
+
+
+def _resolve_reduce(instr, name, op, loc, arith=False):
+    """``(name, combine fn, is_bitvec)`` of a reduction operator, refusing operators that cannot reduce (and
+    bitwise ones when ``arith``: the accumulator of fp32 instructions)."""
+    rname, fn, bitvec = _resolve_alu(instr, name, op, loc)
+    if rname not in REDUCE_OPS:
+        fail(instr, name, f"{rname!r} is not a reduction operator; allowed: {', '.join(sorted(REDUCE_OPS))}",
+             rname, sorted(REDUCE_OPS), loc)
+    if arith and bitvec:
+        fail(instr, name, f"{rname!r} is a bitwise operator; this instruction's accumulator is arithmetic (fp32)",
+             rname, "arithmetic", loc)
+    return rname, fn, bitvec
+
+
+def _check_bitvec(instr, opname, loc, *named):
+    """Bitwise operators work on integer bit patterns: every tensor operand must have an integer dtype."""
+    for n_, t in named:
+        if isinstance(t, Tensor) and not t.dtype.is_int:
+            fail(instr, n_, f"has dtype {t.dtype.name}; bitwise operator {opname!r} needs integer dtypes",
+                 t.dtype.name, "int", loc)
+
+
+_BITVEC_IMM = (-2 ** 31, 2 ** 32 - 1)
+
+
+def _bitvec_operand(instr, name, o, loc):
+    """A bitwise operator's immediate must be an integer that fits 32 bits."""
+    if isinstance(o, Tensor):
+        return o
+    return number(instr, name, o, loc, integer=True, lo=_BITVEC_IMM[0], hi=_BITVEC_IMM[1])
+
+
+def _check_reduce_res(core, instr, eng, reduce_res, p, loc):
+    """An optional per-partition reduction result: an on-chip [P, 1] tile."""
+    if reduce_res is None:
+        return
+    _onchip_operands(core, instr, eng, loc, ("reduce_res", reduce_res))
+    if free_size(reduce_res) != 1 or reduce_res.shape[0] != p:
+        fail(instr, "reduce_res", f"has shape {list(reduce_res.shape)}; expected [{p}, 1]", list(reduce_res.shape),
+             [p, 1], loc)
+
+
 def _check_fmax(core, instr, name, t, loc, engine):
     f = free_size(t)
     lim = core.target.vector_psum_fmax if t.buf.kind == PSUM else core.target.vector_sbuf_fmax
@@ -32,12 +83,18 @@ def _check_fmax(core, instr, name, t, loc, engine):
              f"{t.buf.kind.upper()} on the {engine} engine", f, lim, loc)
 
 
+_BIT_MOVERS = ("tensor_copy", "nc_stream_shuffle", "memset")   # instructions that may touch packed MX bits
+
+
 def _onchip_operands(core, instr, engine, loc, *named):
     pmax = core.target.pmax
     for name, t in named:
         require_space(instr, name, t, ONCHIP, loc, engine)
         part(instr, name, t, loc, pmax)
         _check_fmax(core, instr, name, t, loc, engine)
+        if t.dtype.packed and instr not in _BIT_MOVERS:
+            fail(instr, name, f"(tensor `{t.name}`) has the packed MX dtype {t.dtype.name}; only quantize_mx, "
+                 "nc_matmul_mx and copies of the same dtype handle it", t.dtype.name, "not packed", loc)
 
 
 _LOW = ("bfloat16", "float16")
@@ -99,6 +156,9 @@ def tensor_copy(core, loc, dst, src, engine=None):
     _onchip_operands(core, I, eng, loc, ("dst", dst), ("src", src))
     check_same_partitions(I, (("dst", dst), ("src", src)), loc)
     check_free_match(I, (("dst", dst), ("src", src)), loc)
+    if (dst.dtype.packed or src.dtype.packed) and dst.dtype != src.dtype:
+        fail(I, "dst", f"has dtype {dst.dtype.name} but 'src' has {src.dtype.name}; packed MX data is copied only "
+             "to the same dtype", dst.dtype.name, src.dtype.name, loc)
     if core.execute:
         v = read(core, src, "src", I, loc)
         if dst.dtype.name == src.dtype.name:
@@ -120,10 +180,7 @@ def tensor_tensor(core, loc, dst, data1, data2, op, engine=None):
     check_same_partitions(I, (("dst", dst), ("data1", data1), ("data2", data2)), loc)
     check_free_match(I, (("dst", dst), ("data1", data1), ("data2", data2)), loc)
     if bitvec:
-        for n_, t in (("dst", dst), ("data1", data1), ("data2", data2)):
-            if not t.dtype.is_int:
-                fail(I, n_, f"has dtype {t.dtype.name}; bitwise operator {name!r} needs integer dtypes",
-                     t.dtype.name, "int", loc)
+        _check_bitvec(I, name, loc, ("dst", dst), ("data1", data1), ("data2", data2))
     if core.execute:
         a = read(core, data1, "data1", I, loc)
         b = read(core, data2, "data2", I, loc)
@@ -137,9 +194,12 @@ def tensor_tensor(core, loc, dst, data1, data2, op, engine=None):
 
 
 def _apply(fn, x, operand, reverse):
-    if reverse:
-        return fn(operand, x)
-    return fn(x, operand)
+    """``x op operand`` (``operand op x`` when reversed), shaped like ``x`` (a unary operator applied to a
+    reversed scalar operand gives one value per partition, broadcast)."""
+    r = fn(operand, x) if reverse else fn(x, operand)
+    if np.shape(r) != x.shape:
+        r = np.broadcast_to(r, x.shape)
+    return r
 
 
 def tensor_scalar(core, loc, dst, data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False,
@@ -152,6 +212,10 @@ def tensor_scalar(core, loc, dst, data, op0, operand0, reverse0=False, op1=None,
     n0, f0, bv0 = _resolve_alu(I, "op0", op0, loc)
     p = data.shape[0]
     o0 = scalar_or_vector(I, "operand0", operand0, p, loc)
+    if bv0:
+        _check_bitvec(I, n0, loc, ("dst", dst), ("data", data), ("operand0", o0))
+        o0 = _bitvec_operand(I, "operand0", operand0, loc)
+    reverse0 = flag(I, "reverse0", reverse0, loc)
     steps = [(f0, bv0, o0, reverse0)]
     reads = [data] + ([o0] if isinstance(o0, Tensor) else [])
     if op1 is not None:
@@ -161,7 +225,10 @@ def tensor_scalar(core, loc, dst, data, op0, operand0, reverse0=False, op1=None,
         if operand1 is None:
             fail(I, "operand1", "is required when op1 is given", None, None, loc)
         o1 = scalar_or_vector(I, "operand1", operand1, p, loc)
-        steps.append((f1, bv1, o1, reverse1))
+        if bv1:
+            _check_bitvec(I, n1, loc, ("operand1", o1))
+            o1 = _bitvec_operand(I, "operand1", operand1, loc)
+        steps.append((f1, bv1, o1, flag(I, "reverse1", reverse1, loc)))
         if isinstance(o1, Tensor):
             reads.append(o1)
     if core.execute:
@@ -173,7 +240,7 @@ def tensor_scalar(core, loc, dst, data, op0, operand0, reverse0=False, op1=None,
                 # bit-vector ops take the operand's integer bits: not through float32 (which rounds integers above
                 # 2^24), and a negative immediate wraps into an unsigned dtype (nl.invert is xor with -1)
                 ov = o.np.reshape(p, 1).astype(x.dtype) if isinstance(o, Tensor) else \
-                    np.array(int(o)).astype(x.dtype)
+                    np.array(o, dtype=np.int64).astype(x.dtype)
             else:
                 ov = operand_value(core, o)
             x = _apply(fn, x, ov, rev)
@@ -187,10 +254,14 @@ def memset(core, loc, dst, value, engine=None):
     I = "memset"
     eng = pick_engine(I, engine, "vector", ("vector", "gpsimd", "scalar"), loc)
     _onchip_operands(core, I, eng, loc, ("dst", dst))
-    try:
-        v = float(value) if dst.dtype.is_float else int(value)
-    except (TypeError, ValueError):
-        fail(I, "value", f"must be a compile-time number, got {value!r}", value, None, loc)
+    dt = dst.dtype
+    if dt.packed:
+        v = number(I, "value", value, loc, integer=True, lo=0, hi=0)   # only zero bits have a meaning
+    elif dt.is_float:
+        v = number(I, "value", value, loc)
+    else:
+        # an integer tile takes an integral value inside its range: memset(int8, 300) would not store 300
+        v = number(I, "value", value, loc, integer=True, lo=dt.min, hi=dt.max)
     if core.execute:
         write(core, dst, np.full(dst.shape, v, dtype=np.float32 if dst.dtype.is_float else np.int64))
     n = free_size(dst)
@@ -198,30 +269,48 @@ def memset(core, loc, dst, value, engine=None):
     core.record(I, eng, (dst,), (), max(float(core.target.min_ii_cycles), cyc), loc)
 
 
-def _reduce_axes(instr, data, axis, loc):
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+def _reduce_axes(instr, data, axis, loc, legacy=False):
+    """The free axes a reduction runs over.  They must be consecutive and end at the last axis (NKI 2.27+
+    reference, tensor_reduce: "the last contiguous free dimension(s) of the tile, ending at the final
+    dimension"); legacy kernels (``legacy``, NKI 2.26 reference: "must contain axis 1 ... must be consecutive",
+    e.g. [1, 2, 3, 4] legal, [1, 3, 4] not) may also start at axis 1; at most four free axes."""
     nd = data.ndim
-    axes = tuple(sorted(a % nd for a in axes))
+    if isinstance(axis, (int, np.integer)) and not isinstance(axis, bool):
+        raw = (int(axis),)
+    elif isinstance(axis, (tuple, list)) and axis and all(isinstance(a, (int, np.integer)) and
+                                                          not isinstance(a, bool) for a in axis):
+        raw = tuple(int(a) for a in axis)
+    else:
+        fail(instr, "axis", f"must be an int or a non-empty tuple of ints, got {axis!r}", axis, None, loc)
+    for a in raw:
+        if not -nd <= a < nd:
+            fail(instr, "axis", f"{a} is out of range for a rank-{nd} tensor", a, (-nd, nd - 1), loc)
+    axes = tuple(sorted(set(a % nd for a in raw)))
     if 0 in axes:
         fail(instr, "axis", "includes the partition dimension 0; only free dimensions can be reduced",
              axes, "1..", loc)
-    if axes != tuple(range(nd - len(axes), nd)):
-        fail(instr, "axis", f"{axes} must be the last free dimensions of a rank-{nd} tensor (e.g. "
-             f"{tuple(range(nd - len(axes), nd))})", axes, tuple(range(nd - len(axes), nd)), loc)
+    consecutive = axes == tuple(range(axes[0], axes[0] + len(axes)))
+    if not consecutive or not (axes[-1] == nd - 1 or (legacy and axes[0] == 1)) or len(axes) > 4:
+        also = " or start at axis 1" if legacy else ""
+        fail(instr, "axis", f"{axes} must be the last free dimensions of a rank-{nd} tensor (up to four "
+             f"consecutive ones that end at the last{also}, e.g. {tuple(range(nd - len(axes), nd))})", axes,
+             tuple(range(nd - len(axes), nd)), loc)
     return axes
 
 
-def tensor_reduce(core, loc, dst, op, data, axis, negate=False, keepdims=False):
+def tensor_reduce(core, loc, dst, op, data, axis, negate=False, keepdims=False, _nki226_axes=False):
+    """dst = op-reduction of ``data`` over free ``axis`` (fp32 math; bitwise ops on integer bits).
+    ``_nki226_axes``: the legacy front end's wider axis rule (see :func:`_reduce_axes`)."""
     I = "tensor_reduce"
     eng = "vector"
     _onchip_operands(core, I, eng, loc, ("dst", dst), ("data", data))
-    axes = _reduce_axes(I, data, axis, loc)
+    axes = _reduce_axes(I, data, axis, loc, legacy=_nki226_axes is True)
     check_same_partitions(I, (("dst", dst), ("data", data)), loc)
-    name, _, bitvec = _resolve_alu(I, "op", op, loc)
-    try:
-        red = reduce_fn(name)
-    except KeyError:
-        fail(I, "op", f"{name!r} is not a reduction operator", name, None, loc)
+    name, _, bitvec = _resolve_reduce(I, "op", op, loc)
+    if bitvec:
+        _check_bitvec(I, name, loc, ("dst", dst), ("data", data))
+    red = reduce_fn(name)
+    negate = flag(I, "negate", negate, loc)
     kept = 1
     for d in range(data.ndim):
         if d not in axes and d != 0:
@@ -255,15 +344,28 @@ def reciprocal(core, loc, dst, data, engine=None):
     core.record(I, eng, (dst,), (data,), float(cyc), loc, flops=data.size)
 
 
-def scalar_tensor_tensor(core, loc, dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False):
-    """dst = (data op0 operand0) op1 operand1, operand0 a scalar or [P,1], operand1 a full tensor."""
+def scalar_tensor_tensor(core, loc, dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False,
+                         dtype=None):
+    """dst = (data op0 operand0) op1 operand1, operand0 a scalar or [P,1], operand1 a full tensor; fp32 math.
+    ``dtype`` (NKI 2.26's output-dtype argument, still passed by kernels) rounds the result to that dtype before
+    it is stored in ``dst``."""
     I = "scalar_tensor_tensor"
     eng = "vector"
     _onchip_operands(core, I, eng, loc, ("dst", dst), ("data", data), ("operand1", operand1))
     check_same_partitions(I, (("dst", dst), ("data", data), ("operand1", operand1)), loc)
     check_free_match(I, (("dst", dst), ("data", data), ("operand1", operand1)), loc)
-    _, f0, _ = _resolve_alu(I, "op0", op0, loc)
-    _, f1, _ = _resolve_alu(I, "op1", op1, loc)
+    if data.buf.kind == PSUM and operand1.buf.kind == PSUM:
+        fail(I, "operand1", "and 'data' are both in PSUM; at most one of them may be", "psum", "sbuf", loc)
+    _, f0, _ = _resolve_arith(I, "op0", op0, loc)
+    _, f1, _ = _resolve_arith(I, "op1", op1, loc)
+    reverse0 = flag(I, "reverse0", reverse0, loc)
+    reverse1 = flag(I, "reverse1", reverse1, loc)
+    out_dt = None
+    if dtype is not None:
+        try:
+            out_dt = dtype_of(dtype)
+        except (TypeError, ValueError) as e:
+            fail(I, "dtype", f"is not a NeuronCore dtype: {e}", dtype, None, loc)
     p = data.shape[0]
     o0 = scalar_or_vector(I, "operand0", operand0, p, loc)
     reads = (data, operand1) + ((o0,) if isinstance(o0, Tensor) else ())
@@ -271,7 +373,10 @@ def scalar_tensor_tensor(core, loc, dst, data, op0, operand0, op1, operand1, rev
         x = as_f32(read(core, data, "data", I, loc)).reshape(p, -1)
         x = _apply(f0, x, operand_value(core, o0), reverse0)
         y = as_f32(read(core, operand1, "operand1", I, loc)).reshape(p, -1)
-        write(core, dst, f1(y, x) if reverse1 else f1(x, y))
+        r = f1(y, x) if reverse1 else f1(x, y)
+        if out_dt is not None and out_dt != dst.dtype:
+            r = np.asarray(round_to(out_dt, np.asarray(r, dtype=np.float32), core.precise), dtype=np.float32)
+        write(core, dst, r)
     core.record(I, eng, (dst,), reads, max(float(core.target.min_ii_cycles), float(free_size(dst))), loc,
                 flops=2 * dst.size)
 
@@ -285,8 +390,10 @@ def tensor_tensor_scan(core, loc, dst, data0, data1, initial, op0, op1, reverse0
     check_free_match(I, (("dst", dst), ("data0", data0), ("data1", data1)), loc)
     if data0.buf.kind == PSUM and data1.buf.kind == PSUM:
         fail(I, "data1", "and 'data0' are both in PSUM; at most one may be", "psum", "sbuf", loc)
-    _, f0, _ = _resolve_alu(I, "op0", op0, loc)
-    _, f1, _ = _resolve_alu(I, "op1", op1, loc)
+    _, f0, _ = _resolve_arith(I, "op0", op0, loc)
+    _, f1, _ = _resolve_arith(I, "op1", op1, loc)
+    reverse0 = flag(I, "reverse0", reverse0, loc)
+    reverse1 = flag(I, "reverse1", reverse1, loc)
     p = data0.shape[0]
     init = scalar_or_vector(I, "initial", initial, p, loc)
     if core.execute:
@@ -315,13 +422,17 @@ def tensor_copy_predicated(core, loc, dst, src, predicate, reverse_pred=False):
         if src.dtype != dst.dtype:
             fail(I, "src", f"has dtype {src.dtype.name} but 'dst' has {dst.dtype.name}; they must match",
                  src.dtype.name, dst.dtype.name, loc)
+    else:
+        src = number(I, "src", src, loc, integer=not (dst.dtype.is_float),
+                     lo=None if dst.dtype.is_float else dst.dtype.min, hi=None if dst.dtype.is_float else dst.dtype.max)
+    reverse_pred = flag(I, "reverse_pred", reverse_pred, loc)
     if predicate.dtype.name not in ("uint8", "uint16", "uint32", "int8", "int16", "int32", "bool"):
         fail(I, "predicate", f"has dtype {predicate.dtype.name}; expected an integer dtype (uint8/16/32)",
              predicate.dtype.name, "uint8|uint16|uint32", loc)
     check_same_partitions(I, named, loc)
     check_free_match(I, named, loc)
     if core.execute:
-        pred = read(core, predicate, "predicate", I, loc).reshape(dst.shape) != 0
+        pred = read(core, predicate, "predicate", I, loc).reshape(dst.shape) != 0   # free sizes match
         if reverse_pred:
             pred = ~pred
         cur = dst.np.copy()
@@ -392,16 +503,16 @@ def tensor_scalar_reduce(core, loc, dst, data, op0, operand0, reduce_op, reduce_
     _onchip_operands(core, I, eng, loc, ("dst", dst), ("data", data))
     check_same_partitions(I, (("dst", dst), ("data", data)), loc)
     check_free_match(I, (("dst", dst), ("data", data)), loc)
-    _, f0, _ = _resolve_alu(I, "op0", op0, loc)
-    rname, _, _ = _resolve_alu(I, "reduce_op", reduce_op, loc)
+    _, f0, _ = _resolve_arith(I, "op0", op0, loc)
+    rname, fr, _ = _resolve_reduce(I, "reduce_op", reduce_op, loc, arith=True)
+    reverse0 = flag(I, "reverse0", reverse0, loc)
+    reduce_res_negate = flag(I, "reduce_res_negate", reduce_res_negate, loc)
     p = data.shape[0]
     o0 = scalar_or_vector(I, "operand0", operand0, p, loc)
+    init = scalar_or_vector(I, "reduce_init", reduce_init, p, loc, optional=True)
     writes = (dst,)
     if reduce_res is not None:
-        _onchip_operands(core, I, eng, loc, ("reduce_res", reduce_res))
-        if free_size(reduce_res) != 1 or reduce_res.shape[0] != p:
-            fail(I, "reduce_res", f"has shape {list(reduce_res.shape)}; expected [{p}, 1]", list(reduce_res.shape),
-                 [p, 1], loc)
+        _check_reduce_res(core, I, eng, reduce_res, p, loc)
         writes = (dst, reduce_res)
     if core.execute:
         x = _apply(f0, as_f32(read(core, data, "data", I, loc)).reshape(p, -1), operand_value(core, o0),
@@ -409,9 +520,8 @@ def tensor_scalar_reduce(core, loc, dst, data, op0, operand0, reduce_op, reduce_
         write(core, dst, x)
         if reduce_res is not None:
             r = reduce_fn(rname)(np.asarray(x, dtype=np.float32), axis=1, keepdims=True)
-            if reduce_init is not None:
-                _, fr, _ = alu(rname)
-                r = fr(r, np.float32(reduce_init))
+            if init is not None:
+                r = fr(r, operand_value(core, init))
             if reduce_res_negate:
                 r = -r
             write(core, reduce_res, r)
@@ -434,7 +544,12 @@ def select_reduce(core, loc, dst, predicate, on_true, on_false, reduce_res=None,
         of = scalar_or_vector(I, "on_false", on_false, p, loc)
     check_same_partitions(I, named, loc)
     check_free_match(I, named, loc)
-    rname = _resolve_alu(I, "reduce_op", reduce_op, loc)[0]
+    if isinstance(of, Tensor) and free_size(of) != 1:
+        check_same_partitions(I, (("dst", dst), ("on_false", of)), loc)
+        check_free_match(I, (("dst", dst), ("on_false", of)), loc)
+    rname = _resolve_reduce(I, "reduce_op", reduce_op, loc, arith=True)[0]
+    reverse_pred = flag(I, "reverse_pred", reverse_pred, loc)
+    _check_reduce_res(core, I, eng, reduce_res, p, loc)
     writes = (dst,) if reduce_res is None else (dst, reduce_res)
     if core.execute:
         pr = read(core, predicate, "predicate", I, loc).reshape(p, -1) != 0
@@ -471,9 +586,12 @@ def range_select(core, loc, dst, on_true_tile, comp_op0, comp_op1, bound0, bound
     p = dst.shape[0]
     b0 = scalar_or_vector(I, "bound0", bound0, p, loc)
     b1 = scalar_or_vector(I, "bound1", bound1, p, loc)
-    _, c0, _ = _resolve_alu(I, "comp_op0", comp_op0, loc)
-    _, c1, _ = _resolve_alu(I, "comp_op1", comp_op1, loc)
-    rname = _resolve_alu(I, "reduce_op", reduce_op, loc)[0]
+    _, c0, _ = _resolve_arith(I, "comp_op0", comp_op0, loc)
+    _, c1, _ = _resolve_arith(I, "comp_op1", comp_op1, loc)
+    rname = _resolve_reduce(I, "reduce_op", reduce_op, loc, arith=True)[0]
+    range_start = number(I, "range_start", range_start, loc, integer=True)
+    on_false_value = number(I, "on_false_value", on_false_value, loc)
+    _check_reduce_res(core, I, eng, reduce_res, p, loc)
     reads = [on_true_tile] + [b for b in (b0, b1) if isinstance(b, Tensor)]
     writes = (dst,) if reduce_res is None else (dst, reduce_res)
     if core.execute:

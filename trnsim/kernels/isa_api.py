@@ -95,8 +95,8 @@ for _n, _f in _isa.INSTRUCTIONS.items():
 del _n, _f
 
 
-install_unsupported(globals(), "nki.isa", (
+install_unsupported(globals(), "nki.isa", tuple(n for n in (
     "nc_matmul_mx", "tensor_partition_reduce", "tensor_scalar_cumulative", "activate2", "local_gather",
     "nc_n_gather", "rng", "dropout", "set_rng_seed", "rand_set_state", "rand_get_state", "rand2",
     "sequence_bounds", "core_barrier", "dma_compute", "quantize_mx", "sendrecv", "register_alloc", "register_move",
-    "register_load", "register_store", "nonzero_with_count", "topk"))
+    "register_load", "register_store", "nonzero_with_count", "topk") if n not in _isa.INSTRUCTIONS))

@@ -19,7 +19,7 @@ from ..isa_api import get_nc_version as _v2_nc_version
 from ..stubs import install_unsupported
 from . import language as _nl
 from .index import IndexExpr, Predicate
-from .tile import PendingMatmul, box_empty, mask_box, materialize, resolve
+from .tile import PendingMatmul, box_empty, mask_box, materialize, resolve, partition_views
 
 __all__ = ["engine", "reduce_cmd", "dge_mode", "oob_mode", "nc_version", "NkiValidationError", "get_nc_version",
            "tensor_engine", "vector_engine", "scalar_engine", "gpsimd_engine", "unknown_engine"]
@@ -204,7 +204,9 @@ def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, **kwargs):
     out = _out(shape, dtype)
     box = _prep(mask, out.shape, "memset", loc)
     if not box_empty(box):
-        _isa.memset(current().core, loc, _r(out, box, loc, "memset", "dst"), value, engine=_eng(engine))
+        # a block shape ([B, par_dim(P), F]) is set one [P, F] tile at a time
+        for v in partition_views(_r(out, box, loc, "memset", "dst")):
+            _isa.memset(current().core, loc, v, value, engine=_eng(engine))
     return out
 
 
@@ -271,7 +273,8 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
     if not box_empty(box):
         ob = _nl._reduce_box(box, data.ndim, axes, keepdims, len(shape))
         _isa.tensor_reduce(current().core, loc, _r(out, ob, loc, "tensor_reduce", "dst"), op,
-                           _r(data, box, loc, "tensor_reduce", "data"), axes, negate=negate, keepdims=keepdims)
+                           _r(data, box, loc, "tensor_reduce", "data"), axes, negate=negate, keepdims=keepdims,
+                           _nki226_axes=True)
     return out
 
 
@@ -445,6 +448,41 @@ def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs):
     return out
 
 
+def tensor_partition_reduce(op, data, *, mask=None, dtype=None, **kwargs):
+    """A [1, ...] tile: ``op`` over the partitions of ``data`` (GpSimd)."""
+    loc = caller_location()
+    data = materialize(data, loc)
+    if mask is not None:
+        raise NotImplementedError("nisa.tensor_partition_reduce with mask= is not supported by trnsim yet")
+    out = _out((1,) + tuple(data.shape[1:]), data.dtype if dtype is None else dtype)
+    _isa.tensor_partition_reduce(current().core, loc, out, op, _r(data, None, loc, "tensor_partition_reduce", "data"))
+    return out
+
+
+def sequence_bounds(*, segment_ids, dtype=None, **kwargs):
+    """A [1, 2, N] tile: each element's segment start and end (exclusive); padding (id 0) gets N and -1."""
+    loc = caller_location()
+    s = materialize(segment_ids, loc)
+    n = s.size // s.shape[0] if s.shape and s.shape[0] else 0
+    out = _out((s.shape[0] if s.shape else 1, 2, n), s.dtype if dtype is None else dtype)
+    _isa.sequence_bounds(current().core, loc, out, _r(s, None, loc, "sequence_bounds", "segment_ids"))
+    return out
+
+
+def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, *, mask=None, **kwargs):
+    """A [P, num_valid_indices, num_elem_per_idx] tile gathered per GpSimd core (see trnsim.isa.local_gather)."""
+    loc = caller_location()
+    src = _r(materialize(src_buffer, loc), None, loc, "local_gather", "src_buffer")
+    ix = _r(materialize(index, loc), None, loc, "local_gather", "index")
+    if mask is not None:
+        raise NotImplementedError("nisa.local_gather with mask= is not supported by trnsim yet")
+    per_core = 16 * (ix.size // ix.shape[0]) if ix.shape and ix.shape[0] else 0
+    nv = per_core if num_valid_indices is None else int(num_valid_indices)
+    out = _out((src.shape[0], nv, int(num_elem_per_idx)), src.dtype)
+    _isa.local_gather(current().core, loc, out, src, ix, num_elem_per_idx=num_elem_per_idx,
+                      num_valid_indices=num_valid_indices)
+    return out
+
+
 install_unsupported(globals(), "neuronxcc.nki.isa", (
-    "local_gather", "sequence_bounds", "dropout", "builtin_custom_op", "tensor_copy_dynamic_src",
-    "tensor_copy_dynamic_dst", "tensor_partition_reduce"))
+    "dropout", "builtin_custom_op", "tensor_copy_dynamic_src", "tensor_copy_dynamic_dst"))

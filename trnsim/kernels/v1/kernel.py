@@ -12,9 +12,10 @@ import numpy as np
 from ..jit import Kernel, run_kernel
 from .tile import as_tile
 
-__all__ = ["V1Kernel", "jit", "baremetal", "simulate_kernel", "benchmark", "profile", "BenchmarkResult"]
+__all__ = ["V1Kernel", "jit", "trace", "baremetal", "simulate_kernel", "benchmark", "profile", "BenchmarkResult"]
 
-_MODES = ("auto", "simulation", "baremetal", "benchmark", "profile")
+_MODES = ("auto", "simulation", "baremetal", "benchmark", "profile", "trace")
+# framework modes: the kernel still runs here, on host (NumPy / torch CPU) arrays; array-likes are converted
 _FRAMEWORK_MODES = ("jax", "torchxla", "pytorch", "torch")
 
 
@@ -53,6 +54,10 @@ class V1Kernel(Kernel):
         return body, seen
 
     def run(self, *args, **kwargs):
+        if self.mode == "jax":
+            # jax arrays (and other array-likes) become host NumPy arrays; the kernel runs on the simulator
+            args = tuple(a if isinstance(a, np.ndarray) or not hasattr(a, "__array__") or
+                         type(a).__module__.startswith("torch") else np.asarray(a) for a in args)
         body, seen = self._body()
         res = run_kernel(body, args, kwargs, self.grid, self.target, strict_races=self.options.get("strict_races"))
         if seen:
@@ -87,18 +92,25 @@ def _write_back(args, kwargs, wrapped, res):
 
 
 def jit(func=None, mode="auto", **kwargs):
-    """``nki.jit(func, mode=...)``: modes ``auto``, ``simulation``, ``baremetal``, ``benchmark`` all simulate."""
+    """``nki.jit(func, mode=...)``: every mode simulates.  ``trace`` (a kernel other launchers call, e.g.
+    ``simulate_kernel``) runs as ``simulation``; the framework modes ``jax``/``torchxla`` run the kernel here on
+    host arrays (a device array is refused when called, naming the mode)."""
     if func is None:
         return lambda f: jit(f, mode=mode, **kwargs)
     m = str(mode).lower()
-    if m in _FRAMEWORK_MODES:
-        raise ValueError(f"nki.jit(mode={mode!r}): trnsim runs kernels on NumPy arrays or torch CPU tensors, not "
-                         f"through {mode}; use mode='simulation' (or 'auto') and pass NumPy/torch CPU inputs")
-    if m not in _MODES:
-        raise ValueError(f"nki.jit(mode={mode!r}): unknown mode; expected one of {', '.join(_MODES[:4])}")
+    if m not in _MODES and m not in _FRAMEWORK_MODES:
+        raise ValueError(f"nki.jit(mode={mode!r}): unknown mode; expected one of "
+                         f"{', '.join(_MODES + _FRAMEWORK_MODES)}")
     if isinstance(func, V1Kernel):
         func = func.fn
     return V1Kernel(func, options=kwargs, mode=m)
+
+
+def trace(func=None, **kwargs):
+    """``nki.trace(func)``: a kernel for other launchers (``simulate_kernel``, frameworks); calling it simulates."""
+    if func is None:
+        return lambda f: trace(f, **kwargs)
+    return jit(func, mode="trace", **kwargs)
 
 
 def baremetal(kernel=None, **kwargs):

@@ -19,7 +19,7 @@ from .. import language as _v2
 from ..context import current
 from ..stubs import install_unsupported
 from .index import arange, mgrid  # noqa: F401  (nl.arange, nl.mgrid)
-from .tile import PendingMatmul, Tile, as_tile, box_empty, mask_box, materialize, resolve
+from .tile import PendingMatmul, Tile, as_tile, box_empty, mask_box, materialize, partition_views, resolve
 
 # -- dtypes (NumPy, as in legacy NKI) ------------------------------------------------------------------
 bool_ = np.bool_
@@ -30,6 +30,10 @@ bfloat16 = np.dtype("bfloat16")
 float8_e4m3 = np.dtype("float8_e4m3")
 float8_e5m2 = np.dtype("float8_e5m2")
 tfloat32 = np.dtype("|V4")          # legacy NKI spells tfloat32 as a 4-byte void dtype
+float8_e4m3fn = np.dtype("float8_e4m3fn")
+float8_e8m0fnu = np.dtype("float8_e8m0fnu")
+# the packed MX formats have no NumPy dtype of their own (their bits are a uint32/uint16): named by string
+float8_e4m3fn_x4, float8_e5m2_x4, float4_e2m1fn_x4 = "float8_e4m3fn_x4", "float8_e5m2_x4", "float4_e2m1fn_x4"
 
 
 class fp32:
@@ -135,7 +139,9 @@ def _filled(shape, value, dtype, buffer, name):
     t = _new(shape, dtype, buffer, name)
     core = current().core
     if t.on_chip:
-        _isa.memset(core, caller_location(), t, value)
+        loc = caller_location()
+        for v in partition_views(t):          # a block tensor is filled one tile at a time
+            _isa.memset(core, loc, v, value)
     elif core.execute:
         t.np[...] = value
         t.buf.all_written = True
@@ -248,6 +254,36 @@ def _ctx():
     return current().core, caller_location()
 
 
+def _operand(x, loc, staging=(HBM,)):
+    """A language op's tile operand: a pending matmul is issued; a tensor in one of ``staging`` (HBM for the
+    elementwise ops: NKI's language ops accept host arrays and the compiler loads them) is first copied into a new
+    SBUF tile of the same shape, as compiled code would."""
+    x = materialize(x, loc)
+    if not isinstance(x, Tensor) or not x.shape:
+        return x
+    if x.buf.kind in staging:
+        v = resolve(x, None, loc, "load", "x")
+        t = _new(v.shape, v.dtype, SBUF, "", loc)
+        if v.buf.kind == HBM:
+            _isa.dma_copy(current().core, loc, t, v)
+        else:
+            _isa.tensor_copy(current().core, loc, t, v)
+        return t
+    if x.on_chip and _partition_broadcast(x):
+        # engines read consecutive partitions only (NKI access patterns: a start partition and a count); a view
+        # repeating a partition (broadcast_to, an index i_p * 0) is replicated by a DMA first, as compiled
+        v = resolve(x, None, loc, "broadcast", "x")
+        t = _new(v.shape, v.dtype, SBUF, "", loc)
+        _isa.dma_copy(current().core, loc, t, v)
+        return t
+    return x
+
+
+def _partition_broadcast(t):
+    info = t.partition_info()
+    return info is not None and info[1] > 1 and info[2] == 0
+
+
 def _is_tile(x):
     return isinstance(x, (Tensor, PendingMatmul))
 
@@ -297,8 +333,8 @@ def _shape_of(x):
 def _mk_binary(opname, default_dtype=None):
     def fn(x, y, *, dtype=None, mask=None, **kwargs):
         core, loc = _ctx()
-        x = materialize(x, loc)
-        y = materialize(y, loc)
+        x = _operand(x, loc)
+        y = _operand(y, loc)
         shape = np.broadcast_shapes(_shape_of(x), _shape_of(y))
         if dtype is None:
             dtype = default_dtype
@@ -322,7 +358,7 @@ def _mk_binary(opname, default_dtype=None):
 def _mk_unary(opname, act=None):
     def fn(x, *, dtype=None, mask=None, **kwargs):
         core, loc = _ctx()
-        x = materialize(x, loc)
+        x = _operand(x, loc)
         out = _new(x.shape, x.dtype if dtype is None else dtype, SBUF, "", loc)
         box = mask_box(mask, x.shape, loc, opname)
         if not box_empty(box):
@@ -368,7 +404,7 @@ def logical_not(x, *, dtype=bool, mask=None, **kwargs):
 def copy(src, *, mask=None, dtype=None, **kwargs):
     """A copy of ``src`` in a new SBUF tile (converted to ``dtype``)."""
     core, loc = _ctx()
-    src = materialize(src, loc)
+    src = _operand(src, loc)
     out = _new(src.shape, src.dtype if dtype is None else dtype, SBUF, "", loc)
     box = mask_box(mask, src.shape, loc, "copy")
     if not box_empty(box):
@@ -398,7 +434,7 @@ def _reduce_box(box, ndim, axes, keepdims, out_ndim):
 
 def _reduce(opname, x, axis, dtype, mask, keepdims, loc, post=None):
     core = current().core
-    x = materialize(x, loc)
+    x = _operand(x, loc)
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
     axes = tuple(int(a) % x.ndim for a in axes)
     shape = _reduce_shape(x.shape, axes, keepdims)
@@ -409,7 +445,14 @@ def _reduce(opname, x, axis, dtype, mask, keepdims, loc, post=None):
     xr = resolve(x, box, loc, opname, "x")
     ob = _reduce_box(box, x.ndim, axes, keepdims, len(shape))
     d = resolve(out, ob, loc, opname, "dst") if ob is not None else out
-    _isa.tensor_reduce(core, loc, d, opname, xr, axes, keepdims=keepdims)
+    red = tuple(sorted(set(axes)))
+    if 0 not in red and red != tuple(range(xr.ndim - len(red), xr.ndim)):
+        # nl.sum & co. reduce any free axes: move them last (a strided view, no copy) for the instruction,
+        # whose rule wants the trailing free axes; the kept axes keep their order, as the result's
+        kept = tuple(a for a in range(xr.ndim) if a not in red)
+        xr = xr.permute(kept + red)
+        red = tuple(range(len(kept), xr.ndim))
+    _isa.tensor_reduce(core, loc, d, opname, xr, red, keepdims=keepdims)
     if post == "mean":
         n = 1
         for a in axes:
@@ -446,7 +489,7 @@ def var(x, axis, *, dtype=None, mask=None, **kwargs):
     """Population variance along ``axis``: mean((x - mean(x))^2)."""
     loc = caller_location()
     core = current().core
-    x = materialize(x, loc)
+    x = _operand(x, loc)
     if mask is not None:
         raise NotImplementedError("nl.var with mask= is not supported by trnsim yet; restrict the tile by "
                                   "indexing instead")
@@ -460,7 +503,7 @@ def var(x, axis, *, dtype=None, mask=None, **kwargs):
 def softmax(x, axis, *, dtype=None, compute_dtype=None, mask=None, **kwargs):
     """Softmax along the last free axis: exp(x - max) / sum, the instructions of the v2 ``nl.softmax``."""
     core, loc = _ctx()
-    x = materialize(x, loc)
+    x = _operand(x, loc)
     if (axis % x.ndim) != x.ndim - 1:
         raise NkiValidationError(f"softmax: axis {axis} is not the last free axis of a rank-{x.ndim} tile",
                                  "softmax", "axis", axis, x.ndim - 1, loc)
@@ -492,7 +535,7 @@ def rms_norm(x, w, axis, n, epsilon=1e-06, *, dtype=None, compute_dtype=None, ma
 def transpose(x, *, dtype=None, mask=None, **kwargs):
     """``x.T`` of a 2-D tile through the PE array (PSUM result), or the Vector Engine for tiles up to 32x32."""
     core, loc = _ctx()
-    x = materialize(x, loc)
+    x = _operand(x, loc)
     box = mask_box(mask, x.shape, loc, "transpose")
     xr = resolve(x, box, loc, "transpose", "x")
     p = x.shape[0]
@@ -508,8 +551,8 @@ def transpose(x, *, dtype=None, mask=None, **kwargs):
 def matmul(x, y, *, transpose_x=False, mask=None, **kwargs):
     """``x @ y`` on the Tensor Engine into PSUM; with ``transpose_x`` x is given as [K, M] already."""
     core, loc = _ctx()
-    x = materialize(x, loc)
-    y = materialize(y, loc)
+    x = _operand(x, loc, (HBM, PSUM))
+    y = _operand(y, loc, (HBM, PSUM))
     if mask is not None:
         raise NotImplementedError("nl.matmul with mask= is not supported by trnsim yet; index the operands")
     x = resolve(x, None, loc, "matmul", "x")
@@ -589,7 +632,7 @@ def load_transpose2d(src, *, mask=None, dtype=None, **kwargs):
 # -- misc -----------------------------------------------------------------------------------------------
 def where(condition, x, y, *, dtype=None, mask=None, **kwargs):
     core, loc = _ctx()
-    x = materialize(x, loc)
+    x = _operand(x, loc)
     if mask is not None:
         raise NotImplementedError("nl.where with mask= is not supported by trnsim yet")
     out = _new(x.shape, x.dtype if dtype is None else dtype, SBUF, "", loc)

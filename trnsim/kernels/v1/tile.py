@@ -13,6 +13,8 @@ A :class:`Tile` is trnsim's tensor view (the same buffers and strides as v2) wit
 
 from __future__ import annotations
 
+import numpy as np
+
 from ...isa import nc_matmul as _nc_matmul
 from ...isa.errors import NkiValidationError, caller_location
 from ...memory import IndexOutOfBounds, Tensor
@@ -53,12 +55,22 @@ class Tile(NkiTensor):
         from ... import isa as _isa
         if isinstance(value, Tensor):
             value = resolve(value, None, loc)
-            if dst.on_chip and value.on_chip:
-                _isa.tensor_copy(core, loc, dst, value)
-            else:
-                _isa.dma_copy(core, loc, dst, value)
+        parts = partition_views(dst)
+        if len(parts) > 1:
+            # a block tensor is written one [P, ...] tile at a time (its partition dimension is not first)
+            vals = [value[idx] for idx in np.ndindex(*dst.shape[:dst.ndim - parts[0].ndim])] \
+                if isinstance(value, Tensor) and tuple(value.shape) == tuple(dst.shape) else [value] * len(parts)
         else:
-            _isa.memset(core, loc, dst, value)
+            vals = [value]
+        for d, v in zip(parts, vals):
+            if isinstance(v, Tensor):
+                info = v.partition_info() if v.on_chip else None
+                if d.on_chip and v.on_chip and not (info is not None and info[1] > 1 and info[2] == 0):
+                    _isa.tensor_copy(core, loc, d, v)
+                else:
+                    _isa.dma_copy(core, loc, d, v)
+            else:
+                _isa.memset(core, loc, d, v)
 
     # -- v1 tensor methods --------------------------------------------------------------------------
     def assert_shape(self, shape):
@@ -303,6 +315,19 @@ def resolve(t, box, loc, what="instruction", name="operand"):
     return t._view(offset, shape, t.strides)
 
 
+def partition_views(t):
+    """The views an instruction can take of a tile: the tile itself, or, for an on-chip tile whose partition
+    dimension is not first (a block tensor ``[B, par_dim(P), F]`` holds B tiles of P partitions), one view per
+    index of the leading block dimensions, in order."""
+    if not isinstance(t, Tensor) or not t.on_chip or t.ndim < 3 or t.partition_info() is not None:
+        return [t]
+    pf = t.buf.pfree
+    d = next((i for i, st in enumerate(t.strides) if i > 0 and pf and st and st % pf == 0), None)
+    if d is None:
+        return [t]
+    return [t[idx] for idx in np.ndindex(*t.shape[:d])]
+
+
 def materialize(x, loc):
     return x.materialize(loc) if isinstance(x, PendingMatmul) else x
 
@@ -324,6 +349,12 @@ class PendingMatmul:
         if self._tile is not None:
             raise NkiValidationError("this matmul result was already used; assign nc_matmul's result once",
                                      "nc_matmul", None, None, None, loc or self.loc)
+        if isinstance(dst, Tensor) and dst.buf.kind != "psum" and not accumulate:
+            # `sbuf_tile[...] = nc_matmul(...)`: the product lands in PSUM and is copied out, as compiled
+            from ... import isa as _isa
+            t = self.materialize()
+            _isa.tensor_copy(current().core, loc or self.loc, dst, t)
+            return
         _nc_matmul(current().core, self.loc, dst, self.stationary, self.moving, accumulate=accumulate,
                    **self.kwargs)
         self._tile = dst
@@ -346,6 +377,9 @@ class PendingMatmul:
         return len(self.shape)
 
     def __getattr__(self, name):
+        if name.startswith("_"):
+            # private probes (``getattr(v, "_inplace", False)``) must not issue the matmul
+            raise AttributeError(name)
         return getattr(self.materialize(), name)
 
     def __getitem__(self, key):
