@@ -28,3 +28,6 @@ from hypothesis import settings as _settings
 _settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
 if _os.environ.get("CI"):
     _settings.load_profile("ci")
+
+# the suite is hermetic: no op cost is read from (or written to) the persistent cache of earlier processes
+_os.environ.setdefault("TRNSIM_COST_CACHE", "0")

@@ -19,6 +19,7 @@ import math
 import numpy as np
 
 from .. import machine as _machine
+from . import cost_cache
 from ..kernels.jit import run_kernel
 from ..kernels.library import (elementwise, matmul, matmul_blocked, matmul_resident, normalization, reduction,
                                softmax)
@@ -73,7 +74,10 @@ def _rows_cols(n):
 def _memo(key, compute):
     v = _MEMO.get(key)
     if v is None:
-        v = compute()
+        v = cost_cache.lookup(key)          # simulated by an earlier process (see cost_cache.py)
+        if v is None:
+            v = compute()
+            cost_cache.store(key, v)
         _MEMO[key] = v
     return v
 

@@ -100,8 +100,9 @@ def device_target(target):
     device's HBM capacity check is off inside: a shape-only run of one layer or one optimizer shard of a large
     model is not a placement on one core (the estimator accounts memory per rank itself)."""
     from ..targets import get_target
-    from . import tensor
+    from . import register, tensor
     from .memory import MEMORY
+    register()                 # the device must be registered before the first backward on it (idempotent)
     prev = STATE.target
     STATE.target = get_target(target)
     tensor._FAST.clear()

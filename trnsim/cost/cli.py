@@ -85,7 +85,6 @@ def _progress(done, total):
 
 def main(argv=None) -> int:
     import json
-    os.environ.setdefault("TORCHNEURON_TARGET", "sim")
     p = build_parser()
     a = p.parse_args(argv)
     from ..fileio import FileWriteError, atomic_write_json, ensure_writable_dir
