@@ -28,7 +28,7 @@ class _Memory:
         self.fraction = 1.0
         self._cap_key = None
         self._cap = 0
-        self._live = {}      # id(UntypedStorage) -> [nbytes, weakref to the storage]
+        self._live = {}      # id(UntypedStorage) -> _Ref (a weakref to the storage holding its byte count)
 
     @property
     def capacity(self):
@@ -54,9 +54,12 @@ class _Memory:
         if key in self._live:
             return
         nb = storage.nbytes()
-        if nb:
+        if nb and self.allocated + nb > (self._cap if self._cap_key is not None else self.capacity):
             self.check(nb)
-        self._live[key] = [nb, weakref.ref(storage, _releaser(key))]
+        r = _Ref(storage, _release)
+        r.key = key
+        r.nbytes = nb
+        self._live[key] = r
         self.allocated += nb
         self.num_alloc += 1
         if self.allocated > self.peak:
@@ -64,28 +67,27 @@ class _Memory:
 
     def is_device_storage(self, storage):
         e = self._live.get(id(storage))
-        return e is not None and e[1]() is storage
+        return e is not None and e() is storage
 
     def resized(self, storage):
         """A tracked storage changed size (``resize_``, ``set_``): account the difference (or start tracking)."""
         e = self._live.get(id(storage))
-        if e is None or e[1]() is not storage:
+        if e is None or e() is not storage:
             self.track(storage)
             return
         nb = storage.nbytes()
-        if nb > e[0]:
-            self.check(nb - e[0])
-        self.allocated += nb - e[0]
-        e[0] = nb
+        if nb > e.nbytes:
+            self.check(nb - e.nbytes)
+        self.allocated += nb - e.nbytes
+        e.nbytes = nb
         if self.allocated > self.peak:
             self.peak = self.allocated
 
-    def release(self, key):
-        e = self._live.pop(key, None)
-        if e is None:
-            return
-        self.allocated -= e[0]
-        self.num_free += 1
+    def release(self, ref):
+        if self._live.get(ref.key) is ref:
+            del self._live[ref.key]
+            self.allocated -= ref.nbytes
+            self.num_free += 1
 
     def stats(self):
         return {
@@ -100,8 +102,17 @@ class _Memory:
         }
 
 
-def _releaser(key):
-    return lambda ref: MEMORY.release(key)
+class _Ref(weakref.ref):
+    __slots__ = ("key", "nbytes")
+
+
+def _release(ref):
+    # (the body of MEMORY.release, inlined: this runs once per freed device storage)
+    m = MEMORY
+    if m._live.get(ref.key) is ref:
+        del m._live[ref.key]
+        m.allocated -= ref.nbytes
+        m.num_free += 1
 
 
 def _fmt(n):
