@@ -53,7 +53,9 @@ class NeuronTensor(torch.Tensor):
                     else:
                         break
                 else:
-                    out = fn(*ua)
+                    # torch's binding would re-enter an active TorchFunctionMode (torch.device(...) as a context,
+                    # set_default_device): then call the OpOverload, which does not
+                    out = fn(*ua) if not _tf_modes() else func._op(*ua)
                     if out.__class__ is torch.Tensor:
                         key = (name, out.numel(), out.dtype)
                         r = _FAST.get(key)
@@ -481,6 +483,7 @@ def _ew_entry(func):
     return entry
 
 
+_tf_modes = torch._C._len_torch_function_stack
 _UNSEEN = object()
 _KEEP = []
 _EWOPS = {}
