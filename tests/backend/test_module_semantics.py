@@ -272,6 +272,9 @@ def test_storage_apis_match_cpu():
         assert x.clone().untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
         # set_ onto another tensor's storage, then resize_
         y = torch.empty(0, device=dev)
+        if dev != "cpu":
+            with pytest.raises(RuntimeError, match="Attempted to set the storage of a tensor on device"):
+                y.set_(torch.arange(3.0).untyped_storage())         # a host storage, refused as on CUDA
         y.set_(x.untyped_storage(), 2, (2, 3), (3, 1))
         assert y.shape == (2, 3) and y.storage_offset() == 2
         assert y.cpu().tolist() == [[2.0, 3.0, 4.0], [5.0, 6.0, 7.0]]

@@ -526,6 +526,12 @@ def dispatch(func, args, kwargs):
     name, cat, transfer, accumulating = info
     if name in _SPARSE_GRAD_OPS:
         _check_sparse_grad(func, name, args, kwargs)
+    elif name == "set_" and len(args) > 1 and isinstance(args[1], torch.UntypedStorage) \
+            and not MEMORY.is_device_storage(args[1]):
+        raise RuntimeError(f"Attempted to set the storage of a tensor on device \"{DEVICE}\" to a storage on "
+                           f"different device \"{args[1].device}\".  This is no longer allowed; the new storage must "
+                           "be on the same device (make it with torch.UntypedStorage(n, device=...) or take it "
+                           "from a tensor on that device).")
     ctx = _Ctx()
     # fast path for the common flat case (a tuple of wrappers and scalars); pytree would cost more than the op
     ua = []
