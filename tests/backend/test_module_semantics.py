@@ -382,3 +382,25 @@ def test_transformers_tied_causal_lm_keeps_tie_and_matches_cpu_gradients():
     torch.testing.assert_close(out_d.logits.detach().cpu(), out_c.logits.detach(), rtol=1e-4, atol=1e-5)
     for (n, p), (_, q) in zip(dev.named_parameters(), cpu.named_parameters()):
         torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-5, msg=n)
+
+
+def test_torch_function_mode_sees_each_op_once_as_on_cpu():
+    from torch.overrides import TorchFunctionMode
+
+    class Log(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.calls.append(getattr(func, "__name__", str(func)))
+            return func(*args, **(kwargs or {}))
+
+    seen = {}
+    for dev in ("cpu", "neuron"):
+        a = torch.randn(3, device=dev)
+        with Log() as log:
+            b = (a + a).exp()
+            b.add_(1)
+        seen[dev] = log.calls
+    assert seen["neuron"] == seen["cpu"]
