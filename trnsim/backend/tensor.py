@@ -40,7 +40,7 @@ class NeuronTensor(torch.Tensor):
             ew = _EWOPS.get(id(func), _UNSEEN)
             if ew is _UNSEEN:
                 ew = _ew_entry(func)
-            if ew is not None and not kwargs and not STATE.profilers:
+            if ew is not None and not kwargs and FAST_PATH and not STATE.profilers:
                 name, fn = ew
                 # fast path: an elementwise op on wrappers and Python scalars (the per-op overhead is most of a
                 # small op's wall time; this is dispatch() below for that case, without its generality)
@@ -65,9 +65,9 @@ class NeuronTensor(torch.Tensor):
                         for a, u in zip(args, ua):
                             if u is out:
                                 return a
-                        # a fresh dense result (never a view, conj or neg view): wrap() without its checks
-                        t = _make(NeuronTensor, out.size(), out.stride(), 0, None, out.dtype, device=DEVICE,
-                                  storage_size=_WRAPPER_STORAGE)
+                        # a fresh dense result (never a conj or neg view): wrap() without those checks
+                        t = _make(NeuronTensor, out.size(), out.stride(), out.storage_offset(), None, out.dtype,
+                                  device=DEVICE, storage_size=_WRAPPER_STORAGE)
                         t._p = out
                         st = out.untyped_storage()
                         if id(st) not in _LIVE:
@@ -484,6 +484,9 @@ def _ew_entry(func):
 
 
 _tf_modes = torch._C._len_torch_function_stack
+# The elementwise fast path of __torch_dispatch__; False sends every op through dispatch() (tests that plant a wrong
+# kernel there, and comparisons of the two paths, turn it off).
+FAST_PATH = True
 _UNSEEN = object()
 _KEEP = []
 _EWOPS = {}
