@@ -2,7 +2,7 @@
 
 Usage: python benchmarks/bench_torch_device.py [--repeats N]
 
-  1. an 8-element fp32 add (``a + b``): per-op wall time on neuron vs on CPU (aim: at most 10x)
+  1. an 8-element fp32 add (``a + b``): per-op wall time on neuron vs on CPU (aim: at most 5x, issue 12)
   2. a 1024x1024 fp32 matmul: wall time on neuron vs on CPU (aim: at most 1.2x)
 
 Each figure is the median of ``--repeats`` timed batches (CPU and neuron batches alternate) after a warm-up (the warm-up also fills the per-shape
@@ -49,7 +49,7 @@ def main(argv=None):
     an + bn
     sim_add = backend.simulated_time_ns() - t0
     print(f"8-element add      cpu {cpu * 1e6:8.2f} us   neuron {dev * 1e6:8.2f} us   ratio {dev / cpu:5.2f}x "
-          f"(aim <= 10x)   simulated {sim_add / 1e3:.2f} us")
+          f"(aim <= 5x)   simulated {sim_add / 1e3:.2f} us")
 
     x, w = torch.randn(1024, 1024), torch.randn(1024, 1024)
     xn, wn = x.to("neuron"), w.to("neuron")

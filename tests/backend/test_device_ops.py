@@ -147,7 +147,8 @@ def test_matmul_cost_is_memoised_and_scales():
 
 def test_patches_each_applied():
     assert set(patches.APPLIED) >= {"foreach_supported_types", "accelerator.synchronize", "pin_memory",
-                                    "autograd._engine_run_backward"}
+                                    "autograd._engine_run_backward", "_has_compatible_shallow_copy_type",
+                                    "Tensor.data", "UntypedStorage.device", "BackwardCFunction.apply"}
     from torch.optim.optimizer import _foreach_supported_types as a
     from torch.utils._foreach_utils import _foreach_supported_types as b
     from trnsim.backend.tensor import NeuronTensor
@@ -156,6 +157,16 @@ def test_patches_each_applied():
     t = torch.ones(2)
     assert t.pin_memory() is t
     assert torch.autograd._engine_run_backward._trnsim_orig is not None
+    d = torch.ones(2, device="neuron")
+    assert torch._has_compatible_shallow_copy_type(t, d) and torch._has_compatible_shallow_copy_type(d, t)
+    assert not torch._has_compatible_shallow_copy_type(torch.ones(2, device="meta"), d)
+    u = torch.zeros(2)
+    u.data = d
+    assert u.device.type == "neuron"
+    assert d.untyped_storage().device.type == "neuron" and torch.ones(1).untyped_storage().device.type == "cpu"
+    assert torch.UntypedStorage(2, device="neuron").device.type == "neuron"
+    from torch.autograd.function import BackwardCFunction
+    assert BackwardCFunction.apply._trnsim_orig is not None
 
 
 def test_inplace_view_ops_update_the_tensor_shape():

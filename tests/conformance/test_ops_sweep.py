@@ -57,6 +57,7 @@ def test_planted_wrong_native_kernel_is_reported_as_mismatch(monkeypatch):
             out._p.mul_(1 + 2 ** -10)
         return out
     monkeypatch.setattr(bt, "dispatch", wrong)
+    monkeypatch.setattr(bt, "FAST_PATH", False)       # elementwise ops skip dispatch() otherwise
     bad = ops_sweep.run_op(_mul(), dtypes=("float32",), modes=("forward", "backward"), max_samples=4)
     assert [r["status"] for r in bad] == ["mismatch", "mismatch"], bad
     assert "worst at" in bad[0]["detail"] and "got" in bad[0]["detail"]

@@ -1,7 +1,13 @@
-"""Device memory accounting: live tensor bytes against the target's HBM per logical core.
+"""Device memory accounting: live storage bytes against the target's HBM per logical core.
 
 The CPU payload holds only what is really written; the simulated capacity is a number, never an allocation.
-A storage is counted once however many wrappers (views) share it, and released when the last one dies.
+Accounting is per storage: a payload's ``UntypedStorage`` Python object lives exactly as long as its C++ storage
+(torch keeps the Python object of a storage alive with it), so one weakref on it counts the bytes once however many
+wrappers or views share it, and releases them when the last user dies.  No weakref is ever taken on a wrapper
+(``torch.utils.swap_tensors``, which ``Module._apply`` uses, refuses tensors with weakrefs).
+
+The set of tracked storages is also what makes a storage a *device* storage: ``storage.device`` reports ``neuron:0``
+for them (see patches.py), so ``torch.save`` tags them ``neuron:0`` and ``storage.cpu()`` copies, as for CUDA.
 """
 
 from __future__ import annotations
@@ -22,8 +28,7 @@ class _Memory:
         self.fraction = 1.0
         self._cap_key = None
         self._cap = 0
-        self._live = {}      # storage data_ptr -> [nbytes, wrapper count]
-        self._refs = {}      # id(weakref) -> weakref to a wrapper (a dict: a set would compare tensors with ==)
+        self._live = {}      # id(UntypedStorage) -> _Ref (a weakref to the storage holding its byte count)
 
     @property
     def capacity(self):
@@ -43,34 +48,45 @@ class _Memory:
                 f"which {_fmt(max(cap - self.allocated, 0))} is free. Of the allocated memory {_fmt(self.allocated)} "
                 f"is allocated by tensors (peak {_fmt(self.peak)}).")
 
-    def track(self, wrapper, payload):
-        st = payload.untyped_storage()
-        nb = st.nbytes()
-        if nb == 0:
+    def track(self, storage):
+        """Count ``storage`` (an ``UntypedStorage``) as device memory, once; checked against the capacity."""
+        key = id(storage)
+        if key in self._live:
             return
-        key = st.data_ptr()
-        e = self._live.get(key)
-        if e is None:
+        nb = storage.nbytes()
+        if nb and self.allocated + nb > (self._cap if self._cap_key is not None else self.capacity):
             self.check(nb)
-            self._live[key] = [nb, 1]
-            self.allocated += nb
-            self.num_alloc += 1
-            if self.allocated > self.peak:
-                self.peak = self.allocated
-        else:
-            e[1] += 1
-        r = weakref.ref(wrapper, _releaser(key))
-        self._refs[id(r)] = r
+        r = _Ref(storage, _release)
+        r.key = key
+        r.nbytes = nb
+        self._live[key] = r
+        self.allocated += nb
+        self.num_alloc += 1
+        if self.allocated > self.peak:
+            self.peak = self.allocated
 
-    def release(self, key, ref):
-        self._refs.pop(id(ref), None)
-        e = self._live.get(key)
-        if e is None:
+    def is_device_storage(self, storage):
+        e = self._live.get(id(storage))
+        return e is not None and e() is storage
+
+    def resized(self, storage):
+        """A tracked storage changed size (``resize_``, ``set_``): account the difference (or start tracking)."""
+        e = self._live.get(id(storage))
+        if e is None or e() is not storage:
+            self.track(storage)
             return
-        e[1] -= 1
-        if e[1] <= 0:
-            del self._live[key]
-            self.allocated -= e[0]
+        nb = storage.nbytes()
+        if nb > e.nbytes:
+            self.check(nb - e.nbytes)
+        self.allocated += nb - e.nbytes
+        e.nbytes = nb
+        if self.allocated > self.peak:
+            self.peak = self.allocated
+
+    def release(self, ref):
+        if self._live.get(ref.key) is ref:
+            del self._live[ref.key]
+            self.allocated -= ref.nbytes
             self.num_free += 1
 
     def stats(self):
@@ -86,8 +102,17 @@ class _Memory:
         }
 
 
-def _releaser(key):
-    return lambda ref: MEMORY.release(key, ref)
+class _Ref(weakref.ref):
+    __slots__ = ("key", "nbytes")
+
+
+def _release(ref):
+    # (the body of MEMORY.release, inlined: this runs once per freed device storage)
+    m = MEMORY
+    if m._live.get(ref.key) is ref:
+        del m._live[ref.key]
+        m.allocated -= ref.nbytes
+        m.num_free += 1
 
 
 def _fmt(n):

@@ -11,6 +11,18 @@ written for.  Each has a test in tests/backend/test_patches.py.
    wrapper re-raises the first one on the calling thread when backward returns.
 3. ``torch.Tensor.pin_memory`` / ``is_pinned``: there is no pinned-memory allocator for a Python backend; pinning
    is a no-op (host memory is host memory in the simulator).
+5. ``torch._has_compatible_shallow_copy_type``: pairs a dense CPU tensor with a neuron tensor as torch pairs CPU with
+   CUDA, so ``Module._apply`` (``model.to("neuron")``) moves parameters in place and keeps identity and ties,
+   unless ``torch.__future__`` asks to overwrite or swap them.
+6. ``torch.Tensor.data`` (setter): ``param.data = x`` across cpu and neuron swaps the tensor's content in place
+   (``torch.utils.swap_tensors``), since a CPU TensorImpl cannot take a Python wrapper's data.
+7. ``torch.UntypedStorage.device`` and ``torch.UntypedStorage.__new__``: the storages of neuron tensors (their CPU
+   payloads' storages, counted by memory.py) report ``neuron:0``; ``UntypedStorage(n, device="neuron")`` (also
+   reached by ``storage.to("neuron")`` and ``torch.load(map_location="neuron")``) makes such a storage instead of
+   asking C++ for a PrivateUse1 allocator that does not exist (a segfault).
+8. ``torch.autograd.function.BackwardCFunction.apply``: torch's engine skips its gradient device check for Python
+   dispatch tensors, so a custom Function's backward returning a CPU gradient for a neuron input would leave a CPU
+   ``.grad`` on a neuron parameter; the same check (and message) as the engine's ``validate_outputs`` is made here.
 """
 
 from __future__ import annotations
@@ -84,6 +96,106 @@ def _backward_errors():
     APPLIED.append("autograd._engine_run_backward")
 
 
+def _shallow_copy_type():
+    from .tensor import compatible_shallow_copy_type
+    torch._has_compatible_shallow_copy_type = compatible_shallow_copy_type(torch._has_compatible_shallow_copy_type)
+    APPLIED.append("_has_compatible_shallow_copy_type")
+
+
+def _tensor_data():
+    from .tensor import _TB_DATA, set_data
+
+    def _get(self):
+        return _TB_DATA.__get__(self)
+
+    def _set(self, value):
+        set_data(self, value)
+    prop = property(_get, _set, doc=_TB_DATA.__doc__)
+    prop.fget._trnsim_orig = _TB_DATA
+    torch.Tensor.data = prop
+    APPLIED.append("Tensor.data")
+
+
+def _storage():
+    from . import tensor
+    from .memory import MEMORY
+    base_device = torch._C.StorageBase.device
+    base_new = torch.UntypedStorage.__new__
+
+    def device(self):
+        if MEMORY.is_device_storage(self):
+            return tensor.DEVICE
+        return base_device.__get__(self)
+
+    def __new__(cls, *args, **kwargs):
+        dev = kwargs.get("device")
+        if dev is None or isinstance(dev, int):
+            return base_new(cls, *args, **kwargs)
+        dev = torch.device(dev)
+        if dev.type != tensor.DEVICE.type:
+            return base_new(cls, *args, **kwargs)
+        if dev.index not in (None, 0):
+            raise RuntimeError(f"{dev} does not exist: the simulator exposes one logical NeuronCore per process "
+                               "(neuron:0)")
+        if args and isinstance(args[0], int):
+            MEMORY.check(args[0])
+        st = base_new(cls, *args, **{**kwargs, "device": "cpu"})
+        MEMORY.track(st)
+        return st
+    prop = property(device, doc="The device of the storage (``neuron:0`` for the storage of a neuron tensor).")
+    prop.fget._trnsim_orig = base_device
+    __new__._trnsim_orig = base_new
+    torch.UntypedStorage.device = prop
+    torch.UntypedStorage.__new__ = staticmethod(__new__)
+    APPLIED.append("UntypedStorage.device")
+
+
+def _function_grad_devices():
+    from torch.autograd.function import BackwardCFunction
+    orig_apply = BackwardCFunction.apply
+    orig_boxed = BackwardCFunction.apply_boxed
+
+    def check(node, grads):
+        single = not isinstance(grads, tuple)
+        gs = (grads,) if single else grads
+        edges = node.next_functions
+        out = None
+        for i, g in enumerate(gs):
+            if i >= len(edges) or not isinstance(g, torch.Tensor):
+                continue
+            fn, nr = edges[i]
+            if fn is None:
+                continue
+            meta = fn._input_metadata
+            if nr >= len(meta):
+                continue
+            want = meta[nr].device
+            if g.device == want:
+                continue
+            if g.dim() == 0:        # the engine moves a 0-dim gradient (issue 65016's special case)
+                moved = g.to(want)
+            else:
+                raise RuntimeError(f"Function {node.name()} returned an invalid gradient at index {i} - expected "
+                                   f"device {want} but got {g.device}")
+            if out is None:
+                out = list(gs)
+            out[i] = moved
+        if out is None:
+            return grads
+        return out[0] if single else tuple(out)
+
+    def apply(self, *args):
+        return check(self, orig_apply(self, *args))
+
+    def apply_boxed(self, *args):
+        return check(self, orig_boxed(self, *args))
+    apply._trnsim_orig = orig_apply
+    apply_boxed._trnsim_orig = orig_boxed
+    BackwardCFunction.apply = apply
+    BackwardCFunction.apply_boxed = apply_boxed
+    APPLIED.append("BackwardCFunction.apply")
+
+
 def apply(tensor_type, device_module):
     if not _version_ok():
         import warnings
@@ -93,6 +205,10 @@ def apply(tensor_type, device_module):
     _accelerator_sync(device_module)
     _pin_memory()
     _backward_errors()
+    _shallow_copy_type()
+    _tensor_data()
+    _storage()
+    _function_grad_devices()
 
 
 # -- torch.distributed (the "neuron" process group, trnsim/backend/distributed.py) ----------------------------

@@ -59,6 +59,9 @@ def register(force=False):
     mod = device_module.build_module()
     _setup_privateuseone_for_python_backend("neuron", mod, _Hooks(), _Guard())
     sys.modules["torch.neuron"] = mod
+    # storage.neuron() / TypedStorage.neuron() (torch.load map_location callables use them); not made by the setup
+    torch.utils.generate_methods_for_privateuse1_backend(for_tensor=False, for_module=False, for_packed_sequence=False,
+                                                         for_storage=True)
     tensor.DEVICE = torch.device("neuron", 0)
     factories.register()
     patches.apply(tensor.NeuronTensor, mod)

@@ -7,8 +7,10 @@ payload comes back as that input's wrapper, which covers in-place ops and ``out=
 
 from __future__ import annotations
 
+import copy
 import threading
 import warnings
+from collections import OrderedDict
 
 import torch
 
@@ -35,6 +37,46 @@ class NeuronTensor(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         try:
+            ew = _EWOPS.get(id(func), _UNSEEN)
+            if ew is _UNSEEN:
+                ew = _ew_entry(func)
+            if ew is not None and not kwargs and FAST_PATH and not STATE.profilers:
+                name, fn = ew
+                # fast path: an elementwise op on wrappers and Python scalars (the per-op overhead is most of a
+                # small op's wall time; this is dispatch() below for that case, without its generality)
+                ua = []
+                for a in args:
+                    if type(a) is NeuronTensor:
+                        ua.append(a._p)
+                    elif a.__class__ in _SCALARS:
+                        ua.append(a)
+                    else:
+                        break
+                else:
+                    # torch's binding would re-enter an active TorchFunctionMode (torch.device(...) as a context,
+                    # set_default_device): then call the OpOverload, which does not
+                    out = fn(*ua) if not _tf_modes() else func._op(*ua)
+                    if out.__class__ is torch.Tensor:
+                        key = (name, out.numel(), out.dtype)
+                        r = _FAST.get(key)
+                        if r is None:
+                            r = _FAST[key] = charging.op_time(name, TABLE[name], ua, out)
+                        STATE.now_ns += r[0]
+                        for a, u in zip(args, ua):
+                            if u is out:
+                                return a
+                        # a fresh dense result (never a conj or neg view): wrap() without those checks
+                        t = _make(NeuronTensor, out.size(), out.stride(), out.storage_offset(), None, out.dtype,
+                                  device=DEVICE, storage_size=_WRAPPER_STORAGE)
+                        t._p = out
+                        st = out.untyped_storage()
+                        if id(st) not in _LIVE:
+                            MEMORY.track(st)
+                        return t
+                    ns, kind, flops, nbytes = charging.op_time(name, TABLE[name], ua, out)
+                    if ns:
+                        charging.advance(name, ns, kind, flops, nbytes, ua, out)
+                    return _rewrap_flat(out, args, ua)
             return dispatch(func, args, kwargs or {})
         except Exception as e:
             if not _on_autograd_worker():
@@ -70,37 +112,176 @@ class NeuronTensor(torch.Tensor):
         return self._p.data_ptr()
 
     def untyped_storage(self):
+        # the payload's storage (counted as device memory, so its ``.device`` is neuron:0): libraries that test
+        # aliasing by storage pointer see views share one storage, as on CUDA
         return self._p.untyped_storage()
 
     def __reduce_ex__(self, proto):
-        # torch's own rebuild for storage-less device tensors: allowed under torch.load(weights_only=True)
-        return (torch._utils._rebuild_device_tensor_from_cpu_tensor,
-                (self._p.detach().clone(), self.dtype, str(self.device), self.requires_grad))
+        # torch.save: the ordinary tensor rebuild on the payload's storage, which torch tags "neuron:0" (its device);
+        # torch.load then restores it through ``storage.to("neuron")`` unless map_location says otherwise, and
+        # ``weights_only=True`` allows it (only torch._utils rebuild functions are named in the pickle)
+        if self.requires_grad and not self.is_leaf:
+            raise RuntimeError("Cowardly refusing to serialize non-leaf tensor which requires_grad, since autograd "
+                               "does not support crossing process boundaries.  If you just want to transfer the "
+                               "data, call detach() on the tensor before serializing (e.g., putting it on the "
+                               "queue).")
+        if self.__dict__.get("_is_param"):
+            return (torch._utils._rebuild_parameter, (_plain(self), self.requires_grad, OrderedDict()))
+        p = self._p
+        if p.is_conj() or p.is_neg():
+            p = p.resolve_conj().resolve_neg()
+        st = p.untyped_storage()
+        MEMORY.track(st)
+        storage = torch.storage.TypedStorage(wrap_storage=st, dtype=self.dtype, _internal=True)
+        return (torch._utils._rebuild_tensor_v2,
+                (storage, p.storage_offset(), tuple(p.size()), p.stride(), self.requires_grad, OrderedDict()))
+
+    def __deepcopy__(self, memo):
+        # the payload is deep-copied with the same memo, so wrappers sharing a storage share one new storage (ties
+        # and views kept), and no storage is shared with the original
+        if id(self) in memo:
+            return memo[id(self)]
+        if not self.is_leaf:
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support the deepcopy "
+                               "protocol at the moment.  If you were attempting to deepcopy a module, this may be "
+                               "because of a torch.nn.utils.weight_norm usage, see "
+                               "https://github.com/pytorch/pytorch/pull/103001")
+        with torch.no_grad():
+            new = wrap(copy.deepcopy(self._p, memo))
+            if self.requires_grad:
+                new.requires_grad_()
+            if self.grad is not None:
+                new.grad = copy.deepcopy(self.grad, memo)
+        state = {k: v for k, v in self.__dict__.items() if k != "_p"}
+        if state:
+            new.__dict__.update(copy.deepcopy(state, memo))
+        memo[id(self)] = new
+        return new
 
     def __coerce_same_metadata_as_tangent__(self, expected_metadata, expected_type=None):
         return self
 
     @property
     def data(self):
-        return torch.Tensor.data.__get__(self)
+        return _TB_DATA.__get__(self)
 
     @data.setter
     def data(self, value):
-        torch.Tensor.data.__set__(self, value)
-        if isinstance(value, NeuronTensor):
-            self._p = value._p
+        set_data(self, value)
+
+
+_TB_DATA = torch._C.TensorBase.data
+
+
+def _plain(t):
+    """``t`` as a wrapper without Parameter-ness, sharing its payload (for pickling a Parameter's data)."""
+    w = wrap(t._p)
+    return w
+
+
+def set_data(self, value):
+    """``self.data = value``, also across devices: a host tensor given a neuron tensor (and the reverse) takes its
+    content in place, keeping its Python identity, class-level Parameter-ness, attributes and ``.grad`` (moved to the
+    new device and dtype), as ``param.data = x`` does between CPU and CUDA."""
+    s_dev = type(self) is NeuronTensor
+    v_dev = type(value) is NeuronTensor
+    if s_dev and v_dev:
+        _TB_DATA.__set__(self, value)
+        self._p = value._p
+        return
+    if s_dev == v_dev or not _swappable(value if s_dev else self) or not isinstance(value, torch.Tensor):
+        _TB_DATA.__set__(self, value)     # torch's own rules and errors
+        return
+    _swap_in(self, value)
+
+
+def _swappable(t):
+    """A dense CPU tensor or Parameter (the only host tensors moved in place to and from the device)."""
+    return (t.__class__ is torch.Tensor or t.__class__ is torch.nn.Parameter) and t.layout is _STRIDED \
+        and t.device.type == "cpu"
+
+
+def _swap_in(self, value):
+    from torch.nn import Parameter
+    is_param = isinstance(self, Parameter)
+    with torch.no_grad():
+        if type(value) is NeuronTensor:
+            new = wrap(value._p)
+        else:
+            new = value.detach()
+            if is_param:
+                new = Parameter(new, requires_grad=False)
+    if self.requires_grad:
+        new.requires_grad_(True)
+    grad = self.grad
+    attrs = {k: v for k, v in self.__dict__.items() if k not in ("_p", "_is_param")}
+    if grad is not None:
+        self.grad = None
+    try:
+        torch.utils.swap_tensors(self, new)
+    except RuntimeError as e:
+        if grad is not None:
+            self.grad = grad
+        raise RuntimeError(f"cannot move this tensor's data between cpu and {DEVICE} in place ({e}); on the neuron "
+                           "device a host tensor takes a device tensor's data by swapping its content, which needs "
+                           "the tensor to be referenced from nowhere but Python (no live autograd graph using it, "
+                           "no weakref)") from e
+    self.__dict__.update(attrs)
+    if is_param and type(self) is NeuronTensor:
+        self._is_param = True
+    if grad is not None:
+        if grad.shape == self.shape:
+            with torch.no_grad():
+                moved = grad.to(device=self.device, dtype=self.dtype)
+            if type(moved) is not type(grad):
+                set_data(grad, moved)       # the same grad object, on the new device
+            else:
+                grad = moved
+        self.grad = grad
+
+
+def compatible_shallow_copy_type(orig):
+    """``torch._has_compatible_shallow_copy_type`` that also pairs a dense CPU tensor with a neuron tensor, as torch
+    pairs CPU with CUDA: ``Module._apply`` then moves parameters with ``param.data = ...`` (identity and ties kept)
+    unless ``torch.__future__`` says to overwrite or swap them."""
+    # same parameter names as torch's (dynamo checks them when it installs its polyfill for this function)
+    def _has_compatible_shallow_copy_type(input: torch.Tensor, from_: torch.Tensor) -> bool:
+        da, db = type(input) is NeuronTensor, type(from_) is NeuronTensor
+        if da != db:
+            return _swappable(from_ if da else input)
+        return orig(input, from_)
+    _has_compatible_shallow_copy_type._trnsim_orig = orig
+    return _has_compatible_shallow_copy_type
 
 
 def wrap(p):
-    t = _make(NeuronTensor, p.size(), strides=p.stride(), storage_offset=p.storage_offset(), dtype=p.dtype,
-              device=DEVICE)
+    if p.layout is not _STRIDED:
+        _unsupported_layout(p)
+    t = _make(NeuronTensor, p.size(), p.stride(), p.storage_offset(), None, p.dtype, device=DEVICE,
+              storage_size=_WRAPPER_STORAGE)
     t._p = p
     if p.is_conj():
         torch._C._set_conj(t, True)
     if p.is_neg():
         torch._C._set_neg(t, True)
-    MEMORY.track(t, p)
+    st = p.untyped_storage()
+    if id(st) not in _LIVE:
+        MEMORY.track(st)
     return t
+
+
+_STRIDED = torch.strided
+# The wrapper's own storage holds no data (an "invalid python storage"): only its size is checked, when an in-place
+# op (set_, resize_, as_strided_) gives the wrapper the payload's new metadata.  1 PiB: larger than any simulated HBM.
+_WRAPPER_STORAGE = 1 << 50
+_LIVE = MEMORY._live
+
+
+def _unsupported_layout(p):
+    raise NotImplementedError(
+        f"the neuron device holds only dense (strided) tensors; an op produced a {p.layout} tensor. Sparse "
+        "tensors (for example the gradient of nn.Embedding(sparse=True) or nn.EmbeddingBag(sparse=True)) are not "
+        "supported: use sparse=False")
 
 
 class _Ctx:
@@ -274,15 +455,86 @@ _FAST = {}   # (op, numel, dtype) -> charge of a single-output elementwise op
 _INFO = {}   # OpOverload -> (name, category, is a transfer op, accumulates in fp32)
 
 
+def _ew_entry(func):
+    """``(aten name, callable)`` if the fast path of ``__torch_dispatch__`` may take ``func`` (an elementwise op with
+    no special handling), else None; remembered in ``_EWOPS``, keyed by id (OpOverload's ``__hash__`` is Python code;
+    the overload objects live as long as torch.ops, and ``_KEEP`` holds them too).
+
+    The callable is torch's Python binding of the same op (``torch.add``, ``Tensor.add_``) for the ``default`` and
+    ``Tensor`` overloads whose arguments before the keyword-only ones are all tensors (so the binding can only pick
+    that overload): it is about 0.5 us faster per call than the OpOverload.  Otherwise the OpOverload itself."""
+    name = func._opname
+    cat = TABLE.get(name)
+    schema = func._schema
+    ok = (cat in _EW and name != "native_dropout" and name not in ACCUMULATING and name not in TRANSFER
+          and not any(a.kwarg_only and a.name == "device" for a in schema.arguments))
+    entry = None
+    if ok:
+        fn = func._op
+        positional = [a for a in schema.arguments if not a.kwarg_only]
+        if (func._overloadname in ("default", "Tensor") and positional
+                and all(str(a.type) == "Tensor" for a in positional)):
+            bound = getattr(torch._C._VariableFunctions, name, None) or getattr(torch._C.TensorBase, name, None)
+            if bound is not None:
+                fn = bound
+        entry = (name, fn)
+    _KEEP.append(func)
+    _EWOPS[id(func)] = entry
+    return entry
+
+
+_tf_modes = torch._C._len_torch_function_stack
+# The elementwise fast path of __torch_dispatch__; False sends every op through dispatch() (tests that plant a wrong
+# kernel there, and comparisons of the two paths, turn it off).
+FAST_PATH = True
+_UNSEEN = object()
+_KEEP = []
+_EWOPS = {}
+
+
+def _rewrap_flat(out, args, ua):
+    ctx = _Ctx()
+    for a, u in zip(args, ua):
+        if type(a) is NeuronTensor:
+            ctx.map[id(u)] = a
+    return _rewrap(out, ctx)
+
+
 def _info(func):
     name = func._opname
-    r = _INFO[func] = (name, TABLE.get(name), name in TRANSFER, name in ACCUMULATING)
+    _KEEP.append(func)
+    r = _INFO[id(func)] = (name, TABLE.get(name), name in TRANSFER, name in ACCUMULATING)
     return r
 
 
+_SPARSE_GRAD_OPS = ("embedding", "_embedding_bag", "_embedding_bag_forward_only")
+
+
+def _check_sparse_grad(func, name, args, kwargs):
+    """``nn.Embedding(sparse=True)`` / ``EmbeddingBag(sparse=True)``: refused in the forward, on the calling thread.
+    Their backward makes a sparse COO gradient, which the device does not hold, and an error raised on autograd's
+    device thread would end the process (torch 2.13)."""
+    names = [a.name for a in func._schema.arguments]
+    i = names.index("sparse")
+    sparse = args[i] if len(args) > i else kwargs.get("sparse", False)
+    if sparse and isinstance(args[0], torch.Tensor) and args[0].requires_grad and torch.is_grad_enabled():
+        raise NotImplementedError(
+            f"aten::{name} with sparse=True: sparse gradients are not supported on the {DEVICE.type} device (the "
+            f"weight's gradient would be a sparse COO tensor). Use sparse=False (nn.Embedding(..., sparse=False)), "
+            "or keep this module on the CPU.")
+
+
 def dispatch(func, args, kwargs):
-    info = _INFO.get(func) or _info(func)
+    info = _INFO.get(id(func)) or _info(func)
     name, cat, transfer, accumulating = info
+    if name in _SPARSE_GRAD_OPS:
+        _check_sparse_grad(func, name, args, kwargs)
+    elif name == "set_" and len(args) > 1 and isinstance(args[1], torch.UntypedStorage) \
+            and not MEMORY.is_device_storage(args[1]):
+        raise RuntimeError(f"Attempted to set the storage of a tensor on device \"{DEVICE}\" to a storage on "
+                           f"different device \"{args[1].device}\".  This is no longer allowed; the new storage must "
+                           "be on the same device (make it with torch.UntypedStorage(n, device=...) or take it "
+                           "from a tensor on that device).")
     ctx = _Ctx()
     # fast path for the common flat case (a tuple of wrappers and scalars); pytree would cost more than the op
     ua = []
@@ -318,6 +570,8 @@ def dispatch(func, args, kwargs):
         out = func(*uargs, **ukw)
         if cat == "view" and name[-1] == "_" and args and type(args[0]) is NeuronTensor:
             _sync_meta(args[0])
+            if name in ("set_", "resize_"):
+                MEMORY.resized(args[0]._p.untyped_storage())
     if cat in _EW and type(out) is torch.Tensor:
         key = (name, out.numel(), out.dtype)
         r = _FAST.get(key)

@@ -1,0 +1,85 @@
+"""Inputs that used to end the interpreter (segfault, SIGABRT) on the ``neuron`` device: each runs as user code in a
+fresh process (the device registered by ``TORCHNEURON_TARGET=sim``, as a user gets it), which must exit normally
+or with a Python exception, never by a signal.  The same script runs on the CPU too (in this process: nothing there
+can crash), as the reference that it is valid user code."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+CASES = {
+    # torch.load(f, map_location="neuron") segfaulted (no PrivateUse1 storage allocator)
+    "load_map_location": ("""
+        import io, torch
+        buf = io.BytesIO()
+        torch.save({"w": torch.arange(6.0).view(2, 3), "n": 3}, buf)
+        buf.seek(0)
+        sd = torch.load(buf, map_location=DEV)
+        assert sd["w"].device.type == DEV and sd["w"].cpu().tolist() == [[0, 1, 2], [3, 4, 5]], sd
+        print("ok", sd["w"].device.type)
+    """, None),
+    # torch.UntypedStorage(4, device="neuron") segfaulted
+    "untyped_storage": ("""
+        import torch
+        s = torch.UntypedStorage(4, device=DEV)
+        t = torch.empty(0, dtype=torch.uint8, device=DEV).set_(s, 0, (4,), (1,)).fill_(9)
+        assert s.device.type == DEV and s.nbytes() == 4 and t.cpu().tolist() == [9, 9, 9, 9]
+        s2 = torch.UntypedStorage(8).to(device=DEV)
+        assert s2.device.type == DEV
+        print("ok", s.device.type)
+    """, None),
+    # nn.Embedding(sparse=True) backward aborted (SIGABRT)
+    "sparse_embedding_backward": ("""
+        import torch, torch.nn as nn
+        emb = nn.Embedding(10, 3, sparse=True).to(DEV)
+        emb(torch.tensor([1, 2], device=DEV)).sum().backward()
+        assert emb.weight.grad.is_sparse
+        print("ok")
+    """, "NotImplementedError"),
+    "sparse_embedding_bag_backward": ("""
+        import torch, torch.nn as nn
+        emb = nn.EmbeddingBag(10, 3, sparse=True).to(DEV)
+        emb(torch.tensor([[1, 2]], device=DEV)).sum().backward()
+        print("ok")
+    """, "NotImplementedError"),
+    # a custom Function returning a host gradient for a device input left a CPU .grad on a neuron tensor
+    "custom_function_host_grad": ("""
+        import torch
+        class F(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x * 2
+            @staticmethod
+            def backward(ctx, g):
+                return g.cpu() * 2
+        x = torch.randn(3, device=DEV, requires_grad=True)
+        F.apply(x).sum().backward()
+        assert x.grad.device.type == DEV, x.grad.device
+        print("ok")
+    """, "RuntimeError"),
+}
+
+
+def _run(code, dev):
+    env = dict(os.environ)
+    env["TORCHNEURON_TARGET"] = "sim"
+    src = f"DEV = {dev!r}\n" + textwrap.dedent(code)
+    return subprocess.run([sys.executable, "-c", src], env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_former_crash_ends_cleanly(case):
+    code, expected_exc = CASES[case]
+    exec(compile("DEV = 'cpu'\n" + textwrap.dedent(code), f"<{case} on cpu>", "exec"), {})
+    r = _run(code, "neuron")
+    assert r.returncode >= 0, f"killed by signal {-r.returncode}:\n{r.stderr[-2000:]}"
+    if expected_exc is None:
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert r.stdout.startswith("ok")
+    else:
+        assert r.returncode == 1, r.stderr[-2000:]
+        last = r.stderr.strip().splitlines()[-1]
+        assert last.startswith(expected_exc + ":"), r.stderr[-2000:]

@@ -1,0 +1,68 @@
+"""The elementwise fast path of ``NeuronTensor.__torch_dispatch__`` gives the same results, the same simulated time
+and the same memory accounting as the general ``dispatch()`` it shortcuts."""
+
+import pytest
+import torch
+
+from trnsim import backend
+from trnsim.backend import tensor as bt
+
+
+def _program(x, y):
+    outs = [x + y, x * 2.5, (x - y).exp(), torch.where(x > y, x, y), x.relu(), torch.maximum(x, y),
+            x.clone(), torch.lerp(x, y, 0.3), x.sigmoid() * y.tanh(), x.neg().abs(), x / y, x.eq(y)]
+    z = x.clone()
+    z.add_(y).mul_(3)
+    z.clamp_(-1, 1)
+    outs.append(z)
+    h = x.to(torch.bfloat16)
+    outs.append((h + h).float())
+    return outs
+
+
+@pytest.mark.parametrize("shape", [(8,), (3, 5), (2, 3, 4)])
+def test_fast_path_matches_dispatch(monkeypatch, shape):
+    torch.manual_seed(0)
+    xc, yc = torch.randn(shape), torch.randn(shape) + 3
+    results = {}
+    for fast in (True, False):
+        monkeypatch.setattr(bt, "FAST_PATH", fast)
+        x, y = xc.to("neuron"), yc.to("neuron")
+        mem0 = torch.neuron.memory_allocated()
+        t0 = backend.simulated_time_ns()
+        outs = _program(x, y)
+        dt = backend.simulated_time_ns() - t0
+        mem = torch.neuron.memory_allocated() - mem0
+        results[fast] = ([o.cpu() for o in outs], [(o.shape, o.stride(), o.dtype) for o in outs], dt, mem)
+        del outs
+    (vf, mf, tf, memf), (vs, ms, ts, mems) = results[True], results[False]
+    assert mf == ms
+    for a, b in zip(vf, vs):
+        assert torch.equal(a, b)
+    assert tf == pytest.approx(ts, rel=1e-12) and tf > 0
+    assert memf == mems > 0
+    for a, b in zip(vf, _program(xc, yc)):               # and both equal the CPU
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_inplace_fast_path_returns_the_same_tensor():
+    x = torch.randn(4, device="neuron")
+    v = x[1:]
+    assert v.add_(1) is v and x.mul_(2) is x
+    torch.testing.assert_close(v.cpu(), x[1:].cpu())
+
+
+def test_fast_path_is_taken_for_elementwise_ops_only(monkeypatch):
+    calls = []
+    orig = bt.dispatch
+
+    def counting(func, args, kwargs):
+        calls.append(func._opname)
+        return orig(func, args, kwargs)
+    monkeypatch.setattr(bt, "dispatch", counting)
+    x = torch.randn(3, 3, device="neuron")
+    y = (x + x).exp().mul_(2)
+    assert calls == []
+    y.sum()
+    x @ x
+    assert calls == ["sum", "mm"]
