@@ -2,9 +2,10 @@
 from a tiny config, run forward and backward in float32 on the CPU and on the simulated ``neuron`` device, compared.
 
 Per architecture: the logits and every parameter's gradient are compared with ``torch.testing.assert_close``'s
-float32 tolerances; a tensor outside them is re-judged against the same model run in float64 on the CPU (accepted
-when every element is within tolerance of the float64 result or no farther from it than the CPU's float32 result,
-as the op sweep does).  The device's ops are counted (native, estimated, fallback) with ``trnsim.profile_torch``
+float32 tolerances; a tensor outside them is re-judged against the same model run in float64 on the CPU: accepted
+when every element is within tolerance of the float64 result or no farther from it than twice the CPU's float32
+error at its worst element of that tensor (two float32 computations summing in different orders; see
+``_within_cpu_error``).  The device's ops are counted (native, estimated, fallback) with ``trnsim.profile_torch``
 and the simulated device time of the forward and backward is read from the device clock.
 
 Statuses: ``pass`` (matched, no fallback), ``fallback`` (matched, some op ran on the CPU), ``mismatch``, ``error``
@@ -132,11 +133,16 @@ def _consistent(c, d):
             c.head_dim = d["qk_rope_head_dim"]
         if isinstance(d.get("qk_head_dim"), int) and isinstance(d.get("qk_nope_head_dim"), int):
             c.qk_head_dim = d["qk_nope_head_dim"] + d["qk_rope_head_dim"]
+    if isinstance(d.get("mamba_d_ssm"), int):
+        c.mamba_d_ssm = 128
     for heads, hdim, expand in (("mamba_n_heads", "mamba_d_head", "mamba_expand"),
-                                ("mamba_num_heads", "mamba_head_dim", "mamba_expand")):
-        if isinstance(d.get(heads), int) and isinstance(d.get(hdim), int) and d.get(hdim) > 0:
-            width = int(d.get(expand, 2) * d.get("hidden_size", 64))
-            c.__dict__[heads] = max(1, width // d[hdim])
+                                ("mamba_num_heads", "mamba_head_dim", "mamba_expand"),
+                                ("num_heads", "head_dim", "expand")):
+        if isinstance(d.get(heads), int) and isinstance(d.get(hdim), int) and d.get(hdim) > 0 and (
+                expand in d or "mamba_d_ssm" in d):
+            width = d["mamba_d_ssm"] if isinstance(d.get("mamba_d_ssm"), int) else \
+                int(d.get(expand, 2) * d.get("hidden_size", 64))
+            setattr(c, heads, max(1, width // d[hdim]))
 
 
 def _layer_lists(cfg):
@@ -253,11 +259,27 @@ def _compare(name, dev, cpu, ref):
         return None
     except AssertionError:
         pass
-    if ref is not None:
-        from .ops_sweep import _float64_closer_tensors
-        if _float64_closer_tensors([dev], [cpu], [ref]):
-            return None
+    if ref is not None and _within_cpu_error(dev, cpu, ref):
+        return None
     return f"{name}: outside float32 tolerance", _rel_err(dev, cpu)
+
+
+def _within_cpu_error(dev, cpu, ref):
+    """Every element of the device's result is within float32 tolerance of the float64 result, or no farther from
+    it than twice the CPU's float32 error at its worst element of the same tensor.  Two float32 computations that
+    sum in different orders (the device decomposes some ops differently from the CPU's fused kernels) carry
+    rounding errors of the same size but not at the same elements; the factor 2 allows for that and no more."""
+    import torch
+    from torch.testing._comparison import default_tolerances
+    if ref.shape != dev.shape:
+        return False
+    d64, c64, r64 = dev.double(), cpu.double(), ref.double()
+    if torch.isnan(d64).ne(torch.isnan(r64)).any():
+        return False
+    ed = (d64 - r64).abs().nan_to_num(nan=0.0)
+    ec_max = (c64 - r64).abs().nan_to_num(nan=0.0).max()
+    rtol, atol = default_tolerances(dev)
+    return bool((ed <= torch.clamp(atol + rtol * r64.abs(), min=2.0 * float(ec_max))).all())
 
 
 def _rel_err(a, b):
@@ -271,6 +293,11 @@ def _rel_err(a, b):
 def _float64_reference(model, ids):
     try:
         m64 = copy.deepcopy(model).double()
+        if hasattr(m64, "set_experts_implementation"):      # grouped_mm has no float64 kernel: the expert loop
+            try:
+                m64.set_experts_implementation("eager")
+            except Exception:
+                pass
         return _forward_backward(m64, ids)
     except Exception:
         return None, None

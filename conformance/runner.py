@@ -265,8 +265,12 @@ def _models_main(a, t0):
     records.sort(key=lambda r: r["name"])
     import fnmatch
     entries = [e for e in report.load_known() if e.get("suite") == "models"]
-    known = {r["name"]: e for r in records for e in entries
-             if fnmatch.fnmatchcase(r["name"], e["name"]) and r["status"] in e.get("statuses", ["mismatch"])}
+    known = {}
+    for r in records:
+        for e in entries:
+            if fnmatch.fnmatchcase(r["name"], e["name"]) and r["status"] in e.get("statuses", ["mismatch"]) and \
+                    ("tied" not in e or bool(r.get("tied")) == e["tied"]) and r["name"] not in known:
+                known[r["name"]] = e
     meta = {"suite": "models", "models": a.models or a.ops or "all", "wall_s": round(time.perf_counter() - t0, 1),
             **{k: v for k, v in LAST_RUN.items() if k.startswith("models")}}
     models_report.write_models_json(records, os.path.join(a.out, "models.json"), meta)

@@ -141,6 +141,19 @@ def grouped_mm(name, args, out, launch):
     return launch + ns, "native", fl, int(nb)
 
 
+# -- fused linear + cross entropy --------------------------------------------------------------------------
+def linear_ce(name, args, out, launch):
+    """The logits matmul ``[N, H] @ [H, V]`` through the matmul kernels, plus the log-softmax over V and the
+    gather of the targets as a roofline estimate; the op is marked ``estimated`` (no fused kernel)."""
+    x, w = args[0], args[1]
+    if not x.is_floating_point() or x.numel() == 0 or w.numel() == 0:
+        return _estimate(x.numel(), _io_bytes(args, out), launch)
+    n = x.numel() // x.shape[-1]
+    ns, fl, nb = _mm(n, x.shape[-1], w.shape[0], _kdtype(x.dtype), 1)
+    rest = costs.roofline_ns(STATE.target, 5.0 * n * w.shape[0], 0)
+    return launch + ns + rest, "estimated", fl + 5.0 * n * w.shape[0], int(nb)
+
+
 # -- sorting and data-dependent sizes -------------------------------------------------------------------
 def _sort_flops(x, dim_len=None):
     n = x.numel()
@@ -243,6 +256,7 @@ COSTS = {
     "conv": conv,
     "backward:conv": conv_backward,
     "grouped_mm": grouped_mm,
+    "linear_ce": linear_ce,
     "sort": sort,
     "data_dependent": data_dependent,
     "histc": histc,

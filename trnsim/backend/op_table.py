@@ -92,7 +92,7 @@ _MORE = {
         replication_pad1d replication_pad2d replication_pad3d im2col diag_embed diagonal_copy alias_copy
         as_strided_copy as_strided_scatter diagonal_scatter block_diag complex polar linspace logspace
         _conj_physical conj_physical narrow_copy unfold_backward unfold_copy diag tril_indices triu_indices
-        view_copy permute_copy transpose_copy t_copy unsqueeze_copy squeeze_copy expand_copy select_copy
+        _chunk_cat view_copy permute_copy transpose_copy t_copy unsqueeze_copy squeeze_copy expand_copy select_copy
         slice_copy split_copy split_with_sizes_copy unbind_copy detach_copy _unsafe_index_put
         _unsafe_masked_index _unsafe_masked_index_put_accumulate roll rot90 tile""",
     "unary": """hardswish hardsigmoid celu selu threshold logit softshrink hardshrink glu acos acosh asin asinh atan
@@ -103,7 +103,7 @@ _MORE = {
         special_log_ndtr special_erfcx special_entr special_airy_ai special_bessel_j0 special_bessel_j1
         special_bessel_y0 special_bessel_y1 special_modified_bessel_i0 special_modified_bessel_i1
         special_modified_bessel_k0 special_modified_bessel_k1 special_scaled_modified_bessel_k0
-        special_scaled_modified_bessel_k1 special_spherical_bessel_j0 frexp nan_to_num_ sgn_ rrelu_dummy""",
+        special_scaled_modified_bessel_k1 special_spherical_bessel_j0 log_ frexp nan_to_num_ sgn_ rrelu_dummy""",
     "binary": """hardswish_backward hardsigmoid_backward softshrink_backward hardshrink_backward logit_backward
         glu_backward mish_backward _prelu_kernel _prelu_kernel_backward bitwise_left_shift bitwise_right_shift
         __lshift__ __rshift__ __ilshift__ __irshift__ fmax fmin heaviside gcd lcm igamma igammac ldexp
@@ -148,9 +148,12 @@ _MORE = {
     "data_dependent": """nonzero nonzero_static masked_select _unique _unique2 unique_dim unique_consecutive
         unique_dim_consecutive repeat_interleave argwhere nonzero_numpy bincount""",
     "histc": "histc",
+    "linear_ce": "_linear_cross_entropy_batch_chunked _linear_cross_entropy_batch_chunked_no_reduction",
+    "view": "unsafe_split unsafe_split_with_sizes unsafe_chunk resize_as_",
+    "addmm": "addmm_",
     "channel_norm": """native_batch_norm native_batch_norm_backward _native_batch_norm_legit
         _native_batch_norm_legit_no_training _native_batch_norm_legit_functional batch_norm_backward
-        native_group_norm native_group_norm_backward""",
+        _batch_norm_with_update _batch_norm_no_update native_group_norm native_group_norm_backward""",
     "linalg": """linalg_solve_triangular triangular_solve _linalg_check_errors_dummy _linalg_svd linalg_svd
         _linalg_eigh linalg_eigh linalg_eig _linalg_eigvals linalg_eigvals linalg_lu_factor_ex linalg_lu
         linalg_lu_solve lu_unpack linalg_inv_ex _linalg_solve_ex linalg_solve linalg_cholesky_ex cholesky
@@ -193,7 +196,8 @@ ACCUMULATING |= set("""convolution _convolution convolution_backward _grouped_mm
     triangular_solve _linalg_svd _linalg_eigh linalg_eig linalg_lu_factor_ex linalg_lu linalg_lu_solve
     linalg_inv_ex _linalg_solve_ex linalg_cholesky_ex cholesky cholesky_inverse cholesky_solve linalg_qr
     geqrf linalg_householder_product linalg_lstsq _linalg_slogdet _linalg_det linalg_matrix_exp
-    _fft_r2c _fft_c2c _fft_c2r""".split())
+    _fft_r2c _fft_c2c _fft_c2r _batch_norm_with_update _batch_norm_no_update addmm_
+    _linear_cross_entropy_batch_chunked _linear_cross_entropy_batch_chunked_no_reduction""".split())
 
 # Ops that move data between host and device (mixing devices is their purpose).
 TRANSFER = {"copy_", "_to_copy", "_copy_from", "_copy_from_and_resize", "set_", "_has_compatible_shallow_copy_type",
