@@ -114,6 +114,10 @@ def write_models_markdown(records, path, baseline=None, meta=None, known_causes=
         ops = r.get("ops") or {}
         fbs = ", ".join(f"{k.replace('aten::', '')} x{v}" for k, v in sorted((r.get("fallbacks") or {}).items()))
         detail = r.get("detail", "")
+        beyond = [n for n in r.get("differing", []) if n not in set(r.get("tied_names", []))]
+        if r["status"] == "mismatch" and r.get("tied") and beyond:
+            detail = f"{detail}; differing beyond the tied parameters: {', '.join(beyond[:4])}" + (
+                f" and {len(beyond) - 4} more" if len(beyond) > 4 else "")
         cause = known_causes.get(r["name"])
         if cause:
             detail = f"{detail} -- known cause: {cause}"

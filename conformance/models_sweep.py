@@ -350,14 +350,16 @@ def run_model(model_type, device="neuron"):
             items.append((n, dev_grads.get(n, "absent"), g, None if ref_grads is None else ref_grads.get(n)))
         for n, d, c, r in items:
             if isinstance(d, str):
-                problems.append((f"{n}: no such parameter on the device model", math.inf))
+                problems.append((f"{n}: no such parameter on the device model", math.inf, n))
                 continue
             if d is not None and c is not None and d.shape == c.shape and d.numel():
                 worst = max(worst, _rel_err(d, c))
             bad = _compare(n, d, c, r)
             if bad is not None:
-                problems.append(bad)
+                problems.append(bad + (n,))
         rec["worst_rel_err"] = worst if math.isfinite(worst) else "inf"
+        rec["differing"] = sorted(p[2] for p in problems)[:50]
+        rec["tied_names"] = _tied_names(model)
         if problems:
             problems.sort(key=lambda p: -p[1] if math.isfinite(p[1]) else -1e300)
             rec["status"] = "mismatch"
@@ -376,6 +378,14 @@ def _has_tied(model):
             return True
         seen[id(p)] = n
     return False
+
+
+def _tied_names(model):
+    """Names of the parameters that share their tensor with another name (every name of each tied group)."""
+    groups = {}
+    for n, p in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(p), []).append(n)
+    return sorted(n for names in groups.values() if len(names) > 1 for n in names)
 
 
 def _delta(before, after):
