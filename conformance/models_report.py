@@ -18,8 +18,11 @@ def models_summary(records):
     built = [r for r in records if r["status"] != "build-error"]
     unchanged = [r for r in built if r["status"] == "pass"]
     correct = [r for r in built if r["status"] in ("pass", "fallback")]
+    no_fb = [r for r in built if r["status"] not in ("error",) and not r.get("fallbacks")]
+    known = [r for r in built if r["status"] == "mismatch" and r.get("cause")]
     return (f"{len(unchanged)} of {len(built)} architectures run unchanged (matched, 0 fallbacks); "
-            f"{len(correct)} of {len(built)} match the CPU; {len(records) - len(built)} of {len(records)} "
+            f"{len(correct)} of {len(built)} match the CPU; {len(no_fb)} of {len(built)} ran with 0 fallbacks; "
+            f"{len(known)} mismatches have a known cause; {len(records) - len(built)} of {len(records)} "
             "could not be built from a tiny config (harness limit)")
 
 

@@ -272,6 +272,7 @@ def _models_main(a, t0):
                     ("tied" not in e or bool(r.get("tied")) == e["tied"]) and r["name"] not in known and \
                     (not e.get("only_tied_differ") or set(r.get("differing", ["?"])) <= set(r.get("tied_names", []))):
                 known[r["name"]] = e
+                r["cause"] = e["cause"]
     meta = {"suite": "models", "models": a.models or a.ops or "all", "wall_s": round(time.perf_counter() - t0, 1),
             **{k: v for k, v in LAST_RUN.items() if k.startswith("models")}}
     models_report.write_models_json(records, os.path.join(a.out, "models.json"), meta)
