@@ -92,7 +92,7 @@ _MORE = {
         replication_pad1d replication_pad2d replication_pad3d im2col diag_embed diagonal_copy alias_copy
         as_strided_copy as_strided_scatter diagonal_scatter block_diag complex polar linspace logspace
         _conj_physical conj_physical narrow_copy unfold_backward unfold_copy diag tril_indices triu_indices
-        _chunk_cat view_copy permute_copy transpose_copy t_copy unsqueeze_copy squeeze_copy expand_copy select_copy
+        _chunk_cat diagonal_backward view_copy permute_copy transpose_copy t_copy unsqueeze_copy squeeze_copy expand_copy select_copy
         slice_copy split_copy split_with_sizes_copy unbind_copy detach_copy _unsafe_index_put
         _unsafe_masked_index _unsafe_masked_index_put_accumulate roll rot90 tile""",
     "unary": """hardswish hardsigmoid celu selu threshold logit softshrink hardshrink glu acos acosh asin asinh atan
@@ -138,7 +138,7 @@ _MORE = {
         _upsample_bilinear2d_aa_backward _upsample_bicubic2d_aa_backward grid_sampler_2d_backward
         grid_sampler_3d_backward reflection_pad1d_backward reflection_pad2d_backward reflection_pad3d_backward
         replication_pad1d_backward replication_pad2d_backward replication_pad3d_backward max_unpool2d
-        max_unpool3d index_reduce index_reduce_ put put_ bucketize searchsorted _segment_reduce_backward
+        max_unpool3d masked_scatter_backward index_reduce index_reduce_ put put_ bucketize searchsorted _segment_reduce_backward
         segment_reduce _histogramdd_from_bin_cts _histogramdd_from_bin_tensors _histogramdd_bin_edges
         histogram""",
     "conv": "convolution _convolution conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d",
@@ -198,6 +198,9 @@ ACCUMULATING |= set("""convolution _convolution convolution_backward _grouped_mm
     geqrf linalg_householder_product linalg_lstsq _linalg_slogdet _linalg_det linalg_matrix_exp
     _fft_r2c _fft_c2c _fft_c2r _batch_norm_with_update _batch_norm_no_update addmm_
     _linear_cross_entropy_batch_chunked _linear_cross_entropy_batch_chunked_no_reduction""".split())
+# ops that update an argument in place (running statistics, ``self``) compute in their own dtype: upcasting would
+# update a temporary copy
+ACCUMULATING -= {"native_batch_norm", "_native_batch_norm_legit", "_batch_norm_with_update", "addmm_"}
 
 # Ops that move data between host and device (mixing devices is their purpose).
 TRANSFER = {"copy_", "_to_copy", "_copy_from", "_copy_from_and_resize", "set_", "_has_compatible_shallow_copy_type",
