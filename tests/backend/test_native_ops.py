@@ -290,3 +290,14 @@ def test_batch_norm_bf16_statistics_in_fp32():
     ref = F.batch_norm(x.double(), None, None, training=True)
     assert got.dtype == torch.bfloat16 and _one_rounding_ok(got, ref)
     assert math.isfinite(float(got.float().abs().max()))
+
+
+def test_batch_norm_bf16_updates_running_stats_in_place():
+    x = (torch.randn(8, 3, 5, generator=_g()) * 2 + 1).bfloat16()
+    rm, rv = torch.zeros(3, dtype=torch.bfloat16), torch.ones(3, dtype=torch.bfloat16)
+    rmd, rvd = rm.to(D), rv.to(D)
+    F.batch_norm(x.to(D), rmd, rvd, training=True, momentum=0.5)
+    x64 = x.double()
+    mean = x64.mean((0, 2))
+    var = x64.var((0, 2), unbiased=True)
+    assert _one_rounding_ok(rmd.cpu(), 0.5 * mean) and _one_rounding_ok(rvd.cpu(), 0.5 + 0.5 * var)

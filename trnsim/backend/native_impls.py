@@ -10,6 +10,9 @@ payloads.  The dispatch (``tensor.py``) calls these instead of ``func`` for ops 
   ``[min, max]`` are ignored; the bin of ``v`` is ``(v - min) * bins / (max - min)`` in integer arithmetic for
   integer inputs (``max`` falls into the last bin).  Floating inputs of low precision are binned in fp32 (the CPU
   kernel on the upcast values) and the counts rounded once to the dtype.
+* batch norm (``native_batch_norm``, ``_native_batch_norm_legit``, ``_batch_norm_with_update``): low-precision
+  inputs in fp32 with one rounding, like the ops in ``op_table.ACCUMULATING``, but keeping the in-place update of
+  the running statistics (the generic fp32 path would update a temporary copy).
 """
 
 from __future__ import annotations
@@ -48,8 +51,26 @@ def _histc(func, args, kwargs):
     return counts.to(x.dtype)
 
 
+def _batch_norm_fp32(func, args, kwargs):
+    """Batch norm of low-precision inputs computed in fp32 with one rounding per output; running statistics (updated
+    in place in training) are updated in fp32 and written back into the caller's tensors, rounded once."""
+    if not (isinstance(args[0], torch.Tensor) and args[0].dtype in _LOW):
+        return func(*args, **kwargs)
+    meta = func(*[a.to("meta") if isinstance(a, torch.Tensor) else a for a in args], **kwargs)
+    up = [a.float() if isinstance(a, torch.Tensor) and a.dtype in _LOW else a for a in args]
+    out = func(*up, **kwargs)
+    for a, u in zip(args, up):
+        if isinstance(a, torch.Tensor) and u is not a and a.dtype in _LOW and a is not args[0]:
+            a.copy_(u)                      # running_mean / running_var (weight and bias are not mutated)
+    return tuple(o.to(m.dtype) if isinstance(o, torch.Tensor) and o.dtype != m.dtype else o
+                 for o, m in zip(out, meta))
+
+
 IMPLS = {
     "histc": _histc,
+    "native_batch_norm": _batch_norm_fp32,
+    "_native_batch_norm_legit": _batch_norm_fp32,
+    "_batch_norm_with_update": _batch_norm_fp32,
 }
 
 __all__ = ["IMPLS"]
