@@ -18,6 +18,7 @@ from . import charging
 from .device_state import STATE
 from .errors import NeuronFallbackError, NeuronFallbackWarning
 from .memory import MEMORY
+from .native_impls import IMPLS as NATIVE_IMPLS
 from .op_table import ACCUMULATING, TABLE, TRANSFER
 
 DEVICE = torch.device("privateuseone", 0)   # replaced by torch.device("neuron", 0) at registration
@@ -564,6 +565,8 @@ def dispatch(func, args, kwargs):
                 ukw["generator"] = STATE.generator
     if name == "native_dropout":
         out = _dropout(*uargs, **ukw)
+    elif name in NATIVE_IMPLS:          # the device's own implementation (native_impls.py)
+        out = NATIVE_IMPLS[name](func, uargs, ukw)
     elif accumulating and any(_is_low(a) for a in uargs):
         out = _accumulate_fp32(func, uargs, ukw)
     else:
