@@ -10,6 +10,12 @@ from trnsim.cost import estimator as E
 from trnsim.cost.models import ModelSpec, load_model
 from trnsim.cost.step import head_cost, layer_cost
 
+@pytest.fixture(autouse=True)
+def _neuron_device():
+    from trnsim import backend
+    backend.register()
+
+
 TINY = ModelSpec(name="tiny", hidden=256, layers=4, heads=8, kv_heads=4, head_dim=32, ffn=512, vocab=2048)
 TINY_MOE = ModelSpec(name="tiny-moe", hidden=256, layers=2, heads=8, kv_heads=8, head_dim=32, ffn=512,
                      vocab=2048, experts=8, top_k=2, moe_ffn=128)
