@@ -52,8 +52,14 @@ class InstrRecord:
         return f"<{self.id} {self.engine}.{self.opcode} {cost}{where}>"
 
 
-def _ranges(tensors):
-    return tuple([(t.buf.id, *t.extent(), (t.offset, t.shape, t.strides)) for t in tensors])
+def _ranges(tensors, views):
+    """The recorded operands; equal access patterns are one tuple object (``views`` interns them per core), so
+    the scheduler tells distinct patterns apart by identity (``sched_fast.encode``)."""
+    out = []
+    for t in tensors:
+        v = (t.offset, t.shape, t.strides)
+        out.append((t.buf.id, *t.extent(), views.setdefault(v, v)))
+    return tuple(out)
 
 
 _LIVE: "weakref.WeakSet[NeuronCore]" = weakref.WeakSet()   # cores alive, for progress reporting
@@ -99,6 +105,7 @@ class NeuronCore:
         self.buffers: dict[int, tuple] = {}
         _LIVE.add(self)
         self._record = record
+        self._views: dict = {}    # access pattern -> its one tuple object (_ranges)
         self.act_reduce_regs = None
         self.programs = None     # the launch's Programs while a multi-program launch runs (programs.py)
         self.program = None      # this core's Program in it
@@ -138,8 +145,9 @@ class NeuronCore:
         self._occupy(writes, reads, loc)
         if self._record or self.programs is not None:
             ins = self.instructions
-            rec = InstrRecord(len(ins), opcode, engine, _ranges(writes), _ranges(reads), cycles, None, loc,
-                              flops, 0, 0, 0, pre)
+            views = self._views
+            rec = InstrRecord(len(ins), opcode, engine, _ranges(writes, views), _ranges(reads, views), cycles,
+                              None, loc, flops, 0, 0, 0, pre)
             if self._record:
                 ins.append(rec)
             if self.programs is not None:
@@ -151,8 +159,9 @@ class NeuronCore:
         self._occupy(writes, reads, loc)
         if self._record or self.programs is not None:
             ins = self.instructions
-            rec = InstrRecord(len(ins), opcode, "dma", _ranges(writes), _ranges(reads), None, ns, loc, 0,
-                              nbytes, rows, part0)
+            views = self._views
+            rec = InstrRecord(len(ins), opcode, "dma", _ranges(writes, views), _ranges(reads, views), None, ns,
+                              loc, 0, nbytes, rows, part0)
             if self._record:
                 ins.append(rec)
             if self.programs is not None:
@@ -194,7 +203,7 @@ class NeuronCore:
         self._occupy(writes, (), loc)
         if self._record:
             ins = self.instructions
-            ins.append(InstrRecord(len(ins), "core_barrier", engine, _ranges(writes), (),
+            ins.append(InstrRecord(len(ins), "core_barrier", engine, _ranges(writes, self._views), (),
                                    float(self.target.min_ii_cycles), None, loc, 0, 0, parts=tuple(parts)))
 
     # -- arithmetic helpers -------------------------------------------------------------------------

@@ -1,0 +1,237 @@
+"""The fast path of the scheduler: one core's instruction record turned into arrays once, scheduled by the
+numba-compiled loop of ``sched_kernels``, and turned back into the Timeline's columns.  The result is identical to
+``scheduler._schedule_core`` (tests/machine/test_sched_fast.py compares them column by column).
+
+Which path runs (``TRNSIM_SCHEDULER``): ``python`` (the reference loop always), ``numba`` (the compiled loop
+whenever the record allows it), ``auto`` (default: the compiled loop for records of at least ``FAST_MIN``
+instructions, or of any size once it is loaded in the process, so that small runs and most of the test suite do
+not pay its compile or load time).  Records with a
+``core_barrier`` use the reference loop (a barrier suspends one core's schedule until the others arrive).  When
+numba is missing or fails to compile, the reference loop runs (with a warning once).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from itertools import chain
+from operator import attrgetter
+
+import numpy as np
+
+from .deps import _geo
+
+__all__ = ["fast_available", "use_fast", "schedule_core_fast", "FAST_MIN"]
+
+FAST_MIN = 20_000          # instructions per core from which ``auto`` uses the compiled loop
+
+_STATE = {"kernels": None, "failed": None}
+_ENG_FIXED = ("tensor", "vector", "scalar", "gpsimd", "sync")
+_MEM = {"hbm": 0, "sbuf": 1, "psum": 2}
+_MEM_OBJ = np.array([None, "hbm", "sbuf", "psum"], dtype=object)     # index: mem code + 1
+_FIELDS = attrgetter("engine", "cycles", "ns", "pre", "rows", "part0", "nbytes", "parts", "reads", "writes", "id",
+                     "opcode", "flops", "loc")
+
+
+def _kernels():
+    """The compiled module, or None (numba missing or failing)."""
+    if _STATE["kernels"] is None and _STATE["failed"] is None:
+        if os.environ.get("TRNSIM_NO_NUMBA", "0") not in ("0", "", "false", "False"):
+            _STATE["failed"] = "TRNSIM_NO_NUMBA is set"
+            return None
+        try:
+            from . import sched_kernels
+            _STATE["kernels"] = sched_kernels
+        except Exception as exc:      # ImportError, or numba's own errors
+            _STATE["failed"] = f"{type(exc).__name__}: {exc}"
+            warnings.warn(f"trnsim: the compiled scheduler is unavailable ({_STATE['failed']}); using the "
+                          "pure-Python scheduler", RuntimeWarning, stacklevel=3)
+    return _STATE["kernels"]
+
+
+def fast_available() -> bool:
+    return _kernels() is not None
+
+
+def mode() -> str:
+    m = os.environ.get("TRNSIM_SCHEDULER", "auto")
+    if m not in ("auto", "python", "numba"):
+        raise ValueError(f"TRNSIM_SCHEDULER={m!r}: expected 'auto', 'python' or 'numba'")
+    return m
+
+
+def use_fast(core, force=None) -> bool:
+    """Whether ``core``'s record goes through the compiled loop (``force``: "python"/"numba"/"auto" or None for
+    the environment's choice)."""
+    m = force or mode()
+    if m == "python":
+        return False
+    if m == "auto" and len(core.instructions) < FAST_MIN and not compiled():
+        return False
+    return len(core.instructions) > 0 and _kernels() is not None
+
+
+def compiled() -> bool:
+    """Whether the compiled loop is already loaded in this process (then ``auto`` uses it at any size)."""
+    k = _STATE["kernels"]
+    return k is not None and bool(k.schedule_arrays.signatures)
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def encode(core):
+    """The arrays ``sched_kernels.schedule_arrays`` reads (see there), or raise ``_Unsupported``."""
+    recs = core.instructions
+    n = len(recs)
+    if n == 0:
+        raise _Unsupported("empty")
+    eng_s, cyc, ns, pre, rows, part0, nbytes, parts, reads, writes, ids, opcodes, flops, locs = \
+        zip(*map(_FIELDS, recs))
+    if parts.count(None) != n:
+        raise _Unsupported("core_barrier")
+    names = sorted(set(eng_s))
+    emap = {e: k for k, e in enumerate(_ENG_FIXED)}
+    for e in names:
+        if e not in emap and e != "dma":
+            emap[e] = len(emap)
+    dma_code = len(emap)
+    emap["dma"] = dma_code
+    if len(names) == 1:
+        eng = np.full(n, emap[names[0]], np.int64)
+    else:
+        es = np.array(eng_s)
+        eng = np.empty(n, np.int64)
+        for e in names:
+            eng[es == e] = emap[e]
+    tg = core.target
+    clk = np.empty(dma_code)
+    for e, k in emap.items():
+        if e != "dma":
+            clk[k] = tg.engine_clock_hz.get(e, tg.engine_clock_hz["scalar"]) * 1e-9 \
+                if e in _ENG_FIXED else tg.engine_clock_hz["scalar"] * 1e-9
+    nr = np.fromiter(map(len, reads), np.int64, n)
+    nw = np.fromiter(map(len, writes), np.int64, n)
+    rp = np.zeros(n + 1, np.int64)
+    np.cumsum(nr, out=rp[1:])
+    nrt = int(rp[-1])
+    wp = np.zeros(n + 1, np.int64)
+    np.cumsum(nw, out=wp[1:])
+    wp += nrt
+    if nrt + int(nw.sum()) == 0:
+        raise _Unsupported("no operands")
+    bids, lo, hi, views = zip(*chain(chain.from_iterable(reads), chain.from_iterable(writes)))
+    ba = np.array(bids, np.int64)
+    b_lo = int(ba.min())
+    b_n = int(ba.max()) - b_lo + 1
+    if b_n <= 4 * len(ba) + 1024:         # buffer ids are a counter: an offset is a dense numbering
+        op_b = ba - b_lo
+        ub = np.arange(b_lo, b_lo + b_n)
+    else:
+        ub, op_b = np.unique(ba, return_inverse=True)
+    # views: the record path interns equal views to one object (core._ranges), so identity finds the few
+    # distinct ones; equal views that are distinct objects still get one id (by value, over the distinct objects)
+    _, first, inv = np.unique(np.fromiter(map(id, views), np.int64, len(views)), return_index=True,
+                              return_inverse=True)
+    vmap = {}
+    cls = np.fromiter([vmap.setdefault(views[i], len(vmap)) for i in first.tolist()], np.int64, len(first))
+    op_v = cls[inv]
+    uviews = list(vmap)
+    nv = len(uviews)
+    v_pitch = np.full(nv, -1, np.int64)
+    v_c0 = np.zeros(nv, np.int64)
+    v_c1 = np.zeros(nv, np.int64)
+    v_size = np.zeros(nv, np.int64)
+    for k, v in enumerate(uviews):
+        g = _geo(v)
+        if g is not None:
+            v_pitch[k], v_c0[k], v_c1[k] = g
+        s = 1
+        for d in v[1]:
+            s *= d
+        v_size[k] = s
+    binfo = core.buffers
+    b_mem = np.zeros(len(ub), np.int64)
+    b_size = np.zeros(len(ub), np.int64)
+    for k, bid in enumerate(ub.tolist()):
+        info = binfo.get(bid)
+        if info is None or info[0] == "hbm":
+            continue
+        m = _MEM.get(info[0])
+        if m is None:
+            raise _Unsupported(f"memory {info[0]!r}")
+        b_mem[k] = m
+        b_size[k] = info[1]
+    f64 = np.float64
+    return dict(
+        eng=eng, dma_code=dma_code, clk=clk,
+        cycles=np.array(cyc, f64), ns=np.array(ns, f64), pre=np.nan_to_num(np.array(pre, f64), nan=0.0),
+        rows=np.array(rows, np.int64), part0=np.array(part0, np.int64), nbytes=np.array(nbytes, np.int64),
+        rp=rp, wp=wp, op_b=op_b.astype(np.int64), op_lo=np.array(lo, np.int64), op_hi=np.array(hi, np.int64),
+        op_v=op_v, v_pitch=v_pitch, v_c0=v_c0, v_c1=v_c1, v_size=v_size, b_mem=b_mem, b_size=b_size,
+    ), emap, dict(engine=eng_s, id=ids, opcode=opcodes, flops=flops, nbytes=nbytes, loc=locs)
+
+
+def schedule_core_fast(core, hbm_bytes_per_ns):
+    """``(columns, counters)`` of one core, as ``scheduler._schedule_core`` returns them, or None when the record
+    needs the reference loop (a barrier, an unknown memory kind, an empty record)."""
+    k = _kernels()
+    if k is None:
+        return None
+    try:
+        arrs, emap, rec_cols = encode(core)
+    except _Unsupported:
+        return None
+    tg = core.target
+    try:
+        out = k.schedule_arrays(
+            arrs["eng"], arrs["dma_code"], arrs["clk"], arrs["cycles"], arrs["ns"], arrs["pre"], arrs["rows"],
+            arrs["part0"], arrs["nbytes"], arrs["rp"], arrs["wp"], arrs["op_b"], arrs["op_lo"], arrs["op_hi"],
+            arrs["op_v"], arrs["v_pitch"], arrs["v_c0"], arrs["v_c1"], arrs["v_size"], arrs["b_mem"],
+            arrs["b_size"], float(tg.static_overhead_cycles), float(tg.semaphore_ns), float(tg.dma_fixed_ns),
+            int(tg.dma_engines_per_core), int(tg.dma_partitions_per_engine), float(hbm_bytes_per_ns),
+            int(tg.sbuf_partition_bytes), int(tg.psum_partition_bytes), int(tg.sbuf_partitions),
+            int(tg.psum_partitions))
+    except Exception as exc:          # a numba compile error: use the reference loop from now on
+        _STATE["kernels"] = None
+        _STATE["failed"] = f"{type(exc).__name__}: {exc}"
+        warnings.warn(f"trnsim: the compiled scheduler failed ({_STATE['failed']}); using the pure-Python "
+                      "scheduler", RuntimeWarning, stacklevel=3)
+        return None
+    (start, dstart, end, done, work, queue, nqs, hbm, srcm, dstm, deps, ndeps, bind,
+     lt_kind, lt_size, lt_t0, lt_t1) = out
+    n = len(rec_cols["id"])
+    mem = _MEM_OBJ
+    cols = dict(rec_cols, core=[core.core_id] * n, queue=queue.tolist(), nqueues=nqs.tolist(),
+                start=start.tolist(), data_start=dstart.tolist(), end=end.tolist(), done=done.tolist(),
+                work=work.tolist(), hbm_bytes=hbm.tolist(), src=mem[srcm + 1].tolist(), dst=mem[dstm + 1].tolist(),
+                deps=[tuple(d[:c]) if c else () for d, c in zip(deps.tolist(), ndeps.tolist())],
+                bind=bind.tolist())
+    cid = core.core_id
+    counters = _counters(k, cid, lt_kind, lt_size, lt_t0, lt_t1, dstart, end, hbm)
+    return cols, counters
+
+
+def _counters(k, cid, lt_kind, lt_size, lt_t0, lt_t1, dstart, end, hbm, bins=200):
+    """scheduler._counters over arrays."""
+    out = {}
+    for kd, kind in enumerate(("sbuf", "psum")):
+        sel = lt_kind == kd
+        sz = lt_size[sel]
+        t = np.concatenate((lt_t0[sel], lt_t1[sel]))
+        dv = np.concatenate((sz, -sz))
+        order = np.lexsort((dv, t))
+        t = np.concatenate(([0.0], t[order]))
+        cur = np.cumsum(np.concatenate(([0], dv[order])))
+        keep = np.ones(len(t), bool)
+        keep[:-1] = t[1:] != t[:-1]          # the last point of each run of equal times
+        out[(cid, f"{kind}_bytes")] = list(zip(t[keep].tolist(), cur[keep].tolist()))
+    total, acc = k.hbm_bins(dstart, end, hbm, bins)
+    pts = []
+    if total > 0:
+        width = total / bins
+        pts = [(bi * width, a / width * 1e9) for bi, a in enumerate(acc.tolist())]
+        pts.append((total, 0.0))
+    out[(cid, "hbm_bytes_per_s")] = pts
+    return out
