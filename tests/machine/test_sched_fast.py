@@ -187,3 +187,21 @@ def test_fallback_when_the_compiled_loop_fails(monkeypatch):
         got = schedule(res.cores, impl="numba")
     assert_same(ref, got)
     assert sched_fast._STATE["kernels"] is None and "numba typing error" in sched_fast._STATE["failed"]
+
+
+def test_records_without_columns_give_the_same_timeline(monkeypatch):
+    """A core whose column copy does not cover its record (built another way) is encoded from the InstrRecords."""
+    if not sched_fast.fast_available():
+        pytest.skip("numba is not available")
+    from trnsim.machine.record_cols import RecordColumns
+    fn, args, grid, *kw = CASES["pressure"]
+    res = run_kernel(fn, args, kw[0] if kw else {}, grid, "trn2", execute=False)
+    ref = schedule(res.cores, impl="python")
+    core = res.cores[0]
+    from_cols, _, cols_a = sched_fast.encode(core)
+    monkeypatch.setattr(core, "columns", RecordColumns())
+    from_recs, _, cols_b = sched_fast.encode(core)
+    for key, val in from_cols.items():
+        assert np.array_equal(val, from_recs[key]), key
+    assert cols_a == cols_b
+    assert_same(ref, schedule(res.cores, impl="numba"))

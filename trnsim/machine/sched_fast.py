@@ -81,16 +81,42 @@ class _Unsupported(Exception):
     pass
 
 
-def encode(core):
-    """The arrays ``sched_kernels.schedule_arrays`` reads (see there), or raise ``_Unsupported``."""
+def _columns(core):
+    """The core's record as columns (``record_cols.RecordColumns`` lists): the ones appended while recording when
+    they cover the record, else gathered from the ``InstrRecord`` objects.  Returns a dict of sequences."""
     recs = core.instructions
     n = len(recs)
-    if n == 0:
-        raise _Unsupported("empty")
-    eng_s, cyc, ns, pre, rows, part0, nbytes, parts, reads, writes, ids, opcodes, flops, locs = \
+    c = getattr(core, "columns", None)
+    if c is not None and len(c) == n and len(c.nops) == n:
+        if c.barrier:
+            raise _Unsupported("core_barrier")
+        return dict(eng=c.eng, cost=c.cost, pre=c.pre, opcode=c.opcode, flops=c.flops, loc=c.loc, nw=c.nw,
+                    nops=c.nops, dma=c.dma, rows=c.rows, part0=c.part0, nbytes=c.nbytes, b=c.b, lo=c.lo, hi=c.hi,
+                    v=c.v)
+    eng, cyc, ns, pre, rows, part0, nbytes, parts, reads, writes, ids, opcodes, flops, locs = \
         zip(*map(_FIELDS, recs))
     if parts.count(None) != n:
         raise _Unsupported("core_barrier")
+    if list(ids) != list(range(n)):
+        raise _Unsupported("record ids are not the row numbers")
+    dma = [i for i, e in enumerate(eng) if e == "dma"]
+    nw = list(map(len, writes))
+    ops = list(chain.from_iterable(chain.from_iterable(zip(writes, reads))))
+    b, lo, hi, v = zip(*ops) if ops else ((), (), (), ())
+    return dict(eng=eng, cost=[ns[i] if e == "dma" else cyc[i] for i, e in enumerate(eng)], pre=pre,
+                opcode=opcodes, flops=flops, loc=locs, nw=nw, nops=[a + len(r) for a, r in zip(nw, reads)],
+                dma=dma, rows=[rows[i] for i in dma], part0=[part0[i] for i in dma],
+                nbytes=[nbytes[i] for i in dma], b=b, lo=lo, hi=hi, v=v)
+
+
+def encode(core):
+    """The arrays ``sched_kernels.schedule_arrays`` reads (see there) and the record's own columns for the
+    Timeline, or raise ``_Unsupported``."""
+    n = len(core.instructions)
+    if n == 0:
+        raise _Unsupported("empty")
+    c = _columns(core)
+    eng_s = c["eng"]
     names = sorted(set(eng_s))
     emap = {e: k for k, e in enumerate(_ENG_FIXED)}
     for e in names:
@@ -109,20 +135,14 @@ def encode(core):
     clk = np.empty(dma_code)
     for e, k in emap.items():
         if e != "dma":
-            clk[k] = tg.engine_clock_hz.get(e, tg.engine_clock_hz["scalar"]) * 1e-9 \
-                if e in _ENG_FIXED else tg.engine_clock_hz["scalar"] * 1e-9
-    nr = np.fromiter(map(len, reads), np.int64, n)
-    nw = np.fromiter(map(len, writes), np.int64, n)
-    rp = np.zeros(n + 1, np.int64)
-    np.cumsum(nr, out=rp[1:])
-    nrt = int(rp[-1])
-    wp = np.zeros(n + 1, np.int64)
-    np.cumsum(nw, out=wp[1:])
-    wp += nrt
-    if nrt + int(nw.sum()) == 0:
+            clk[k] = tg.engine_clock_hz[e if e in _ENG_FIXED else "scalar"] * 1e-9
+    nops = np.array(c["nops"], np.int64)
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(nops, out=ptr[1:])
+    if ptr[-1] == 0:
         raise _Unsupported("no operands")
-    bids, lo, hi, views = zip(*chain(chain.from_iterable(reads), chain.from_iterable(writes)))
-    ba = np.array(bids, np.int64)
+    views = c["v"]
+    ba = np.array(c["b"], np.int64)
     b_lo = int(ba.min())
     b_n = int(ba.max()) - b_lo + 1
     if b_n <= 4 * len(ba) + 1024:         # buffer ids are a counter: an offset is a dense numbering
@@ -164,13 +184,24 @@ def encode(core):
         b_mem[k] = m
         b_size[k] = info[1]
     f64 = np.float64
-    return dict(
-        eng=eng, dma_code=dma_code, clk=clk,
-        cycles=np.array(cyc, f64), ns=np.array(ns, f64), pre=np.nan_to_num(np.array(pre, f64), nan=0.0),
-        rows=np.array(rows, np.int64), part0=np.array(part0, np.int64), nbytes=np.array(nbytes, np.int64),
-        rp=rp, wp=wp, op_b=op_b.astype(np.int64), op_lo=np.array(lo, np.int64), op_hi=np.array(hi, np.int64),
+    cost = np.array(c["cost"], f64)
+    dma = np.array(c["dma"], np.int64)
+    rows = np.zeros(n, np.int64)
+    part0 = np.zeros(n, np.int64)
+    nbytes = np.zeros(n, np.int64)
+    rows[dma] = c["rows"]
+    part0[dma] = c["part0"]
+    nbytes[dma] = c["nbytes"]
+    arrs = dict(
+        eng=eng, dma_code=dma_code, clk=clk, cycles=cost, ns=cost, pre=np.array(c["pre"], f64),
+        rows=rows, part0=part0, nbytes=nbytes,
+        ptr=ptr, nw=np.array(c["nw"], np.int64), op_b=op_b.astype(np.int64), op_lo=np.array(c["lo"], np.int64),
+        op_hi=np.array(c["hi"], np.int64),
         op_v=op_v, v_pitch=v_pitch, v_c0=v_c0, v_c1=v_c1, v_size=v_size, b_mem=b_mem, b_size=b_size,
-    ), emap, dict(engine=eng_s, id=ids, opcode=opcodes, flops=flops, nbytes=nbytes, loc=locs)
+    )
+    rec_cols = dict(engine=list(eng_s), id=list(range(n)), opcode=list(c["opcode"]), flops=list(c["flops"]),
+                    nbytes=nbytes.tolist(), loc=list(c["loc"]))
+    return arrs, emap, rec_cols
 
 
 def schedule_core_fast(core, hbm_bytes_per_ns):
@@ -187,7 +218,7 @@ def schedule_core_fast(core, hbm_bytes_per_ns):
     try:
         out = k.schedule_arrays(
             arrs["eng"], arrs["dma_code"], arrs["clk"], arrs["cycles"], arrs["ns"], arrs["pre"], arrs["rows"],
-            arrs["part0"], arrs["nbytes"], arrs["rp"], arrs["wp"], arrs["op_b"], arrs["op_lo"], arrs["op_hi"],
+            arrs["part0"], arrs["nbytes"], arrs["ptr"], arrs["nw"], arrs["op_b"], arrs["op_lo"], arrs["op_hi"],
             arrs["op_v"], arrs["v_pitch"], arrs["v_c0"], arrs["v_c1"], arrs["v_size"], arrs["b_mem"],
             arrs["b_size"], float(tg.static_overhead_cycles), float(tg.semaphore_ns), float(tg.dma_fixed_ns),
             int(tg.dma_engines_per_core), int(tg.dma_partitions_per_engine), float(hbm_bytes_per_ns),

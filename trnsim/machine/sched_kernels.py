@@ -4,8 +4,8 @@ when numba is missing).  Every floating-point operation is done in the same orde
 identical.
 
 Encoding (built by ``sched_arrays.encode``): instruction ``i`` has engine code ``eng[i]`` (``dma_code`` for DMA),
-``cycles``/``ns``/``pre``/``rows``/``part0``/``nbytes``; its read operands are ``ops[rp[i]:rp[i+1]]`` and its
-writes ``ops[wp[i]:wp[i+1]]`` (indices into the operand arrays ``op_b`` (dense buffer), ``op_lo``, ``op_hi``,
+``cycles``/``ns``/``pre``/``rows``/``part0``/``nbytes``; its operands are ``ptr[i]:ptr[i+1]``, the first ``nw[i]``
+of them written and the rest read (indices into the operand arrays ``op_b`` (dense buffer), ``op_lo``, ``op_hi``,
 ``op_v`` (interned view)).  Per view: ``v_pitch``/``v_c0``/``v_c1`` (row geometry, pitch -1 if none) and
 ``v_size`` (elements).  Per buffer: ``b_mem`` (0 HBM, 1 SBUF, 2 PSUM) and ``b_size`` (bytes per partition).
 
@@ -303,7 +303,7 @@ def _heap_pop(ht, hs, hz, hp, hn):
 
 
 @njit(cache=True)
-def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, rp, wp,
+def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, ptr, nw,
                     op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, v_size, b_mem, b_size,
                     static, sema, fixed, nq, ppe, hbm_bytes_per_ns, cap_sbuf, cap_psum, parts_sbuf, parts_psum):
     n = eng.shape[0]
@@ -326,15 +326,11 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, rp
 
     op_i = np.empty(nop, np.int64)           # instruction of each operand
     for i in range(n):
-        for j in range(rp[i], rp[i + 1]):
-            op_i[j] = i
-        for j in range(wp[i], wp[i + 1]):
+        for j in range(ptr[i], ptr[i + 1]):
             op_i[j] = i
     last_use = np.full(nb, -1, np.int64)
     for i in range(n):
-        for j in range(wp[i], wp[i + 1]):
-            last_use[op_b[j]] = i
-        for j in range(rp[i], rp[i + 1]):
+        for j in range(ptr[i], ptr[i + 1]):
             last_use[op_b[j]] = i
 
     eng_free = np.zeros(ne)
@@ -402,10 +398,10 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, rp
         ready_s = 0.0
         nd = 0
         nnew = 0
-        r0 = rp[idx]
-        r1 = rp[idx + 1]
-        w0 = wp[idx]
-        w1 = wp[idx + 1]
+        w0 = ptr[idx]
+        w1 = w0 + nw[idx]
+        r0 = w1
+        r1 = ptr[idx + 1]
         if found.size < 8 + 2 * (r1 - r0 + w1 - w0):
             found = np.empty(64 + 2 * (r1 - r0 + w1 - w0), np.int64)
         if newb.size < r1 - r0 + w1 - w0:
