@@ -116,12 +116,11 @@ def main():
         print(f"   first compiled call in this process (numba import + cache load or compile): {rows[0][7]:.2f} s")
         if args.cold_jit:
             with tempfile.TemporaryDirectory() as d:
-                code = ("import time, numpy as np; t=time.perf_counter(); from trnsim.machine import sched_kernels as k; "
-                        "import trnsim.machine.sched_fast as f; t1=time.perf_counter(); "
-                        "k.hbm_bins(np.zeros(1), np.ones(1), np.zeros(1, np.int64), 2); "
-                        "print(t1-t, time.perf_counter()-t1)")
+                code = ("import sys, time, numpy as np; sys.path.insert(0, %r); import bench_timing as b; "
+                        "r = b.run_kernel(b.stream, (np.zeros((128, 64), np.float32),), {'n': 4}, (1,), 'trn2', "
+                        "execute=False); t = time.perf_counter(); b.schedule(r.cores, impl='numba'); "
+                        "print(f'{time.perf_counter() - t:.2f} s')" % os.path.dirname(os.path.abspath(__file__)))
                 env = dict(os.environ, NUMBA_CACHE_DIR=d)
-                t0 = time.perf_counter()
                 out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
                 print(f"   cold compile (empty cache, subprocess): {out.stdout.strip()} {out.stderr[-300:]}")
 

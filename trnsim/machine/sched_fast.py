@@ -172,17 +172,24 @@ def encode(core):
             s *= d
         v_size[k] = s
     binfo = core.buffers
-    b_mem = np.zeros(len(ub), np.int64)
+    b_mem = np.zeros(len(ub), np.int64)      # buffers the core does not know are HBM (as _new_tracker takes them)
     b_size = np.zeros(len(ub), np.int64)
-    for k, bid in enumerate(ub.tolist()):
-        info = binfo.get(bid)
-        if info is None or info[0] == "hbm":
-            continue
-        m = _MEM.get(info[0])
-        if m is None:
-            raise _Unsupported(f"memory {info[0]!r}")
-        b_mem[k] = m
-        b_size[k] = info[1]
+    if binfo:
+        keys = np.fromiter(binfo.keys(), np.int64, len(binfo))
+        kinds, sizes = list(zip(*binfo.values()))[:2]
+        pos = np.searchsorted(ub, keys)
+        pos[pos >= len(ub)] = 0
+        used = ub[pos] == keys
+        ka = np.array(kinds)[used]
+        m = np.zeros(len(ka), np.int64)
+        for name, code in _MEM.items():
+            m[ka == name] = code
+        known = np.isin(ka, list(_MEM))
+        if not known.all():
+            raise _Unsupported(f"memory {ka[~known][0]!r}")
+        on = m != 0
+        b_mem[pos[used][on]] = m[on]
+        b_size[pos[used][on]] = np.array(sizes, np.int64)[used][on]
     f64 = np.float64
     cost = np.array(c["cost"], f64)
     dma = np.array(c["dma"], np.int64)
@@ -237,11 +244,26 @@ def schedule_core_fast(core, hbm_bytes_per_ns):
     cols = dict(rec_cols, core=[core.core_id] * n, queue=queue.tolist(), nqueues=nqs.tolist(),
                 start=start.tolist(), data_start=dstart.tolist(), end=end.tolist(), done=done.tolist(),
                 work=work.tolist(), hbm_bytes=hbm.tolist(), src=mem[srcm + 1].tolist(), dst=mem[dstm + 1].tolist(),
-                deps=[tuple(d[:c]) if c else () for d, c in zip(deps.tolist(), ndeps.tolist())],
+                deps=_dep_tuples(deps, ndeps),
                 bind=bind.tolist())
     cid = core.core_id
     counters = _counters(k, cid, lt_kind, lt_size, lt_t0, lt_t1, dstart, end, hbm)
     return cols, counters
+
+
+def _dep_tuples(deps, ndeps):
+    """The ``deps`` column: row i's first ``ndeps[i]`` entries as a tuple (built per count, C loops only)."""
+    n = len(ndeps)
+    obj = np.empty(n, object)
+    for k in range(deps.shape[1] + 1):
+        sel = np.flatnonzero(ndeps == k)
+        if len(sel) == 0:
+            continue
+        if k == 0:
+            obj[sel] = np.fromiter([()] * len(sel), object, len(sel))
+        else:
+            obj[sel] = np.fromiter(map(tuple, deps[sel, :k].tolist()), object, len(sel))
+    return obj.tolist()
 
 
 def _counters(k, cid, lt_kind, lt_size, lt_t0, lt_t1, dstart, end, hbm, bins=200):
