@@ -109,6 +109,15 @@ def _columns(core):
                 nbytes=[nbytes[i] for i in dma], b=b, lo=lo, hi=hi, v=v)
 
 
+def _distinct(seq):
+    """``(first, inverse)``: the index of the first of each distinct object of ``seq`` (by identity: C loops only)
+    and each item's distinct number.  Equal objects that are not one object get numbers of their own; callers map
+    the distinct objects by value."""
+    _, first, inv = np.unique(np.fromiter(map(id, seq), np.int64, len(seq)), return_index=True,
+                              return_inverse=True)
+    return first.tolist(), inv.reshape(-1)
+
+
 def encode(core):
     """The arrays ``sched_kernels.schedule_arrays`` reads (see there) and the record's own columns for the
     Timeline, or raise ``_Unsupported``."""
@@ -117,20 +126,15 @@ def encode(core):
         raise _Unsupported("empty")
     c = _columns(core)
     eng_s = c["eng"]
-    names = sorted(set(eng_s))
+    first, inv = _distinct(eng_s)
+    names = [eng_s[i] for i in first]
     emap = {e: k for k, e in enumerate(_ENG_FIXED)}
-    for e in names:
+    for e in sorted(set(names)):
         if e not in emap and e != "dma":
             emap[e] = len(emap)
     dma_code = len(emap)
     emap["dma"] = dma_code
-    if len(names) == 1:
-        eng = np.full(n, emap[names[0]], np.int64)
-    else:
-        es = np.array(eng_s)
-        eng = np.empty(n, np.int64)
-        for e in names:
-            eng[es == e] = emap[e]
+    eng = np.array([emap[e] for e in names], np.int64)[inv]
     tg = core.target
     clk = np.empty(dma_code)
     for e, k in emap.items():
@@ -152,10 +156,9 @@ def encode(core):
         ub, op_b = np.unique(ba, return_inverse=True)
     # views: the record path interns equal views to one object (core._ranges), so identity finds the few
     # distinct ones; equal views that are distinct objects still get one id (by value, over the distinct objects)
-    _, first, inv = np.unique(np.fromiter(map(id, views), np.int64, len(views)), return_index=True,
-                              return_inverse=True)
+    first, inv = _distinct(views)
     vmap = {}
-    cls = np.fromiter([vmap.setdefault(views[i], len(vmap)) for i in first.tolist()], np.int64, len(first))
+    cls = np.fromiter([vmap.setdefault(views[i], len(vmap)) for i in first], np.int64, len(first))
     op_v = cls[inv]
     uviews = list(vmap)
     nv = len(uviews)
@@ -180,13 +183,14 @@ def encode(core):
         pos = np.searchsorted(ub, keys)
         pos[pos >= len(ub)] = 0
         used = ub[pos] == keys
-        ka = np.array(kinds)[used]
-        m = np.zeros(len(ka), np.int64)
-        for name, code in _MEM.items():
-            m[ka == name] = code
-        known = np.isin(ka, list(_MEM))
-        if not known.all():
-            raise _Unsupported(f"memory {ka[~known][0]!r}")
+        kfirst, kinv = _distinct(kinds)
+        kcodes = []
+        for i in kfirst:
+            code = _MEM.get(kinds[i])
+            if code is None:
+                raise _Unsupported(f"memory {kinds[i]!r}")
+            kcodes.append(code)
+        m = np.array(kcodes, np.int64)[kinv][used]
         on = m != 0
         b_mem[pos[used][on]] = m[on]
         b_size[pos[used][on]] = np.array(sizes, np.int64)[used][on]
