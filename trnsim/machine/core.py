@@ -15,6 +15,7 @@ import numpy as np
 from ..memory import HBM, ON_CHIP, PSUM, SBUF, Buffer, MemorySpace
 from ..targets import Target, get_target
 from .capacity import Occupancy
+from .record_cols import RecordColumns
 
 __all__ = ["NeuronCore", "Chip", "InstrRecord"]
 
@@ -52,8 +53,34 @@ class InstrRecord:
         return f"<{self.id} {self.engine}.{self.opcode} {cost}{where}>"
 
 
-def _ranges(tensors):
-    return tuple([(t.buf.id, *t.extent(), (t.offset, t.shape, t.strides)) for t in tensors])
+def _ranges(tensors, views, cols=None):
+    """The recorded operands; equal access patterns are one tuple object (``views`` interns them per core), so
+    the scheduler tells distinct patterns apart by identity (``sched_fast.encode``).  With ``cols`` (a
+    :class:`RecordColumns`) each operand is also appended to its operand columns."""
+    out = []
+    for t in tensors:
+        v = (t.offset, t.shape, t.strides)
+        v = views.setdefault(v, v)
+        bid = t.buf.id
+        lo, hi = t.extent()
+        out.append((bid, lo, hi, v))
+        if cols is not None:
+            cols.b.append(bid)
+            cols.lo.append(lo)
+            cols.hi.append(hi)
+            cols.v.append(v)
+    return tuple(out)
+
+
+def _cols_add(c, engine, cost, pre, opcode, flops, loc, nw, nr):
+    c.eng.append(engine)
+    c.cost.append(cost)
+    c.pre.append(pre)
+    c.opcode.append(opcode)
+    c.flops.append(flops)
+    c.loc.append(loc)
+    c.nw.append(nw)
+    c.nops.append(nw + nr)
 
 
 _LIVE: "weakref.WeakSet[NeuronCore]" = weakref.WeakSet()   # cores alive, for progress reporting
@@ -99,6 +126,8 @@ class NeuronCore:
         self.buffers: dict[int, tuple] = {}
         _LIVE.add(self)
         self._record = record
+        self._views: dict = {}    # access pattern -> its one tuple object (_ranges)
+        self.columns = RecordColumns()   # the record column-wise, for the compiled scheduler (record_cols.py)
         self.act_reduce_regs = None
         self.programs = None     # the launch's Programs while a multi-program launch runs (programs.py)
         self.program = None      # this core's Program in it
@@ -138,10 +167,14 @@ class NeuronCore:
         self._occupy(writes, reads, loc)
         if self._record or self.programs is not None:
             ins = self.instructions
-            rec = InstrRecord(len(ins), opcode, engine, _ranges(writes), _ranges(reads), cycles, None, loc,
-                              flops, 0, 0, 0, pre)
+            views = self._views
+            cols = self.columns if self._record else None
+            w = _ranges(writes, views, cols)
+            r = _ranges(reads, views, cols)
+            rec = InstrRecord(len(ins), opcode, engine, w, r, cycles, None, loc, flops, 0, 0, 0, pre)
             if self._record:
                 ins.append(rec)
+                _cols_add(cols, engine, cycles, pre, opcode, flops, loc, len(w), len(r))
             if self.programs is not None:
                 self.programs.issued(self, rec, writes, reads)
 
@@ -151,10 +184,18 @@ class NeuronCore:
         self._occupy(writes, reads, loc)
         if self._record or self.programs is not None:
             ins = self.instructions
-            rec = InstrRecord(len(ins), opcode, "dma", _ranges(writes), _ranges(reads), None, ns, loc, 0,
-                              nbytes, rows, part0)
+            views = self._views
+            cols = self.columns if self._record else None
+            w = _ranges(writes, views, cols)
+            r = _ranges(reads, views, cols)
+            rec = InstrRecord(len(ins), opcode, "dma", w, r, None, ns, loc, 0, nbytes, rows, part0)
             if self._record:
                 ins.append(rec)
+                _cols_add(cols, "dma", ns, 0.0, opcode, 0, loc, len(w), len(r))
+                cols.dma.append(rec.id)
+                cols.rows.append(rows)
+                cols.part0.append(part0)
+                cols.nbytes.append(nbytes)
             if self.programs is not None:
                 self.programs.issued(self, rec, writes, reads)
 
@@ -194,8 +235,12 @@ class NeuronCore:
         self._occupy(writes, (), loc)
         if self._record:
             ins = self.instructions
-            ins.append(InstrRecord(len(ins), "core_barrier", engine, _ranges(writes), (),
+            cols = self.columns
+            w = _ranges(writes, self._views, cols)
+            ins.append(InstrRecord(len(ins), "core_barrier", engine, w, (),
                                    float(self.target.min_ii_cycles), None, loc, 0, 0, parts=tuple(parts)))
+            _cols_add(cols, engine, float(self.target.min_ii_cycles), 0.0, "core_barrier", 0, loc, len(w), 0)
+            cols.barrier = True
 
     # -- arithmetic helpers -------------------------------------------------------------------------
     @staticmethod

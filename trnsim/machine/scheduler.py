@@ -38,6 +38,7 @@ import gc
 import heapq
 from bisect import bisect_right
 
+from . import sched_fast
 from .deps import AccessTracker, overlaps
 from .timeline import Timeline
 
@@ -46,9 +47,12 @@ __all__ = ["schedule", "schedule_core"]
 _ENGINE_ORDER = ("tensor", "vector", "scalar", "gpsimd", "sync")
 
 
-def schedule(cores, *, progress=None) -> Timeline:
+def schedule(cores, *, progress=None, impl=None) -> Timeline:
     """Schedule the recorded instructions of ``cores`` (``SimulationResult.cores``) and return the
-    :class:`Timeline`.  ``progress(done, total)`` is called now and then for long runs."""
+    :class:`Timeline`.  ``progress(done, total)`` is called now and then for long runs.  ``impl``: "python" (the
+    reference loop below), "numba" (the compiled loop of ``sched_kernels`` where the record allows it) or
+    "auto"; None takes ``TRNSIM_SCHEDULER`` (default "auto": compiled for large records, see ``sched_fast``).
+    Both give identical timelines."""
     cores = list(cores)
     if not cores:
         from ..targets import get_target
@@ -68,7 +72,11 @@ def schedule(cores, *, progress=None) -> Timeline:
         gens = []
         for c in cores:
             share = tg.hbm_peak_bytes_per_s * 1e-9 / per_chip[id(c.chip)]
-            gens.append(_schedule_core(c, share, progress, done, total))
+            fast = sched_fast.schedule_core_fast(c, share) if sched_fast.use_fast(c, impl) else None
+            if fast is not None:
+                gens.append(_finished(fast))
+            else:
+                gens.append(_schedule_core(c, share, progress, done, total))
             done += len(c.instructions)
         for cols, counters in _run_with_barriers(cores, gens):
             tl.extend(cols)
@@ -79,6 +87,12 @@ def schedule(cores, *, progress=None) -> Timeline:
     if progress is not None:
         progress(total, total)
     return tl
+
+
+def _finished(result):
+    """A scheduling generator that has nothing to wait for: it returns ``result`` at once."""
+    return result
+    yield  # noqa: unreachable (makes this a generator)
 
 
 def _run_with_barriers(cores, gens):

@@ -53,7 +53,9 @@ class Timeline:
             cols = dict(cols, work=[e - s for s, e in zip(cols["data_start"], cols["end"])])
         for f in _FIELDS:
             v = cols[f]
-            if f in ("deps",):
+            if base == 0:              # indices already into the whole timeline
+                pass
+            elif f in ("deps",):
                 v = [tuple(d + base for d in ds) for ds in v]
             elif f == "bind":
                 v = [b + base if b >= 0 else -1 for b in v]
