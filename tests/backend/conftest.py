@@ -7,6 +7,7 @@ from trnsim import backend
 @pytest.fixture(autouse=True)
 def _neuron_device():
     backend.register()
+    backend.reset_fallback_counts()      # counts left by earlier tests in the same worker are not this test's
     prev = backend.set_fallback_mode("warn")
     yield
     backend.set_fallback_mode(prev)

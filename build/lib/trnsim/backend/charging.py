@@ -1,0 +1,223 @@
+"""Turn one dispatched aten op into simulated time on the device clock (and a profile row when profiling)."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+import torch
+
+from . import costs, native_costs
+from .device_state import STATE
+
+_KERNEL_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16",
+                  torch.float8_e4m3fn: "float8_e4m3fn", torch.float8_e5m2: "float8_e5m2", torch.int8: "int8",
+                  torch.uint8: "uint8", torch.bool: "uint8", torch.int16: "int16"}
+
+_UNARY_ACT = {"exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "tanh": "tanh", "sigmoid": "sigmoid",
+              "relu": "relu", "gelu": "gelu", "silu": "silu", "softplus": "softplus", "erf": "erf", "sin": "sin",
+              "cos": "cos", "abs": "abs", "neg": "negative", "reciprocal": "reciprocal", "square": "square"}
+
+
+def kdtype(dt):
+    return _KERNEL_DTYPES.get(dt, "float32" if dt.is_floating_point else "int32")
+
+
+def _first_tensor(xs):
+    for x in xs:
+        if isinstance(x, torch.Tensor):
+            return x
+        if isinstance(x, (list, tuple)) and x and isinstance(x[0], torch.Tensor):
+            return x[0]
+    return None
+
+
+def _tensors(xs, out):
+    for x in xs:
+        if isinstance(x, torch.Tensor):
+            out.append(x)
+        elif isinstance(x, (list, tuple)):
+            _tensors(x, out)
+    return out
+
+
+def _numel_bytes(ts):
+    n = b = 0
+    for t in ts:
+        k = t.numel()
+        n += k
+        b += k * t.element_size()
+    return n, b
+
+
+def _main_out(out):
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, (list, tuple)) and out:
+        return _main_out(out[0])
+    return None
+
+
+_FEW = 8      # reductions of at most this many values per output are costed as elementwise combines
+
+
+def op_time(name, cat, args, out):
+    """(ns, kind, flops, bytes) for a native op; ``args`` are the CPU payloads, ``out`` the CPU result."""
+    tg = STATE.target
+    if cat in ("view", "collective"):     # collectives: the process group charges them (distributed.py)
+        return 0.0, "native", 0.0, 0
+    if cat in ("sync",):
+        return costs.host_transfer_ns(tg, 8), "native", 0.0, 8
+    launch = costs.launch_ns(tg)
+    if cat in native_costs.COSTS:         # ops added for models (issue 12): their costs live in native_costs.py
+        return native_costs.COSTS[cat](name, args, out, launch)
+    if cat.startswith("backward:"):
+        r = op_time(name, cat.split(":", 1)[1], args, out if cat != "backward:sdpa" else None)
+        return launch + 2 * (r[0] - launch), "estimated", 2 * r[2], 2 * r[3]
+    if cat in ("mm", "addmm", "bmm", "baddbmm", "sdpa"):
+        ts = _tensors(args, [])
+        if cat in ("addmm", "baddbmm"):
+            ts = ts[1:]
+        a, b = ts[0], ts[1]
+        dt = kdtype(a.dtype)
+        if not a.is_floating_point():       # the Tensor Engine takes no integers: an estimate, not its kernel
+            return _estimate(args, out, launch, tensor_engine=False)
+        if cat == "sdpa":
+            q, k = a, b
+            batch = q.numel() // (q.shape[-2] * q.shape[-1])
+            L, D, S = q.shape[-2], q.shape[-1], k.shape[-2]
+            ns1, f1, b1 = costs.matmul_cost(tg, L, D, S, dt, batch)
+            ns2, f2, b2 = costs.matmul_cost(tg, L, S, D, dt, batch)
+            sm = costs.softmax_cost(tg, batch * L, S, "float32") or (costs.roofline_ns(tg, 5 * batch * L * S, 0), 0, 0)
+            return launch + ns1 + ns2 + sm[0], "native", f1 + f2 + 5 * batch * L * S, b1 + b2 + sm[2]
+        if a.dim() == 1 or b.dim() == 1:
+            return _estimate(args, out, launch, tensor_engine=True)
+        batch = a.shape[0] if cat in ("bmm", "baddbmm") else 1
+        M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
+        ns, fl, nb = costs.matmul_cost(tg, M, K, N, dt, batch)
+        return launch + ns, "native", fl, nb
+    o = _main_out(out)
+    if cat in ("copy", "unary", "binary", "random"):
+        if o is None:
+            x = _first_tensor(args)
+            if x is None:
+                return launch, "native", 0.0, 0
+            o = x
+        if isinstance(out, (list, tuple)) and len(out) > 1 and name.startswith("_foreach"):
+            numel = sum(t.numel() for t in out if isinstance(t, torch.Tensor))
+        elif out is None and name.startswith("_foreach"):
+            numel = sum(t.numel() for t in args[0]) if isinstance(args[0], (list, tuple)) else o.numel()
+        else:
+            numel = o.numel()
+        if numel == 0:
+            return launch, "native", 0.0, 0
+        dt = kdtype(o.dtype)
+        if cat == "unary":
+            ns, fl, nb = costs.elementwise_cost(tg, numel, dt, "unary", _UNARY_ACT.get(name.rstrip("_"), "copy"))
+        elif cat == "binary":
+            ns, fl, nb = costs.elementwise_cost(tg, numel, dt, "binary", "add")
+        else:
+            ns, fl, nb = costs.elementwise_cost(tg, numel, dt, "copy")
+        return launch + ns, "native", fl, nb
+    if cat in ("reduce", "reduce_max"):
+        x = _first_tensor(args)
+        if x is None or x.numel() == 0:
+            return launch, "native", 0.0, 0
+        if name.startswith("_foreach"):
+            return _estimate(args, out, launch)
+        on = o.numel() if o is not None else 1
+        rows = max(on, 1)
+        cols = max(1, x.numel() // rows)
+        if cols <= _FEW and rows >= 128 * _FEW:
+            # a few values per output (a sum over a short outer dimension, e.g. the backward of
+            # repeat_interleave): (cols - 1) elementwise combines of output-sized slices, not a row reduction
+            # of very short rows
+            ns, fl, nb = costs.elementwise_cost(tg, rows, kdtype(x.dtype), "binary", "add")
+            k = cols - 1 if cols > 1 else 1
+            return launch + k * ns, "native", k * fl, k * nb
+        ns, fl, nb = costs.reduction_cost(tg, rows, cols, kdtype(x.dtype),
+                                          "maximum" if cat == "reduce_max" else "add")
+        return launch + ns, "native", fl, nb
+    if cat in ("softmax", "log_softmax", "layer_norm", "rms_norm"):
+        x = _first_tensor(args)
+        if cat in ("softmax", "log_softmax"):
+            d = args[1] if len(args) > 1 and isinstance(args[1], int) else -1
+            cols = x.shape[d] if x.dim() else 1
+        else:
+            cols = math.prod(args[1]) if len(args) > 1 and isinstance(args[1], (list, tuple)) else x.shape[-1]
+        rows = max(1, x.numel() // max(cols, 1))
+        dt = kdtype(x.dtype)
+        if cat in ("softmax", "log_softmax"):
+            r = costs.softmax_cost(tg, rows, cols, dt, log=cat == "log_softmax")
+        else:
+            r = costs.norm_cost(tg, rows, cols, dt, cat)
+        if r is None:
+            return _estimate(args, out, launch)
+        return launch + r[0], "native", r[1], r[2]
+    return _estimate(args, out, launch)
+
+
+def _estimate(args, out, launch, tensor_engine=False):
+    ins = _tensors(args, [])
+    outs = _tensors([out], []) if out is not None else []
+    n_in, b_in = _numel_bytes(ins)
+    n_out, b_out = _numel_bytes(outs)
+    flops = float(max(n_in, n_out))
+    nbytes = b_in + b_out
+    return launch + costs.roofline_ns(STATE.target, flops, nbytes, tensor_engine), "estimated", flops, nbytes
+
+
+def fallback_time(args, out):
+    """A CPU fallback: every device input copied to the host, every output copied back."""
+    tg = STATE.target
+    ins = [t for t in _tensors(args, [])]
+    outs = _tensors([out], []) if out is not None else []
+    _, b_in = _numel_bytes(ins)
+    _, b_out = _numel_bytes(outs)
+    ns = 0.0
+    if ins:
+        ns += costs.host_transfer_ns(tg, b_in)
+    if outs:
+        ns += costs.host_transfer_ns(tg, b_out)
+    return ns, "fallback", 0.0, b_in + b_out
+
+
+_SKIP = (os.path.dirname(torch.__file__), os.path.dirname(os.path.abspath(__file__)))
+
+
+def caller_line():
+    f = sys._getframe(2)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(_SKIP) and not fn.startswith("<"):
+            return f"{fn}:{f.f_lineno}"
+        f = f.f_back
+    return ""
+
+
+def user_stacklevel():
+    """The ``stacklevel`` for ``warnings.warn`` called from the dispatch that points at the user's line."""
+    f = sys._getframe(2)
+    level = 2
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(_SKIP) and fn != "<frozen importlib._bootstrap>":
+            return level
+        f = f.f_back
+        level += 1
+    return 2
+
+
+def advance(name, ns, kind, flops, nbytes, args=None, out=None):
+    start = STATE.now_ns
+    STATE.now_ns = start + ns
+    if STATE.profilers:
+        ts = _tensors(args or (), [])
+        shapes = tuple(tuple(t.shape) for t in ts)
+        dtypes = tuple(str(t.dtype).replace("torch.", "") for t in ts)
+        line = caller_line()
+        if not name.startswith("aten::"):
+            name = "aten::" + name
+        for p in STATE.profilers:
+            p.add(name, shapes, dtypes, start, start + ns, kind, nbytes, flops, line)

@@ -1,0 +1,199 @@
+"""Simulated time of each fused kernel of a compiled graph: the shape-only simulation of the ``library.fused``
+kernel the group becomes (memoised per kernel signature), or, for a group with no fused kernel (an opaque op, a
+reduction over leading dims), what the eager device charges that op minus its launch.
+
+A group's kernel reads its external inputs from HBM once and writes its materialised outputs once; scalars
+(one-element tensors) are immediates.  Layout changes between kernels (a permute feeding a matmul) are taken to be
+free access patterns of the DMAs, an optimistic simplification.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from .. import charging, costs
+from ..device_state import STATE
+from ..op_table import TABLE
+from ...kernels.library import fused
+from . import ops as O
+from .fusion import numel, tensor_inputs, val
+
+_MEMO = {}
+
+
+def _inp(shape, dtype):
+    return np.empty(shape, dtype=costs._np_dtype(dtype))
+
+
+def _sim(key, fn, args, kwargs):
+    r = _MEMO.get(key)
+    if r is None:
+        r = _MEMO[key] = costs._sim(fn, args, kwargs, STATE.target)
+    return r
+
+
+def _dtype(node):
+    v = val(node)
+    if isinstance(v, torch.Tensor):
+        return charging.kdtype(v.dtype)
+    return "float32"
+
+
+def _meta(x):
+    if isinstance(x, torch.fx.Node):
+        v = val(x)
+        if isinstance(v, torch.Tensor):
+            return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
+        if isinstance(v, (list, tuple)):
+            return type(v)(torch.empty(t.shape, dtype=t.dtype, device="meta") if isinstance(t, torch.Tensor) else t
+                           for t in v)
+        return v
+    if isinstance(x, (list, tuple)):
+        return type(x)(_meta(y) for y in x)
+    return x
+
+
+def eager_kernel_cost(node):
+    """(ns, flops, bytes, estimated) the eager device charges ``node`` minus its per-op launch."""
+    name = O.op_name(node.target)
+    cat = TABLE.get(name) or O._HOP_OPAQUE.get(name) or ("copy" if O.kind(node.target) in ("factory", "random", "pointwise") else "estimate")
+    args = tuple(_meta(a) for a in node.args)
+    out = _meta(node)
+    if name in O._HOP_OPAQUE:
+        args, out = args[:3], None          # q, k, v: the attention kernel's shapes
+    ns, kind, fl, nb = charging.op_time(name, cat, args, out)
+    ns = max(0.0, ns - costs.launch_ns(STATE.target)) if ns else 0.0
+    return ns, fl, nb, kind == "estimated"
+
+
+def _steps(fz, g):
+    steps = []
+    for n in g.nodes:
+        k = O.kind(n.target)
+        name = O.op_name(n.target)
+        if k in ("pointwise", "factory"):
+            nt = sum(1 for a in tensor_inputs(n) if (numel(fz._root(a)) or 0) > 1)
+            st = O.step(name, nt)
+            if st is None:
+                continue
+            if g.kind == "rows" and numel(n) != g.R * g.C:
+                st = "rowact" if st == "act" else "row"
+            steps.append(st)
+        elif k == "reduce":
+            steps.append("red")
+        elif k == "softmax":
+            steps += ["red", "row", "act", "red", "rowact" if name == "_log_softmax" else "row", "vs"]
+        elif k == "softmax_bw":
+            steps += ["vec", "red", "vs", "vec"]
+    return tuple(steps)
+
+
+def _split_inputs(fz, g, full_numel, row_numel=None):
+    full, small, row = [], [], []
+    for r in fz.external_inputs(g):
+        ne = numel(r)
+        if ne is None or ne <= 1:
+            continue                       # a scalar: an immediate operand
+        if ne == full_numel:
+            full.append(r)
+        elif row_numel is not None and ne == row_numel:
+            row.append(r)
+        else:
+            small.append(r)
+    return full, small, row
+
+
+def group_cost(fz, g):
+    """(ns, flops, bytes, estimated, label) of one group's kernel."""
+    outs = fz.outputs(g)
+    if g.kind == "opaque":
+        ns, fl, nb, est = eager_kernel_cost(g.anchor)
+        return ns, fl, nb, est, O.op_name(g.anchor.target)
+    if g.kind == "reduce":
+        x = g.anchor.args[0]
+        xn, on = numel(x) or 0, max(numel(g.anchor) or 1, 1)
+        ns, fl, nb = costs.reduction_cost(STATE.target, on, max(1, xn // on), _dtype(x))
+        return ns, fl, nb, False, O.op_name(g.anchor.target)
+    label = "+".join(O.op_name(n.target) for n in g.nodes)
+    if not outs:
+        return 0.0, 0.0, 0, False, label            # nothing of it is used: dead code, no kernel
+    steps = _steps(fz, g)
+    if g.kind == "pointwise":
+        ne = g.numel or 0
+        if ne == 0:
+            return 0.0, 0.0, 0, False, label
+        R, C = costs._rows_cols(ne)
+        full, small, _ = _split_inputs(fz, g, ne)
+        dt = _dtype(outs[0])
+        P = STATE.target.pmax
+        args = [_inp((R, C), _dtype(x)) for x in full] + \
+            [_inp((min(P, R), min(C, fused.FREE_TILE)), _dtype(x)) for x in small]
+        key = ("pw", STATE.target.name, R, C, dt, tuple(_dtype(x) for x in full), len(small), steps, len(outs))
+        ns, fl, nb = _sim(key, fused.pointwise, args,
+                          dict(shape=(R, C), dtype=dt, n_small=len(small), steps=steps, n_out=len(outs)))
+        return ns, fl, nb, False, label
+    if g.kind == "rows":
+        R, C = g.R, g.C
+        full, small, row = _split_inputs(fz, g, R * C, R)
+        row += small
+        fo = [n for n in outs if numel(n) == R * C]
+        ro = [n for n in outs if numel(n) != R * C]
+        dt = _dtype(fo[0]) if fo else "float32"
+        args = [_inp((R, C), _dtype(x)) for x in full] + [_inp((R, 1), "float32") for _ in row]
+        key = ("rows", STATE.target.name, R, C, dt, tuple(_dtype(x) for x in full), len(row), steps, len(fo), len(ro))
+        ns, fl, nb = _sim(key, fused.rows, args, dict(shape=(R, C), dtype=dt, n_row=len(row), steps=steps,
+                                                       n_out=len(fo), n_out_row=len(ro)))
+        return ns, fl, nb, False, label
+    return _matmul_cost(fz, g, outs, steps, label)
+
+
+def _matmul_cost(fz, g, outs, steps, label):
+    mm = g.anchor
+    name = O.op_name(mm.target)
+    a, b = (mm.args[1], mm.args[2]) if name == "addmm" else (mm.args[0], mm.args[1])
+    av, bv = val(a), val(b)
+    batch = av.shape[0] if name == "bmm" else 1
+    M, K, N = av.shape[-2], av.shape[-1], bv.shape[-1]
+    dt = charging.kdtype(av.dtype)
+    if not av.is_floating_point():
+        ns, fl, nb, est = eager_kernel_cost(mm)
+        return ns, fl, nb, est, label
+    if M == 0 or K == 0 or N == 0 or batch == 0:
+        return 0.0, 0.0, 0, False, label
+    tg = STATE.target
+    P = tg.pmax
+    mp = max(P, math.ceil(M / P) * P)
+    kp = max(P, math.ceil(K / P) * P)
+    tn = tg.moving_fmax
+    np_ = N if N <= tn else math.ceil(N / tn) * tn
+    full, small, _ = _split_inputs(fz, g, M * N * batch)
+    if name == "addmm":
+        small = [x for x in small if x is not mm.args[0]] + [mm.args[0]]
+        full = [x for x in full if x is not mm.args[0]]
+    full = [x for x in full if x is not a and x is not b]
+    small = [x for x in small if x is not a and x is not b]
+    st = (("vec",) if name == "addmm" else ()) + steps
+    item = np.dtype(costs._np_dtype(dt)).itemsize
+    if not fused.epilogue_fits(tg, mp, kp, np_, item, len(full)):
+        # operands too large to stay resident: the plain matmul, then the epilogue as its own pointwise kernel
+        ns, fl, nb = costs.matmul_cost(tg, M, K, N, dt, batch)
+        if st:
+            R, C = costs._rows_cols(M * N * batch)
+            e = _sim(("pw", tg.name, R, C, dt, (dt,) * (1 + len(full)), 0, st, len(outs)), fused.pointwise,
+                     [_inp((R, C), dt) for _ in range(1 + len(full))],
+                     dict(shape=(R, C), dtype=dt, steps=st, n_out=len(outs)))
+            ns, fl, nb = ns + e[0], fl + e[1], nb + e[2]
+        return ns, fl, nb, False, label
+    args = [_inp((kp, mp), dt), _inp((kp, np_), dt)] + [_inp((mp, np_), _dtype(x)) for x in full] + \
+        [_inp((min(P, mp), np_), _dtype(x)) for x in small]
+    key = ("mm", tg.name, mp, kp, np_, dt, tuple(_dtype(x) for x in full), len(small), st, len(outs))
+    ns, fl, nb = _sim(key, fused.matmul_epilogue, args,
+                      dict(n_small=len(small), steps=st, n_out=max(1, len(outs))))
+    return ns * batch, 2.0 * M * K * N * batch, nb * batch, False, label
+
+
+def clear_memo():
+    _MEMO.clear()

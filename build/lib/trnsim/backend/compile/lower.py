@@ -1,0 +1,67 @@
+"""Lowering one aten graph: refuse what cannot be lowered, group the rest into fused kernels, cost each kernel.
+
+The result is a *plan* (plain JSON data, what the compile cache stores): which nodes compute in fp32 on chip, which
+are materialised, and the fused kernels with their simulated durations.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..device_state import STATE
+from . import costing
+from . import ops as O
+from .errors import NeuronCompileError
+from .fusion import Fusion
+
+PLAN_FORMAT = 1
+
+_TORCH_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def user_line(node):
+    """``file:line`` of the user's code that produced ``node`` (from the trace's stack), or ''."""
+    st = node.meta.get("stack_trace") or ""
+    hits = [(f, ln) for f, ln in _TORCH_FRAME.findall(st) if "/torch/" not in f and "/trnsim/" not in f]
+    if hits:
+        f, ln = hits[-1]
+        return f"{f}:{ln}"
+    return ""
+
+
+def unsupported_error(node, graph_name):
+    op = O.op_name(node.target)
+    qual = str(node.target)
+    where = user_line(node)
+    loc = f" at {where}" if where else ""
+    return NeuronCompileError(
+        f"torch.compile(backend='neuron'): aten::{op} ({qual}){loc} cannot be lowered to the neuron device "
+        f"(no device kernel for it) in graph {graph_name}. Rewrite that line with supported ops, or set "
+        "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0 to run this graph eagerly instead.", op=op, line=where)
+
+
+def plan_graph(gm, graph_name):
+    """The plan of ``gm`` (raises :class:`NeuronCompileError` naming the first op that cannot be lowered)."""
+    fz = Fusion(gm)
+    if fz.unsupported:
+        raise unsupported_error(fz.unsupported[0], graph_name)
+    kernels = []
+    compute = []
+    for g in fz.groups:
+        ns, fl, nb, est, label = costing.group_cost(fz, g)
+        kernels.append({"kind": g.kind, "label": label if len(label) <= 80 else label[:77] + "...",
+                        "ns": float(ns), "flops": float(fl), "bytes": int(nb), "estimated": bool(est),
+                        "nodes": len(g.nodes)})
+        if g.kind in ("pointwise", "rows", "matmul", "reduce"):
+            compute += [fz.index[n] for n in g.nodes]
+    n_ops = sum(1 for n in fz.nodes if n.op == "call_function")
+    return {
+        "format": PLAN_FORMAT,
+        "graph": graph_name,
+        "target": STATE.target.name,
+        "n_nodes": len(fz.nodes),
+        "n_ops": n_ops,
+        "compute": sorted(compute),
+        "materialised": sorted(fz.index[n] for n in fz.materialised),
+        "kernels": [k for k in kernels if k["ns"] or k["bytes"]],
+    }

@@ -1,0 +1,100 @@
+"""How the compile backend treats each aten op of an AOTAutograd graph (data, read by ``fusion.py``).
+
+Kinds:
+
+* ``view``      -- metadata only (free; a view of a tensor is that tensor for fusion)
+* ``pointwise`` -- elementwise (incl. broadcasts, casts, fills, ``where``): fused into a neighbour's kernel
+* ``reduce``    -- a reduction: over the trailing dims it is a row op (fused with the elementwise ops around it);
+  over leading dims a kernel of its own (``library.reduction.row_reduce``)
+* ``softmax`` / ``softmax_bw`` -- row ops over the last dim
+* ``matmul``    -- the Tensor Engine; elementwise consumers become its epilogue
+* ``opaque``    -- any other op the eager device runs natively (embedding, gather, index_put, cat, norms that keep
+  their aten op, SDPA, ...): one kernel each, charged what the eager device charges it minus the launch
+* ``factory`` / ``random`` -- ops creating tensors (``arange``, ``full``, ``rand``...) on the device
+
+An op in none of these is not lowerable: compiling a graph with it fails (see ``backend.py``).
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+
+from ..op_table import TABLE
+
+# activations on the Scalar Engine; every other elementwise op is one Vector Engine instruction
+ACT = frozenset("""exp exp2 expm1 log log1p log2 tanh sigmoid erf erfc rsqrt sqrt gelu silu softplus sin cos tan
+reciprocal mish elu log_sigmoid_forward atan asin acos sinh cosh erfinv""".split())
+
+_POINTWISE_COPY = frozenset("""clone _to_copy contiguous fill_ zero_ zeros_like ones_like full_like new_zeros new_ones
+new_full masked_fill where fill full zeros ones scalar_tensor lift_fresh_copy tril triu _unsafe_view_copy
+alias_copy""".split())
+_FACTORY = frozenset("""arange full zeros ones empty empty_strided empty_permuted scalar_tensor linspace eye
+full_like zeros_like ones_like empty_like new_empty new_empty_strided new_zeros new_ones new_full""".split())
+_RANDOM = frozenset("""rand randn randint rand_like randn_like randint_like bernoulli uniform normal
+native_dropout""".split())
+_ROW_REDUCE = frozenset("sum mean amax amin any all prod".split())
+_MATMUL = frozenset("mm bmm addmm".split())
+_SOFTMAX = frozenset(("_softmax", "_log_softmax", "_safe_softmax"))
+_SOFTMAX_BW = frozenset(("_softmax_backward_data", "_log_softmax_backward_data"))
+_HOP_OPAQUE = {"flex_attention": "sdpa", "flex_attention_backward": "backward:sdpa"}   # higher-order ops -> cost
+_VIEW_EXTRA = frozenset(("split_with_sizes", "split", "unbind", "chunk", "alias"))
+
+
+def op_name(target):
+    """The overload packet name of an aten op (``aten.add.Tensor`` -> ``add``), or a higher-order op's name."""
+    n = getattr(target, "_opname", None)
+    if n:
+        return n
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return target.name()
+    return getattr(target, "__name__", str(target))
+
+
+def kind(target):
+    """The kind of a ``call_function`` target (see the module docstring), or None when it cannot be lowered."""
+    if target is operator.getitem:
+        return "view"
+    name = op_name(target)
+    if name in _HOP_OPAQUE:
+        return "opaque"
+    if name in _RANDOM:
+        return "random"
+    if name in _FACTORY and name not in ("full_like", "zeros_like", "ones_like", "new_zeros", "new_ones",
+                                         "new_full"):
+        return "factory"
+    if name in _MATMUL:
+        return "matmul"
+    if name in _SOFTMAX:
+        return "softmax"
+    if name in _SOFTMAX_BW:
+        return "softmax_bw"
+    if name in _VIEW_EXTRA:
+        return "view"
+    cat = TABLE.get(name)
+    if cat == "view":
+        return "view"
+    if name in _ROW_REDUCE:
+        return "reduce"
+    if cat in ("unary", "binary") or name in _POINTWISE_COPY:
+        if name.startswith("_foreach") or name in ("native_dropout", "masked_scatter", "masked_scatter_"):
+            return "opaque"
+        return "pointwise"
+    if cat is not None:
+        return "opaque"
+    return None
+
+
+def step(name, n_tensor_args):
+    """The fused-kernel instruction (``library.fused`` step) of one elementwise op."""
+    base = name.rstrip("_")
+    if base in ACT:
+        return "act"
+    if base in ("clone", "contiguous", "alias", "lift_fresh_copy"):
+        return None          # no instruction: the value is already in SBUF
+    if base == "_to_copy":
+        return "cast"
+    if n_tensor_args >= 2:
+        return "vec"
+    return "vs"

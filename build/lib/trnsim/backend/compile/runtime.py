@@ -1,0 +1,179 @@
+"""Running a lowered graph: numerics on the CPU payloads, time from the plan's fused kernels.
+
+Numerics: the graph's ops run in order on the payloads.  Inside a fused kernel values stay in fp32: low-precision
+float inputs are read as fp32, each op computes in fp32 (matmuls and reductions accumulate in fp32), and a value is
+rounded once, to its dtype, when it is materialised (read by another kernel or returned).  An explicit cast in the
+graph (``_to_copy`` to bf16) rounds where it stands, as it would on chip.  Ops that are kernels of their own
+(``opaque``) run on materialised tensors of their real dtypes, as eager does.
+
+Time: one launch of the whole graph (``costs.launch_ns``: the graph is one program on the device), then every fused
+kernel's simulated duration, back to back on the device clock.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import charging, costs
+from ..device_state import STATE
+from ..tensor import NeuronTensor, wrap
+from . import ops as O
+from .fusion import _LOW, val
+
+_CPU = torch.device("cpu")
+
+
+class _Ref:
+    __slots__ = ("i",)
+
+    def __init__(self, i):
+        self.i = i
+
+
+def _template(a, index):
+    if isinstance(a, torch.fx.Node):
+        return _Ref(index[a])
+    if isinstance(a, (list, tuple)):
+        return type(a)(_template(b, index) for b in a)
+    if isinstance(a, dict):
+        return {k: _template(v, index) for k, v in a.items()}
+    if isinstance(a, torch.device) and a.type != "cpu":
+        return _CPU
+    return a
+
+
+def _resolve(a, env):
+    if a.__class__ is _Ref:
+        return env[a.i]
+    if isinstance(a, (list, tuple)):
+        return type(a)(_resolve(b, env) for b in a)
+    return a
+
+
+def _up(x):
+    if isinstance(x, torch.Tensor):
+        return x.float() if x.dtype in _LOW else x
+    if isinstance(x, (list, tuple)):
+        return type(x)(_up(y) for y in x)
+    return x
+
+
+def _round(x, v):
+    """Materialise ``x`` with the dtype of its traced value ``v``."""
+    if isinstance(x, torch.Tensor) and isinstance(v, torch.Tensor):
+        return x.to(v.dtype) if x.dtype != v.dtype else x
+    if isinstance(x, (list, tuple)) and isinstance(v, (list, tuple)):
+        return type(x)(_round(a, b) for a, b in zip(x, v))
+    return x
+
+
+def _keep_fp32(x):
+    if isinstance(x, torch.Tensor):
+        return x.float() if x.dtype in _LOW else x
+    if isinstance(x, (list, tuple)):
+        return type(x)(_keep_fp32(y) for y in x)
+    return x
+
+
+def _gen_kw(target, kwargs):
+    """Inject the device generator into a random op (as eager does), when the op takes one and none was given."""
+    schema = getattr(target, "_schema", None)
+    if schema is None or not any(a.name == "generator" for a in schema.arguments):
+        return kwargs
+    if kwargs.get("generator") is None:
+        kwargs = dict(kwargs)
+        kwargs["generator"] = STATE.generator
+    return kwargs
+
+
+class CompiledGraph:
+    """A callable running one lowered aten graph on the device (``make_boxed_func`` makes it AOTAutograd's)."""
+
+    def __init__(self, gm, plan, name):
+        self.gm = gm
+        self.plan = plan
+        self.name = name
+        nodes = list(gm.graph.nodes)
+        index = {n: i for i, n in enumerate(nodes)}
+        mat = set(plan["materialised"])
+        compute = set(plan["compute"])
+        self.n_env = len(nodes)
+        self.placeholders = []
+        self.steps = []
+        self.output = None
+        for i, n in enumerate(nodes):
+            if n.op == "placeholder":
+                self.placeholders.append(i)
+            elif n.op == "get_attr":
+                obj = gm
+                for part in n.target.split("."):
+                    obj = getattr(obj, part)
+                if isinstance(obj, NeuronTensor):
+                    obj = obj._p
+                self.steps.append((i, None, obj, None, 3, None))
+            elif n.op == "call_function":
+                args = _template(tuple(n.args), index)
+                kwargs = _template(dict(n.kwargs), index)
+                k = O.kind(n.target)
+                if k == "random":
+                    kwargs = _gen_kw(n.target, kwargs)
+                if k == "softmax_bw" and len(args) > 3 and args[3] in _LOW:
+                    args = args[:3] + (torch.float32,) + tuple(args[4:])   # computed in fp32 like eager
+                if i in compute:
+                    mode = 1 if i in mat else 2       # 1: fp32 then round once; 2: fp32, stays on chip
+                else:
+                    mode = 0                            # as traced (views, opaque ops)
+                self.steps.append((i, n.target, args, kwargs, mode, val(n)))
+            elif n.op == "output":
+                self.output = _template(n.args[0], index)
+        self.total_ns = float(sum(k["ns"] for k in plan["kernels"]))
+        self.calls = 0
+
+    def __call__(self, *args):
+        env = [None] * self.n_env
+        wrappers = {}
+        for i, a in zip(self.placeholders, args):
+            if isinstance(a, NeuronTensor):
+                wrappers[id(a._p)] = a
+                a = a._p
+            env[i] = a
+        for i, fn, a, kw, mode, v in self.steps:
+            if mode == 3:
+                env[i] = a
+                continue
+            ra = _resolve(a, env)
+            rk = {k: _resolve(x, env) for k, x in kw.items()} if kw else {}
+            if mode:
+                out = fn(*_up(ra), **{k: _up(x) for k, x in rk.items()})
+                env[i] = _round(out, v) if mode == 1 else _keep_fp32(out)
+            else:
+                env[i] = fn(*ra, **rk)
+        out = _resolve(self.output, env)
+        self._charge()
+        self.calls += 1
+        return [self._wrap(o, wrappers) for o in out]
+
+    @staticmethod
+    def _wrap(o, wrappers):
+        if isinstance(o, torch.Tensor):
+            w = wrappers.get(id(o))
+            return w if w is not None else wrap(o)
+        return o
+
+    def _charge(self):
+        launch = costs.launch_ns(STATE.target)
+        if not STATE.profilers:
+            STATE.now_ns += launch + self.total_ns
+            return
+        line = charging.caller_line()
+        _row(f"neuron::graph_launch[{self.name}]", launch, 0.0, 0, line)
+        for k in self.plan["kernels"]:
+            if k["ns"]:
+                _row(f"fused::{k['label']}", k["ns"], k["flops"], k["bytes"], line)
+
+
+def _row(name, ns, flops, nbytes, line):
+    start = STATE.now_ns
+    STATE.now_ns = start + ns
+    for p in STATE.profilers:
+        p.add(name, (), (), start, start + ns, "compiled", nbytes, flops, line)

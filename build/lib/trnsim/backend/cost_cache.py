@@ -1,0 +1,108 @@
+"""A persistent cache of the device's op costs: each shape-only kernel simulation (``costs._memo``) is kept on disk
+so that the next process (the next ``trnsim estimate``, the next test session) does not simulate it again.
+
+* Key: the memo key (kernel kind, target, shapes, dtype, options) under a fingerprint of the cost model -- the
+  source of the library kernels, the ISA, the machine's scheduler and the targets, plus trnsim's version -- so a
+  change to any of them starts a fresh file instead of reusing stale costs.
+* Format: JSON (never pickle), one file per fingerprint under ``$TRNSIM_CACHE_DIR`` (default
+  ``~/.cache/trnsim``), written atomically (temporary file + rename) when the process ends and every 200 new
+  entries; concurrent processes merge what is on disk with their own entries before writing, so none loses
+  another's work (the last writer wins on the same key: identical values).
+* ``TRNSIM_COST_CACHE=0`` turns it off (the test suite does, to stay hermetic).  A corrupt file is ignored with
+  a warning and rewritten.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import os
+import warnings
+
+__all__ = ["lookup", "store", "flush", "enabled", "path"]
+
+_FLUSH_EVERY = 200
+_state = {"loaded": False, "entries": {}, "new": 0, "path": None, "fp": None}
+
+
+def enabled() -> bool:
+    return os.environ.get("TRNSIM_COST_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def _fingerprint():
+    if _state["fp"] is None:
+        import trnsim
+        root = os.path.dirname(os.path.abspath(trnsim.__file__))
+        h = hashlib.sha256(trnsim.__version__.encode())
+        for sub in ("kernels/library", "isa", "machine", "memory"):
+            d = os.path.join(root, sub)
+            for name in sorted(os.listdir(d)):
+                if name.endswith(".py"):
+                    with open(os.path.join(d, name), "rb") as f:
+                        h.update(name.encode() + f.read())
+        for name in ("targets.py", "backend/costs.py"):
+            with open(os.path.join(root, name), "rb") as f:
+                h.update(f.read())
+        _state["fp"] = h.hexdigest()[:16]
+    return _state["fp"]
+
+
+def path():
+    base = os.environ.get("TRNSIM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "trnsim")
+    return os.path.join(base, f"op-costs-{_fingerprint()}.json")
+
+
+def _read(p):
+    try:
+        with open(p, encoding="utf-8") as f:
+            doc = json.load(f)
+        if not isinstance(doc, dict) or not all(isinstance(v, list) and len(v) == 3 for v in doc.values()):
+            raise ValueError("unexpected layout")
+        return {k: tuple(float(x) for x in v) for k, v in doc.items()}
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        warnings.warn(f"trnsim: ignoring the unreadable op-cost cache {p} ({e}); it will be rewritten",
+                      RuntimeWarning, stacklevel=3)
+        return {}
+
+
+def _load():
+    if not _state["loaded"]:
+        _state["loaded"] = True
+        _state["path"] = path()
+        _state["entries"] = _read(_state["path"])
+        atexit.register(flush)
+
+
+def lookup(key):
+    """The cached ``(ns, flops, bytes)`` of a memo key, or None."""
+    if not enabled():
+        return None
+    _load()
+    return _state["entries"].get(repr(key))
+
+
+def store(key, value):
+    if not enabled():
+        return
+    _load()
+    _state["entries"][repr(key)] = tuple(float(x) for x in value)
+    _state["new"] += 1
+    if _state["new"] >= _FLUSH_EVERY:
+        flush()
+
+
+def flush():
+    """Merge this process's new entries into the file on disk (atomically)."""
+    if not _state["new"] or not _state["path"]:
+        return
+    from ..fileio import FileWriteError, atomic_write_json
+    merged = _read(_state["path"])
+    merged.update(_state["entries"])
+    try:
+        atomic_write_json(_state["path"], {k: list(v) for k, v in merged.items()})
+        _state["new"] = 0
+    except FileWriteError as e:
+        warnings.warn(f"trnsim: op-cost cache not saved: {e}", RuntimeWarning, stacklevel=2)

@@ -1,0 +1,246 @@
+"""Simulated time of device ops: the single cost function of the PyTorch device.
+
+An op with a library kernel (``trnsim/kernels/library/``) is charged the instruction-level simulation of that
+kernel in shape-only mode, memoised per (kernel, shapes, dtypes, target): each distinct shape is simulated once.
+Ops without one get a roofline estimate from the target, marked ``estimated``.  Eager execution adds a per-op
+launch cost; a CPU fallback adds its device-to-host and host-to-device transfers.
+
+Duration of a simulated kernel -- INTERIM: until the scheduler lands (``trnsim.machine.schedule(cores)`` returning a
+Timeline with ``total_ns``), the duration is the maximum over engines of the engine's busy time
+(``NeuronCore.busy_ns_by_engine()``), with the DMA busy time spread over the core's ``dma_engines_per_core``
+engines.  That ignores dependencies between engines (optimistic) and overlap is assumed perfect.  As soon as
+``schedule`` exists, :func:`kernel_duration_ns` uses it instead (see the one ``hasattr`` test there).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import machine as _machine
+from . import cost_cache
+from ..kernels.jit import run_kernel
+from ..kernels.library import (elementwise, matmul, matmul_blocked, matmul_resident, normalization, reduction,
+                               softmax)
+
+_MEMO = {}
+
+
+def kernel_duration_ns(result) -> float:
+    """Simulated duration of one shape-only kernel launch (see the module docstring)."""
+    if hasattr(_machine, "schedule"):
+        return float(_machine.schedule(result.cores).total_ns)
+    core = result.cores[0]
+    busy = core.busy_ns_by_engine()
+    if "dma" in busy:       # interim: transfers spread evenly over the core's DMA engines
+        busy["dma"] = busy["dma"] / core.target.dma_engines_per_core
+    return max(busy.values()) if busy else 0.0
+
+
+def _np_dtype(dtype_name):
+    from ..memory import dtype_of
+    return dtype_of(dtype_name).np
+
+
+def _inp(shape, dtype_name):
+    # Shape-only inputs: np.empty reserves address space only; the kernel never reads it (execute=False).
+    return np.empty(shape, dtype=_np_dtype(dtype_name))
+
+
+def _sim(fn, args, kwargs, target):
+    res = run_kernel(fn, args, kwargs, target=target, execute=False)
+    instrs = res.instructions
+    flops = sum(r.flops for r in instrs)
+    nbytes = sum(r.nbytes for r in instrs)
+    return kernel_duration_ns(res), flops, nbytes
+
+
+def _linear(run, n, n1, n2):
+    """(ns, flops, bytes) of a kernel whose work is ``n`` identical steps (row tiles, column chunks): simulated
+    whole up to ``n2`` steps; beyond, extrapolated from the simulations at ``n1`` and ``n2`` steps (the steady
+    state adds the same time per step; tests compare it with the whole simulation)."""
+    if n <= n2:
+        return run(n)
+    a, b = run(n1), run(n2)
+    return tuple(x + (y - x) * (n - n1) / (n2 - n1) for x, y in zip(a, b))
+
+
+def _rows_cols(n):
+    rows = min(128, max(int(n), 1))
+    return rows, max(1, math.ceil(int(n) / rows))
+
+
+def _memo(key, compute):
+    v = _MEMO.get(key)
+    if v is None:
+        v = cost_cache.lookup(key)          # simulated by an earlier process (see cost_cache.py)
+        if v is None:
+            v = compute()
+            cost_cache.store(key, v)
+        _MEMO[key] = v
+    return v
+
+
+# -- kernel-backed costs: each returns (ns, flops, bytes) ------------------------------------------
+def matmul_cost(target, m, k, n, dtype, batch=1):
+    """``batch`` matmuls [m, k] @ [k, n] through ``library.matmul_resident.resident_matmul`` when the operands fit
+    its SBUF budget, else ``library.matmul_blocked.blocked_matmul`` (dims padded to the kernels' tiles).  An empty
+    product (a zero dimension) launches no matmul kernel.  Large blocked products are extrapolated from the
+    simulation of one and two of their blocks (:func:`blocked_matmul_ns`)."""
+    if m == 0 or k == 0 or n == 0 or batch == 0:
+        return 0.0, 0.0, 0
+
+    def compute():
+        P = target.pmax
+        mp = max(P, math.ceil(m / P) * P)
+        kp = max(P, math.ceil(k / P) * P)
+        tn = target.moving_fmax
+        np_ = n if n <= tn else math.ceil(n / tn) * tn
+        item = np.dtype(_np_dtype(dtype)).itemsize
+        if matmul_resident.fits(target, mp, kp, np_, item):
+            return _sim(matmul_resident.resident_matmul, (_inp((kp, mp), dtype), _inp((kp, np_), dtype)), {},
+                        target)
+        return blocked_matmul_ns(target, mp, kp, np_, dtype)
+    ns, fl, nb = _memo(("mm", target.name, m, k, n, dtype), compute)
+    return ns * batch, 2.0 * m * k * n * batch, nb * batch
+
+
+def blocked_matmul_ns(target, m, k, n, dtype, extrapolate=True):
+    """(ns, flops, bytes) of ``blocked_matmul`` on padded [m, k] x [k, n].  Its output blocks are identical and
+    run back to back in steady state, so with more than two blocks the time is the simulated time of one block
+    plus (blocks - 1) times the increment from one to two blocks (``extrapolate=False`` simulates it whole;
+    tests compare the two)."""
+    item = np.dtype(_np_dtype(dtype)).itemsize
+    mb, nb, kc = matmul_blocked.block_shape(target, m, n, k, item)
+    kw = {"mb": mb, "nb": nb, "kc": kc}
+    nblk = n // nb
+    rows = m // mb
+    if not extrapolate or rows * nblk <= 2:
+        return _sim(matmul_blocked.blocked_matmul, (_inp((k, m), dtype), _inp((k, n), dtype)), kw, target)
+    # steady state: every further block costs the increment from one to two blocks in a row (db), and every
+    # further block row adds its own overhead (the row's at strip load), the increment from one to two single-
+    # block rows beyond db: t = t1 + db * (blocks - 1) + (dr - db) * (rows - 1)
+    sim = matmul_blocked.blocked_matmul
+    one = _sim(sim, (_inp((k, mb), dtype), _inp((k, nb), dtype)), kw, target)
+    two_b = _sim(sim, (_inp((k, mb), dtype), _inp((k, 2 * nb), dtype)), kw, target) if nblk > 1 else None
+    two_r = _sim(sim, (_inp((k, 2 * mb), dtype), _inp((k, nb), dtype)), kw, target) if rows > 1 else None
+    out = []
+    for i in range(3):
+        db = (two_b[i] - one[i]) if two_b else (two_r[i] - one[i])
+        dr = (two_r[i] - one[i]) if two_r else db
+        out.append(one[i] + db * (rows * nblk - 1) + (dr - db) * (rows - 1))
+    return tuple(out)
+
+
+_EMPTY = (0.0, 0.0, 0)      # an op on an empty tensor launches no kernel
+
+
+def elementwise_cost(target, numel, dtype, kind="binary", op="add"):
+    if numel == 0:
+        return _EMPTY
+
+    def run(C):
+        R = _rows_cols(numel)[0]
+        if kind == "binary":
+            return _sim(elementwise.binary, (_inp((R, C), dtype), _inp((R, C), dtype)), {"op": op}, target)
+        if kind == "unary":
+            return _sim(elementwise.unary, (_inp((R, C), dtype),), {"op": op}, target)
+        return _sim(elementwise.copy, (_inp((R, C), dtype),), {}, target)
+
+    def compute():
+        C = _rows_cols(numel)[1]
+        ft = elementwise.FREE_TILE
+        if C <= 8 * ft:
+            return run(C)
+        # whole column chunks are identical steps; a last partial chunk is simulated on its own
+        full, rest = divmod(C, ft)
+        t = _linear(lambda k: run(k * ft), full, 4, 8)
+        if rest:
+            t1, t0 = run(ft + rest), run(ft)
+            t = tuple(x + (y - z) for x, y, z in zip(t, t1, t0))
+        return t
+    return _memo(("ew", target.name, int(numel), dtype, kind, op), compute)
+
+
+def reduction_cost(target, rows, cols, dtype, op="add"):
+    if rows == 0 or cols == 0:
+        return _EMPTY
+
+    def compute():
+        r, c = max(int(rows), 1), max(int(cols), 1)
+        if r < 128 and c >= 128 * 4:    # few long rows: split each row over partitions, then combine
+            split = min(128 // r, c // 128) or 1
+            r, c = r * split, math.ceil(c / split)
+        P = target.pmax
+        if r % P == 0:          # row tiles of 128 are identical steps
+            return _linear(lambda k: _sim(reduction.row_reduce, (_inp((k * P, c), dtype),), {"op": op}, target),
+                           r // P, 2, 4)
+        return _sim(reduction.row_reduce, (_inp((r, c), dtype),), {"op": op}, target)
+    return _memo(("red", target.name, int(rows), int(cols), dtype, op), compute)
+
+
+def softmax_cost(target, rows, cols, dtype, log=False):
+    if rows == 0 or cols == 0:
+        return _EMPTY
+    if cols > softmax.MAX_COLS:
+        return None
+    P = target.pmax
+
+    def run(r):
+        return _sim(softmax.row_softmax, (_inp((r, cols), dtype),), {"log": log}, target)
+
+    def compute():
+        if rows % P == 0:
+            return _linear(lambda k: run(k * P), rows // P, 2, 4)
+        return run(rows)
+    return _memo(("sm", target.name, int(rows), int(cols), dtype, log), compute)
+
+
+def norm_cost(target, rows, cols, dtype, kind="layer_norm"):
+    if rows == 0 or cols == 0:
+        return _EMPTY
+    if cols > normalization.MAX_COLS:
+        return None
+
+    def run(r):
+        wp = min(int(r), target.pmax)
+        x, w = _inp((r, cols), dtype), _inp((wp, cols), dtype)
+        if kind == "rms_norm":
+            return _sim(normalization.rms_norm, (x, w), {}, target)
+        return _sim(normalization.layer_norm, (x, w, _inp((wp, cols), dtype)), {}, target)
+
+    def compute():
+        P = target.pmax
+        if rows % P == 0:
+            return _linear(lambda k: run(k * P), rows // P, 2, 4)
+        return run(rows)
+    return _memo(("norm", target.name, int(rows), int(cols), dtype, kind), compute)
+
+
+# -- estimates ---------------------------------------------------------------------------------------
+def roofline_ns(target, flops, nbytes, tensor_engine=False):
+    """max(compute time, HBM transfer time) on one core: compute at the Tensor Engine's bf16 rate or at one element
+    per partition per Vector Engine cycle; transfers at the core's practical DMA rate."""
+    if tensor_engine:
+        t_compute = flops / target.tensor_bf16_flops_per_core * 1e9
+    else:
+        t_compute = flops / (target.pmax * target.engine_clock_hz["vector"]) * 1e9
+    t_mem = nbytes / target.dma_bytes_per_ns_per_core
+    return max(t_compute, t_mem)
+
+
+def launch_ns(target):
+    """Per-op launch cost of eager execution.  No eager-launch figure is published; trnsim charges one DMA
+    fixed cost (semaphore to start, ``target.dma_fixed_ns``), the nearest published per-launch latency."""
+    return target.dma_fixed_ns
+
+
+def host_transfer_ns(target, nbytes):
+    """One host<->device copy.  The host link rate is not in the published figures trnsim uses; assumed: the
+    core's practical DMA rate plus one DMA fixed cost per transfer."""
+    return target.dma_fixed_ns + nbytes / target.dma_bytes_per_ns_per_core
+
+
+def clear_memo():
+    _MEMO.clear()

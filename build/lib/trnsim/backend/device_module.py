@@ -1,0 +1,273 @@
+"""``torch.neuron``: the device module of the simulated NeuronCore (CUDA-style API)."""
+
+from __future__ import annotations
+
+import contextlib
+import random as _random
+import types
+
+import torch
+
+from .device_state import STATE
+from .memory import MEMORY
+
+
+def is_available():
+    return True
+
+
+def is_initialized():
+    return True
+
+
+def _lazy_init():
+    pass
+
+
+def _is_in_bad_fork():
+    return False
+
+
+def device_count():
+    return 1
+
+
+def current_device():
+    return 0
+
+
+def _index(device):
+    if device is None:
+        return 0
+    if isinstance(device, int):
+        return device
+    d = torch.device(device)
+    return d.index or 0
+
+
+def set_device(device):
+    i = _index(device)
+    if i != 0:
+        raise RuntimeError(f"neuron:{i} does not exist: the simulator exposes one logical NeuronCore per process "
+                           "(neuron:0); run one process per rank")
+
+
+class device(contextlib.ContextDecorator):
+    def __init__(self, device):
+        set_device(device)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def get_device_name(device=None):
+    _index(device)
+    return f"{STATE.target.marketing_name} (simulated)"
+
+
+def get_device_capability(device=None):
+    return (STATE.target.nc_version, 0)
+
+
+def get_device_properties(device=None):
+    return types.SimpleNamespace(name=get_device_name(device), total_memory=MEMORY.capacity,
+                                 target=STATE.target.name, lnc=STATE.lnc)
+
+
+def synchronize(device=None):
+    """Eager ops complete in program order on the simulated clock: nothing to wait for."""
+
+
+def get_amp_supported_dtype():
+    return [torch.bfloat16, torch.float16]
+
+
+def is_bf16_supported(including_emulation=True):
+    return True
+
+
+# -- RNG ------------------------------------------------------------------------------------------
+def manual_seed(seed):
+    STATE.generator.manual_seed(int(seed))
+
+
+manual_seed_all = manual_seed
+
+
+def seed():
+    s = _random.SystemRandom().randrange(2 ** 63)
+    STATE.generator.manual_seed(s)
+    return s
+
+
+seed_all = seed
+
+
+def initial_seed():
+    return STATE.generator.initial_seed()
+
+
+def get_rng_state(device=None):
+    return STATE.generator.get_state()
+
+
+def set_rng_state(new_state, device=None):
+    STATE.generator.set_state(new_state)
+
+
+def get_rng_state_all():
+    return [get_rng_state()]
+
+
+def set_rng_state_all(states):
+    set_rng_state(states[0])
+
+
+def default_generator():
+    return STATE.generator
+
+
+# -- memory ---------------------------------------------------------------------------------------
+def memory_allocated(device=None):
+    return MEMORY.allocated
+
+
+def max_memory_allocated(device=None):
+    return MEMORY.peak
+
+
+memory_reserved = memory_allocated
+max_memory_reserved = max_memory_allocated
+
+
+def reset_peak_memory_stats(device=None):
+    MEMORY.peak = MEMORY.allocated
+
+
+reset_max_memory_allocated = reset_peak_memory_stats
+
+
+def memory_stats(device=None):
+    return MEMORY.stats()
+
+
+def mem_get_info(device=None):
+    return MEMORY.capacity - MEMORY.allocated, MEMORY.capacity
+
+
+def set_per_process_memory_fraction(fraction, device=None):
+    if not 0 <= fraction <= 1:
+        raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+    MEMORY.fraction = float(fraction)
+    MEMORY._cap_key = None
+
+
+def empty_cache():
+    pass
+
+
+# -- streams and events (simulated time) ---------------------------------------------------------
+class Event:
+    """Records the simulated device clock; ``elapsed_time`` is in simulated milliseconds."""
+
+    def __init__(self, enable_timing=False, blocking=False, interprocess=False):
+        self.enable_timing = enable_timing
+        self._ns = None
+
+    def record(self, stream=None):
+        self._ns = STATE.now_ns
+
+    def query(self):
+        return True
+
+    def synchronize(self):
+        pass
+
+    def wait(self, stream=None):
+        pass
+
+    def elapsed_time(self, end_event):
+        if self._ns is None or end_event._ns is None:
+            raise RuntimeError("elapsed_time: both events must have been recorded")
+        return (end_event._ns - self._ns) / 1e6
+
+    def __repr__(self):
+        return f"<torch.neuron.Event recorded_at_ns={self._ns}>"
+
+
+class Stream:
+    """The device runs eager ops in order on one simulated queue; every Stream maps onto it."""
+
+    def __init__(self, device=None, priority=0, **kwargs):
+        self.device = torch.device("neuron", _index(device))
+        self.priority = priority
+
+    def query(self):
+        return True
+
+    def synchronize(self):
+        pass
+
+    def wait_event(self, event):
+        pass
+
+    def wait_stream(self, stream):
+        pass
+
+    def record_event(self, event=None):
+        event = event or Event()
+        event.record(self)
+        return event
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def __eq__(self, other):
+        return isinstance(other, Stream) and other.device == self.device
+
+    def __hash__(self):
+        return hash(("neuron-stream", self.device))
+
+
+_DEFAULT_STREAM = None
+
+
+def current_stream(device=None):
+    global _DEFAULT_STREAM
+    if _DEFAULT_STREAM is None:
+        _DEFAULT_STREAM = Stream()
+    return _DEFAULT_STREAM
+
+
+default_stream = current_stream
+
+
+@contextlib.contextmanager
+def stream(s=None):
+    yield s
+
+
+def set_stream(s):
+    pass
+
+
+def elapsed_ns():
+    """Simulated device time since the process started (or since the last :func:`reset_simulated_time`)."""
+    return STATE.now_ns
+
+
+def build_module():
+    """A module object holding this API (``torch.neuron``)."""
+    mod = types.ModuleType("torch.neuron", __doc__)
+    names = [n for n in globals() if not n.startswith("__") and n not in ("annotations", "build_module",
+                                                                             "contextlib", "types", "torch",
+                                                                             "STATE", "MEMORY")]
+    for n in names:
+        setattr(mod, n, globals()[n])
+    return mod

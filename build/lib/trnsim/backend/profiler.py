@@ -1,0 +1,117 @@
+"""``trnsim.profile_torch()``: one row per device op on the simulated clock.
+
+Rows are recorded as :class:`TorchOpRow`; :meth:`TorchProfile.timeline` gives the same rows as the machine's
+``Timeline`` type, for the kernel profiler's trace export, PNG and summary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+from ..fileio import atomic_write_json
+from .device_state import STATE
+
+
+@dataclasses.dataclass(frozen=True)
+class TorchOpRow:
+    op: str
+    shapes: tuple
+    dtypes: tuple
+    start_ns: float
+    end_ns: float
+    kind: str          # "native" | "estimated" | "fallback"
+    bytes: int
+    flops: float
+    source: str        # file:line of the user's call
+
+    @property
+    def duration_ns(self):
+        return self.end_ns - self.start_ns
+
+
+class TorchProfile:
+    def __init__(self):
+        self.rows: list[TorchOpRow] = []
+        self.compiles = []     # torch.compile(backend="neuron") graph compiles inside the block (compile/stats.py)
+
+    def add(self, op, shapes, dtypes, start, end, kind, nbytes, flops, source):
+        self.rows.append(TorchOpRow(op, shapes, dtypes, start, end, kind, int(nbytes), float(flops), source))
+
+    @property
+    def total_ns(self):
+        if not self.rows:
+            return 0.0
+        return self.rows[-1].end_ns - self.rows[0].start_ns
+
+    def by_op(self):
+        """``{op: (calls, total ns, kind)}``, slowest first."""
+        agg = {}
+        for r in self.rows:
+            c, t, _ = agg.get(r.op, (0, 0.0, r.kind))
+            agg[r.op] = (c + 1, t + r.duration_ns, r.kind)
+        return dict(sorted(agg.items(), key=lambda kv: -kv[1][1]))
+
+    def summary(self, top=20):
+        lines = [f"{'op':<48} {'calls':>6} {'sim time (us)':>14} {'%':>6}  kind"]
+        tot = sum(r.duration_ns for r in self.rows) or 1.0
+        for op, (c, t, kind) in list(self.by_op().items())[:top]:
+            lines.append(f"{op:<48} {c:>6} {t / 1e3:>14.2f} {100 * t / tot:>6.1f}  {kind}")
+        lines.append(f"total simulated device time: {tot / 1e3:.2f} us over {len(self.rows)} ops")
+        if self.compiles:
+            from .compile.stats import summary as compile_summary
+            lines.append(compile_summary(self.compiles))
+        return "\n".join(lines)
+
+    def to_chrome_trace(self, path=None):
+        """Chrome/Perfetto trace events (one process row "neuron:0 (simulated)")."""
+        ev = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": "neuron:0 (simulated)"}}]
+        for r in self.rows:
+            ev.append({"name": r.op, "ph": "X", "pid": 0, "tid": 0, "ts": r.start_ns / 1e3,
+                       "dur": r.duration_ns / 1e3, "cat": r.kind,
+                       "args": {"shapes": [list(s) for s in r.shapes], "dtypes": list(r.dtypes),
+                                "bytes": r.bytes, "flops": r.flops, "source": r.source}})
+        doc = {"traceEvents": ev}
+        if path is not None:       # atomic: pytest-xdist workers may write the same path
+            atomic_write_json(path, doc)
+        return doc
+
+    def timeline(self):
+        """The rows as a ``trnsim.machine.Timeline`` (one row per op on core 0), so the kernel profiler's trace
+        export, PNG and summary work on it.  Matmul-family ops sit on the "tensor" row, CPU fallbacks on "dma"
+        (their cost is the host transfer), everything else on "vector"; the opcode carries the kind when it is
+        not native."""
+        from ..machine import Timeline
+        tl = Timeline(STATE.target, (0,), queues_per_core=STATE.target.dma_engines_per_core)
+        cols = {f: [] for f in ("core", "id", "engine", "queue", "nqueues", "opcode", "start", "data_start", "end",
+                                "done", "flops", "nbytes", "hbm_bytes", "src", "dst", "loc", "deps", "bind")}
+        t0 = self.rows[0].start_ns if self.rows else 0.0
+        for i, r in enumerate(self.rows):
+            mm = r.op in _TENSOR_OPS
+            eng = "dma" if r.kind == "fallback" else ("tensor" if mm else "vector")
+            file, _, line = r.source.rpartition(":")
+            vals = dict(core=0, id=i, engine=eng, queue=0 if eng == "dma" else -1, nqueues=1 if eng == "dma" else 0,
+                        opcode=r.op if r.kind == "native" else f"{r.op} [{r.kind}]", start=r.start_ns - t0,
+                        data_start=r.start_ns - t0, end=r.end_ns - t0, done=r.end_ns - t0, flops=r.flops,
+                        nbytes=r.bytes, hbm_bytes=r.bytes, src="hbm" if eng == "dma" else None,
+                        dst="host" if eng == "dma" else None, loc=(file, int(line)) if line.isdigit() else None,
+                        deps=(i - 1,) if i else (), bind=i - 1)
+            for k, v in vals.items():
+                cols[k].append(v)
+        tl.extend(cols)
+        return tl
+
+
+_TENSOR_OPS = {"mm", "addmm", "bmm", "baddbmm", "_scaled_dot_product_flash_attention_for_cpu",
+               "_scaled_dot_product_flash_attention_for_cpu_backward"}
+
+
+@contextlib.contextmanager
+def profile_torch():
+    """``with trnsim.profile_torch() as p:`` records every device op run inside the block."""
+    p = TorchProfile()
+    STATE.profilers.append(p)
+    try:
+        yield p
+    finally:
+        STATE.profilers.remove(p)

@@ -1,0 +1,614 @@
+"""The ``neuron`` tensor: a wrapper subclass on device ``neuron:0`` whose data is a plain CPU tensor (the payload).
+
+Every aten op that reaches ``__torch_dispatch__`` is unwrapped, run on the payloads (natively, with the device's
+numerics, or as a counted CPU fallback), charged simulated time, and rewrapped.  An output that is an input's
+payload comes back as that input's wrapper, which covers in-place ops and ``out=``.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import warnings
+from collections import OrderedDict
+
+import torch
+
+from . import charging
+from .device_state import STATE
+from .errors import NeuronFallbackError, NeuronFallbackWarning
+from .memory import MEMORY
+from .native_impls import IMPLS as NATIVE_IMPLS
+from .op_table import ACCUMULATING, TABLE, TRANSFER
+
+DEVICE = torch.device("privateuseone", 0)   # replaced by torch.device("neuron", 0) at registration
+_make = torch.Tensor._make_wrapper_subclass
+_LOW = (torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+class NeuronTensor(torch.Tensor):
+    """A tensor on the simulated ``neuron`` device."""
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @staticmethod
+    def __new__(cls, payload):
+        return wrap(payload)
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        try:
+            ew = _EWOPS.get(id(func), _UNSEEN)
+            if ew is _UNSEEN:
+                ew = _ew_entry(func)
+            if ew is not None and not kwargs and FAST_PATH and not STATE.profilers:
+                name, fn = ew
+                # fast path: an elementwise op on wrappers and Python scalars (the per-op overhead is most of a
+                # small op's wall time; this is dispatch() below for that case, without its generality)
+                ua = []
+                for a in args:
+                    if type(a) is NeuronTensor:
+                        ua.append(a._p)
+                    elif a.__class__ in _SCALARS:
+                        ua.append(a)
+                    else:
+                        break
+                else:
+                    # torch's binding would re-enter an active TorchFunctionMode (torch.device(...) as a context,
+                    # set_default_device): then call the OpOverload, which does not
+                    out = fn(*ua) if not _tf_modes() else func._op(*ua)
+                    if out.__class__ is torch.Tensor:
+                        key = (name, out.numel(), out.dtype)
+                        r = _FAST.get(key)
+                        if r is None:
+                            r = _FAST[key] = charging.op_time(name, TABLE[name], ua, out)
+                        STATE.now_ns += r[0]
+                        for a, u in zip(args, ua):
+                            if u is out:
+                                return a
+                        # a fresh dense result (never a conj or neg view): wrap() without those checks
+                        t = _make(NeuronTensor, out.size(), out.stride(), out.storage_offset(), None, out.dtype,
+                                  device=DEVICE, storage_size=_WRAPPER_STORAGE)
+                        t._p = out
+                        st = out.untyped_storage()
+                        if id(st) not in _LIVE:
+                            MEMORY.track(st)
+                        return t
+                    ns, kind, flops, nbytes = charging.op_time(name, TABLE[name], ua, out)
+                    if ns:
+                        charging.advance(name, ns, kind, flops, nbytes, ua, out)
+                    return _rewrap_flat(out, args, ua)
+            return dispatch(func, args, kwargs or {})
+        except Exception as e:
+            if not _on_autograd_worker():
+                raise
+            # on autograd's device thread an exception out of here aborts the process (torch 2.13): record it for
+            # backward()/grad() to raise on the caller, and hand autograd a placeholder of the right shape
+            PENDING.append(e)
+            return _placeholder(func, args, kwargs or {}, e)
+
+    # -- Python-level behaviour a device tensor needs ------------------------------------------------
+    def __repr__(self, *, tensor_contents=None):
+        p = self._p
+        body = repr(p)
+        if body.endswith(")"):
+            body = body[:-1] + f", device='{self.device}')"
+        return body
+
+    def __format__(self, spec):
+        if self.dim() == 0:
+            return self._p.__format__(spec)
+        return object.__format__(self, spec)
+
+    def tolist(self):
+        return self._p.tolist()
+
+    def numpy(self, *, force=False):
+        if force:
+            return self._p.detach().numpy(force=True)
+        raise TypeError(f"can't convert {self.device} device type tensor to numpy. Use Tensor.cpu() to copy the "
+                        "tensor to host memory first.")
+
+    def data_ptr(self):
+        return self._p.data_ptr()
+
+    def untyped_storage(self):
+        # the payload's storage (counted as device memory, so its ``.device`` is neuron:0): libraries that test
+        # aliasing by storage pointer see views share one storage, as on CUDA
+        return self._p.untyped_storage()
+
+    def __reduce_ex__(self, proto):
+        # torch.save: the ordinary tensor rebuild on the payload's storage, which torch tags "neuron:0" (its device);
+        # torch.load then restores it through ``storage.to("neuron")`` unless map_location says otherwise, and
+        # ``weights_only=True`` allows it (only torch._utils rebuild functions are named in the pickle)
+        if self.requires_grad and not self.is_leaf:
+            raise RuntimeError("Cowardly refusing to serialize non-leaf tensor which requires_grad, since autograd "
+                               "does not support crossing process boundaries.  If you just want to transfer the "
+                               "data, call detach() on the tensor before serializing (e.g., putting it on the "
+                               "queue).")
+        if self.__dict__.get("_is_param"):
+            return (torch._utils._rebuild_parameter, (_plain(self), self.requires_grad, OrderedDict()))
+        p = self._p
+        if p.is_conj() or p.is_neg():
+            p = p.resolve_conj().resolve_neg()
+        st = p.untyped_storage()
+        MEMORY.track(st)
+        storage = torch.storage.TypedStorage(wrap_storage=st, dtype=self.dtype, _internal=True)
+        return (torch._utils._rebuild_tensor_v2,
+                (storage, p.storage_offset(), tuple(p.size()), p.stride(), self.requires_grad, OrderedDict()))
+
+    def __deepcopy__(self, memo):
+        # the payload is deep-copied with the same memo, so wrappers sharing a storage share one new storage (ties
+        # and views kept), and no storage is shared with the original
+        if id(self) in memo:
+            return memo[id(self)]
+        if not self.is_leaf:
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support the deepcopy "
+                               "protocol at the moment.  If you were attempting to deepcopy a module, this may be "
+                               "because of a torch.nn.utils.weight_norm usage, see "
+                               "https://github.com/pytorch/pytorch/pull/103001")
+        with torch.no_grad():
+            new = wrap(copy.deepcopy(self._p, memo))
+            if self.requires_grad:
+                new.requires_grad_()
+            if self.grad is not None:
+                new.grad = copy.deepcopy(self.grad, memo)
+        state = {k: v for k, v in self.__dict__.items() if k != "_p"}
+        if state:
+            new.__dict__.update(copy.deepcopy(state, memo))
+        memo[id(self)] = new
+        return new
+
+    def __coerce_same_metadata_as_tangent__(self, expected_metadata, expected_type=None):
+        return self
+
+    @property
+    def data(self):
+        return _TB_DATA.__get__(self)
+
+    @data.setter
+    def data(self, value):
+        set_data(self, value)
+
+
+_TB_DATA = torch._C.TensorBase.data
+
+
+def _plain(t):
+    """``t`` as a wrapper without Parameter-ness, sharing its payload (for pickling a Parameter's data)."""
+    w = wrap(t._p)
+    return w
+
+
+def set_data(self, value):
+    """``self.data = value``, also across devices: a host tensor given a neuron tensor (and the reverse) takes its
+    content in place, keeping its Python identity, class-level Parameter-ness, attributes and ``.grad`` (moved to the
+    new device and dtype), as ``param.data = x`` does between CPU and CUDA."""
+    s_dev = type(self) is NeuronTensor
+    v_dev = type(value) is NeuronTensor
+    if s_dev and v_dev:
+        _TB_DATA.__set__(self, value)
+        self._p = value._p
+        return
+    if s_dev == v_dev or not _swappable(value if s_dev else self) or not isinstance(value, torch.Tensor):
+        _TB_DATA.__set__(self, value)     # torch's own rules and errors
+        return
+    _swap_in(self, value)
+
+
+def _swappable(t):
+    """A dense CPU tensor or Parameter (the only host tensors moved in place to and from the device)."""
+    return (t.__class__ is torch.Tensor or t.__class__ is torch.nn.Parameter) and t.layout is _STRIDED \
+        and t.device.type == "cpu"
+
+
+def _swap_in(self, value):
+    from torch.nn import Parameter
+    is_param = isinstance(self, Parameter)
+    with torch.no_grad():
+        if type(value) is NeuronTensor:
+            new = wrap(value._p)
+        else:
+            new = value.detach()
+            if is_param:
+                new = Parameter(new, requires_grad=False)
+    if self.requires_grad:
+        new.requires_grad_(True)
+    grad = self.grad
+    attrs = {k: v for k, v in self.__dict__.items() if k not in ("_p", "_is_param")}
+    if grad is not None:
+        self.grad = None
+    try:
+        torch.utils.swap_tensors(self, new)
+    except RuntimeError as e:
+        if grad is not None:
+            self.grad = grad
+        raise RuntimeError(f"cannot move this tensor's data between cpu and {DEVICE} in place ({e}); on the neuron "
+                           "device a host tensor takes a device tensor's data by swapping its content, which needs "
+                           "the tensor to be referenced from nowhere but Python (no live autograd graph using it, "
+                           "no weakref)") from e
+    self.__dict__.update(attrs)
+    if is_param and type(self) is NeuronTensor:
+        self._is_param = True
+    if grad is not None:
+        if grad.shape == self.shape:
+            with torch.no_grad():
+                moved = grad.to(device=self.device, dtype=self.dtype)
+            if type(moved) is not type(grad):
+                set_data(grad, moved)       # the same grad object, on the new device
+            else:
+                grad = moved
+        self.grad = grad
+
+
+def compatible_shallow_copy_type(orig):
+    """``torch._has_compatible_shallow_copy_type`` that also pairs a dense CPU tensor with a neuron tensor, as torch
+    pairs CPU with CUDA: ``Module._apply`` then moves parameters with ``param.data = ...`` (identity and ties kept)
+    unless ``torch.__future__`` says to overwrite or swap them."""
+    # same parameter names as torch's (dynamo checks them when it installs its polyfill for this function)
+    def _has_compatible_shallow_copy_type(input: torch.Tensor, from_: torch.Tensor) -> bool:
+        da, db = type(input) is NeuronTensor, type(from_) is NeuronTensor
+        if da != db:
+            return _swappable(from_ if da else input)
+        return orig(input, from_)
+    _has_compatible_shallow_copy_type._trnsim_orig = orig
+    return _has_compatible_shallow_copy_type
+
+
+def wrap(p):
+    if p.layout is not _STRIDED:
+        _unsupported_layout(p)
+    t = _make(NeuronTensor, p.size(), p.stride(), p.storage_offset(), None, p.dtype, device=DEVICE,
+              storage_size=_WRAPPER_STORAGE)
+    t._p = p
+    if p.is_conj():
+        torch._C._set_conj(t, True)
+    if p.is_neg():
+        torch._C._set_neg(t, True)
+    st = p.untyped_storage()
+    if id(st) not in _LIVE:
+        MEMORY.track(st)
+    return t
+
+
+_STRIDED = torch.strided
+# The wrapper's own storage holds no data (an "invalid python storage"): only its size is checked, when an in-place
+# op (set_, resize_, as_strided_) gives the wrapper the payload's new metadata.  1 PiB: larger than any simulated HBM.
+_WRAPPER_STORAGE = 1 << 50
+_LIVE = MEMORY._live
+
+
+def _unsupported_layout(p):
+    raise NotImplementedError(
+        f"the neuron device holds only dense (strided) tensors; an op produced a {p.layout} tensor. Sparse "
+        "tensors (for example the gradient of nn.Embedding(sparse=True) or nn.EmbeddingBag(sparse=True)) are not "
+        "supported: use sparse=False")
+
+
+class _Ctx:
+    __slots__ = ("map", "cpu", "neuron")
+
+    def __init__(self):
+        self.map = {}
+        self.cpu = None
+        self.neuron = False
+
+
+def _unwrap(x, ctx):
+    if type(x) is NeuronTensor:
+        p = x._p
+        ctx.map[id(p)] = x
+        ctx.neuron = True
+        return p
+    if isinstance(x, torch.Tensor):
+        ctx.map[id(x)] = x
+        if x.dim() > 0 and x.device.type == "cpu":
+            ctx.cpu = x
+        return x
+    if isinstance(x, (list, tuple)):
+        return type(x)(_unwrap(y, ctx) for y in x) if x else x
+    return x
+
+
+_CPU = torch.device("cpu")
+_SCALARS = {int, float, bool, type(None), str, torch.dtype, torch.memory_format, torch.layout}
+
+
+def _rewrap(o, ctx):
+    if isinstance(o, torch.Tensor):
+        w = ctx.map.get(id(o))
+        if w is not None:
+            return w
+        return wrap(o)
+    if isinstance(o, (list, tuple)):
+        return type(o)(_rewrap(y, ctx) for y in o)
+    return o
+
+
+def _on_autograd_worker():
+    return threading.current_thread().__class__ is threading._DummyThread
+
+
+PENDING = []   # errors raised on autograd's device thread, re-raised when backward returns (see patches.py)
+
+
+def _raise(exc):
+    """Raise ``exc``, or on autograd's neuron worker thread (where an exception out of __torch_dispatch__ aborts the
+    process on torch 2.13) record it for ``backward``/``grad`` to raise on the calling thread."""
+    if _on_autograd_worker():
+        PENDING.append(exc)
+        return
+    raise exc
+
+
+def _sync_meta(w):
+    """After an in-place view op (``squeeze_``, ``t_``, ``as_strided_``...) changed the payload's shape, give the
+    wrapper the same sizes, strides and offset (its metadata is its own, set at creation)."""
+    p = w._p
+    if w.shape != p.shape or w.stride() != p.stride() or w.storage_offset() != p.storage_offset():
+        from torch.utils._mode_utils import no_dispatch
+        with no_dispatch():
+            torch.ops.aten.as_strided_.default(w, p.size(), p.stride(), p.storage_offset())
+
+
+def _placeholder(func, args, kwargs, exc):
+    """Zeros shaped like ``func``'s result (found by running it on the meta device), so that a backward whose op
+    failed on the worker thread unwinds normally; the recorded error is raised when backward returns."""
+    def to_meta(x):
+        if isinstance(x, torch.Tensor):
+            return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+        return x
+    try:
+        m_args, m_kwargs = torch.utils._pytree.tree_map(to_meta, (args, kwargs))
+        m_out = func(*m_args, **m_kwargs)
+    except Exception:
+        raise exc from None
+    return torch.utils._pytree.tree_map(
+        lambda t: wrap(torch.zeros(t.shape, dtype=t.dtype)) if isinstance(t, torch.Tensor) else t, m_out)
+
+
+def _cross_device(func, ctx):
+    _raise(RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                       f"{DEVICE} and cpu! (when checking argument for {func._schema.name}, "
+                       f"a cpu tensor of shape {list(ctx.cpu.shape)})"))
+
+
+def _device_kw(kwargs):
+    """Rewrite a ``device=`` kwarg: neuron -> cpu (outputs wrapped); returns whether outputs stay on the host."""
+    d = kwargs.get("device")
+    if d is None:
+        return False
+    d = torch.device(d) if not isinstance(d, torch.device) else d
+    if d.type == DEVICE.type:
+        kwargs["device"] = _CPU
+        return False
+    return True
+
+
+def _is_low(x):
+    return isinstance(x, torch.Tensor) and x.dtype in _LOW
+
+
+def _up(x):
+    if isinstance(x, torch.Tensor) and x.dtype in _LOW:
+        return x.float()
+    if isinstance(x, torch.dtype) and x in _LOW:     # e.g. _softmax_backward_data's input_dtype, sum's dtype=
+        return torch.float32
+    if isinstance(x, (list, tuple)):
+        return type(x)(_up(y) for y in x)
+    return x
+
+
+_OUT_DTYPES = {}
+
+
+def _accumulate_fp32(func, uargs, ukw):
+    """Run ``func`` with low-precision float inputs upcast to fp32 and round each output once to the dtype the op
+    produces (looked up once per op and input dtypes on the meta device)."""
+    key = (func, tuple(a.dtype if isinstance(a, torch.Tensor) else None for a in uargs))
+    dts = _OUT_DTYPES.get(key)
+    if dts is None:
+        try:
+            meta = func(*[a.to("meta") if isinstance(a, torch.Tensor) else a for a in uargs],
+                        **{k: (v.to("meta") if isinstance(v, torch.Tensor) else v) for k, v in ukw.items()})
+            ms = meta if isinstance(meta, (list, tuple)) else (meta,)
+            dts = tuple(m.dtype if isinstance(m, torch.Tensor) else None for m in ms)
+        except Exception:
+            low = next(a.dtype for a in uargs if _is_low(a))
+            dts = (low,)
+        _OUT_DTYPES[key] = dts
+    out = func(*_up(uargs), **{k: _up(v) for k, v in ukw.items()})
+    if isinstance(out, (list, tuple)):
+        return type(out)(o.to(d) if isinstance(o, torch.Tensor) and d is not None and o.dtype != d else o
+                         for o, d in zip(out, dts + (None,) * (len(out) - len(dts))))
+    d = dts[0]
+    return out.to(d) if isinstance(out, torch.Tensor) and d is not None and out.dtype != d else out
+
+
+def _dropout(x, p, train):
+    if train is False or p == 0:
+        return x.clone(), torch.ones_like(x, dtype=torch.bool)
+    if p == 1:
+        return torch.zeros_like(x), torch.zeros_like(x, dtype=torch.bool)
+    mask = torch.empty_like(x, dtype=torch.float32).bernoulli_(1 - p, generator=STATE.generator).to(torch.bool)
+    return x * mask * (1.0 / (1 - p)), mask
+
+
+_GEN_CACHE = {}
+
+
+def _generator_index(func):
+    idx = _GEN_CACHE.get(func)
+    if idx is None:
+        idx = -1
+        for i, a in enumerate(func._schema.arguments):
+            if a.name == "generator":
+                idx = i
+                break
+        _GEN_CACHE[func] = idx
+    return idx
+
+
+_EW = {"copy", "unary", "binary"}
+_FAST = {}   # (op, numel, dtype) -> charge of a single-output elementwise op
+
+
+_INFO = {}   # OpOverload -> (name, category, is a transfer op, accumulates in fp32)
+
+
+def _ew_entry(func):
+    """``(aten name, callable)`` if the fast path of ``__torch_dispatch__`` may take ``func`` (an elementwise op with
+    no special handling), else None; remembered in ``_EWOPS``, keyed by id (OpOverload's ``__hash__`` is Python code;
+    the overload objects live as long as torch.ops, and ``_KEEP`` holds them too).
+
+    The callable is torch's Python binding of the same op (``torch.add``, ``Tensor.add_``) for the ``default`` and
+    ``Tensor`` overloads whose arguments before the keyword-only ones are all tensors (so the binding can only pick
+    that overload): it is about 0.5 us faster per call than the OpOverload.  Otherwise the OpOverload itself."""
+    name = func._opname
+    cat = TABLE.get(name)
+    schema = func._schema
+    ok = (cat in _EW and name != "native_dropout" and name not in ACCUMULATING and name not in TRANSFER
+          and not any(a.kwarg_only and a.name == "device" for a in schema.arguments))
+    entry = None
+    if ok:
+        fn = func._op
+        positional = [a for a in schema.arguments if not a.kwarg_only]
+        if (func._overloadname in ("default", "Tensor") and positional
+                and all(str(a.type) == "Tensor" for a in positional)):
+            bound = getattr(torch._C._VariableFunctions, name, None) or getattr(torch._C.TensorBase, name, None)
+            if bound is not None:
+                fn = bound
+        entry = (name, fn)
+    _KEEP.append(func)
+    _EWOPS[id(func)] = entry
+    return entry
+
+
+_tf_modes = torch._C._len_torch_function_stack
+# The elementwise fast path of __torch_dispatch__; False sends every op through dispatch() (tests that plant a wrong
+# kernel there, and comparisons of the two paths, turn it off).
+FAST_PATH = True
+_UNSEEN = object()
+_KEEP = []
+_EWOPS = {}
+
+
+def _rewrap_flat(out, args, ua):
+    ctx = _Ctx()
+    for a, u in zip(args, ua):
+        if type(a) is NeuronTensor:
+            ctx.map[id(u)] = a
+    return _rewrap(out, ctx)
+
+
+def _info(func):
+    name = func._opname
+    _KEEP.append(func)
+    r = _INFO[id(func)] = (name, TABLE.get(name), name in TRANSFER, name in ACCUMULATING)
+    return r
+
+
+_SPARSE_GRAD_OPS = ("embedding", "_embedding_bag", "_embedding_bag_forward_only")
+
+
+def _check_sparse_grad(func, name, args, kwargs):
+    """``nn.Embedding(sparse=True)`` / ``EmbeddingBag(sparse=True)``: refused in the forward, on the calling thread.
+    Their backward makes a sparse COO gradient, which the device does not hold, and an error raised on autograd's
+    device thread would end the process (torch 2.13)."""
+    names = [a.name for a in func._schema.arguments]
+    i = names.index("sparse")
+    sparse = args[i] if len(args) > i else kwargs.get("sparse", False)
+    if sparse and isinstance(args[0], torch.Tensor) and args[0].requires_grad and torch.is_grad_enabled():
+        raise NotImplementedError(
+            f"aten::{name} with sparse=True: sparse gradients are not supported on the {DEVICE.type} device (the "
+            f"weight's gradient would be a sparse COO tensor). Use sparse=False (nn.Embedding(..., sparse=False)), "
+            "or keep this module on the CPU.")
+
+
+def dispatch(func, args, kwargs):
+    info = _INFO.get(id(func)) or _info(func)
+    name, cat, transfer, accumulating = info
+    if name in _SPARSE_GRAD_OPS:
+        _check_sparse_grad(func, name, args, kwargs)
+    elif name == "set_" and len(args) > 1 and isinstance(args[1], torch.UntypedStorage) \
+            and not MEMORY.is_device_storage(args[1]):
+        raise RuntimeError(f"Attempted to set the storage of a tensor on device \"{DEVICE}\" to a storage on "
+                           f"different device \"{args[1].device}\".  This is no longer allowed; the new storage must "
+                           "be on the same device (make it with torch.UntypedStorage(n, device=...) or take it "
+                           "from a tensor on that device).")
+    ctx = _Ctx()
+    # fast path for the common flat case (a tuple of wrappers and scalars); pytree would cost more than the op
+    ua = []
+    for a in args:
+        if type(a) is NeuronTensor:
+            p = a._p
+            ctx.map[id(p)] = a
+            ctx.neuron = True
+            ua.append(p)
+        elif a.__class__ in _SCALARS:
+            ua.append(a)
+        else:
+            ua.append(_unwrap(a, ctx))
+    uargs = tuple(ua)
+    ukw = {k: _unwrap(v, ctx) for k, v in kwargs.items()} if kwargs else {}
+    host_out = _device_kw(ukw) if "device" in ukw else False
+    if ctx.cpu is not None and ctx.neuron and not transfer:
+        _cross_device(func, ctx)
+    if cat is None:
+        return _fallback(func, name, uargs, ukw, ctx, host_out)
+    if cat == "random" and _generator_index(func) >= 0:
+        gi = _generator_index(func)
+        if (len(uargs) <= gi or uargs[gi] is None) and ukw.get("generator") is None:
+            if len(uargs) > gi:
+                uargs = uargs[:gi] + (STATE.generator,) + uargs[gi + 1:]
+            else:
+                ukw["generator"] = STATE.generator
+    if name == "native_dropout":
+        out = _dropout(*uargs, **ukw)
+    elif name in NATIVE_IMPLS:          # the device's own implementation (native_impls.py)
+        out = NATIVE_IMPLS[name](func, uargs, ukw)
+    elif accumulating and any(_is_low(a) for a in uargs):
+        out = _accumulate_fp32(func, uargs, ukw)
+    else:
+        out = func(*uargs, **ukw)
+        if cat == "view" and name[-1] == "_" and args and type(args[0]) is NeuronTensor:
+            _sync_meta(args[0])
+            if name in ("set_", "resize_"):
+                MEMORY.resized(args[0]._p.untyped_storage())
+    if cat in _EW and type(out) is torch.Tensor:
+        key = (name, out.numel(), out.dtype)
+        r = _FAST.get(key)
+        if r is None:
+            r = _FAST[key] = charging.op_time(name, cat, uargs, out)
+        if not STATE.profilers:
+            STATE.now_ns += r[0]
+            if host_out:
+                return out
+            w = ctx.map.get(id(out))
+            return w if w is not None else wrap(out)
+        ns, kind, flops, nbytes = r
+    else:
+        ns, kind, flops, nbytes = charging.op_time(name, cat, uargs, out)
+    if ns:
+        charging.advance(name, ns, kind, flops, nbytes, uargs, out)
+    if host_out:
+        return out
+    return _rewrap(out, ctx)
+
+
+def _fallback(func, name, uargs, ukw, ctx, host_out):
+    qual = f"aten::{name}"
+    if STATE.fallback_mode == "error":
+        _raise(NeuronFallbackError(f"{qual} is not implemented for the neuron device (TORCHNEURON_FALLBACK=error "
+                                   "makes a CPU fallback an error)"))
+    STATE.fallback_counts[qual] = STATE.fallback_counts.get(qual, 0) + 1
+    if qual not in STATE.warned:
+        STATE.warned.add(qual)
+        warnings.warn(f"{qual} is not implemented for the neuron device and ran on the CPU; on hardware this copies "
+                      "to the host", NeuronFallbackWarning, stacklevel=charging.user_stacklevel())
+    out = func(*uargs, **ukw)
+    ns, kind, flops, nbytes = charging.fallback_time(uargs, out)
+    charging.advance(qual, ns, kind, flops, nbytes, uargs, out)
+    if host_out:
+        return out
+    return _rewrap(out, ctx)

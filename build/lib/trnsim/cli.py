@@ -1,0 +1,419 @@
+"""The ``trnsim`` command: ``demo``, ``profile FILE::KERNEL``, ``estimate``, ``nccom-test``, ``compare``/``replay``,
+``conformance``.
+
+A mistake in the command line ends with one line on stderr naming the argument, the value and what is allowed,
+and exit status 2 (never a traceback); output to a closed pipe (``trnsim profile ... | head``) ends quietly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+
+
+class UsageError(ValueError):
+    """A mistake in the command line: printed as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``trnsim profile: error: ... (see 'trnsim profile --help')``."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+# -- progress ---------------------------------------------------------------------------------------
+class Progress:
+    """A one-line progress display on stderr: instructions issued while simulating, then a scheduling bar.
+    Silent unless enabled (by default: when stderr is a terminal)."""
+
+    def __init__(self, enabled=None, stream=None):
+        self.stream = stream or sys.stderr
+        self.enabled = self.stream.isatty() if enabled is None else enabled
+        self._stop = threading.Event()
+        self._thread = None
+        self._t0 = time.perf_counter()
+
+    def _write(self, text):
+        self.stream.write("\r" + text.ljust(72))
+        self.stream.flush()
+
+    def _poll(self):
+        from .machine.core import live_cores
+        while not self._stop.wait(0.25):
+            n = sum(len(c.instructions) for c in live_cores())
+            self._write(f"  simulating: {n:,} instructions issued, {time.perf_counter() - self._t0:.1f} s")
+
+    def simulating(self):
+        if self.enabled:
+            self._thread = threading.Thread(target=self._poll, daemon=True)
+            self._thread.start()
+        return self
+
+    def stop_simulating(self):
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+
+    def scheduling(self, done, total):
+        if not self.enabled or total <= 0:
+            return
+        w = 30
+        k = int(w * done / total)
+        self._write(f"  scheduling: [{'#' * k}{'.' * (w - k)}] {done:,}/{total:,}")
+
+    def finish(self):
+        self.stop_simulating()
+        if self.enabled:
+            self._write("")
+            self.stream.write("\r")
+            self.stream.flush()
+
+
+def _write_outputs(prof, out_dir, stem, trace=None, png=None, plot=True):
+    trace = trace or os.path.join(out_dir, f"{stem}.trace.json")
+    prof.save_trace(trace)
+    print(f"  trace: {trace} (open in ui.perfetto.dev or chrome://tracing)")
+    if plot:
+        png = png or os.path.join(out_dir, f"{stem}.png")
+        try:
+            prof.plot(png)
+            print(f"  timeline picture: {png}")
+        except ImportError:
+            print("  timeline picture: skipped (matplotlib is not installed)")
+
+
+# -- argument checks ------------------------------------------------------------------------------
+def _target_arg(name):
+    """The Target named by ``--target`` (None: the environment's or trn2); a UsageError names the choices."""
+    from .targets import get_target
+    try:
+        return get_target(name)
+    except ValueError as e:
+        raise UsageError(f"--target {name!r}: {e}" if name is not None else str(e)) from None
+
+
+def _positive_ints(text, what, example):
+    try:
+        vals = tuple(int(s) for s in text.lower().replace(",", "x").split("x"))
+    except ValueError:
+        raise UsageError(f"{what} {text!r}: expected positive integers like {example}") from None
+    bad = [v for v in vals if v <= 0]
+    if bad:
+        raise UsageError(f"{what} {text!r}: every dimension must be a positive integer (got {bad[0]}), "
+                         f"e.g. {example}")
+    return vals
+
+
+def _check_demo_shape(M, K, N):
+    """The demo's kernel (library ``tiled_matmul``) tiles M by 128 (stationary free size), K by 128 (partitions)
+    and N by 512 (moving free size; a smaller N is one tile): say so before running instead of computing
+    a result with untouched (NaN) edges."""
+    from .kernels.language import tile_size
+    TM, TK, TN = tile_size.gemm_stationary_fmax, tile_size.pmax, tile_size.gemm_moving_fmax
+    def near(v, t):
+        lo, hi = (v // t) * t, (v // t + 1) * t
+        return f"try {hi}" if lo <= 0 else f"try {lo} or {hi}"
+    for flag, v, t in (("--m", M, TM), ("--k", K, TK)):
+        if v <= 0 or v % t:
+            raise UsageError(f"{flag} {v}: the demo's tiled matmul needs a positive multiple of {t} "
+                             f"(its tile size on that axis); {near(v, t)}")
+    if N <= 0 or (N > TN and N % TN):
+        raise UsageError(f"--n {N}: the demo's tiled matmul needs a positive N that is at most {TN} or a "
+                         f"multiple of {TN}; {near(N, TN)}")
+
+
+# -- demo -------------------------------------------------------------------------------------------
+def _demo(args):
+    import ml_dtypes
+
+    from .kernels import simulate
+    from .kernels.library.matmul import tiled_matmul
+    from .profiling import profile_result
+    from .targets import get_target
+
+    from .fileio import ensure_writable_dir
+    tg = _target_arg(args.target)
+    K, M, N = args.k, args.m, args.n
+    _check_demo_shape(M, K, N)
+    ensure_writable_dir(args.out)
+    rng = np.random.default_rng(0)
+    at = rng.standard_normal((K, M)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((K, N)).astype(ml_dtypes.bfloat16)
+    prog = Progress(None)
+    t0 = time.perf_counter()
+    prog.simulating()
+    try:
+        res = simulate(tiled_matmul, target=tg).run(at, b)
+
+        def sched(done, total):
+            prog.stop_simulating()
+            prog.scheduling(done, total)
+        prof = profile_result(res, name="tiled_matmul", progress=sched)
+    finally:
+        prog.finish()
+    wall = time.perf_counter() - t0
+    out = res.outputs.astype(np.float64)
+    ref = at.astype(np.float64).T @ b.astype(np.float64)
+    err = np.max(np.abs(out - ref)) / max(1e-30, np.max(np.abs(ref)))
+    # bf16 output: one rounding of the fp32 accumulation, relative error up to 2^-8 of the largest value
+    tol = 2.0 ** -7
+    core = res.cores[0]
+    print(f"trnsim demo: tiled bf16 matmul [{M}x{K}] @ [{K}x{N}] on a simulated {tg.marketing_name} "
+          f"NeuronCore ({tg.name})")
+    print(f"  instructions: {len(core.instructions)} "
+          + ", ".join(f"{k} x{v}" for k, v in sorted(core.instruction_counts().items())))
+    print(f"  max relative error vs float64 NumPy: {err:.2e} (tolerance {tol:.1e}) -> "
+          f"{'OK' if err <= tol else 'MISMATCH'}")
+    print(f"  simulated and scheduled in {wall * 1000:.0f} ms of host time")
+    print(prof.summary())
+    _write_outputs(prof, args.out, "demo", plot=not args.no_plot)
+    return 0 if err <= tol else 1
+
+
+# -- profile ----------------------------------------------------------------------------------------
+def parse_arg_spec(spec):
+    """``name=128x512:bfloat16`` -> ``(name, (128, 512), "bfloat16")`` (dtype defaults to float32).
+    A malformed spec raises :class:`UsageError` (a ValueError) naming it."""
+    if "=" not in spec:
+        raise UsageError(f"--arg {spec!r}: expected NAME=SHAPE[:DTYPE], e.g. a=128x512:bfloat16")
+    name, rest = spec.split("=", 1)
+    if not name.strip().isidentifier():
+        raise UsageError(f"--arg {spec!r}: {name.strip()!r} is not a parameter name")
+    shape_s, _, dtype = rest.partition(":")
+    if not shape_s.strip():
+        raise UsageError(f"--arg {spec!r}: empty shape; expected NAME=SHAPE[:DTYPE], e.g. a=128x512:bfloat16")
+    shape = _positive_ints(shape_s.strip(), f"--arg {name.strip()}: shape", "128x512")
+    dtype = dtype.strip() or "float32"
+    from .memory import dtype_of
+    try:
+        dtype_of(dtype)
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"--arg {name.strip()}: {e}") from None
+    return name.strip(), shape, dtype
+
+
+def make_input(shape, dtype, rng, execute=True):
+    """An input array of ``shape`` and trnsim dtype name ``dtype``: random values, or zeros in shape-only mode
+    (zeros are allocated lazily by the OS, so large shape-only inputs cost no memory)."""
+    from .memory import dtype_of
+    dt = dtype_of(dtype)
+    if not execute:
+        return np.zeros(shape, dtype=dt.np)
+    if dt.is_float:
+        return rng.standard_normal(shape, dtype=np.float32).astype(dt.np)
+    return rng.integers(0, 10, size=shape).astype(dt.np)
+
+
+def _load_file(path):
+    import importlib.util
+
+    from . import install_nki
+    if not os.path.exists(path):
+        raise UsageError(f"kernel file {path!r} does not exist")
+    if os.path.isdir(path) or not path.endswith(".py"):
+        raise UsageError(f"kernel file {path!r}: expected a Python file (.py)")
+    install_nki()
+    path = os.path.abspath(path)
+    name = "trnsim_profiled_" + os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"kernel file {path!r} cannot be loaded as a Python module")
+    mod = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, os.path.dirname(path))
+    try:
+        spec.loader.exec_module(mod)     # an error in the user's file shows the user's traceback
+    finally:
+        sys.path.pop(0)
+    return mod
+
+
+def _names(mod):
+    """The kernels and functions a file defines (not the ones it imports)."""
+    return sorted(k for k, v in vars(mod).items() if not k.startswith("_") and callable(v)
+                  and (hasattr(v, "fn") or getattr(v, "__module__", None) == mod.__name__))
+
+
+def _profile(args):
+    from .isa.errors import NkiValidationError
+    from .profiling import profile
+
+    if "::" not in args.kernel:
+        raise UsageError(f"kernel {args.kernel!r}: give it as FILE::KERNEL, e.g. kernels.py::matmul")
+    path, kname = args.kernel.rsplit("::", 1)
+    if not kname:
+        raise UsageError(f"kernel {args.kernel!r}: the kernel name after '::' is missing")
+    target = _target_arg(args.target)
+    grid = _positive_ints(args.grid, "--grid", "2 or 2x2") if args.grid else None
+    specs = [parse_arg_spec(s) for s in args.arg or ()]
+    from .fileio import ensure_writable_dir
+    for d in {args.out} | {os.path.dirname(os.path.abspath(p)) for p in (args.trace, args.png) if p}:
+        ensure_writable_dir(d)
+    mod = _load_file(path)
+    kern = getattr(mod, kname, None)
+    if kern is None or not callable(kern):
+        have = ", ".join(_names(mod)[:12]) or "none"
+        raise UsageError(f"kernel {kname!r}: {path} defines no such function (functions there: {have})")
+    execute = not args.shape_only
+    rng = np.random.default_rng(args.seed)
+    pargs, kwargs = [], {}
+    if args.inputs:
+        builder = getattr(mod, args.inputs, None)
+        if builder is None or not callable(builder):
+            raise UsageError(f"--inputs {args.inputs!r}: {path} defines no such function")
+        built = builder()
+        if isinstance(built, dict):
+            kwargs = dict(built)
+        elif isinstance(built, tuple) and len(built) == 2 and isinstance(built[1], dict) and \
+                isinstance(built[0], (list, tuple)):
+            pargs, kwargs = list(built[0]), dict(built[1])
+        else:
+            pargs = list(built) if isinstance(built, (list, tuple)) else [built]
+    for name, shape, dtype in specs:
+        kwargs[name] = make_input(shape, dtype, rng, execute)
+    prog = Progress(True if args.progress else (False if args.no_progress else None))
+    t0 = time.perf_counter()
+    prog.simulating()
+    try:
+        def first_sched(done, total):
+            prog.stop_simulating()
+            prog.scheduling(done, total)
+        runner = profile(kern, target=target, grid=grid, execute=execute, progress=first_sched)
+        try:
+            prof = runner(*pargs, **kwargs)
+        except NkiValidationError as e:
+            prog.finish()
+            print(f"trnsim profile: {kname} broke a hardware rule: {e}", file=sys.stderr)
+            return 1
+        except TypeError as e:
+            if "argument" in str(e) and not pargs and not kwargs:
+                raise UsageError(f"kernel {kname!r} takes inputs: give them with --arg NAME=SHAPE[:DTYPE] or "
+                                 f"--inputs FUNC ({e})") from None
+            raise
+    finally:
+        prog.finish()
+    wall = time.perf_counter() - t0
+    if len(prof.timeline) == 0:
+        print(f"trnsim profile: {kname} issued no instruction, so there is nothing to time "
+              f"(does it return before loading anything?)", file=sys.stderr)
+        return 1
+    mode = "shape-only" if not execute else "full"
+    print(prof.summary())
+    print(f"  host time {wall:.2f} s ({mode} simulation)")
+    stem = getattr(getattr(kern, "fn", kern), "__name__", kname)
+    _write_outputs(prof, args.out, stem, trace=args.trace, png=args.png, plot=not args.no_plot)
+    return 0
+
+
+# -- the command -------------------------------------------------------------------------------------
+_EPILOGS = {
+    "demo": "examples:\n  trnsim demo\n  trnsim demo --target trn3 --m 512 --k 1024 --n 2048\n"
+            "  trnsim demo --no-plot --out /tmp/demo",
+    "profile": "examples:\n  trnsim profile my_kernels.py::matmul --arg a_t=512x256:bfloat16 "
+               "--arg b=512x1024:bfloat16\n"
+               "  trnsim profile my_kernels.py::add --inputs make_inputs --shape-only --target trn3\n"
+               "  trnsim profile legacy.py::add_kernel --grid 2x2 --arg a=256x1024 --arg b=256x1024",
+}
+
+
+def _sub(sub, name, **kw):
+    return sub.add_parser(name, formatter_class=argparse.RawDescriptionHelpFormatter,
+                          epilog=_EPILOGS.get(name), **kw)
+
+
+def build_parser():
+    from . import __version__
+    p = _Parser(prog="trnsim", description="Trainium NeuronCore simulator: run, check and time NKI kernels and "
+                "PyTorch code on a simulated Trainium.", formatter_class=argparse.RawDescriptionHelpFormatter,
+                epilog="examples:\n  trnsim demo\n  trnsim profile kernels.py::matmul --arg a=128x512:bfloat16\n"
+                       "  trnsim conformance --suite nki\n\nrun 'trnsim COMMAND --help' for a command's options")
+    p.add_argument("--version", action="version", version=f"trnsim {__version__}")
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
+    d = _sub(sub, "demo", help="run a built-in NKI kernel on a simulated NeuronCore, check it, profile it",
+             description="Run a tiled bf16 matmul (M x K x N) on a simulated NeuronCore, check it against float64 "
+                         "NumPy, print the timing summary, write a trace and a PNG.")
+    d.add_argument("--target", default=None, help="trn1, trn2 (default) or trn3")
+    d.add_argument("--m", type=int, default=256, help="rows of the result, a multiple of 128 (default 256)")
+    d.add_argument("--k", type=int, default=512, help="contraction size, a multiple of 128 (default 512)")
+    d.add_argument("--n", type=int, default=1024, help="columns, at most 512 or a multiple of 512 (default 1024)")
+    d.add_argument("--out", default="trnsim-out", help="folder for the trace and the PNG (default trnsim-out)")
+    d.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    pr = _sub(sub, "profile", help="simulate and time a kernel: FILE::KERNEL",
+              description="Simulate a kernel, print its timing summary, write a Perfetto/Chrome trace "
+                          "and a PNG timeline.")
+    pr.add_argument("kernel", help="FILE::KERNEL, e.g. my_kernels.py::matmul")
+    pr.add_argument("--arg", action="append", metavar="NAME=SHAPE[:DTYPE]",
+                    help="an input, e.g. --arg a=128x512:bfloat16 (repeatable; random values, seed --seed)")
+    pr.add_argument("--inputs", metavar="FUNC", help="a function in FILE returning the inputs (a tuple of "
+                    "positional arguments, a dict of keyword arguments, or (args, kwargs))")
+    pr.add_argument("--target", default=None, help="trn1, trn2 (default) or trn3")
+    pr.add_argument("--grid", default=None, help="launch grid, e.g. 2 or 2x2 (default: the kernel's)")
+    pr.add_argument("--shape-only", action="store_true", help="no numerics: timing only (much faster)")
+    pr.add_argument("--seed", type=int, default=0)
+    pr.add_argument("--out", default="trnsim-out", help="folder for the trace and the PNG (default trnsim-out)")
+    pr.add_argument("--trace", default=None, help="trace path (default OUT/KERNEL.trace.json)")
+    pr.add_argument("--png", default=None, help="PNG path (default OUT/KERNEL.png)")
+    pr.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    pr.add_argument("--progress", action="store_true", help="show progress even when stderr is not a terminal")
+    pr.add_argument("--no-progress", action="store_true", help="never show progress")
+    for name, (_, _, helptext) in _DELEGATED.items():
+        sub.add_parser(name, add_help=False, help=f"{helptext} (see 'trnsim {name} --help')")
+    return p
+
+
+_COMMANDS = {"demo": _demo, "profile": _profile}
+
+# subcommands with parsers of their own: name -> (module, function taking argv, help)
+_DELEGATED = {
+    "conformance": ("conformance.runner", "main", "PyTorch op and NKI instruction conformance"),
+    "nccom-test": ("trnsim.collectives.nccom", "run", "AWS nccom-test on a simulated cluster"),
+    "estimate": ("trnsim.cost.cli", "main", "time and price of a training job on trn1/trn2/trn3 instances"),
+    "compare": ("trnsim.difftest.cli", "compare_main", "compare two difftest recordings: first divergence, report"),
+    "replay": ("trnsim.difftest.cli", "replay_main", "re-run a recording's inputs on the simulator and compare"),
+}
+
+
+def _run(argv):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] and argv[0] in _DELEGATED:
+        import importlib
+        mod, fn, _ = _DELEGATED[argv[0]]
+        return getattr(importlib.import_module(mod), fn)(argv[1:])
+    p = build_parser()
+    args = p.parse_args(argv)
+    if args.cmd is None:
+        p.print_help()
+        return 2
+    from .fileio import FileWriteError
+    try:
+        return _COMMANDS[args.cmd](args)
+    except (UsageError, FileWriteError) as e:
+        print(f"trnsim {args.cmd}: error: {e}", file=sys.stderr)
+        return 2
+
+
+def main(argv=None):
+    try:
+        return _run(argv)
+    except BrokenPipeError:
+        # the reader went away (``| head``): stop quietly; point stdout at /dev/null so the interpreter's
+        # final flush does not raise again
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 0
+    except KeyboardInterrupt:
+        print("trnsim: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""``trnsim estimate``: time, memory and dollars of a training step, from the model's layers run on the shape-only
+device (see :mod:`trnsim.cost.estimator`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+__all__ = ["main"]
+
+_EXAMPLES = """examples:
+  trnsim estimate --model qwen3-32b --instance trn2.48xlarge --count 1 --tp 4 --seq 8192 --global-batch 64
+  trnsim estimate --model llama3-8b --instance trn2.48xlarge            # best parallelism found for 1 instance
+  trnsim estimate --model deepseek-v3 --instance trn2u.48xlarge --tp 8 --ep 8 --pp 4 --checkpointing --json
+  trnsim estimate --model ./config.json --instance trn3-gen1-ultraserver --search --counts 1,2 -j 2
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def _ints(text, flag):
+    try:
+        vals = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{flag} {text!r}: expected integers like 1,2,4") from None
+    if not vals or any(v < 1 for v in vals):
+        raise argparse.ArgumentTypeError(f"{flag} {text!r}: expected positive integers like 1,2,4")
+    return vals
+
+
+def _positive(text):
+    try:
+        v = int(float(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
+    return v
+
+
+def build_parser():
+    from .estimator import INSTANCES
+    from .models import builtin_names
+    p = _Parser(prog="trnsim estimate", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_EXAMPLES,
+                description="Estimate the time and price of a training step on trn1/trn2/trn3 instances: the "
+                            "model's layers run on the simulated device in shape-only mode, collectives on the "
+                            "instance's topology.")
+    p.add_argument("--model", required=True, help=f"built-in ({', '.join(builtin_names())}) or a Hugging Face "
+                   "config.json path")
+    p.add_argument("--instance", required=True, choices=sorted(INSTANCES), metavar="INSTANCE",
+                   help=f"one of {', '.join(sorted(INSTANCES))}")
+    p.add_argument("--count", type=_positive, default=1, help="instances (UltraServers for the UltraServer types)")
+    for flag in ("--tp", "--pp", "--cp", "--ep", "--dp"):
+        p.add_argument(flag, type=_positive, default=None, help=f"{flag[2:].upper()} degree")
+    p.add_argument("--no-fsdp", action="store_true", help="plain data parallelism (gradient all-reduce)")
+    p.add_argument("--micro-batch", type=_positive, default=1)
+    p.add_argument("--seq", type=_positive, default=4096, help="sequence length (default 4096)")
+    p.add_argument("--global-batch", type=_positive, default=None, help="sequences per step")
+    p.add_argument("--checkpointing", action="store_true", help="activation checkpointing")
+    p.add_argument("--precision", choices=("bf16", "fp8"), default="bf16")
+    p.add_argument("--compile", action="store_true", help="compiled execution (default eager)")
+    p.add_argument("--lnc", type=int, choices=(1, 2), default=None, help="logical core size (default: the target's)")
+    p.add_argument("--prices", metavar="FILE", help="your own price file (same format as the built-in one)")
+    p.add_argument("--tokens", type=float, default=None, help="a token budget: time and dollars to train on it")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--out", default=None, help="folder for estimate.json and the breakdown PNG")
+    p.add_argument("--search", action="store_true", help="search parallelism x count x micro-batch: Pareto front")
+    p.add_argument("--counts", type=lambda t: _ints(t, "--counts"), default=None, help="instance counts to search")
+    p.add_argument("--micro-batches", type=lambda t: _ints(t, "--micro-batches"), default=[1, 2])
+    p.add_argument("-j", "--jobs", type=_positive, default=1, help="worker processes for --search")
+    return p
+
+
+def _progress(done, total):
+    if sys.stderr.isatty():
+        sys.stderr.write(f"\r  searching: {done}/{total} configurations")
+        sys.stderr.flush()
+        if done == total:
+            sys.stderr.write("\n")
+
+
+def main(argv=None) -> int:
+    import json
+    p = build_parser()
+    a = p.parse_args(argv)
+    from ..fileio import FileWriteError, atomic_write_json, ensure_writable_dir
+    from . import estimator as E
+    from .report import format_estimate, format_front, plot_breakdown, plot_front, write_json
+    from .search import search
+    try:
+        E.load_model(a.model)
+        if a.prices:
+            E.load_prices(a.prices)
+        if a.out:
+            ensure_writable_dir(a.out)
+        common = dict(seq=a.seq, global_batch=a.global_batch, precision=a.precision, compiled=a.compile,
+                      lnc=a.lnc, prices=a.prices, fsdp=not a.no_fsdp)
+        if a.search or all(v is None for v in (a.tp, a.pp, a.dp)):
+            counts = a.counts or [a.count]
+            res, front, rejected = search(a.model, a.instance, counts=counts, micro_batches=a.micro_batches,
+                                          progress=_progress, jobs=a.jobs, **common)
+            if not res:
+                why = "; ".join(sorted({r[1] for r in rejected})[:3])
+                print(f"trnsim estimate: no configuration of {a.model} fits {counts} x {a.instance}: {why}",
+                      file=sys.stderr)
+                return 1
+            best = min(res, key=lambda e: e.step_time_s)
+            if a.search:
+                if a.json:
+                    print(json.dumps({"front": [e.to_json() for e in front],
+                                      "feasible": len(res), "rejected": len(rejected)}, indent=1))
+                else:
+                    print(format_front(res, front))
+                    print(f"({len(res)} configurations fit, {len(rejected)} rejected; * = Pareto front)")
+                if a.out:
+                    plot_front(res, front, os.path.join(a.out, "pareto.png"))
+                    atomic_write_json(os.path.join(a.out, "search.json"), [e.to_json() for e in res], indent=1)
+                return 0
+            e = best
+        else:
+            e = E.estimate(a.model, a.instance, a.count, dp=a.dp, tp=a.tp or 1, pp=a.pp or 1, cp=a.cp or 1,
+                           ep=a.ep or 1, micro_batch=a.micro_batch, checkpointing=a.checkpointing, **common)
+    except (ValueError, FileWriteError) as err:
+        print(f"trnsim estimate: error: {err}", file=sys.stderr)
+        return 2
+    if a.json:
+        d = e.to_json()
+        if a.tokens:
+            d.update(tokens=a.tokens, time_for_tokens_s=a.tokens / e.tokens_per_s,
+                     usd_for_tokens=e.usd_for_tokens(a.tokens))
+        print(json.dumps(d, indent=1))
+    else:
+        print(format_estimate(e, tokens=a.tokens))
+    if a.out:
+        write_json(e, os.path.join(a.out, "estimate.json"), tokens=a.tokens)
+        plot_breakdown([e], os.path.join(a.out, "breakdown.png"))
+    return 0 if e.fits else 1

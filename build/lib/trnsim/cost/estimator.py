@@ -1,0 +1,388 @@
+"""``trnsim.estimate``: the time, memory and price of one training step of a model on Trainium instances.
+
+How a step is put together (each piece from the simulator, never from a fitted constant):
+
+* compute: one decoder layer of each kind (and the LM head) runs forward and backward on the shape-only
+  ``neuron`` device (:mod:`trnsim.cost.step`): the device's own dispatch and op costs, i.e. the shape-only
+  simulation of the library NKI kernel behind each op.  The device simulates an op on one physical NeuronCore;
+  a logical core of LNC=2 splits each op over its two physical cores (an ideal split is assumed).
+* the optimizer: ``torch.optim.AdamW(foreach=True).step()`` run on a shape-only parameter of the rank's size;
+* communication: every collective the parallelism implies, timed by :mod:`trnsim.collectives` on the instance's
+  topology (links, hop latency, contention, the runtime's algorithm for the size).  TP all-reduces, CP
+  all-gathers and EP all-to-alls are exposed (on the critical path); FSDP's per-layer all-gathers and reduce-
+  scatters overlap the neighbouring layer's compute (only the excess is exposed); DDP's gradient all-reduce
+  overlaps the last micro-batch's backward; pipeline sends are exposed once per micro-batch step.
+* pipeline: 1F1B with equal stages: (micro-batches + stages - 1) stage steps, the bubble being the (stages - 1).
+* memory per rank: bf16 weights and gradients, fp32 master weights and AdamW moments (sharded over the data-
+  parallel group with FSDP), and the activations autograd saved in the shape-only run, times the micro-batches
+  in flight (1F1B: as many as stages), or only the layer inputs with activation checkpointing.
+
+Everything is deterministic: the same arguments give the same result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+
+import torch
+
+from .models import ModelSpec, load_model
+
+__all__ = ["Parallelism", "Estimate", "estimate", "INSTANCES", "load_prices", "rank_layout"]
+
+_DATA = os.path.join(os.path.dirname(__file__), "data")
+GiB = 2 ** 30
+
+
+def _load(name):
+    with open(os.path.join(_DATA, name), encoding="utf-8") as f:
+        return json.load(f)
+
+
+INSTANCES = {k: v for k, v in _load("instances.json").items() if not k.startswith("_")}
+
+
+def load_prices(path=None):
+    """``{instance: row}`` from the dated price file (``path``: the user's own file, same format)."""
+    doc = _load("prices.json") if path is None else json.load(open(path, encoding="utf-8"))
+    rows = doc.get("rows") if isinstance(doc, dict) else None
+    if not isinstance(rows, list):
+        raise ValueError(f"price file {path or 'prices.json'}: expected {{\"rows\": [...]}}")
+    out = {}
+    for r in rows:
+        for key in ("instance", "usd_per_hour", "source", "retrieved"):
+            if key not in r:
+                raise ValueError(f"price file {path or 'prices.json'}: row {r} has no {key!r}")
+        out.setdefault(r["instance"], r)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Parallelism:
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    fsdp: bool = True
+    micro_batch: int = 1
+    checkpointing: bool = False
+
+    @property
+    def ranks(self):
+        return self.dp * self.tp * self.pp * self.cp
+
+    def label(self):
+        s = f"DP{self.dp}{'(FSDP)' if self.fsdp and self.dp > 1 else ''} TP{self.tp} PP{self.pp}"
+        if self.cp > 1:
+            s += f" CP{self.cp}"
+        if self.ep > 1:
+            s += f" EP{self.ep}"
+        return s + f" mb{self.micro_batch}" + (" ckpt" if self.checkpointing else "")
+
+
+def rank_layout(par: Parallelism, rank_of=None):
+    """Groups of global ranks for each parallel dimension: TP innermost (neighbouring cores of one chip),
+    then CP, then PP, DP outermost; EP groups are consecutive DP ranks.  Returns ``{dim: [group, ...]}``."""
+    def rank(d, p, c, t):
+        return ((d * par.pp + p) * par.cp + c) * par.tp + t
+    groups = {"tp": [], "cp": [], "pp": [], "dp": [], "ep": []}
+    for d in range(par.dp):
+        for p in range(par.pp):
+            for c in range(par.cp):
+                groups["tp"].append(tuple(rank(d, p, c, t) for t in range(par.tp)))
+    for d in range(par.dp):
+        for p in range(par.pp):
+            groups["cp"].append(tuple(rank(d, p, c, 0) for c in range(par.cp)))
+    groups["pp"].append(tuple(rank(0, p, 0, 0) for p in range(par.pp)))
+    groups["dp"].append(tuple(rank(d, 0, 0, 0) for d in range(par.dp)))
+    groups["ep"].append(tuple(rank(d, 0, 0, 0) for d in range(min(par.ep, par.dp))))
+    return groups
+
+
+@dataclasses.dataclass
+class Estimate:
+    model: str
+    instance: str
+    count: int
+    target: str
+    ranks: int
+    parallelism: Parallelism
+    seq: int
+    global_batch: int
+    compiled: bool
+    step_time_s: float
+    breakdown: dict            # seconds per component of the step (they add up to step_time_s)
+    tokens_per_s: float
+    mfu: float
+    hfu: float
+    hbm_per_rank_bytes: float
+    hbm_capacity_bytes: float
+    memory: dict               # bytes per rank per component
+    fits: bool
+    fallbacks: tuple
+    collectives: dict          # seconds per step per collective (exposed)
+    usd_per_hour: float | None
+    price_note: str
+    notes: list
+
+    @property
+    def hbm_per_chip_bytes(self):
+        return self.hbm_per_rank_bytes * self._ranks_per_chip
+
+    _ranks_per_chip: int = 1
+
+    def dollars(self, seconds):
+        return None if self.usd_per_hour is None else self.usd_per_hour * self.count * seconds / 3600.0
+
+    @property
+    def usd_per_step(self):
+        return self.dollars(self.step_time_s)
+
+    @property
+    def usd_per_billion_tokens(self):
+        return None if self.usd_per_hour is None else self.dollars(1e9 / self.tokens_per_s)
+
+    def usd_for_tokens(self, tokens):
+        return None if self.usd_per_hour is None else self.dollars(tokens / self.tokens_per_s)
+
+    def to_json(self):
+        d = dataclasses.asdict(self)
+        d.pop("_ranks_per_chip", None)
+        d["parallelism"] = dataclasses.asdict(self.parallelism)
+        d["parallelism"]["label"] = self.parallelism.label()
+        d.update(usd_per_step=self.usd_per_step, usd_per_billion_tokens=self.usd_per_billion_tokens,
+                 hbm_per_chip_bytes=self.hbm_per_chip_bytes, fallbacks=list(self.fallbacks))
+        return d
+
+
+class DoesNotFit(ValueError):
+    pass
+
+
+def _topology(inst, count, lnc):
+    from ..collectives import get_topology
+    return get_topology(INSTANCES[inst]["topology"], nodes=count, lnc=lnc)
+
+
+def _coll(op, nbytes, topo, group):
+    from ..collectives import collective_time
+    if len(group) <= 1 or nbytes <= 0:
+        return 0.0
+    return collective_time(op, int(nbytes), topo, nranks=topo.ranks, group=group).time_ns * 1e-9
+
+
+def _optimizer_s(numel, target):
+    """One ``AdamW(foreach=True).step()`` over ``numel`` fp32 parameters on the shape-only device."""
+    from ..backend.device_state import STATE
+    from ..backend.shape_only import device_target, shape_only_tensor
+    if numel <= 0:
+        return 0.0
+    key = (int(numel), target.name)
+    if key in _OPT:
+        return _OPT[key]
+    with device_target(target):
+        p = torch.nn.Parameter(shape_only_tensor((int(numel),), torch.float32))
+        p.grad = shape_only_tensor((int(numel),), torch.float32)
+        opt = torch.optim.AdamW([p], lr=1e-4, foreach=True)
+        opt.step()                       # the first step creates the moments
+        t0 = STATE.now_ns
+        opt.step()
+        _OPT[key] = (STATE.now_ns - t0) * 1e-9
+    return _OPT[key]
+
+
+_OPT = {}
+
+
+def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, cp=1, ep=1, fsdp=True,
+             micro_batch=1, seq=4096, global_batch=None, checkpointing=False, precision="bf16",
+             compiled=False, lnc=None, prices=None) -> Estimate:
+    """Estimate one training step (see the module docstring).  ``dp`` defaults to the ranks left after
+    tp x pp x cp; ``global_batch`` (sequences) to dp x micro_batch x max(pp, 1) x 4."""
+    from ..targets import get_target
+    from .step import head_cost, layer_cost
+
+    spec: ModelSpec = load_model(model)
+    if instance not in INSTANCES:
+        raise ValueError(f"instance {instance!r}: expected one of {', '.join(INSTANCES)}")
+    if count < 1:
+        raise ValueError(f"count {count}: at least one instance")
+    if precision not in ("bf16", "fp8"):
+        raise ValueError(f"precision {precision!r}: expected bf16 or fp8")
+    inst = INSTANCES[instance]
+    tg = get_target(inst["target"])
+    lnc = lnc or tg.default_lnc
+    topo = _topology(instance, count, lnc)
+    ranks = topo.ranks
+    if dp is None:
+        if ranks % (tp * pp * cp):
+            raise ValueError(f"tp x pp x cp = {tp * pp * cp} does not divide the {ranks} ranks of {count} x {instance}")
+        dp = ranks // (tp * pp * cp)
+    par = Parallelism(dp, tp, pp, cp, ep, fsdp, micro_batch, checkpointing)
+    if par.ranks != ranks:
+        raise ValueError(f"dp x tp x pp x cp = {par.ranks}, but {count} x {instance} has {ranks} ranks "
+                         f"({topo.chips} chips x {topo.logical_cores_per_chip} logical cores at LNC={lnc})")
+    if ep > 1 and (not spec.moe or (dp * cp) % ep):
+        raise ValueError(f"ep={ep}: needs a mixture-of-experts model and to divide dp x cp = {dp * cp}")
+    if seq % cp:
+        raise ValueError(f"seq {seq} is not divisible by cp={cp}")
+    gb = global_batch or dp * micro_batch * max(pp, 1) * 4
+    if gb % (dp * micro_batch):
+        raise ValueError(f"global batch {gb} is not a multiple of dp x micro_batch = {dp * micro_batch}")
+    mbs = gb // (dp * micro_batch)
+    dtype = torch.bfloat16
+    notes = []
+    if precision == "fp8":
+        notes.append("fp8: matmuls are costed at the bf16 kernels' speed (fp8 library kernels not built yet)")
+    if compiled:
+        notes.append("compiled: costed as eager (the compile backend's fused-kernel costs are not wired into "
+                     "the estimator yet)")
+    s_local = seq // cp
+    split = 1.0 / lnc                 # the device simulates one physical core; a logical core has lnc of them
+    # -- compute per micro-batch per stage ----------------------------------------------------------------
+    kinds = spec.layer_kinds()
+    per_kind = {}
+    fallbacks = set()
+    for kind, n in kinds:
+        c = layer_cost(spec, kind, tp=tp, ep=ep, micro_batch=micro_batch, seq=s_local, dtype=dtype, target=tg)
+        per_kind[kind] = (n, c)
+        fallbacks.update(c.fallbacks)
+    head = head_cost(spec, tp=tp, micro_batch=micro_batch, seq=s_local, dtype=dtype, target=tg)
+    fallbacks.update(head.fallbacks)
+    layers_per_stage = {k: math.ceil(n / pp) for k, (n, _) in per_kind.items()}
+    comp = {"tensor": 0.0, "other": 0.0, "fallback": 0.0, "launch": 0.0, "recompute": 0.0}
+    fwd_stage = bwd_stage = 0.0
+    for kind, (n, c) in per_kind.items():
+        k = layers_per_stage[kind]
+        comp["tensor"] += k * c.tensor_ns
+        comp["other"] += k * (c.other_ns - c.launch_ns)
+        comp["fallback"] += k * c.fallback_ns
+        comp["launch"] += k * c.launch_ns
+        fwd_stage += k * c.fwd_ns
+        bwd_stage += k * c.bwd_ns
+        if checkpointing:
+            comp["recompute"] += k * c.fwd_ns
+    # the LM head sits on the last stage: the bottleneck stage carries it (equal stages otherwise)
+    comp["tensor"] += head.tensor_ns
+    comp["other"] += head.other_ns - head.launch_ns
+    comp["fallback"] += head.fallback_ns
+    comp["launch"] += head.launch_ns
+    fwd_stage += head.fwd_ns
+    bwd_stage += head.bwd_ns
+    stage_ns = sum(comp.values())
+    comp = {k: v * split * 1e-9 for k, v in comp.items()}
+    stage_s = stage_ns * split * 1e-9
+    bwd_s = bwd_stage * split * 1e-9
+    # -- communication ------------------------------------------------------------------------------------
+    groups = rank_layout(par)
+    act_bytes = micro_batch * s_local * spec.hidden * 2
+    coll = {}
+    nlayers_stage = sum(layers_per_stage.values())
+    if tp > 1:
+        coll["tp all_reduce"] = 4 * nlayers_stage * _coll("all_reduce", act_bytes, topo, groups["tp"][0])
+    if cp > 1:
+        kv = 2 * micro_batch * s_local * max(1, spec.kv_heads // tp) * spec.head_dim * 2
+        t = _coll("all_gather", kv * cp, topo, groups["cp"][0]) + _coll("reduce_scatter", kv * cp, topo,
+                                                                          groups["cp"][0])
+        coll["cp all_gather/reduce_scatter"] = nlayers_stage * t
+    if ep > 1 and spec.moe:
+        moe_layers = layers_per_stage.get("moe", 0)
+        a2a = micro_batch * s_local * spec.top_k * spec.hidden * 2
+        coll["ep all_to_all"] = 4 * moe_layers * _coll("all_to_all", a2a, topo, groups["ep"][0])
+    per_mb_comm = sum(coll.values())
+    p2p = 2 * _coll("send_recv", act_bytes, topo, groups["pp"][0][:2]) if pp > 1 else 0.0
+    steps = mbs + pp - 1
+    pipeline_s = steps * (stage_s + per_mb_comm + p2p)
+    bubble_s = (pp - 1) * stage_s        # the collectives of the bubble steps are counted with the others
+    # parameters held by one rank
+    dense_layer_local = {k: (spec.attention_params() / tp + spec.mlp_params(k) / (tp * (ep if k == "moe" else 1))
+                             + 2 * spec.hidden) for k, _ in kinds}
+    layer_params_local = sum(layers_per_stage[k] * dense_layer_local[k] for k, _ in kinds)
+    emb_local = spec.embedding_params() / tp
+    params_local = layer_params_local + emb_local
+    dp_group = groups["dp"][0]
+    grad_s = 0.0
+    fsdp_s = 0.0
+    if dp > 1:
+        if fsdp:
+            per_layer_bytes = (layer_params_local / max(nlayers_stage, 1)) * 2
+            ag = _coll("all_gather", per_layer_bytes, topo, dp_group)
+            rs = _coll("reduce_scatter", per_layer_bytes, topo, dp_group)
+            layer_fwd = fwd_stage * split * 1e-9 / max(nlayers_stage, 1)
+            layer_bwd = bwd_s / max(nlayers_stage, 1)
+            exposed = max(0.0, ag - layer_fwd) + max(0.0, ag - layer_bwd)
+            fsdp_s = nlayers_stage * (mbs * exposed + max(0.0, rs - layer_bwd)) + ag
+            coll["fsdp all_gather/reduce_scatter"] = fsdp_s
+        else:
+            ar = _coll("all_reduce", params_local * 2, topo, dp_group)
+            grad_s = max(0.0, ar - bwd_s)
+            coll["dp gradient all_reduce"] = grad_s
+    shard = dp if (fsdp and dp > 1) else 1
+    opt_s = _optimizer_s(math.ceil(params_local / shard), tg) * split
+    coll_total = {k: (v * steps if k in ("tp all_reduce", "cp all_gather/reduce_scatter", "ep all_to_all")
+                      else v) for k, v in coll.items()}
+    if pp > 1:
+        coll_total["pp send/recv"] = steps * p2p
+    step_s = pipeline_s + grad_s + fsdp_s + opt_s
+    breakdown = {"compute: tensor engine": comp["tensor"] * mbs, "compute: vector/scalar/dma": comp["other"] * mbs,
+                 "compute: recompute (checkpointing)": comp["recompute"] * mbs,
+                 "launch overhead": comp["launch"] * mbs, "fallbacks": comp["fallback"] * mbs,
+                 "pipeline bubble": bubble_s, "optimizer": opt_s}
+    for k, v in coll_total.items():
+        breakdown[f"comm: {k}"] = v
+    tot = sum(breakdown.values())
+    breakdown = {k: v for k, v in breakdown.items() if v > 0}
+    assert abs(tot - step_s) <= 1e-6 * max(step_s, 1e-9), (tot, step_s)
+    tokens = gb * seq
+    tps = tokens / step_s
+    peak = tg.tensor_bf16_flops_per_core * lnc * ranks
+    mfu = spec.model_flops_per_token(seq) * tokens / (step_s * peak)
+    hfu = mfu * ((8.0 / 6.0) if checkpointing else 1.0)
+    # -- memory per rank ----------------------------------------------------------------------------------
+    saved = max(c.saved_bytes for _, c in per_kind.values())
+    in_flight = min(mbs, pp) if pp > 1 else 1
+    if checkpointing:
+        acts = nlayers_stage * act_bytes * in_flight + saved
+    else:
+        acts = sum(layers_per_stage[k] * c.saved_bytes for k, (_, c) in per_kind.items()) * in_flight
+    mem = {"weights (bf16)": params_local * 2, "gradients (bf16)": params_local * 2 / shard,
+           "optimizer (fp32 master + AdamW moments)": params_local * 12 / shard, "activations": acts,
+           "LM head and loss": head.saved_bytes}
+    if fsdp and dp > 1:
+        mem["weights (bf16)"] = params_local * 2 / shard + 2 * layer_params_local / max(nlayers_stage, 1) * 2
+    need = sum(mem.values())
+    cap = tg.hbm_bytes_per_logical_core(lnc)
+    fits = need <= cap
+    if not fits:
+        notes.append(f"does not fit: needs {need / GiB:.1f} GiB per rank, has {cap / GiB:.1f} GiB "
+                     f"({tg.marketing_name}, LNC={lnc}); " + _what_would_fit(par, spec, mem, cap))
+    # -- price --------------------------------------------------------------------------------------------
+    pr = load_prices(prices).get(instance)
+    if pr is None:
+        price_note = (f"no price known for {instance}: give your own with --prices FILE (rows: instance, "
+                      f"usd_per_hour, source, retrieved)")
+        usd = None
+    else:
+        usd = float(pr["usd_per_hour"])
+        price_note = (f"{instance} at ${usd:.2f}/h per instance ({pr.get('kind', '')}, {pr.get('region', '')}; "
+                      f"{pr['source']}, retrieved {pr['retrieved']})")
+    est = Estimate(spec.name, instance, count, tg.name, ranks, par, seq, gb, compiled, step_s, breakdown, tps,
+                   mfu, hfu, need, cap, mem, fits, tuple(sorted(fallbacks)), coll_total, usd, price_note, notes)
+    est._ranks_per_chip = topo.logical_cores_per_chip
+    return est
+
+
+def _what_would_fit(par, spec, mem, cap):
+    tips = []
+    if not par.checkpointing and mem["activations"] > 0.3 * cap:
+        tips.append("activation checkpointing")
+    if par.dp > 1 and not par.fsdp:
+        tips.append("FSDP (shards the optimizer state and gradients over the data-parallel ranks)")
+    tips.append(f"more tensor or pipeline parallelism (now TP{par.tp} PP{par.pp})")
+    if par.micro_batch > 1:
+        tips.append("a smaller micro-batch")
+    return "try " + ", or ".join(tips)

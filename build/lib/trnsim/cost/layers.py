@@ -1,0 +1,186 @@
+"""The decoder layers the estimator runs on the shape-only device: trnsim's own PyTorch code for the layer types
+of :class:`~trnsim.cost.models.ModelSpec` (grouped-query attention with rotary embeddings, DeepSeek's multi-head
+latent attention, SwiGLU MLP, mixture of experts), sharded as tensor parallelism shards them on one rank.
+
+A model given as Python code is run as it is (``trnsim.estimate(model=factory)``); these modules serve the
+built-in and Hugging Face configurations without needing ``transformers``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["DecoderLayer", "LMHead"]
+
+
+def _div(n, k, what):
+    if n % k:
+        raise ValueError(f"{what} ({n}) is not divisible by the tensor-parallel degree {k}")
+    return n // k
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(n))
+
+    def forward(self, x):
+        return F.rms_norm(x, (x.shape[-1],), self.weight, 1e-6)
+
+
+def _attention(q, k, v):
+    """Causal attention through the fused (flash) kernel the device implements natively, as a Trainium attention
+    kernel is: torch's composite SDPA on a PrivateUse1 device takes the math path (materialised scores) instead.
+    Value heads narrower than the query's (latent attention) are padded to the query's head size."""
+    dv = v.shape[-1]
+    if dv != q.shape[-1]:
+        v = F.pad(v, (0, q.shape[-1] - dv))
+    o = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True)[0]
+    return o[..., :dv] if dv != q.shape[-1] else o
+
+
+def _rotate(x, cos, sin):
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+class Attention(nn.Module):
+    """Grouped-query attention, heads sharded over ``tp`` ranks, causal SDPA."""
+
+    def __init__(self, spec, tp):
+        super().__init__()
+        self.h = _div(spec.heads, tp, "attention heads")
+        self.kv = max(1, spec.kv_heads // tp) if spec.kv_heads >= tp else 1
+        self.d = spec.head_dim
+        self.q = nn.Linear(spec.hidden, self.h * self.d, bias=False)
+        self.k = nn.Linear(spec.hidden, self.kv * self.d, bias=False)
+        self.v = nn.Linear(spec.hidden, self.kv * self.d, bias=False)
+        self.o = nn.Linear(self.h * self.d, spec.hidden, bias=False)
+
+    def forward(self, x, cos, sin):
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, self.h, self.d).transpose(1, 2)
+        k = self.k(x).view(b, s, self.kv, self.d).transpose(1, 2)
+        v = self.v(x).view(b, s, self.kv, self.d).transpose(1, 2)
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        if self.kv != self.h:
+            k = k.repeat_interleave(self.h // self.kv, dim=1)
+            v = v.repeat_interleave(self.h // self.kv, dim=1)
+        o = _attention(q, k, v)
+        return self.o(o.transpose(1, 2).reshape(b, s, self.h * self.d))
+
+
+class LatentAttention(nn.Module):
+    """DeepSeek's multi-head latent attention: low-rank query and key/value projections, heads sharded."""
+
+    def __init__(self, spec, tp):
+        super().__init__()
+        self.h = _div(spec.heads, tp, "attention heads")
+        self.nope, self.rope, self.vd = spec.qk_nope_dim, spec.qk_rope_dim, spec.v_head_dim
+        qk = self.nope + self.rope
+        if spec.q_lora_rank:
+            self.q_a = nn.Linear(spec.hidden, spec.q_lora_rank, bias=False)
+            self.q_norm = RMSNorm(spec.q_lora_rank)
+            self.q_b = nn.Linear(spec.q_lora_rank, self.h * qk, bias=False)
+        else:
+            self.q_a = None
+            self.q_b = nn.Linear(spec.hidden, self.h * qk, bias=False)
+        self.kv_a = nn.Linear(spec.hidden, spec.kv_lora_rank + self.rope, bias=False)
+        self.kv_norm = RMSNorm(spec.kv_lora_rank)
+        self.kv_b = nn.Linear(spec.kv_lora_rank, self.h * (self.nope + self.vd), bias=False)
+        self.o = nn.Linear(self.h * self.vd, spec.hidden, bias=False)
+        self.kv_lora = spec.kv_lora_rank
+
+    def forward(self, x, cos, sin):
+        b, s, _ = x.shape
+        q = self.q_b(self.q_norm(self.q_a(x))) if self.q_a is not None else self.q_b(x)
+        q = q.view(b, s, self.h, self.nope + self.rope).transpose(1, 2)
+        q_nope, q_rope = q[..., :self.nope], _rotate(q[..., self.nope:], cos, sin)
+        kv = self.kv_a(x)
+        c, k_rope = kv[..., :self.kv_lora], kv[..., self.kv_lora:]
+        k_rope = _rotate(k_rope.unsqueeze(1), cos, sin).expand(b, self.h, s, self.rope)
+        kvb = self.kv_b(self.kv_norm(c)).view(b, s, self.h, self.nope + self.vd).transpose(1, 2)
+        k = torch.cat((kvb[..., :self.nope], k_rope), dim=-1)
+        v = kvb[..., self.nope:]
+        o = _attention(torch.cat((q_nope, q_rope), dim=-1), k, v)
+        return self.o(o.transpose(1, 2).reshape(b, s, self.h * self.vd))
+
+
+class MLP(nn.Module):
+    def __init__(self, hidden, ffn, tp):
+        super().__init__()
+        f = _div(ffn, tp, "MLP intermediate size")
+        self.gate = nn.Linear(hidden, f, bias=False)
+        self.up = nn.Linear(hidden, f, bias=False)
+        self.down = nn.Linear(f, hidden, bias=False)
+
+    def forward(self, x):
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+class MoE(nn.Module):
+    """Routed experts (top-k of ``experts``) plus shared experts.  With expert parallelism ``ep`` a rank holds
+    ``experts / ep`` experts and, after the all-to-all, processes its own tokens' share: ``tokens x top_k`` rows
+    spread evenly over its experts (balanced routing, an assumption); expert matrices sharded over ``tp``."""
+
+    def __init__(self, spec, tp, ep):
+        super().__init__()
+        self.e_local = _div(spec.experts, ep, "experts (by the expert-parallel degree)")
+        self.top_k = spec.top_k
+        self.experts = spec.experts
+        f = _div(spec.moe_ffn, tp, "expert intermediate size")
+        self.router = nn.Linear(spec.hidden, spec.experts, bias=False)
+        self.w_gate = nn.Parameter(torch.empty(self.e_local, spec.hidden, f))
+        self.w_up = nn.Parameter(torch.empty(self.e_local, spec.hidden, f))
+        self.w_down = nn.Parameter(torch.empty(self.e_local, f, spec.hidden))
+        self.shared = MLP(spec.hidden, spec.moe_ffn * spec.shared_experts, tp) if spec.shared_experts else None
+
+    def forward(self, x):
+        b, s, h = x.shape
+        t = x.reshape(b * s, h)
+        probs = torch.softmax(self.router(t).float(), dim=-1)
+        w, idx = torch.topk(probs, self.top_k, dim=-1)
+        rows = b * s * self.top_k
+        order = torch.argsort(idx.reshape(-1))          # the routed rows grouped by expert
+        tok = order // self.top_k                       # the token of each grouped row
+        xs = t.index_select(0, tok)                     # dispatch (an all-to-all with expert parallelism)
+        cap = -(-rows // self.e_local)                  # balanced routing: every local expert gets cap rows
+        if cap * self.e_local != rows:
+            xs = F.pad(xs, (0, 0, 0, cap * self.e_local - rows))
+        xe = xs.reshape(self.e_local, cap, h)
+        ye = torch.bmm(F.silu(torch.bmm(xe, self.w_gate)) * torch.bmm(xe, self.w_up), self.w_down)
+        y = ye.reshape(-1, h)[:rows] * w.reshape(-1, 1).index_select(0, order).to(ye.dtype)
+        out = torch.zeros_like(t).index_add(0, tok, y)  # combine
+        if self.shared is not None:
+            out = out + self.shared(t)
+        return out.reshape(b, s, h)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, spec, kind="dense", tp=1, ep=1):
+        super().__init__()
+        self.norm1 = RMSNorm(spec.hidden)
+        self.attn = LatentAttention(spec, tp) if spec.mla else Attention(spec, tp)
+        self.norm2 = RMSNorm(spec.hidden)
+        self.mlp = MoE(spec, tp, ep) if kind == "moe" else MLP(spec.hidden, spec.ffn, tp)
+
+    def forward(self, x, cos, sin):
+        x = x + self.attn(self.norm1(x), cos, sin)
+        return x + self.mlp(self.norm2(x))
+
+
+class LMHead(nn.Module):
+    """The final norm, the vocabulary projection (sharded over ``tp``) and the cross-entropy loss."""
+
+    def __init__(self, spec, tp):
+        super().__init__()
+        self.norm = RMSNorm(spec.hidden)
+        self.proj = nn.Linear(spec.hidden, _div(spec.vocab, tp, "vocabulary") if spec.vocab % tp == 0
+                              else -(-spec.vocab // tp), bias=False)
+
+    def forward(self, x, labels):
+        logits = self.proj(self.norm(x)).float()
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))

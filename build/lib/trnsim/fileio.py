@@ -1,0 +1,75 @@
+"""Writing files safely: every file trnsim writes (traces, pictures, reports, records, caches) goes through
+:func:`atomic_write`, so a reader never sees half a file and several processes writing into one directory never
+corrupt each other (each writes its own temporary file; the last complete file wins the rename).
+
+Imports nothing of trnsim, so every layer may use it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+
+__all__ = ["atomic_write", "atomic_write_json", "ensure_writable_dir", "FileWriteError"]
+
+
+class FileWriteError(OSError):
+    """A file could not be written: names the path and why (not a directory, no permission, disk full...)."""
+
+
+def _umask():
+    u = os.umask(0)
+    os.umask(u)
+    return u
+
+
+def _ensure_dir(d, path):
+    try:
+        os.makedirs(d, exist_ok=True)
+    except FileExistsError:
+        raise FileWriteError(f"cannot write {path}: {d} exists and is not a directory") from None
+    except OSError as e:
+        raise FileWriteError(f"cannot write {path}: cannot create the directory {d} ({e.strerror})") from None
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise FileWriteError(f"cannot write {path}: the directory {d} is not writable")
+
+
+def ensure_writable_dir(d):
+    """Create ``d`` if needed and check that files can be written there; :class:`FileWriteError` otherwise."""
+    _ensure_dir(os.path.abspath(os.fspath(d)), os.fspath(d))
+    return d
+
+
+@contextlib.contextmanager
+def atomic_write(path, mode="w"):
+    """Open a temporary file beside ``path``; on success it replaces ``path`` in one rename.  Errors about the
+    place (missing permission, a file where a directory should be, a full disk) raise :class:`FileWriteError`
+    naming the path."""
+    path = os.fspath(path)
+    d = os.path.dirname(os.path.abspath(path))
+    _ensure_dir(d, path)
+    if os.path.isdir(path):
+        raise FileWriteError(f"cannot write {path}: it is a directory")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
+    except OSError as e:
+        raise FileWriteError(f"cannot write {path}: {e.strerror}") from None
+    try:
+        with os.fdopen(fd, mode) as f:
+            yield f
+        os.chmod(tmp, 0o666 & ~_umask())         # as an ordinary open() would create it
+        os.replace(tmp, path)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(e, OSError) and not isinstance(e, FileWriteError) and e.errno is not None:
+            raise FileWriteError(f"cannot write {path}: {e.strerror}") from e
+        raise
+
+
+def atomic_write_json(path, obj, **kw):
+    """``json.dump(obj)`` into ``path`` atomically."""
+    with atomic_write(path, "w") as f:
+        json.dump(obj, f, **kw)
+    return path

@@ -1,0 +1,102 @@
+"""``nki.isa`` (v2): destination-first instruction calls, issued to the current kernel's NeuronCore."""
+
+from __future__ import annotations
+
+import enum
+import functools
+
+from .. import isa as _isa
+from ..isa.errors import NkiValidationError, caller_location
+from .context import current
+from .stubs import install_unsupported
+
+__all__ = ["engine", "reduce_cmd", "dge_mode", "oob_mode", "matmul_perf_mode", "nc_version", "dma_engine",
+           "NkiValidationError", "get_nc_version", "get_nc_sub_version"] + list(_isa.INSTRUCTIONS)
+
+
+class engine(enum.Enum):
+    tensor = 1
+    vector = 5
+    scalar = 2
+    gpsimd = 3
+    dma = 4
+    sync = 6
+    unknown = 0
+
+
+tensor_engine = engine.tensor
+vector_engine = engine.vector
+scalar_engine = engine.scalar
+gpsimd_engine = engine.gpsimd
+unknown_engine = engine.unknown
+
+
+class reduce_cmd(enum.Enum):
+    idle = 0
+    reset = 1
+    reduce = 2
+    reset_reduce = 3
+    load_reduce = 4
+
+
+class dge_mode(enum.Enum):
+    unknown = 0
+    swdge = 1
+    hwdge = 2
+    none = 3
+
+
+class oob_mode(enum.Enum):
+    error = 0
+    skip = 1
+
+
+class matmul_perf_mode(enum.Enum):
+    none = "none"
+    double_row = "double_row"
+
+
+class nc_version(enum.Enum):
+    gen2 = 2
+    gen3 = 3
+    gen4 = 4
+
+
+class dma_engine(enum.Enum):
+    dma = 1
+    gpsimd_dma = 2
+
+
+def get_nc_version():
+    """The NeuronCore generation of the simulated target (gen2 = trn1, gen3 = trn2, gen4 = trn3)."""
+    from ..targets import get_target
+    try:
+        tg = current().core.target
+    except RuntimeError:
+        tg = get_target()
+    return nc_version(tg.nc_version)
+
+
+def get_nc_sub_version():
+    return 0
+
+
+def _wrap(fn):
+    @functools.wraps(fn, assigned=("__name__", "__qualname__"))
+    def call(*args, name=None, **kwargs):
+        return fn(current().core, caller_location(), *args, **kwargs)
+    call.__doc__ = fn.__doc__
+    call.__module__ = __name__
+    return call
+
+
+for _n, _f in _isa.INSTRUCTIONS.items():
+    globals()[_n] = _wrap(_f)
+del _n, _f
+
+
+install_unsupported(globals(), "nki.isa", tuple(n for n in (
+    "nc_matmul_mx", "tensor_partition_reduce", "tensor_scalar_cumulative", "activate2", "local_gather",
+    "nc_n_gather", "rng", "dropout", "set_rng_seed", "rand_set_state", "rand_get_state", "rand2",
+    "sequence_bounds", "core_barrier", "dma_compute", "quantize_mx", "sendrecv", "register_alloc", "register_move",
+    "register_load", "register_store", "nonzero_with_count", "topk") if n not in _isa.INSTRUCTIONS))

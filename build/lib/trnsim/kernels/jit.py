@@ -1,0 +1,162 @@
+"""``nki.jit`` and ``nki.simulate``: run a kernel on simulated NeuronCores with NumPy or torch CPU tensors."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+import numpy as np
+
+from ..machine import Chip, NeuronCore
+from ..memory import Tensor, dtype_of
+from ..targets import get_target
+from . import context, hooks, launch
+from .tensor import NkiTensor
+
+__all__ = ["jit", "simulate", "Kernel", "SimulationResult"]
+
+
+def _to_input(core, x, name):
+    """An HBM tensor for a NumPy array or torch CPU tensor; other values pass through unchanged."""
+    kind = None
+    if isinstance(x, np.ndarray):
+        kind = "numpy"
+        arr = x
+        dt = dtype_of(arr.dtype)
+    elif type(x).__module__.startswith("torch") and hasattr(x, "detach"):
+        import torch
+        kind = "torch"
+        if x.device.type != "cpu":
+            raise TypeError(f"kernel argument {name!r} is on device {x.device}; nki.simulate takes CPU tensors")
+        dt = dtype_of(x.dtype)
+        t = x.detach()
+        arr = t.float().numpy() if dt.is_float and t.dtype != torch.float32 else t.numpy()
+    else:
+        return x, None
+    src = arr.astype(np.float32) if dt.is_float and arr.dtype != np.float32 else arr
+    buf = core.wrap_input(src, arr.shape, dt, name=name)
+    return NkiTensor.whole(buf, name), (kind, x)
+
+
+def _to_output(t, kind):
+    if not isinstance(t, Tensor):
+        return t
+    if t.buf.data is None:
+        return None
+    a = np.ascontiguousarray(t.np)
+    real = a.astype(t.dtype.np) if t.dtype.np != a.dtype else a.copy()
+    if kind == "torch":
+        import torch
+        if t.dtype.name == "bfloat16":
+            return torch.from_numpy(a.copy()).to(torch.bfloat16)
+        if t.dtype.name in ("float8_e4m3fn", "float8_e5m2"):
+            return torch.from_numpy(a.copy()).to(getattr(torch, t.dtype.name))
+        return torch.from_numpy(real)
+    return real
+
+
+def _convert(out, kind):
+    if isinstance(out, (tuple, list)):
+        return type(out)(_convert(o, kind) for o in out)
+    if isinstance(out, dict):
+        return {k: _convert(v, kind) for k, v in out.items()}
+    return _to_output(out, kind)
+
+
+class SimulationResult:
+    """What one simulated launch produced: the outputs and the cores (with their instruction records)."""
+
+    def __init__(self, outputs, cores):
+        self.outputs = outputs
+        self.cores = cores
+
+    @property
+    def instructions(self):
+        return [r for c in self.cores for r in c.instructions]
+
+
+def run_kernel(fn, args, kwargs, grid=(1,), target=None, execute=True, precise=None, strict=None,
+               strict_races=None):
+    """Simulate one launch of ``fn`` over ``grid`` programs (run interleaved: ``launch.py``); returns a
+    :class:`SimulationResult`.  Called from inside a running kernel, ``fn`` runs inline in the calling program."""
+    if launch.inside_kernel():
+        return SimulationResult(fn(*args, **kwargs), [])
+    tg = get_target(target)
+    grid = tuple(int(g) for g in grid) or (1,)
+    nprog = 1
+    for g in grid:
+        nprog *= g
+    chip = Chip(tg)
+    cores = [NeuronCore(tg, execute=execute, precise=precise, strict=strict, chip=chip, core_id=i)
+             for i in range(nprog)]
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        params = []
+    kind = "numpy"
+    wrapped = []
+    for i, a in enumerate(args):
+        nm = params[i] if i < len(params) else f"arg{i}"
+        t, k = _to_input(cores[0], a, nm)
+        if k is not None:
+            kind = k[0]
+        wrapped.append(t)
+    wkw = {}
+    for k_, v in kwargs.items():
+        t, k = _to_input(cores[0], v, k_)
+        if k is not None:
+            kind = k[0]
+        wkw[k_] = t
+    ctx = context.KernelContext(cores, grid)
+    prev = context.push(ctx)
+    try:
+        out = launch.run_programs(fn, wrapped, wkw, ctx, cores, strict_races)
+    finally:
+        context.pop(prev)
+    result = SimulationResult(_convert(out, kind), cores)
+    if execute and hooks._OBSERVERS:
+        hooks.notify_launch(fn, args, kwargs, params, result.outputs)
+    return result
+
+
+class Kernel:
+    """A kernel decorated with ``nki.jit``: call it to simulate (trnsim has no hardware path), index it with
+    ``kernel[lnc]`` (v2) or ``kernel[g0, g1, ...]`` (v1 SPMD grid) to launch several programs."""
+
+    def __init__(self, fn, grid=(1,), target=None, options=None):
+        self.fn = fn
+        self.grid = grid
+        self.target = target
+        self.options = dict(options or {})
+        functools.update_wrapper(self, fn)
+
+    def __getitem__(self, grid):
+        if not isinstance(grid, tuple):
+            grid = (grid,)
+        return Kernel(self.fn, grid, self.target, self.options)
+
+    def run(self, *args, **kwargs) -> SimulationResult:
+        return run_kernel(self.fn, args, kwargs, self.grid, self.target,
+                          strict_races=self.options.get("strict_races"))
+
+    def __call__(self, *args, **kwargs):
+        return self.run(*args, **kwargs).outputs
+
+
+def jit(fn=None, **kwargs):
+    """Mark ``fn`` as an NKI kernel.  Options such as ``mode=``, ``debug_kernel=`` or ``experimental_flags=``
+    are accepted and ignored: under trnsim every call is simulated."""
+    if fn is None:
+        return lambda f: jit(f, **kwargs)
+    if isinstance(fn, Kernel):
+        return fn
+    return Kernel(fn, options=kwargs)
+
+
+def simulate(kernel, target=None):
+    """``nki.simulate(kernel)(*args)``: run ``kernel`` on the simulator; NumPy arrays or torch CPU tensors in,
+    the same type out."""
+    k = kernel if isinstance(kernel, Kernel) else Kernel(kernel)
+    if target is not None:
+        k = Kernel(k.fn, k.grid, target, k.options)
+    return k

@@ -1,0 +1,446 @@
+"""``nki.language`` (v2): dtypes, buffers, tensor creation, load/store, loops, launch ids and math wrappers."""
+
+from __future__ import annotations
+
+import enum
+import sys
+
+import numpy as np
+
+from .. import isa as _isa
+from ..isa.errors import caller_location
+from ..memory import HBM, PSUM, SBUF, DynSlice, Tensor, dtype_of
+from .context import current
+from .stubs import install_unsupported
+from .tensor import NkiTensor
+
+# -- dtypes (strings, as in NKI v2) -------------------------------------------------------------------
+bool_ = "bool"
+int8, int16, int32 = "int8", "int16", "int32"
+uint8, uint16, uint32 = "uint8", "uint16", "uint32"
+float16, float32, bfloat16, tfloat32 = "float16", "float32", "bfloat16", "tfloat32"
+float8_e4m3, float8_e4m3fn, float8_e5m2 = "float8_e4m3", "float8_e4m3fn", "float8_e5m2"
+float8_e5m2_x4, float8_e4m3fn_x4, float8_e8m0fnu, float4_e2m1fn_x4 = (
+    "float8_e5m2_x4", "float8_e4m3fn_x4", "float8_e8m0fnu", "float4_e2m1fn_x4")
+DType = str
+
+
+class MemoryRegion(enum.Enum):
+    sbuf = "sbuf"
+    psum = "psum"
+    private_hbm = "private_hbm"
+    shared_hbm = "shared_hbm"
+
+
+sbuf = MemoryRegion.sbuf
+psum = MemoryRegion.psum
+hbm = MemoryRegion.shared_hbm
+private_hbm = MemoryRegion.private_hbm
+shared_hbm = MemoryRegion.shared_hbm
+
+
+class NKIObject:
+    """Base of NKI's helper objects: keyword arguments become attributes."""
+
+    def __init__(self, **kwargs):
+        for k, v in kwargs.items():
+            setattr(self, k, v)
+
+
+class _TileSize(NKIObject):
+    """Hardware tile limits of the current target (values: NKI's nl.tile_size reference)."""
+    pmax = 128                  # partitions
+    psum_fmax = 512             # fp32 elements of one PSUM bank per partition
+    psum_bank_fmax = 512
+    psum_bank_fmax_bytes = 2048
+    gemm_stationary_fmax = 128
+    gemm_moving_fmax = 512
+    bn_stats_fmax = 512
+    psum_min_align = 4
+    sbuf_min_align = 1
+
+    def _target(self):
+        from ..targets import get_target
+        try:
+            return current().core.target
+        except RuntimeError:
+            return get_target()
+
+    def psum_num_banks(self):
+        return self._target().psum_banks
+
+    def sbuf_size_bytes(self):
+        return self._target().sbuf_partition_bytes
+
+    def sbuf_fmax(self):
+        return self._target().sbuf_partition_bytes // 4
+
+    def sbuf_fmax_bytes(self):
+        return self._target().sbuf_partition_bytes
+
+    def total_available_sbuf_size(self):
+        return self._target().sbuf_partition_bytes
+
+
+tile_size = _TileSize()
+
+
+def _kind(buffer):
+    b = getattr(buffer, "value", buffer)
+    b = str(b)
+    if b in ("sbuf",):
+        return SBUF
+    if b in ("psum",):
+        return PSUM
+    if b in ("hbm", "shared_hbm", "private_hbm"):
+        return HBM
+    raise ValueError(f"unknown buffer {buffer!r}: expected nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm or "
+                     "nl.private_hbm")
+
+
+def is_hbm(buffer):
+    return _kind(buffer) == HBM
+
+
+def is_psum(buffer):
+    return _kind(buffer) == PSUM
+
+
+def is_sbuf(buffer):
+    return _kind(buffer) == SBUF
+
+
+def is_on_chip(buffer):
+    return _kind(buffer) in (SBUF, PSUM)
+
+
+# -- creation -----------------------------------------------------------------------------------------
+def ndarray(shape, dtype, buffer=sbuf, name="", address=None):
+    """A new tensor in ``buffer`` (filled with the sentinel: NaN for floats, 4 for integers)."""
+    ctx = current()
+    core = ctx.core
+    shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+    dt = dtype_of(dtype)
+    kind = _kind(buffer)
+    loc = caller_location()
+    if kind in (SBUF, PSUM):
+        pmax = core.target.pmax
+        if not shape or shape[0] > pmax:
+            from ..isa.errors import NkiValidationError
+            raise NkiValidationError(
+                f"ndarray: number of partitions {shape[0] if shape else 0} exceed architecture limitation of "
+                f"{pmax} for {kind.upper()} tensor `{name}`", "ndarray", "shape", shape[0] if shape else 0, pmax,
+                loc)
+    if kind == HBM and str(getattr(buffer, "value", buffer)) in ("shared_hbm", "hbm") and len(ctx.cores) > 1:
+        i = ctx._shared_index
+        ctx._shared_index += 1
+        if i < len(ctx.shared_outputs):
+            buf = ctx.shared_outputs[i]
+            return NkiTensor.whole(buf, name or buf.name)
+        buf = core.allocate(shape, dt, kind, name or f"shared_{i}")
+        ctx.shared_outputs.append(buf)
+        return NkiTensor.whole(buf)
+    try:
+        buf = core.allocate(shape, dt, kind, name)
+    except MemoryError as e:
+        from ..isa.errors import NkiValidationError
+        raise NkiValidationError(f"ndarray: {e}", "ndarray", "shape", shape, None, loc) from None
+    return NkiTensor.whole(buf)
+
+
+def _filled(shape, value, dtype, buffer, name):
+    t = ndarray(shape, dtype, buffer=buffer, name=name)
+    core = current().core
+    if t.on_chip:
+        _isa.memset(core, caller_location(), t, value)
+    elif core.execute:
+        t.np[...] = value
+        t.buf.all_written = True
+    return t
+
+
+def zeros(shape, dtype, buffer=sbuf, name=""):
+    return _filled(shape, 0, dtype, buffer, name)
+
+
+def ones(shape, dtype, buffer=sbuf, name=""):
+    return _filled(shape, 1, dtype, buffer, name)
+
+
+def full(shape, fill_value, dtype, buffer=sbuf, name=""):
+    return _filled(shape, fill_value, dtype, buffer, name)
+
+
+def _like(x, dtype, buffer):
+    return x.shape, (dtype if dtype is not None else x.dtype.name), (buffer if buffer is not None else x.buf.kind)
+
+
+def zeros_like(x, dtype=None, buffer=None, name=""):
+    return zeros(*_like(x, dtype, buffer), name=name)
+
+
+def ones_like(x, dtype=None, buffer=None, name=""):
+    return ones(*_like(x, dtype, buffer), name=name)
+
+
+def full_like(x, fill_value, dtype=None, buffer=None, name=""):
+    s, d, b = _like(x, dtype, buffer)
+    return full(s, fill_value, d, b, name)
+
+
+def empty_like(x, dtype=None, buffer=None, name=""):
+    return ndarray(*_like(x, dtype, buffer), name=name)
+
+
+def ds(start, size):
+    return DynSlice(start, size)
+
+
+# -- loops --------------------------------------------------------------------------------------------
+def affine_range(start, stop=None, step=1):
+    return range(start, stop, step) if stop is not None else range(start)
+
+
+sequential_range = affine_range
+static_range = affine_range
+dynamic_range = affine_range
+
+
+def fori_loop(lower, upper, body_fun, step=1):
+    val = None
+    for i in range(lower, upper, step):
+        val = body_fun(i)
+    return val
+
+
+# -- launch -------------------------------------------------------------------------------------------
+def program_id(axis=0):
+    ctx = current()
+    if not 0 <= axis < len(ctx.grid):
+        raise ValueError(f"program_id({axis}): the launch grid has {len(ctx.grid)} dimension(s)")
+    return ctx.program_id[axis]
+
+
+def num_programs(axes=0):
+    ctx = current()
+    if isinstance(axes, (tuple, list)):
+        n = 1
+        for a in axes:
+            n *= ctx.grid[a]
+        return n
+    return ctx.grid[axes]
+
+
+def program_ndim():
+    return len(current().grid)
+
+
+# -- load / store -------------------------------------------------------------------------------------
+def load(src, dtype=None):
+    """Copy an HBM tensor into a new SBUF tile of the same shape."""
+    t = ndarray(src.shape, dtype if dtype is not None else src.dtype.name, buffer=sbuf)
+    _isa.dma_copy(current().core, caller_location(), t, src)
+    return t
+
+
+def store(dst, value):
+    _isa.dma_copy(current().core, caller_location(), dst, value)
+
+
+# -- math wrappers ------------------------------------------------------------------------------------
+def _out(x, dtype):
+    dt = dtype if dtype is not None else x.dtype.name
+    return ndarray(x.shape, dt, buffer=sbuf)
+
+
+def _mk_binary(opname):
+    def fn(x, y, dtype=None):
+        core = current().core
+        loc = caller_location()
+        if isinstance(x, Tensor) and isinstance(y, Tensor):
+            out = _out(x, dtype)
+            _isa.tensor_tensor(core, loc, out, x, y, opname)
+        elif isinstance(x, Tensor):
+            out = _out(x, dtype)
+            _isa.tensor_scalar(core, loc, out, x, opname, y)
+        elif isinstance(y, Tensor):
+            out = _out(y, dtype)
+            _isa.tensor_scalar(core, loc, out, y, opname, x, reverse0=True)
+        else:
+            raise TypeError(f"nl.{opname} needs at least one tensor operand")
+        return out
+    fn.__name__ = opname
+    fn._trnsim_op = opname
+    return fn
+
+
+def _mk_unary(opname):
+    def fn(x, dtype=None):
+        out = _out(x, dtype)
+        _isa.activation(current().core, caller_location(), out, opname, x)
+        return out
+    fn.__name__ = opname
+    fn._trnsim_op = opname
+    return fn
+
+
+_BINARY = ("add", "subtract", "multiply", "divide", "maximum", "minimum", "abs_max", "abs_min", "power", "equal",
+           "not_equal", "less", "less_equal", "greater", "greater_equal", "bitwise_and", "bitwise_or",
+           "bitwise_xor", "left_shift", "right_shift", "logical_and", "logical_or", "logical_xor", "fmod", "mod")
+_UNARY = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "gelu_apprx_sigmoid",
+          "gelu_apprx_tanh", "gelu_dx", "gelu_apprx_sigmoid_dx", "silu", "silu_dx", "softplus", "mish", "erf",
+          "erf_dx", "reciprocal", "copy", "sin", "cos", "tan", "arctan", "ceil", "floor", "trunc", "negative",
+          "sign", "abs", "square")
+_mod = sys.modules[__name__]
+for _n in _BINARY:
+    setattr(_mod, _n, _mk_binary(_n))
+for _n in _UNARY:
+    setattr(_mod, _n, _mk_unary(_n))
+identity = _mk_unary("identity")
+
+
+class _Marker:
+    def __init__(self, name):
+        self._trnsim_op = name
+        self.__name__ = name
+
+    def __repr__(self):
+        return f"nl.{self.__name__}"
+
+
+bypass = _Marker("bypass")
+average = _Marker("average")
+prelu = _Marker("prelu")
+
+
+def invert(x, dtype=None):
+    out = _out(x, dtype)
+    _isa.tensor_scalar(current().core, caller_location(), out, x, "bitwise_xor", -1)
+    return out
+
+
+def logical_not(x, dtype=None):
+    out = _out(x, dtype)
+    _isa.tensor_scalar(current().core, caller_location(), out, x, "equal", 0)
+    return out
+
+
+def _mk_reduce(opname, post=None):
+    def fn(x, axis, dtype=None, keepdims=False):
+        core = current().core
+        loc = caller_location()
+        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        axes = tuple(a % x.ndim for a in axes)
+        shape = tuple(1 if d in axes else s for d, s in enumerate(x.shape)) if keepdims else \
+            tuple(s for d, s in enumerate(x.shape) if d not in axes)
+        if len(shape) == 1:
+            shape = shape + (1,)
+        out = ndarray(shape, dtype if dtype is not None else x.dtype.name, buffer=sbuf)
+        _isa.tensor_reduce(core, loc, out, opname, x, axes, keepdims=keepdims)
+        if post is not None:
+            n = 1
+            for a in axes:
+                n *= x.shape[a]
+            _isa.tensor_scalar(core, loc, out, out, "multiply", 1.0 / n)
+        return out
+    return fn
+
+
+sum = _mk_reduce("add")
+sum._trnsim_op = "add"
+max = _mk_reduce("maximum")
+max._trnsim_op = "maximum"
+min = _mk_reduce("minimum")
+min._trnsim_op = "minimum"
+prod = _mk_reduce("multiply")
+mean = _mk_reduce("add", post="mean")
+
+
+def var(x, axis, dtype=None, keepdims=False):
+    m = mean(x, axis, dtype="float32", keepdims=True)
+    core = current().core
+    loc = caller_location()
+    d = ndarray(x.shape, "float32", buffer=sbuf)
+    _isa.tensor_scalar(core, loc, d, x, "subtract", m)
+    _isa.tensor_tensor(core, loc, d, d, d, "multiply")
+    return mean(d, axis, dtype=dtype or x.dtype.name, keepdims=keepdims)
+
+
+def softmax(x, axis=-1, dtype=None):
+    """Row softmax along the last free dimension: exp(x - max) / sum."""
+    core = current().core
+    loc = caller_location()
+    p = x.shape[0]
+    mx = ndarray((p, 1), "float32", buffer=sbuf)
+    _isa.tensor_reduce(core, loc, mx, "maximum", x, x.ndim - 1)
+    neg = ndarray((p, 1), "float32", buffer=sbuf)
+    _isa.tensor_scalar(core, loc, neg, mx, "multiply", -1.0)
+    e = ndarray(x.shape, "float32", buffer=sbuf)
+    s = ndarray((p, 1), "float32", buffer=sbuf)
+    _isa.activation(core, loc, e, "exp", x, bias=neg, reduce_op="add", reduce_res=s)
+    r = ndarray((p, 1), "float32", buffer=sbuf)
+    _isa.reciprocal(core, loc, r, s)
+    out = _out(x, dtype)
+    _isa.tensor_scalar(core, loc, out, e, "multiply", r)
+    return out
+
+
+def matmul(x, y, transpose_x=False):
+    """x @ y through the Tensor Engine; with ``transpose_x`` x is given as [K, M] already."""
+    core = current().core
+    loc = caller_location()
+    if not transpose_x:
+        xt = transpose(x)
+        xs = ndarray(xt.shape, x.dtype.name, buffer=sbuf)
+        _isa.tensor_copy(core, loc, xs, xt)
+        x = xs
+    out = ndarray((x.shape[1], y.shape[1]), "float32", buffer=psum)
+    _isa.nc_matmul(core, loc, out, x, y)
+    return out
+
+
+def transpose(x, dtype=None):
+    core = current().core
+    p = x.shape[0]
+    f = x.size // p if p else 0
+    on_tensor = not (p <= 32 and f <= 32)
+    out = ndarray((f, p), x.dtype.name, buffer=psum if on_tensor else sbuf)
+    _isa.nc_transpose(core, caller_location(), out, x)
+    return out
+
+
+def where(condition, x, y, dtype=None):
+    core = current().core
+    loc = caller_location()
+    out = _out(x, dtype)
+    if isinstance(y, Tensor):
+        _isa.tensor_copy(core, loc, out, y)
+    else:
+        _isa.memset(core, loc, out, y)
+    _isa.tensor_copy_predicated(core, loc, out, x, condition)
+    return out
+
+
+def expand_dims(x, axis):
+    return x.expand_dim(axis)
+
+
+def broadcast_to(x, shape, dtype=None):
+    return x.broadcast_to(shape)
+
+
+def no_reorder():
+    import contextlib
+    return contextlib.nullcontext()
+
+
+def device_print(print_prefix, tensor):
+    core = current().core
+    if core.execute:
+        print(print_prefix, tensor.np)
+
+
+install_unsupported(globals(), "nki.language", (
+    "rms_norm", "all", "dropout", "random_seed", "load_transpose2d", "gather_flattened", "while_loop",
+    "shared_constant", "shared_identity_matrix", "rand"))
+del _n

@@ -1,0 +1,1 @@
+"""NKI kernels trnsim itself ships: the demo kernels, and later the kernels behind PyTorch ops."""

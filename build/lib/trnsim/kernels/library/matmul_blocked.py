@@ -1,0 +1,76 @@
+"""A blocked matmul for operands too large to keep resident in SBUF (NKI v2 style): C[M, N] = AT[K, M]^T @ B[K, N].
+
+The output is computed in blocks of ``MB x NB``: up to 4 stationary tiles (128 rows each) by up to 2 moving tiles
+(512 columns each), i.e. at most the 8 PSUM banks.  Two modes, chosen by :func:`block_shape`:
+
+* whole K (``KC == K``): the ``at`` strip of a block row ([K, MB]) is loaded once and stays resident while every
+  block of that row streams its ``b`` strip ([K, NB]) through fresh, double-buffered SBUF tiles;
+* chunked K: when a whole-K strip does not fit, each block loads ``KC``-row chunks of both operands and its output
+  tiles accumulate over the chunks in PSUM.
+
+Loads are one 128-row slab per DMA (runs of MB or NB elements per partition).  Dimensions must be multiples of the
+tile sizes (the caller pads).
+"""
+
+from ..nki import isa as nisa
+from ..nki import language as nl
+
+WHOLE_K_FRACTION = 0.75    # share of a partition the resident at strip and two b strips may take
+CHUNK_FRACTION = 0.5       # share of a partition two double-buffered chunk pairs may take
+
+
+def block_shape(target, m, n, k, itemsize):
+    """``(MB, NB, KC)`` for an [m, k] x [k, n] product on ``target`` (``KC == k``: the whole-K mode)."""
+    P, TN = target.pmax, target.moving_fmax
+    kt = max(1, k // P)
+    mb = min(m, 4 * P)
+    for nb in (min(n, 2 * TN), min(n, TN)):
+        if kt * (mb + 2 * nb) * itemsize <= WHOLE_K_FRACTION * target.sbuf_partition_bytes:
+            return mb, nb, k
+    nb = min(n, 2 * TN)
+    kc_tiles = max(1, int(CHUNK_FRACTION * target.sbuf_partition_bytes // (2 * (mb + nb) * itemsize)))
+    return mb, nb, min(k, kc_tiles * P)
+
+
+def _load(dst, src, rows, width, k0, c0, TK):
+    for k in range(rows):
+        r0 = k0 + k * TK
+        nisa.dma_copy(dst[:, k * width:(k + 1) * width], src[r0:r0 + TK, c0:c0 + width])
+
+
+def blocked_matmul(at, b, mb=None, nb=None, kc=None):
+    K, M = at.shape
+    _, N = b.shape
+    TK, TM = nl.tile_size.pmax, nl.tile_size.gemm_stationary_fmax
+    TN = min(nl.tile_size.gemm_moving_fmax, N)
+    MB = mb or min(M, 4 * TM)
+    NB = nb or TN
+    KC = kc or K
+    whole = KC >= K
+    out = nl.ndarray((M, N), dtype=b.dtype, buffer=nl.shared_hbm, name="c")
+    for m0 in range(0, M, MB):
+        if whole:
+            a_s = nl.ndarray((TK, (K // TK) * MB), dtype=at.dtype, buffer=nl.sbuf, name="at_strip")
+            _load(a_s, at, K // TK, MB, 0, m0, TK)
+        for n0 in range(0, N, NB):
+            accs = [[nl.ndarray((TM, TN), dtype=nl.float32, buffer=nl.psum) for _ in range(NB // TN)]
+                    for _ in range(MB // TM)]
+            for k0 in range(0, K, KC):
+                kt = min(KC, K - k0) // TK
+                if not whole:
+                    a_s = nl.ndarray((TK, kt * MB), dtype=at.dtype, buffer=nl.sbuf, name="at_chunk")
+                    _load(a_s, at, kt, MB, k0, m0, TK)
+                b_s = nl.ndarray((TK, kt * NB), dtype=b.dtype, buffer=nl.sbuf, name="b_chunk")
+                _load(b_s, b, kt, NB, k0, n0, TK)
+                for mi in range(MB // TM):
+                    for ni in range(NB // TN):
+                        for k in range(kt):
+                            nisa.nc_matmul(accs[mi][ni], a_s[:, k * MB + mi * TM:k * MB + (mi + 1) * TM],
+                                           b_s[:, k * NB + ni * TN:k * NB + (ni + 1) * TN])
+            for mi in range(MB // TM):
+                band = nl.ndarray((TM, NB), dtype=b.dtype, buffer=nl.sbuf, name="c_band")
+                for ni in range(NB // TN):
+                    nisa.tensor_copy(band[:, ni * TN:(ni + 1) * TN], accs[mi][ni])
+                nisa.dma_copy(out[m0 + mi * TM:m0 + (mi + 1) * TM, n0:n0 + NB], band)
+            accs = b_s = None      # release the block's PSUM tiles before the next block allocates
+    return out

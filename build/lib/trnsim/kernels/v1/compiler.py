@@ -1,0 +1,66 @@
+"""``neuronxcc.nki.compiler``: compiler directives legacy kernels import.
+
+trnsim executes kernels directly, so directives that steer the compiler's passes are recognised and have no
+effect; explicit allocation requests (``ncc.sbuf.mod_alloc(...)``) name the memory the tile goes to, and trnsim
+places the tile itself (its own first-fit allocator), so addresses given here are not honoured.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from ...memory import PSUM, SBUF
+
+__all__ = ["skip_middle_end_transformations", "enable_stack_allocator", "force_auto_alloc", "sbuf", "psum",
+           "tensor_engine", "vector_engine", "scalar_engine", "gpsimd_engine"]
+
+
+def _directive(name):
+    def deco(func=None, **kwargs):
+        if func is None:
+            return lambda f: deco(f, **kwargs)
+
+        @functools.wraps(func)
+        def wrapper(*a, **k):
+            return func(*a, **k)
+        wrapper._trnsim_directives = getattr(func, "_trnsim_directives", ()) + (name,)
+        return wrapper
+    deco.__name__ = name
+    return deco
+
+
+skip_middle_end_transformations = _directive("skip_middle_end_transformations")
+enable_stack_allocator = _directive("enable_stack_allocator")
+force_auto_alloc = _directive("force_auto_alloc")
+
+
+class _Allocation:
+    """An allocation request for a memory; usable wherever ``buffer=`` is."""
+
+    def __init__(self, kind, how, **params):
+        self._trnsim_kind = kind
+        self.how = how
+        self.params = params
+
+    def __repr__(self):
+        return f"ncc.{self._trnsim_kind}.{self.how}({self.params})"
+
+
+class _Memory:
+    def __init__(self, kind):
+        self._trnsim_kind = kind
+
+    def alloc(self, func=None, **kw):
+        return _Allocation(self._trnsim_kind, "alloc", func=func, **kw)
+
+    def mod_alloc(self, *, base_addr=None, base_partition=0, num_par_tiles=(), num_free_tiles=(), **kw):
+        return _Allocation(self._trnsim_kind, "mod_alloc", base_addr=base_addr, base_partition=base_partition,
+                           num_par_tiles=num_par_tiles, num_free_tiles=num_free_tiles)
+
+    def auto_alloc(self, **kw):
+        return _Allocation(self._trnsim_kind, "auto_alloc")
+
+
+sbuf = _Memory(SBUF)
+psum = _Memory(PSUM)
+tensor_engine, vector_engine, scalar_engine, gpsimd_engine = "tensor", "vector", "scalar", "gpsimd"

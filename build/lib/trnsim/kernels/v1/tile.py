@@ -1,0 +1,400 @@
+"""Legacy NKI tiles: tensors with operators, index-expression views, masks and pending matmul results.
+
+A :class:`Tile` is trnsim's tensor view (the same buffers and strides as v2) with the v1 conveniences:
+
+* ``t[i_p, j * 512 + i_f]`` with index expressions is a strided view.  Its bounds are checked when an
+  instruction uses it, after the instruction's ``mask=`` has cut the iteration space down, so a masked ragged edge
+  is not an out-of-bound access.
+* ``a + b``, ``a * 2.0``, ``a < b``, ``-a`` issue the instruction ``nl.add`` etc. would; ``a += b`` writes in place.
+* ``nisa.nc_matmul`` / ``nl.matmul`` return a :class:`PendingMatmul`: ``psum += nisa.nc_matmul(a, b)`` becomes one
+  matmul accumulating into ``psum`` (as the compiler emits it), ``psum[...] = ...`` one overwriting matmul, and any
+  other use materialises it into a fresh PSUM tile.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...isa import nc_matmul as _nc_matmul
+from ...isa.errors import NkiValidationError, caller_location
+from ...memory import IndexOutOfBounds, Tensor
+from ..context import current
+from ..tensor import NkiTensor
+from .index import IndexExpr, MaskError, Predicate, broadcast_shapes
+
+__all__ = ["Tile", "PendingMatmul", "as_tile", "resolve", "mask_box", "materialize"]
+
+
+class Tile(NkiTensor):
+    """A v1 NKI tile or tensor (``neuronxcc.nki.tensor``)."""
+
+    __slots__ = ("_src", "_inplace")
+
+    # -- indexing -----------------------------------------------------------------------------------
+    def __getitem__(self, key):
+        keys = key if isinstance(key, tuple) else (key,)
+        if any(isinstance(k, IndexExpr) for k in keys):
+            return _expr_view(self, keys)
+        try:
+            return Tensor.__getitem__(self, key)
+        except IndexOutOfBounds as e:
+            raise NkiValidationError(str(e), "index", None, None, None, caller_location()) from None
+
+    def __setitem__(self, key, value):
+        dst = self[key]
+        if getattr(value, "_inplace", False) and isinstance(value, Tensor) and value.buf is dst.buf and \
+                value.offset == dst.offset:
+            value._inplace = False          # `t[k] op= v` already wrote t[k]
+            return
+        core = current().core
+        loc = caller_location()
+        dst = resolve(dst, None, loc)
+        if isinstance(value, PendingMatmul):
+            value.issue(dst, accumulate=False, loc=loc)
+            return
+        from ... import isa as _isa
+        if isinstance(value, Tensor):
+            value = resolve(value, None, loc)
+        parts = partition_views(dst)
+        if len(parts) > 1:
+            # a block tensor is written one [P, ...] tile at a time (its partition dimension is not first)
+            vals = [value[idx] for idx in np.ndindex(*dst.shape[:dst.ndim - parts[0].ndim])] \
+                if isinstance(value, Tensor) and tuple(value.shape) == tuple(dst.shape) else [value] * len(parts)
+        else:
+            vals = [value]
+        for d, v in zip(parts, vals):
+            if isinstance(v, Tensor):
+                info = v.partition_info() if v.on_chip else None
+                if d.on_chip and v.on_chip and not (info is not None and info[1] > 1 and info[2] == 0):
+                    _isa.tensor_copy(core, loc, d, v)
+                else:
+                    _isa.dma_copy(core, loc, d, v)
+            else:
+                _isa.memset(core, loc, d, v)
+
+    # -- v1 tensor methods --------------------------------------------------------------------------
+    def assert_shape(self, shape):
+        if tuple(self.shape) != tuple(shape):
+            raise AssertionError(f"tile `{self.name}` has shape {list(self.shape)}, expected {list(shape)}")
+        return self
+
+    def astype(self, dtype):
+        from .language import copy
+        return copy(self, dtype=dtype)
+
+    def expand_dims(self, axis):
+        return self.expand_dim(axis)
+
+    # -- operators ----------------------------------------------------------------------------------
+    def _bin(self, other, op, reverse=False):
+        from . import language as nl
+        fn = getattr(nl, op)
+        return fn(other, self) if reverse else fn(self, other)
+
+    def __add__(self, o):
+        return self._bin(o, "add")
+
+    def __radd__(self, o):
+        return self._bin(o, "add", True)
+
+    def __sub__(self, o):
+        return self._bin(o, "subtract")
+
+    def __rsub__(self, o):
+        return self._bin(o, "subtract", True)
+
+    def __mul__(self, o):
+        return self._bin(o, "multiply")
+
+    def __rmul__(self, o):
+        return self._bin(o, "multiply", True)
+
+    def __truediv__(self, o):
+        return self._bin(o, "divide")
+
+    def __rtruediv__(self, o):
+        return self._bin(o, "divide", True)
+
+    def __pow__(self, o):
+        return self._bin(o, "power")
+
+    def __rpow__(self, o):
+        return self._bin(o, "power", True)
+
+    def __mod__(self, o):
+        return self._bin(o, "mod")
+
+    def __and__(self, o):
+        return self._bin(o, "bitwise_and")
+
+    def __or__(self, o):
+        return self._bin(o, "bitwise_or")
+
+    def __xor__(self, o):
+        return self._bin(o, "bitwise_xor")
+
+    def __lshift__(self, o):
+        return self._bin(o, "left_shift")
+
+    def __rshift__(self, o):
+        return self._bin(o, "right_shift")
+
+    def __lt__(self, o):
+        return self._bin(o, "less")
+
+    def __le__(self, o):
+        return self._bin(o, "less_equal")
+
+    def __gt__(self, o):
+        return self._bin(o, "greater")
+
+    def __ge__(self, o):
+        return self._bin(o, "greater_equal")
+
+    def __eq__(self, o):
+        if isinstance(o, (Tensor, PendingMatmul, int, float)):
+            return self._bin(o, "equal")
+        return NotImplemented
+
+    def __ne__(self, o):
+        if isinstance(o, (Tensor, PendingMatmul, int, float)):
+            return self._bin(o, "not_equal")
+        return NotImplemented
+
+    __hash__ = object.__hash__
+
+    def __neg__(self):
+        from . import language as nl
+        return nl.negative(self)
+
+    def __abs__(self):
+        from . import language as nl
+        return nl.abs(self)
+
+    def __invert__(self):
+        from . import language as nl
+        return nl.invert(self)
+
+    def _inplace_op(self, other, op):
+        from . import language as nl
+        loc = caller_location()
+        if isinstance(other, PendingMatmul) and op == "add":
+            other.issue(resolve(self, None, loc), accumulate=None, loc=loc)
+        else:
+            nl._binary_into(self, self, other, op, loc)
+        self._inplace = True
+        return self
+
+    def __iadd__(self, o):
+        return self._inplace_op(o, "add")
+
+    def __isub__(self, o):
+        return self._inplace_op(o, "subtract")
+
+    def __imul__(self, o):
+        return self._inplace_op(o, "multiply")
+
+    def __itruediv__(self, o):
+        return self._inplace_op(o, "divide")
+
+
+def as_tile(t):
+    """The same view as a :class:`Tile` (inputs arrive as plain NKI tensors)."""
+    if isinstance(t, Tile) or not isinstance(t, Tensor):
+        return t
+    v = object.__new__(Tile)
+    v.buf, v.offset, v.shape, v.strides, v.dtype, v.name = t.buf, t.offset, t.shape, t.strides, t.dtype, t.name
+    v._np = None
+    v._ext = None
+    return v
+
+
+def _expr_view(t, keys):
+    """The view ``t[keys]`` where keys are ints and index expressions (checked later, see :func:`resolve`)."""
+    loc = caller_location()
+    if any(isinstance(k, (slice, type(Ellipsis))) or k is None for k in keys):
+        raise NkiValidationError(
+            f"index of tensor `{t.name}`: mixing slices (or None/...) with nl.arange/nl.mgrid index expressions "
+            "is not supported; index every dimension with an expression or an integer", "index", None, keys,
+            None, loc)
+    if len(keys) != t.ndim:
+        raise NkiValidationError(
+            f"index of tensor `{t.name}` (rank {t.ndim}) with index expressions gives {len(keys)} indices; "
+            "index every dimension", "index", None, len(keys), t.ndim, loc)
+    exprs = []
+    for k in keys:
+        if isinstance(k, IndexExpr):
+            exprs.append(k)
+        else:
+            try:
+                exprs.append(IndexExpr((), (), int(k)))
+            except TypeError:
+                raise NkiValidationError(f"index of tensor `{t.name}`: {type(k).__name__} {k!r} is not an int or "
+                                         "an index expression", "index", None, k, None, loc) from None
+    shape = broadcast_shapes(*(e.shape for e in exprs))
+    r = len(shape)
+    strides = [0] * r
+    offset = t.offset
+    for d, e in enumerate(exprs):
+        _, c = e.aligned(r)
+        st = t.strides[d]
+        offset += st * e.const
+        for a in range(r):
+            if shape[a] > 1:
+                strides[a] += st * c[a]
+    v = t._view(offset, shape, strides)
+    v._src = (t, tuple(exprs))
+    return v
+
+
+def mask_box(mask, shape, loc, what):
+    """The rectangular region of ``shape`` that ``mask`` keeps (``None``: all of it)."""
+    if mask is None:
+        return None
+    if not isinstance(mask, Predicate):
+        raise NkiValidationError(f"{what}: mask must be a predicate on index expressions (e.g. i_p < n), got "
+                                 f"{type(mask).__name__}", what, "mask", mask, None, loc)
+    try:
+        box = mask.box(tuple(shape))
+    except (MaskError, ValueError) as e:
+        raise NkiValidationError(f"{what}: mask {mask!r} cannot be applied: {e}", what, "mask", None, None,
+                                 loc) from None
+    if all(lo == 0 and hi == n for (lo, hi), n in zip(box, shape)):
+        return None
+    return box
+
+
+def box_empty(box):
+    return box is not None and any(hi <= lo for lo, hi in box)
+
+
+def _operand_box(t, box):
+    """``box`` (over an iteration space) aligned to ``t``'s shape: axes where ``t`` has size 1 stay whole."""
+    if box is None:
+        return None
+    r, q = len(box), t.ndim
+    out = []
+    for i in range(q):
+        a = r - q + i
+        if a < 0 or t.shape[i] == 1:
+            out.append((0, t.shape[i]))
+        else:
+            out.append(box[a])
+    return tuple(out)
+
+
+def resolve(t, box, loc, what="instruction", name="operand"):
+    """The view of operand ``t`` restricted to ``box``, its index expressions checked against its tensor's
+    bounds; pending matmuls are materialised."""
+    if isinstance(t, PendingMatmul):
+        t = t.materialize(loc)
+    if not isinstance(t, Tensor):
+        return t
+    b = _operand_box(t, box)
+    src = getattr(t, "_src", None)
+    if src is not None:
+        base, exprs = src
+        r = t.ndim
+        for d, e in enumerate(exprs):
+            sub = None if b is None else tuple(b[r - e.ndim:]) if e.ndim else ()
+            rng = e.value_range(sub)
+            if rng is None:
+                continue
+            lo, hi = rng
+            if lo < 0 or hi >= base.shape[d]:
+                raise NkiValidationError(
+                    f"Out-of-bound access for tensor `{base.name}` on dimension {d}: index range [{lo}, {hi}] "
+                    f"exceed dimension size of {base.shape[d]}", what, name, (lo, hi), base.shape[d], loc)
+    if b is None:
+        return t
+    offset = t.offset
+    shape = []
+    for (lo, hi), st in zip(b, t.strides):
+        offset += lo * st
+        shape.append(max(0, hi - lo))
+    return t._view(offset, shape, t.strides)
+
+
+def partition_views(t):
+    """The views an instruction can take of a tile: the tile itself, or, for an on-chip tile whose partition
+    dimension is not first (a block tensor ``[B, par_dim(P), F]`` holds B tiles of P partitions), one view per
+    index of the leading block dimensions, in order."""
+    if not isinstance(t, Tensor) or not t.on_chip or t.ndim < 3 or t.partition_info() is not None:
+        return [t]
+    pf = t.buf.pfree
+    d = next((i for i, st in enumerate(t.strides) if i > 0 and pf and st and st % pf == 0), None)
+    if d is None:
+        return [t]
+    return [t[idx] for idx in np.ndindex(*t.shape[:d])]
+
+
+def materialize(x, loc):
+    return x.materialize(loc) if isinstance(x, PendingMatmul) else x
+
+
+class PendingMatmul:
+    """The result of ``nisa.nc_matmul`` / ``nl.matmul`` before it is known where it goes."""
+
+    __slots__ = ("stationary", "moving", "kwargs", "loc", "shape", "_tile")
+
+    def __init__(self, stationary, moving, kwargs, loc, shape):
+        self.stationary = stationary
+        self.moving = moving
+        self.kwargs = kwargs
+        self.loc = loc
+        self.shape = tuple(shape)
+        self._tile = None
+
+    def issue(self, dst, accumulate, loc=None):
+        if self._tile is not None:
+            raise NkiValidationError("this matmul result was already used; assign nc_matmul's result once",
+                                     "nc_matmul", None, None, None, loc or self.loc)
+        if isinstance(dst, Tensor) and dst.buf.kind != "psum" and not accumulate:
+            # `sbuf_tile[...] = nc_matmul(...)`: the product lands in PSUM and is copied out, as compiled
+            from ... import isa as _isa
+            t = self.materialize()
+            _isa.tensor_copy(current().core, loc or self.loc, dst, t)
+            return
+        _nc_matmul(current().core, self.loc, dst, self.stationary, self.moving, accumulate=accumulate,
+                   **self.kwargs)
+        self._tile = dst
+
+    def materialize(self, loc=None):
+        if self._tile is None:
+            from . import language as nl
+            t = nl._new(self.shape, "float32", "psum", "", self.loc)
+            self.issue(t, accumulate=False)
+        return self._tile
+
+    # behave like the tile it becomes
+    @property
+    def dtype(self):
+        from ...memory import dtype_of
+        return dtype_of("float32")
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            # private probes (``getattr(v, "_inplace", False)``) must not issue the matmul
+            raise AttributeError(name)
+        return getattr(self.materialize(), name)
+
+    def __getitem__(self, key):
+        return self.materialize()[key]
+
+
+def _delegate(name):
+    def fn(self, *args):
+        return getattr(self.materialize(caller_location()), name)(*args)
+    fn.__name__ = name
+    return fn
+
+
+for _n in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
+           "__neg__", "__lt__", "__le__", "__gt__", "__ge__", "__pow__"):
+    setattr(PendingMatmul, _n, _delegate(_n))
+del _n
+

@@ -1,0 +1,215 @@
+"""SBUF and PSUM capacity as the compiler decides it: from each tile's live range in program order.
+
+The compiler allocates an on-chip tile for its live range: from the first instruction that touches it (its first
+write) to the last one (its last read), in program order.  A tile that no instruction touches occupies nothing;
+how long the Python object stays referenced does not matter.  A tensor with block dimensions (``[B, par_dim(P),
+F]``) is B tiles, each with its own live range (the front end marks the block size on the buffer,
+``Buffer.block``: elements per partition of one block).
+
+:class:`Occupancy` records, for each tile (or block), its first and last instruction and their source lines, as
+the core records instructions.  When the kernel has run, :meth:`Occupancy.check` sweeps the live ranges: the
+first instruction at which the bytes per partition live exceed the memory's capacity is refused with
+:class:`CapacityError`, naming that line, the live set there and the limit.  Tiles placed at explicit addresses
+(``ncc.sbuf.mod_alloc(base_addr=...)``, ``nl.ndarray(..., address=...)``) are checked for overlap instead: two
+placements sharing bytes of a partition while both are live would corrupt each other on hardware.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..isa.errors import NkiValidationError
+from ..memory import PSUM, SBUF
+from .deps import _geo
+
+__all__ = ["Occupancy", "CapacityError", "modulo_placement"]
+
+_SHOW = 12        # live tensors listed in a refusal
+
+
+class CapacityError(NkiValidationError):
+    """On-chip tiles live at one point in program order need more than the memory holds, or explicitly placed
+    tiles overlap while both are live."""
+
+
+def _where(loc):
+    return f"{os.path.basename(loc[0])}:{loc[1]}" if loc else "?"
+
+
+def modulo_placement(base_addr, base_partition=0, num_par_tiles=(), num_free_tiles=()):
+    """The placement of ``mod_alloc``: block index (a tuple) -> ``(start partition, byte address)``.  Block
+    indices are taken modulo ``num_par_tiles`` / ``num_free_tiles`` (all blocks on one tile when empty), the
+    resulting index linearised row-major and scaled by the tile's partitions / bytes per partition."""
+    def lin(shape, idx):
+        if not shape:
+            return 0
+        shape = tuple(int(s) for s in shape)
+        idx = tuple(idx)[-len(shape):] if len(idx) >= len(shape) else (0,) * (len(shape) - len(idx)) + tuple(idx)
+        n = 0
+        for s, i in zip(shape, idx):
+            n = n * s + (int(i) % s)
+        return n
+
+    def place(idx, pdim, fbytes):
+        return (int(base_partition) + lin(num_par_tiles, idx) * int(pdim),
+                int(base_addr) + lin(num_free_tiles, idx) * int(fbytes))
+    return place
+
+
+class Occupancy:
+    """Live ranges of one core's on-chip tiles, in program order (instruction sequence numbers)."""
+
+    __slots__ = ("seq", "ranges", "tiles")
+
+    def __init__(self):
+        self.seq = 0
+        # key (buf id, block or -1) -> [first seq, last seq, first loc, last loc]
+        self.ranges: dict = {}
+        # key -> (kind, bytes per partition, name, (partition0, partitions, byte addr) or None)
+        self.tiles: dict = {}
+
+    def touch(self, t, loc):
+        """Instruction ``self.seq`` touches on-chip tensor view ``t``."""
+        buf = t.buf
+        blk = getattr(buf, "block", 0)
+        if not blk:
+            self._touch_key((buf.id, -1), buf, -1, loc)
+            return
+        pf = buf.pfree
+        lo, hi = t.extent()
+        view = (t.offset, t.shape, t.strides)
+        g = _geo(view)
+        if g is not None and g[0] == pf:
+            c0, c1 = g[1], g[2]
+        elif hi - lo <= pf and lo // pf == (hi - 1) // pf:
+            c0, c1 = lo % pf, (hi - 1) % pf + 1
+        else:
+            c0, c1 = 0, pf
+        for k in range(c0 // blk, (max(c1, c0 + 1) - 1) // blk + 1):
+            self._touch_key((buf.id, k), buf, k, loc)
+
+    def _touch_key(self, key, buf, block, loc):
+        r = self.ranges.get(key)
+        s = self.seq
+        if r is None:
+            self.ranges[key] = [s, s, loc, loc]
+            isz = buf.dtype.itemsize
+            size = buf.block * isz if block >= 0 else buf.bytes_pp
+            self.tiles[key] = (buf.kind, size, buf.name or f"tile#{buf.id}", _placement(buf, block, size))
+        else:
+            r[1] = s
+            r[3] = loc
+
+    # -- the check --------------------------------------------------------------------------------------
+    def check(self, target):
+        """Raise :class:`CapacityError` if the live tiles exceed SBUF or PSUM at some point, or explicitly placed
+        tiles overlap while live."""
+        for kind, cap, nparts in ((SBUF, target.sbuf_partition_bytes, target.sbuf_partitions),
+                                  (PSUM, target.psum_partition_bytes, target.psum_partitions)):
+            self._check_bounds(kind, cap, nparts)
+            self._check_kind(kind, cap)
+            self._check_overlaps(kind)
+
+    def _check_bounds(self, kind, cap, nparts):
+        for key, (k, size, name, p) in self.tiles.items():
+            if k != kind or p is None:
+                continue
+            p0, np_, addr, sz = p
+            if addr < 0 or addr + sz > cap or p0 < 0 or p0 + np_ > nparts:
+                blk = f" block {key[1]}" if key[1] >= 0 else ""
+                raise CapacityError(
+                    f"{kind.upper()} placement of tensor `{name}`{blk} at byte {addr} ({sz} bytes per partition) on "
+                    f"partitions [{p0}, {p0 + np_}) is outside the memory: {cap} bytes per partition, {nparts} "
+                    "partitions", "ndarray", "address", (p0, addr), (nparts, cap), self.ranges[key][2])
+
+    def _check_kind(self, kind, cap):
+        ev = []
+        for key, (k, size, _, _) in self.tiles.items():
+            if k == kind:
+                r = self.ranges[key]
+                ev.append((r[0], 1, size, key))
+                ev.append((r[1] + 1, 0, size, key))      # freed after its last access (frees sort first)
+        if not ev:
+            return
+        ev.sort(key=lambda e: (e[0], e[1]))
+        live = 0
+        for s, add, size, key in ev:
+            if not add:
+                live -= size
+                continue
+            live += size
+            if live > cap:
+                self._refuse(kind, cap, key, s, live)
+
+    def _refuse(self, kind, cap, key, s, live):
+        k, size, name, _ = self.tiles[key]
+        r = self.ranges[key]
+        here = [(self.tiles[q][1], q) for q, rr in self.ranges.items()
+                if self.tiles[q][0] == kind and rr[0] <= s <= rr[1]]
+        here.sort(key=lambda x: (-x[0], x[1]))
+        items = []
+        for sz, q in here[:_SHOW]:
+            rr = self.ranges[q]
+            blk = f" block {q[1]}" if q[1] >= 0 else ""
+            items.append(f"`{self.tiles[q][2]}`{blk} {sz} B ({_where(rr[2])} .. {_where(rr[3])})")
+        more = f", and {len(here) - _SHOW} more" if len(here) > _SHOW else ""
+        blk = f" (block {key[1]})" if key[1] >= 0 else ""
+        raise CapacityError(
+            f"{kind.upper()} allocation of {size} bytes per partition for tensor `{name}`{blk} does not fit: at this "
+            f"line {live} bytes per partition would be live in program order, capacity {cap} bytes per partition. "
+            f"Live tiles (first access .. last access): {'; '.join(items)}{more}",
+            "ndarray", "shape", live, cap, r[2])
+
+    def _check_overlaps(self, kind):
+        placed = [(p, key) for key, (k, _, _, p) in self.tiles.items() if k == kind and p is not None]
+        if len(placed) < 2:
+            return
+        placed.sort(key=lambda x: x[0][2])
+        for i, ((p0, np0, a0, s0), ka) in enumerate(placed):
+            ra = self.ranges[ka]
+            for (p1, np1, a1, s1), kb in placed[i + 1:]:
+                if a1 >= a0 + s0:
+                    break
+                if ka[0] == kb[0] and ka[1] == kb[1]:
+                    continue
+                if p1 >= p0 + np0 or p0 >= p1 + np1:
+                    continue
+                rb = self.ranges[kb]
+                if ra[1] < rb[0] or rb[1] < ra[0]:
+                    continue                     # the same bytes, at different times: fine
+                first, second = (ka, kb) if ra[0] <= rb[0] else (kb, ka)
+                r1, r2 = self.ranges[first], self.ranges[second]
+                n1 = self.tiles[first][2] + (f" block {first[1]}" if first[1] >= 0 else "")
+                n2 = self.tiles[second][2] + (f" block {second[1]}" if second[1] >= 0 else "")
+                lo, hi = max(a0, a1), min(a0 + s0, a1 + s1)
+                raise CapacityError(
+                    f"{kind.upper()} tensors `{n1}` and `{n2}` are placed on the same bytes [{lo}, {hi}) of "
+                    f"partitions [{max(p0, p1)}, {min(p0 + np0, p1 + np1)}) and are live at the same time: `{n1}` "
+                    f"from {_where(r1[2])} to {_where(r1[3])}, `{n2}` first written at {_where(r2[2])}; on hardware "
+                    "the second would overwrite the first (give them different addresses or more tiles in "
+                    "mod_alloc)", "ndarray", "address", (lo, hi), None, r2[2])
+
+
+def _placement(buf, block, size):
+    """``(first partition, partitions, byte address)`` of an explicitly placed tile or block, else ``None``."""
+    where = getattr(buf, "placement", None)
+    if where is None:
+        return None
+    parts = buf.shape[0] if buf.shape else 1
+    if callable(where):
+        nblk = buf.pfree // buf.block if buf.block else 1
+        idx = _block_index(block if block >= 0 else 0, getattr(buf, "block_shape", None) or (nblk,))
+        p0, addr = where(idx, parts, size)
+    else:
+        p0, addr = where
+        if block > 0:
+            addr = addr + block * size
+    return (int(p0), parts, int(addr), size)
+
+
+def _block_index(k, shape):
+    idx = []
+    for s in reversed(shape):
+        idx.append(k % s)
+        k //= s
+    return tuple(reversed(idx))

@@ -1,0 +1,265 @@
+"""A NeuronCore: its SBUF and PSUM, the chip HBM it shares, and the in-order record of what it executed.
+
+Instructions execute eagerly in program order (so results are those of sequential semantics).  Each is recorded
+with the engine it ran on, its cost in engine cycles (or ns for DMA), the buffer ranges it read and wrote and the
+user's source line: the input of the timing scheduler.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+
+import numpy as np
+
+from ..memory import HBM, ON_CHIP, PSUM, SBUF, Buffer, MemorySpace
+from ..targets import Target, get_target
+from .capacity import Occupancy
+from .record_cols import RecordColumns
+
+__all__ = ["NeuronCore", "Chip", "InstrRecord"]
+
+
+class InstrRecord:
+    """One executed instruction or DMA transfer.
+
+    ``writes`` / ``reads`` are tuples of ``(buf_id, lo, hi, (offset, shape, strides))``: the buffer, the element
+    range ``[lo, hi)`` the operand's view can touch, and the view's access pattern (element units), from which
+    the scheduler tells apart two strided tiles whose extents overlap but whose elements do not."""
+
+    __slots__ = ("id", "opcode", "engine", "writes", "reads", "cycles", "ns", "loc", "flops", "nbytes", "rows",
+                 "part0", "pre", "parts")
+
+    def __init__(self, id, opcode, engine, writes, reads, cycles, ns, loc, flops, nbytes, rows=0, part0=0,
+                 pre=0.0, parts=None):
+        self.id = id
+        self.opcode = opcode
+        self.engine = engine
+        self.writes = writes
+        self.reads = reads
+        self.cycles = cycles
+        self.ns = ns
+        self.loc = loc
+        self.flops = flops
+        self.nbytes = nbytes
+        self.rows = rows        # DMA: partitions (rows) of the transfer, which set the DMA engines it uses
+        self.part0 = part0      # DMA: first on-chip partition of the transfer
+        self.pre = pre          # Tensor Engine: stationary-load cycles (0 for other instructions)
+        self.parts = parts      # core_barrier: the core ids it waits for (None for other instructions)
+
+    def __repr__(self):
+        where = f" @{os.path.basename(self.loc[0])}:{self.loc[1]}" if self.loc else ""
+        cost = f"{self.cycles:.0f} cyc" if self.cycles is not None else f"{self.ns:.0f} ns"
+        return f"<{self.id} {self.engine}.{self.opcode} {cost}{where}>"
+
+
+def _ranges(tensors, views, cols=None):
+    """The recorded operands; equal access patterns are one tuple object (``views`` interns them per core), so
+    the scheduler tells distinct patterns apart by identity (``sched_fast.encode``).  With ``cols`` (a
+    :class:`RecordColumns`) each operand is also appended to its operand columns."""
+    out = []
+    for t in tensors:
+        v = (t.offset, t.shape, t.strides)
+        v = views.setdefault(v, v)
+        bid = t.buf.id
+        lo, hi = t.extent()
+        out.append((bid, lo, hi, v))
+        if cols is not None:
+            cols.b.append(bid)
+            cols.lo.append(lo)
+            cols.hi.append(hi)
+            cols.v.append(v)
+    return tuple(out)
+
+
+def _cols_add(c, engine, cost, pre, opcode, flops, loc, nw, nr):
+    c.eng.append(engine)
+    c.cost.append(cost)
+    c.pre.append(pre)
+    c.opcode.append(opcode)
+    c.flops.append(flops)
+    c.loc.append(loc)
+    c.nw.append(nw)
+    c.nops.append(nw + nr)
+
+
+_LIVE: "weakref.WeakSet[NeuronCore]" = weakref.WeakSet()   # cores alive, for progress reporting
+
+
+def live_cores():
+    """The NeuronCores currently alive (a progress bar sums their instruction counts)."""
+    return list(_LIVE)
+
+
+class Chip:
+    """A Trainium chip: its cores share the HBM."""
+
+    def __init__(self, target: Target | str | None = None):
+        self.target = get_target(target)
+        self.hbm = MemorySpace(HBM, self.target.hbm_bytes_per_chip, name="hbm")
+
+
+class NeuronCore:
+    """One logical NeuronCore executing NKI instructions."""
+
+    def __init__(self, target: Target | str | None = None, *, execute: bool = True, precise: bool | None = None,
+                 strict: bool | None = None, chip: Chip | None = None, core_id: int = 0, record: bool = True):
+        self.target = get_target(target)
+        self.chip = chip or Chip(self.target)
+        self.core_id = core_id
+        self.execute = execute
+        if precise is None:
+            precise = os.environ.get("NKI_PRECISE_FP", "1") not in ("0", "false", "False")
+        self.precise = precise
+        if strict is None:
+            strict = os.environ.get("TRNSIM_STRICT_UNINIT", "0") not in ("0", "", "false", "False")
+        self.strict = strict
+        tg = self.target
+        self.sbuf = MemorySpace(SBUF, tg.sbuf_partition_bytes, tg.sbuf_partitions, align=4, name="sbuf",
+                                overcommit=True)
+        self.psum = MemorySpace(PSUM, tg.psum_partition_bytes, tg.psum_partitions, align=4,
+                                bank_bytes=tg.psum_bank_bytes, name="psum", overcommit=True)
+        self.occupancy = Occupancy()     # live ranges of on-chip tiles in program order (capacity.py)
+        self.instructions: list[InstrRecord] = []
+        # buf_id -> (memory kind, bytes per partition (total bytes for HBM), partitions, itemsize): what the
+        # scheduler needs about each buffer without keeping the buffer (and its memory) alive
+        self.buffers: dict[int, tuple] = {}
+        _LIVE.add(self)
+        self._record = record
+        self._views: dict = {}    # access pattern -> its one tuple object (_ranges)
+        self.columns = RecordColumns()   # the record column-wise, for the compiled scheduler (record_cols.py)
+        self.act_reduce_regs = None
+        self.programs = None     # the launch's Programs while a multi-program launch runs (programs.py)
+        self.program = None      # this core's Program in it
+
+    # -- memory -------------------------------------------------------------------------------------
+    def space(self, kind):
+        if kind == SBUF:
+            return self.sbuf
+        if kind == PSUM:
+            return self.psum
+        return self.chip.hbm
+
+    def allocate(self, shape, dtype, kind, name="", address=None, block=0, block_shape=None) -> Buffer:
+        """A new buffer.  On chip, ``address`` places it explicitly: ``(partition, byte address)``, or a callable
+        ``(block index, partitions, bytes per partition) -> (partition, byte address)`` for block tensors.  A block
+        tensor (``[B, par_dim(P), F]``, laid out ``[P, B, F]``) passes ``block`` (elements per partition of one
+        block, prod(F)) and ``block_shape`` (B): each block is a tile with its own live range."""
+        track = kind == PSUM or self.strict
+        buf = Buffer(self.space(kind), dtype, shape, name=name, execute=self.execute, track_written=track,
+                     address=address, block=block, block_shape=block_shape)
+        self.buffers[buf.id] = (buf.kind, buf.bytes_pp, buf.partitions, dtype.itemsize)
+        return buf
+
+    def wrap_input(self, array: np.ndarray | None, shape, dtype, name="") -> Buffer:
+        """An HBM buffer holding a kernel input (``array`` already in the dtype's storage type)."""
+        data = None
+        if self.execute:
+            data = np.ascontiguousarray(array, dtype=dtype.storage).reshape(-1)
+        buf = Buffer(self.chip.hbm, dtype, shape, name=name, data=data, execute=self.execute)
+        self.buffers[buf.id] = (buf.kind, buf.bytes_pp, buf.partitions, dtype.itemsize)
+        return buf
+
+    # -- recording ----------------------------------------------------------------------------------
+    def record(self, opcode, engine, writes, reads, cycles, loc, flops=0, pre=0.0):
+        """Record an engine instruction of ``cycles`` engine cycles (``pre``: Tensor Engine stationary-load
+        cycles, which the scheduler overlaps with the previous multiply)."""
+        self._occupy(writes, reads, loc)
+        if self._record or self.programs is not None:
+            ins = self.instructions
+            views = self._views
+            cols = self.columns if self._record else None
+            w = _ranges(writes, views, cols)
+            r = _ranges(reads, views, cols)
+            rec = InstrRecord(len(ins), opcode, engine, w, r, cycles, None, loc, flops, 0, 0, 0, pre)
+            if self._record:
+                ins.append(rec)
+                _cols_add(cols, engine, cycles, pre, opcode, flops, loc, len(w), len(r))
+            if self.programs is not None:
+                self.programs.issued(self, rec, writes, reads)
+
+    def record_dma(self, opcode, writes, reads, nbytes, rows, ns, loc, part0=0):
+        """Record a DMA transfer of ``nbytes`` over ``rows`` partitions starting at partition ``part0``, costing
+        ``ns`` in isolation (``trnsim.isa.dma.dma_cost_ns``)."""
+        self._occupy(writes, reads, loc)
+        if self._record or self.programs is not None:
+            ins = self.instructions
+            views = self._views
+            cols = self.columns if self._record else None
+            w = _ranges(writes, views, cols)
+            r = _ranges(reads, views, cols)
+            rec = InstrRecord(len(ins), opcode, "dma", w, r, None, ns, loc, 0, nbytes, rows, part0)
+            if self._record:
+                ins.append(rec)
+                _cols_add(cols, "dma", ns, 0.0, opcode, 0, loc, len(w), len(r))
+                cols.dma.append(rec.id)
+                cols.rows.append(rows)
+                cols.part0.append(part0)
+                cols.nbytes.append(nbytes)
+            if self.programs is not None:
+                self.programs.issued(self, rec, writes, reads)
+
+    def _occupy(self, writes, reads, loc):
+        occ = self.occupancy
+        for t in writes:
+            if t.buf.kind in ON_CHIP:
+                occ.touch(t, loc)
+        for t in reads:
+            if t.buf.kind in ON_CHIP:
+                occ.touch(t, loc)
+        occ.seq += 1
+
+    def check_capacity(self):
+        """Refuse the kernel (:class:`~trnsim.machine.capacity.CapacityError`) if its on-chip tiles, live from
+        first to last access in program order, exceed SBUF or PSUM somewhere, or explicitly placed tiles overlap
+        while live."""
+        self.occupancy.check(self.target)
+
+    # -- synchronisation ----------------------------------------------------------------------------
+    def barrier(self, participants, loc=None, data=None, engine="gpsimd"):
+        """``core_barrier``: wait until every core (program of the launch) in ``participants`` reaches a barrier,
+        then record a ``core_barrier`` instruction on ``engine``.  ``data`` (the shared tensor the barrier
+        synchronises on) is recorded as written by it, so this core's later accesses to it wait for the barrier.
+        The scheduler starts the barrier on every participant when the last one arrives, plus the semaphore
+        latency; its engine time is the minimum instruction interval (trnsim's assumption: the remote semaphore
+        update and local wait are not measured separately).  In a launch of one program only ``(0,)`` completes."""
+        parts = sorted({int(x) for x in participants})
+        if self.programs is not None:
+            self.programs.barrier(self, parts, loc)
+        elif parts != [self.core_id]:
+            from .programs import BarrierError
+            raise BarrierError(f"core_barrier: cores={parts} in a launch of one program: no other program runs "
+                               "this kernel, so the barrier would wait forever (launch it on more cores, e.g. "
+                               "kernel[2](...))", "core_barrier", "cores", parts, [self.core_id], loc)
+        writes = (data,) if data is not None else ()
+        self._occupy(writes, (), loc)
+        if self._record:
+            ins = self.instructions
+            cols = self.columns
+            w = _ranges(writes, self._views, cols)
+            ins.append(InstrRecord(len(ins), "core_barrier", engine, w, (),
+                                   float(self.target.min_ii_cycles), None, loc, 0, 0, parts=tuple(parts)))
+            _cols_add(cols, engine, float(self.target.min_ii_cycles), 0.0, "core_barrier", 0, loc, len(w), 0)
+            cols.barrier = True
+
+    # -- arithmetic helpers -------------------------------------------------------------------------
+    @staticmethod
+    def matmul_f32(a, b):
+        return a @ b      # both operands are float32 arrays: fp32 products and sums
+
+    # -- summary ------------------------------------------------------------------------------------
+    def instruction_counts(self):
+        out = {}
+        for r in self.instructions:
+            k = f"{r.engine}.{r.opcode}"
+            out[k] = out.get(k, 0) + 1
+        return out
+
+    def busy_ns_by_engine(self):
+        """Sum of instruction durations per engine (no overlap modelling: the scheduler does that)."""
+        tg = self.target
+        out = {}
+        for r in self.instructions:
+            ns = r.ns if r.cycles is None else tg.cycles_to_ns(r.engine, r.cycles)
+            out[r.engine] = out.get(r.engine, 0.0) + ns
+        return out

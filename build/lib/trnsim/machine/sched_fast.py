@@ -1,0 +1,294 @@
+"""The fast path of the scheduler: one core's instruction record turned into arrays once, scheduled by the
+numba-compiled loop of ``sched_kernels``, and turned back into the Timeline's columns.  The result is identical to
+``scheduler._schedule_core`` (tests/machine/test_sched_fast.py compares them column by column).
+
+Which path runs (``TRNSIM_SCHEDULER``): ``python`` (the reference loop always), ``numba`` (the compiled loop
+whenever the record allows it), ``auto`` (default: the compiled loop for records of at least ``FAST_MIN``
+instructions, or of any size once it is loaded in the process, so that small runs and most of the test suite do
+not pay its compile or load time).  Records with a
+``core_barrier`` use the reference loop (a barrier suspends one core's schedule until the others arrive).  When
+numba is missing or fails to compile, the reference loop runs (with a warning once).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from itertools import chain
+from operator import attrgetter
+
+import numpy as np
+
+from .deps import _geo
+
+__all__ = ["fast_available", "use_fast", "schedule_core_fast", "FAST_MIN"]
+
+FAST_MIN = 20_000          # instructions per core from which ``auto`` uses the compiled loop
+
+_STATE = {"kernels": None, "failed": None}
+_ENG_FIXED = ("tensor", "vector", "scalar", "gpsimd", "sync")
+_MEM = {"hbm": 0, "sbuf": 1, "psum": 2}
+_MEM_OBJ = np.array([None, "hbm", "sbuf", "psum"], dtype=object)     # index: mem code + 1
+_FIELDS = attrgetter("engine", "cycles", "ns", "pre", "rows", "part0", "nbytes", "parts", "reads", "writes", "id",
+                     "opcode", "flops", "loc")
+
+
+def _kernels():
+    """The compiled module, or None (numba missing or failing)."""
+    if _STATE["kernels"] is None and _STATE["failed"] is None:
+        if os.environ.get("TRNSIM_NO_NUMBA", "0") not in ("0", "", "false", "False"):
+            _STATE["failed"] = "TRNSIM_NO_NUMBA is set"
+            return None
+        try:
+            from . import sched_kernels
+            _STATE["kernels"] = sched_kernels
+        except Exception as exc:      # ImportError, or numba's own errors
+            _STATE["failed"] = f"{type(exc).__name__}: {exc}"
+            warnings.warn(f"trnsim: the compiled scheduler is unavailable ({_STATE['failed']}); using the "
+                          "pure-Python scheduler", RuntimeWarning, stacklevel=3)
+    return _STATE["kernels"]
+
+
+def fast_available() -> bool:
+    return _kernels() is not None
+
+
+def mode() -> str:
+    m = os.environ.get("TRNSIM_SCHEDULER", "auto")
+    if m not in ("auto", "python", "numba"):
+        raise ValueError(f"TRNSIM_SCHEDULER={m!r}: expected 'auto', 'python' or 'numba'")
+    return m
+
+
+def use_fast(core, force=None) -> bool:
+    """Whether ``core``'s record goes through the compiled loop (``force``: "python"/"numba"/"auto" or None for
+    the environment's choice)."""
+    m = force or mode()
+    if m == "python":
+        return False
+    if m == "auto" and len(core.instructions) < FAST_MIN and not compiled():
+        return False
+    return len(core.instructions) > 0 and _kernels() is not None
+
+
+def compiled() -> bool:
+    """Whether the compiled loop is already loaded in this process (then ``auto`` uses it at any size)."""
+    k = _STATE["kernels"]
+    return k is not None and bool(k.schedule_arrays.signatures)
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def _columns(core):
+    """The core's record as columns (``record_cols.RecordColumns`` lists): the ones appended while recording when
+    they cover the record, else gathered from the ``InstrRecord`` objects.  Returns a dict of sequences."""
+    recs = core.instructions
+    n = len(recs)
+    c = getattr(core, "columns", None)
+    if c is not None and len(c) == n and len(c.nops) == n:
+        if c.barrier:
+            raise _Unsupported("core_barrier")
+        return dict(eng=c.eng, cost=c.cost, pre=c.pre, opcode=c.opcode, flops=c.flops, loc=c.loc, nw=c.nw,
+                    nops=c.nops, dma=c.dma, rows=c.rows, part0=c.part0, nbytes=c.nbytes, b=c.b, lo=c.lo, hi=c.hi,
+                    v=c.v)
+    eng, cyc, ns, pre, rows, part0, nbytes, parts, reads, writes, ids, opcodes, flops, locs = \
+        zip(*map(_FIELDS, recs))
+    if parts.count(None) != n:
+        raise _Unsupported("core_barrier")
+    if list(ids) != list(range(n)):
+        raise _Unsupported("record ids are not the row numbers")
+    dma = [i for i, e in enumerate(eng) if e == "dma"]
+    nw = list(map(len, writes))
+    ops = list(chain.from_iterable(chain.from_iterable(zip(writes, reads))))
+    b, lo, hi, v = zip(*ops) if ops else ((), (), (), ())
+    return dict(eng=eng, cost=[ns[i] if e == "dma" else cyc[i] for i, e in enumerate(eng)], pre=pre,
+                opcode=opcodes, flops=flops, loc=locs, nw=nw, nops=[a + len(r) for a, r in zip(nw, reads)],
+                dma=dma, rows=[rows[i] for i in dma], part0=[part0[i] for i in dma],
+                nbytes=[nbytes[i] for i in dma], b=b, lo=lo, hi=hi, v=v)
+
+
+def _distinct(seq):
+    """``(first, inverse)``: the index of the first of each distinct object of ``seq`` (by identity: C loops only)
+    and each item's distinct number.  Equal objects that are not one object get numbers of their own; callers map
+    the distinct objects by value."""
+    _, first, inv = np.unique(np.fromiter(map(id, seq), np.int64, len(seq)), return_index=True,
+                              return_inverse=True)
+    return first.tolist(), inv.reshape(-1)
+
+
+def encode(core):
+    """The arrays ``sched_kernels.schedule_arrays`` reads (see there) and the record's own columns for the
+    Timeline, or raise ``_Unsupported``."""
+    n = len(core.instructions)
+    if n == 0:
+        raise _Unsupported("empty")
+    c = _columns(core)
+    eng_s = c["eng"]
+    first, inv = _distinct(eng_s)
+    names = [eng_s[i] for i in first]
+    emap = {e: k for k, e in enumerate(_ENG_FIXED)}
+    for e in sorted(set(names)):
+        if e not in emap and e != "dma":
+            emap[e] = len(emap)
+    dma_code = len(emap)
+    emap["dma"] = dma_code
+    eng = np.array([emap[e] for e in names], np.int64)[inv]
+    tg = core.target
+    clk = np.empty(dma_code)
+    for e, k in emap.items():
+        if e != "dma":
+            clk[k] = tg.engine_clock_hz[e if e in _ENG_FIXED else "scalar"] * 1e-9
+    nops = np.array(c["nops"], np.int64)
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(nops, out=ptr[1:])
+    if ptr[-1] == 0:
+        raise _Unsupported("no operands")
+    views = c["v"]
+    ba = np.array(c["b"], np.int64)
+    b_lo = int(ba.min())
+    b_n = int(ba.max()) - b_lo + 1
+    if b_n <= 4 * len(ba) + 1024:         # buffer ids are a counter: an offset is a dense numbering
+        op_b = ba - b_lo
+        ub = np.arange(b_lo, b_lo + b_n)
+    else:
+        ub, op_b = np.unique(ba, return_inverse=True)
+    # views: the record path interns equal views to one object (core._ranges), so identity finds the few
+    # distinct ones; equal views that are distinct objects still get one id (by value, over the distinct objects)
+    first, inv = _distinct(views)
+    vmap = {}
+    cls = np.fromiter([vmap.setdefault(views[i], len(vmap)) for i in first], np.int64, len(first))
+    op_v = cls[inv]
+    uviews = list(vmap)
+    nv = len(uviews)
+    v_pitch = np.full(nv, -1, np.int64)
+    v_c0 = np.zeros(nv, np.int64)
+    v_c1 = np.zeros(nv, np.int64)
+    v_size = np.zeros(nv, np.int64)
+    for k, v in enumerate(uviews):
+        g = _geo(v)
+        if g is not None:
+            v_pitch[k], v_c0[k], v_c1[k] = g
+        s = 1
+        for d in v[1]:
+            s *= d
+        v_size[k] = s
+    binfo = core.buffers
+    b_mem = np.zeros(len(ub), np.int64)      # buffers the core does not know are HBM (as _new_tracker takes them)
+    b_size = np.zeros(len(ub), np.int64)
+    if binfo:
+        keys = np.fromiter(binfo.keys(), np.int64, len(binfo))
+        kinds, sizes = list(zip(*binfo.values()))[:2]
+        pos = np.searchsorted(ub, keys)
+        pos[pos >= len(ub)] = 0
+        used = ub[pos] == keys
+        kfirst, kinv = _distinct(kinds)
+        kcodes = []
+        for i in kfirst:
+            code = _MEM.get(kinds[i])
+            if code is None:
+                raise _Unsupported(f"memory {kinds[i]!r}")
+            kcodes.append(code)
+        m = np.array(kcodes, np.int64)[kinv][used]
+        on = m != 0
+        b_mem[pos[used][on]] = m[on]
+        b_size[pos[used][on]] = np.array(sizes, np.int64)[used][on]
+    f64 = np.float64
+    cost = np.array(c["cost"], f64)
+    dma = np.array(c["dma"], np.int64)
+    rows = np.zeros(n, np.int64)
+    part0 = np.zeros(n, np.int64)
+    nbytes = np.zeros(n, np.int64)
+    rows[dma] = c["rows"]
+    part0[dma] = c["part0"]
+    nbytes[dma] = c["nbytes"]
+    arrs = dict(
+        eng=eng, dma_code=dma_code, clk=clk, cycles=cost, ns=cost, pre=np.array(c["pre"], f64),
+        rows=rows, part0=part0, nbytes=nbytes,
+        ptr=ptr, nw=np.array(c["nw"], np.int64), op_b=op_b.astype(np.int64), op_lo=np.array(c["lo"], np.int64),
+        op_hi=np.array(c["hi"], np.int64),
+        op_v=op_v, v_pitch=v_pitch, v_c0=v_c0, v_c1=v_c1, v_size=v_size, b_mem=b_mem, b_size=b_size,
+    )
+    rec_cols = dict(engine=list(eng_s), id=list(range(n)), opcode=list(c["opcode"]), flops=list(c["flops"]),
+                    nbytes=nbytes.tolist(), loc=list(c["loc"]))
+    return arrs, emap, rec_cols
+
+
+def schedule_core_fast(core, hbm_bytes_per_ns):
+    """``(columns, counters)`` of one core, as ``scheduler._schedule_core`` returns them, or None when the record
+    needs the reference loop (a barrier, an unknown memory kind, an empty record)."""
+    k = _kernels()
+    if k is None:
+        return None
+    try:
+        arrs, emap, rec_cols = encode(core)
+    except _Unsupported:
+        return None
+    tg = core.target
+    try:
+        out = k.schedule_arrays(
+            arrs["eng"], arrs["dma_code"], arrs["clk"], arrs["cycles"], arrs["ns"], arrs["pre"], arrs["rows"],
+            arrs["part0"], arrs["nbytes"], arrs["ptr"], arrs["nw"], arrs["op_b"], arrs["op_lo"], arrs["op_hi"],
+            arrs["op_v"], arrs["v_pitch"], arrs["v_c0"], arrs["v_c1"], arrs["v_size"], arrs["b_mem"],
+            arrs["b_size"], float(tg.static_overhead_cycles), float(tg.semaphore_ns), float(tg.dma_fixed_ns),
+            int(tg.dma_engines_per_core), int(tg.dma_partitions_per_engine), float(hbm_bytes_per_ns),
+            int(tg.sbuf_partition_bytes), int(tg.psum_partition_bytes), int(tg.sbuf_partitions),
+            int(tg.psum_partitions))
+    except Exception as exc:          # a numba compile error: use the reference loop from now on
+        _STATE["kernels"] = None
+        _STATE["failed"] = f"{type(exc).__name__}: {exc}"
+        warnings.warn(f"trnsim: the compiled scheduler failed ({_STATE['failed']}); using the pure-Python "
+                      "scheduler", RuntimeWarning, stacklevel=3)
+        return None
+    (start, dstart, end, done, work, queue, nqs, hbm, srcm, dstm, deps, ndeps, bind,
+     lt_kind, lt_size, lt_t0, lt_t1) = out
+    n = len(rec_cols["id"])
+    mem = _MEM_OBJ
+    cols = dict(rec_cols, core=[core.core_id] * n, queue=queue.tolist(), nqueues=nqs.tolist(),
+                start=start.tolist(), data_start=dstart.tolist(), end=end.tolist(), done=done.tolist(),
+                work=work.tolist(), hbm_bytes=hbm.tolist(), src=mem[srcm + 1].tolist(), dst=mem[dstm + 1].tolist(),
+                deps=_dep_tuples(deps, ndeps),
+                bind=bind.tolist())
+    cid = core.core_id
+    counters = _counters(k, cid, lt_kind, lt_size, lt_t0, lt_t1, dstart, end, hbm)
+    return cols, counters
+
+
+def _dep_tuples(deps, ndeps):
+    """The ``deps`` column: row i's first ``ndeps[i]`` entries as a tuple (built per count, C loops only)."""
+    n = len(ndeps)
+    obj = np.empty(n, object)
+    for k in range(deps.shape[1] + 1):
+        sel = np.flatnonzero(ndeps == k)
+        if len(sel) == 0:
+            continue
+        if k == 0:
+            obj[sel] = np.fromiter([()] * len(sel), object, len(sel))
+        else:
+            obj[sel] = np.fromiter(map(tuple, deps[sel, :k].tolist()), object, len(sel))
+    return obj.tolist()
+
+
+def _counters(k, cid, lt_kind, lt_size, lt_t0, lt_t1, dstart, end, hbm, bins=200):
+    """scheduler._counters over arrays."""
+    out = {}
+    for kd, kind in enumerate(("sbuf", "psum")):
+        sel = lt_kind == kd
+        sz = lt_size[sel]
+        t = np.concatenate((lt_t0[sel], lt_t1[sel]))
+        dv = np.concatenate((sz, -sz))
+        order = np.lexsort((dv, t))
+        t = np.concatenate(([0.0], t[order]))
+        cur = np.cumsum(np.concatenate(([0], dv[order])))
+        keep = np.ones(len(t), bool)
+        keep[:-1] = t[1:] != t[:-1]          # the last point of each run of equal times
+        out[(cid, f"{kind}_bytes")] = list(zip(t[keep].tolist(), cur[keep].tolist()))
+    total, acc = k.hbm_bins(dstart, end, hbm, bins)
+    pts = []
+    if total > 0:
+        width = total / bins
+        pts = [(bi * width, a / width * 1e9) for bi, a in enumerate(acc.tolist())]
+        pts.append((total, 0.0))
+    out[(cid, "hbm_bytes_per_s")] = pts
+    return out

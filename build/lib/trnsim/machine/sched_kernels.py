@@ -1,0 +1,749 @@
+"""The scheduler's per-core loop over arrays, compiled with numba: the same model, step for step, as
+``scheduler._schedule_core`` (the reference, which stays the path for small records, for cores with barriers and
+when numba is missing).  Every floating-point operation is done in the same order as there, so the timelines are
+identical.
+
+Encoding (built by ``sched_arrays.encode``): instruction ``i`` has engine code ``eng[i]`` (``dma_code`` for DMA),
+``cycles``/``ns``/``pre``/``rows``/``part0``/``nbytes``; its operands are ``ptr[i]:ptr[i+1]``, the first ``nw[i]``
+of them written and the rest read (indices into the operand arrays ``op_b`` (dense buffer), ``op_lo``, ``op_hi``,
+``op_v`` (interned view)).  Per view: ``v_pitch``/``v_c0``/``v_c1`` (row geometry, pitch -1 if none) and
+``v_size`` (elements).  Per buffer: ``b_mem`` (0 HBM, 1 SBUF, 2 PSUM) and ``b_size`` (bytes per partition).
+
+A buffer's live accesses (``deps.AccessTracker``) are segments of a pooled array of operand indices, kept sorted
+by low element with ties in arrival order, as the tracker keeps them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+_BACKFILL = 32
+
+
+@njit(cache=True, inline="always")
+def _overlap(a, b, op_v, v_pitch, v_c0, v_c1):
+    va = op_v[a]
+    vb = op_v[b]
+    if va == vb:
+        return True
+    pa = v_pitch[va]
+    if pa < 0:
+        return True
+    pb = v_pitch[vb]
+    if pb < 0 or pa != pb:
+        return True
+    return v_c0[va] < v_c1[vb] and v_c0[vb] < v_c1[va]
+
+
+@njit(cache=True)
+def _reserve(pool, used, off, cnt, cap, b):
+    """Room for one more entry in buffer ``b``'s segment (moved to the pool's end at twice the size)."""
+    if cnt[b] < cap[b]:
+        return pool, used
+    ncap = cap[b] * 2
+    if ncap < 4:
+        ncap = 4
+    if used + ncap > pool.size:
+        sz = pool.size * 2
+        if sz < used + ncap:
+            sz = used + ncap
+        newp = np.empty(sz, np.int64)
+        newp[:used] = pool[:used]
+        pool = newp
+    o = off[b]
+    for k in range(cnt[b]):
+        pool[used + k] = pool[o + k]
+    off[b] = used
+    cap[b] = ncap
+    used += ncap
+    return pool, used
+
+
+@njit(cache=True)
+def _bisect_right_lo(pool, o, c, op_lo, x):
+    lo = 0
+    hi = c
+    while lo < hi:
+        m = (lo + hi) // 2
+        if x < op_lo[pool[o + m]]:
+            hi = m
+        else:
+            lo = m + 1
+    return lo
+
+
+@njit(cache=True)
+def _bisect_left_lo(pool, o, c, op_lo, x):
+    lo = 0
+    hi = c
+    while lo < hi:
+        m = (lo + hi) // 2
+        if op_lo[pool[o + m]] < x:
+            lo = m + 1
+        else:
+            hi = m
+    return lo
+
+
+@njit(cache=True)
+def _scan(pool, o, c, mx, op, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, out, nout):
+    """Append to ``out`` the entries of a segment overlapping operand ``op`` (deps.AccessTracker._scan)."""
+    lo = op_lo[op]
+    hi = op_hi[op]
+    if c <= 8:
+        i0 = 0
+        i1 = c
+    else:
+        i0 = _bisect_right_lo(pool, o, c, op_lo, lo - mx)
+        i1 = _bisect_left_lo(pool, o, c, op_lo, hi)
+    for k in range(i0, i1):
+        e = pool[o + k]
+        if op_lo[e] < hi and op_hi[e] > lo and ((op_lo[e] == lo and op_hi[e] == hi) or
+                                                _overlap(e, op, op_v, v_pitch, v_c0, v_c1)):
+            out[nout] = e
+            nout += 1
+    return nout
+
+
+@njit(cache=True)
+def _seg_insert(pool, o, c, k, val):
+    for j in range(c, k, -1):
+        pool[o + j] = pool[o + j - 1]
+    pool[o + k] = val
+
+
+@njit(cache=True)
+def _drop_covered(pool, off, cnt, b, op, dense, op_lo, op_hi, op_v):
+    """The entries of one segment that write ``op`` covers go (deps.AccessTracker.add_write)."""
+    c = cnt[b]
+    if c == 0:
+        return
+    o = off[b]
+    lo = op_lo[op]
+    hi = op_hi[op]
+    v = op_v[op]
+    if c == 1:
+        e = pool[o]
+        if (dense and op_lo[e] >= lo and op_hi[e] <= hi) or (op_lo[e] == lo and op_hi[e] == hi and op_v[e] == v):
+            cnt[b] = 0
+        return
+    i0 = _bisect_left_lo(pool, o, c, op_lo, lo)
+    if dense:
+        i1 = _bisect_left_lo(pool, o, c, op_lo, hi)
+    else:
+        i1 = _bisect_right_lo(pool, o, c, op_lo, lo)
+    if i0 == 0 and i1 == c and dense:
+        allin = True
+        for k in range(c):
+            if op_hi[pool[o + k]] > hi:
+                allin = False
+                break
+        if allin:
+            cnt[b] = 0
+            return
+    w = i0
+    for k in range(i0, c):
+        e = pool[o + k]
+        if k < i1 and ((dense and op_hi[e] <= hi) or (op_v[e] == v and op_hi[e] == hi)):
+            continue
+        pool[o + w] = e
+        w += 1
+    cnt[b] = w
+
+
+@njit(cache=True)
+def _append(bs, be, bo, bn, q, s, e, idx):
+    n = bn[q]
+    if n > 0 and be[q, n - 1] >= s:
+        if e > be[q, n - 1]:
+            be[q, n - 1] = e
+            bo[q, n - 1] = idx
+    else:
+        bs[q, n] = s
+        be[q, n] = e
+        bo[q, n] = idx
+        bn[q] = n + 1
+
+
+@njit(cache=True)
+def _insert(bs, be, bo, bn, q, s, e, idx):
+    n = bn[q]
+    if n == 0 or s >= be[q, n - 1]:
+        _append(bs, be, bo, bn, q, s, e, idx)
+        return
+    # bisect_right(starts, s)
+    lo = 0
+    hi = n
+    while lo < hi:
+        m = (lo + hi) // 2
+        if s < bs[q, m]:
+            hi = m
+        else:
+            lo = m + 1
+    i = lo
+    if i > 0 and be[q, i - 1] >= s - 1e-9:
+        i -= 1
+        if e > be[q, i]:
+            be[q, i] = e
+            bo[q, i] = idx
+    else:
+        for j in range(n, i, -1):
+            bs[q, j] = bs[q, j - 1]
+            be[q, j] = be[q, j - 1]
+            bo[q, j] = bo[q, j - 1]
+        bs[q, i] = s
+        be[q, i] = e
+        bo[q, i] = idx
+        n += 1
+        bn[q] = n
+    j = i + 1
+    if j < n and bs[q, j] <= be[q, i] + 1e-9:
+        if be[q, j] > be[q, i]:
+            be[q, i] = be[q, j]
+            bo[q, i] = bo[q, j]
+        for k in range(j, n - 1):
+            bs[q, k] = bs[q, k + 1]
+            be[q, k] = be[q, k + 1]
+            bo[q, k] = bo[q, k + 1]
+        bn[q] = n - 1
+
+
+@njit(cache=True)
+def _fill(bs, be, bo, bn, q, t, dur, idx, p0s, p1s):
+    """scheduler._fill over the arrays of DMA engine ``q``; returns (first start, end, waited-behind row)."""
+    n = bn[q]
+    lo = 0
+    hi = n
+    while lo < hi:                 # bisect_right(ends, t)
+        m = (lo + hi) // 2
+        if t < be[q, m]:
+            hi = m
+        else:
+            lo = m + 1
+    i = lo
+    if i < n - _BACKFILL:
+        i = n - _BACKFILL
+        if be[q, i - 1] > t:
+            t = be[q, i - 1]
+    cur = t
+    rem = dur
+    npc = 0
+    waited = -1
+    while rem > 1e-9:
+        if i < n and bs[q, i] <= cur:
+            if be[q, i] > cur:
+                cur = be[q, i]
+                waited = bo[q, i]
+            i += 1
+            continue
+        gap_end = bs[q, i] if i < n else cur + rem
+        take = gap_end - cur
+        if take > rem:
+            take = rem
+        if take > 0.0:
+            p0s[npc] = cur
+            p1s[npc] = cur + take
+            npc += 1
+            rem -= take
+            cur += take
+        elif i >= n:
+            break
+    first = p0s[0] if npc else t
+    last = p1s[npc - 1] if npc else t
+    for k in range(npc):
+        _insert(bs, be, bo, bn, q, p0s[k], p1s[k], idx)
+    return first, last, waited
+
+
+@njit(cache=True)
+def _heap_push(ht, hs, hz, hp, hn, t, s, z, p):
+    k = hn
+    ht[k] = t
+    hs[k] = s
+    hz[k] = z
+    hp[k] = p
+    while k > 0:
+        par = (k - 1) // 2
+        if ht[par] < ht[k] or (ht[par] == ht[k] and hs[par] < hs[k]):
+            break
+        ht[par], ht[k] = ht[k], ht[par]
+        hs[par], hs[k] = hs[k], hs[par]
+        hz[par], hz[k] = hz[k], hz[par]
+        hp[par], hp[k] = hp[k], hp[par]
+        k = par
+    return hn + 1
+
+
+@njit(cache=True)
+def _heap_pop(ht, hs, hz, hp, hn):
+    """Remove the least (time, seq) entry (it is at 0); returns the new size."""
+    hn -= 1
+    ht[0] = ht[hn]
+    hs[0] = hs[hn]
+    hz[0] = hz[hn]
+    hp[0] = hp[hn]
+    k = 0
+    while True:
+        l = 2 * k + 1
+        if l >= hn:
+            break
+        m = l
+        r = l + 1
+        if r < hn and (ht[r] < ht[l] or (ht[r] == ht[l] and hs[r] < hs[l])):
+            m = r
+        if ht[k] < ht[m] or (ht[k] == ht[m] and hs[k] < hs[m]):
+            break
+        ht[m], ht[k] = ht[k], ht[m]
+        hs[m], hs[k] = hs[k], hs[m]
+        hz[m], hz[k] = hz[k], hz[m]
+        hp[m], hp[k] = hp[k], hp[m]
+        k = m
+    return hn
+
+
+@njit(cache=True)
+def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, ptr, nw,
+                    op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, v_size, b_mem, b_size,
+                    static, sema, fixed, nq, ppe, hbm_bytes_per_ns, cap_sbuf, cap_psum, parts_sbuf, parts_psum):
+    n = eng.shape[0]
+    nb = b_mem.shape[0]
+    nop = op_b.shape[0]
+    ne = clk.shape[0]
+    start = np.zeros(n)
+    dstart = np.zeros(n)
+    end = np.zeros(n)
+    done = np.zeros(n)
+    work = np.zeros(n)
+    queue = np.full(n, -1, np.int64)
+    nqs = np.zeros(n, np.int64)
+    hbm = np.zeros(n, np.int64)
+    srcm = np.full(n, -1, np.int64)
+    dstm = np.full(n, -1, np.int64)
+    deps = np.zeros((n, 8), np.int64)
+    ndeps = np.zeros(n, np.int64)
+    bind = np.full(n, -1, np.int64)
+
+    op_i = np.empty(nop, np.int64)           # instruction of each operand
+    for i in range(n):
+        for j in range(ptr[i], ptr[i + 1]):
+            op_i[j] = i
+    last_use = np.full(nb, -1, np.int64)
+    for i in range(n):
+        for j in range(ptr[i], ptr[i + 1]):
+            last_use[op_b[j]] = i
+
+    eng_free = np.zeros(ne)
+    eng_last = np.full(ne, -1, np.int64)
+    q_free = np.zeros(nq)
+    bcap = 64
+    bs = np.zeros((nq, bcap))
+    be = np.zeros((nq, bcap))
+    bo = np.zeros((nq, bcap), np.int64)
+    bn = np.zeros(nq, np.int64)
+    synced = True
+    p0s = np.empty(2 * _BACKFILL + 8)
+    p1s = np.empty(2 * _BACKFILL + 8)
+    pe_has = False
+    pe_b = -1
+    pe_lo = -1
+    pe_hi = -1
+    pe_prev_start = 0.0
+    pe_load_free = 0.0
+
+    # trackers
+    seen = np.zeros(nb, np.bool_)
+    wpool = np.empty(max(16, 4 * nb), np.int64)
+    rpool = np.empty(max(16, 4 * nb), np.int64)
+    wused = 0
+    rused = 0
+    woff = np.zeros(nb, np.int64)
+    wcnt = np.zeros(nb, np.int64)
+    wcap = np.zeros(nb, np.int64)
+    wmax = np.zeros(nb, np.int64)
+    roff = np.zeros(nb, np.int64)
+    rcnt = np.zeros(nb, np.int64)
+    rcap = np.zeros(nb, np.int64)
+    rmax = np.zeros(nb, np.int64)
+    t0 = np.full(nb, np.nan)
+    tdone = np.zeros(nb)
+    rel = np.zeros(nb, np.bool_)
+    # capacity (kind 0 sbuf, 1 psum)
+    live = np.zeros(2, np.int64)
+    capk = np.array([cap_sbuf, cap_psum], np.int64)
+    partk = np.array([parts_sbuf, parts_psum], np.int64)
+    ht = np.empty((2, nb + 1))
+    hs = np.empty((2, nb + 1), np.int64)
+    hz = np.empty((2, nb + 1), np.int64)
+    hp = np.empty((2, nb + 1), np.int64)
+    hn = np.zeros(2, np.int64)
+    pop_t = np.zeros(2)
+    pop_b = np.full(2, -1, np.int64)
+    seq = 0
+    lt_kind = np.empty(nb, np.int64)
+    lt_size = np.empty(nb, np.int64)
+    lt_t0 = np.empty(nb)
+    lt_t1 = np.empty(nb)
+    nlt = 0
+
+    found = np.empty(64, np.int64)
+    newb = np.empty(64, np.int64)
+
+    for idx in range(n):
+        e = eng[idx]
+        ready = 0.0
+        rb = -1
+        gate = 0.0
+        gb = -1
+        ready_s = 0.0
+        nd = 0
+        nnew = 0
+        w0 = ptr[idx]
+        w1 = w0 + nw[idx]
+        r0 = w1
+        r1 = ptr[idx + 1]
+        if found.size < 8 + 2 * (r1 - r0 + w1 - w0):
+            found = np.empty(64 + 2 * (r1 - r0 + w1 - w0), np.int64)
+        if newb.size < r1 - r0 + w1 - w0:
+            newb = np.empty(r1 - r0 + w1 - w0, np.int64)
+        # -- dependencies ----------------------------------------------------------------------
+        for j in range(r0, r1):
+            b = op_b[j]
+            if not seen[b]:
+                seen[b] = True
+                if b_mem[b] != 0:
+                    newb[nnew] = b
+                    nnew += 1
+            elif wcnt[b] > 0:
+                c = wcnt[b]
+                if found.size < c:
+                    found = np.empty(2 * c, np.int64)
+                nf = _scan(wpool, woff[b], c, wmax[b], j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, 0)
+                for k in range(nf):
+                    p = op_i[found[k]]
+                    if eng[p] == e:
+                        t = done[p]
+                    else:
+                        t = done[p] + sema
+                    if t > ready:
+                        ready = t
+                        rb = p
+                    dup = False
+                    for m in range(nd):
+                        if deps[idx, m] == p:
+                            dup = True
+                            break
+                    if not dup and nd < 8:
+                        deps[idx, nd] = p
+                        nd += 1
+            if j == r0:
+                ready_s = ready
+        for j in range(w0, w1):
+            b = op_b[j]
+            if not seen[b]:
+                seen[b] = True
+                if b_mem[b] != 0:
+                    newb[nnew] = b
+                    nnew += 1
+                continue
+            cw = wcnt[b]
+            cr = rcnt[b]
+            if cw == 0 and cr == 0:
+                continue
+            if found.size < cw + cr:
+                found = np.empty(2 * (cw + cr), np.int64)
+            if cw + cr <= 8:
+                nf = 0
+                if cw:
+                    nf = _scan(wpool, woff[b], cw, 1 << 62, j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, nf)
+                if cr:
+                    nf = _scan(rpool, roff[b], cr, 1 << 62, j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, nf)
+            else:
+                nf = 0
+                if cw:
+                    nf = _scan(wpool, woff[b], cw, wmax[b], j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, nf)
+                if cr:
+                    nf = _scan(rpool, roff[b], cr, rmax[b], j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, nf)
+            for k in range(nf):
+                p = op_i[found[k]]
+                if eng[p] == e:
+                    t = end[p]
+                else:
+                    t = done[p] + sema
+                    dup = False
+                    for m in range(nd):
+                        if deps[idx, m] == p:
+                            dup = True
+                            break
+                    if not dup and nd < 8:
+                        deps[idx, nd] = p
+                        nd += 1
+                if t > ready:
+                    ready = t
+                    rb = p
+        # -- capacity gate for new on-chip buffers ---------------------------------------------
+        for k in range(nnew):
+            b = newb[k]
+            kd = b_mem[b] - 1
+            size = b_size[b]
+            while live[kd] + size > capk[kd] and hn[kd] > 0:
+                t_r = ht[kd, 0]
+                sz = hz[kd, 0]
+                pb = hp[kd, 0]
+                hn[kd] = _heap_pop(ht[kd], hs[kd], hz[kd], hp[kd], hn[kd])
+                live[kd] -= sz
+                if t_r > pop_t[kd]:
+                    pop_t[kd] = t_r
+                    pop_b[kd] = pb
+            if pop_t[kd] > gate:
+                gate = pop_t[kd]
+                gb = pop_b[kd]
+            live[kd] += size
+        # -- timing -----------------------------------------------------------------------------
+        if e == dma_code:
+            if ready >= gate:
+                issue = ready
+                b = rb
+            else:
+                issue = gate
+                b = gb
+            nrow = rows[idx]
+            if nrow == 0:
+                nrow = 1
+            nuse = -(-nrow // ppe)
+            if nuse > nq:
+                nuse = nq
+            q0 = (part0[idx] // ppe) % nq
+            ds = issue + fixed
+            xfer = ns[idx] - fixed
+            if xfer < 0.0:
+                xfer = 0.0
+            sk = b_mem[op_b[r0]] if r1 > r0 else -1
+            dk = b_mem[op_b[w0]] if w1 > w0 else -1
+            nh = (1 if sk == 0 else 0) + (1 if dk == 0 else 0)
+            if nh:
+                hb = nbytes[idx] * nh
+                hx = hb / hbm_bytes_per_ns
+                if hx > xfer:
+                    xfer = hx
+                hbm[idx] = hb
+            if bcap - 2 * _BACKFILL - 8 < bn.max():
+                ncap = bcap * 2
+                nbs = np.zeros((nq, ncap))
+                nbe = np.zeros((nq, ncap))
+                nbo = np.zeros((nq, ncap), np.int64)
+                nbs[:, :bcap] = bs
+                nbe[:, :bcap] = be
+                nbo[:, :bcap] = bo
+                bs = nbs
+                be = nbe
+                bo = nbo
+                bcap = ncap
+            if synced and nuse == nq:
+                nqu = 1
+            else:
+                if synced:
+                    for q in range(1, nq):
+                        bn[q] = bn[0]
+                        for k in range(bn[0]):
+                            bs[q, k] = bs[0, k]
+                            be[q, k] = be[0, k]
+                            bo[q, k] = bo[0, k]
+                        q_free[q] = q_free[0]
+                    synced = False
+                nqu = nuse
+            first_piece = np.inf
+            have_first = False
+            fin = ds
+            delayed_by = -1
+            for jq in range(nqu):
+                if synced:
+                    q = 0
+                elif nuse == nq:
+                    q = jq
+                else:
+                    q = (q0 + jq) % nq
+                if q_free[q] <= ds:
+                    _append(bs, be, bo, bn, q, ds, ds + xfer, idx)
+                    f0 = ds
+                    f1 = ds + xfer
+                    ob = -1
+                else:
+                    f0, f1, ob = _fill(bs, be, bo, bn, q, ds, xfer, idx, p0s, p1s)
+                if f1 > q_free[q]:
+                    q_free[q] = f1
+                if not have_first or f0 < first_piece:
+                    first_piece = f0
+                    have_first = True
+                if f1 > fin:
+                    fin = f1
+                    delayed_by = ob
+            if fin > ds + xfer + 1e-9 and delayed_by >= 0:
+                b = delayed_by
+            if have_first:
+                ds = first_piece
+            start[idx] = issue
+            dstart[idx] = ds
+            end[idx] = fin
+            done[idx] = fin
+            work[idx] = xfer
+            queue[idx] = q0
+            nqs[idx] = nuse
+            srcm[idx] = sk
+            dstm[idx] = dk
+            d = fin
+        else:
+            ck = clk[e]
+            st = eng_free[e]
+            b = eng_last[e]
+            if ready > st:
+                st = ready
+                b = rb
+            if gate > st:
+                st = gate
+                b = gb
+            cyc = cycles[idx]
+            if pre[idx] != 0.0 and e == 0:
+                if r1 > r0:
+                    kb = op_b[r0]
+                    klo = op_lo[r0]
+                    khi = op_hi[r0]
+                    same = pe_has and kb == pe_b and klo == pe_lo and khi == pe_hi
+                else:
+                    same = False
+                if not same:
+                    ls = ready_s if ready_s > pe_prev_start else pe_prev_start
+                    if pe_load_free > ls:
+                        ls = pe_load_free
+                    le = ls + pre[idx] / ck
+                    pe_load_free = le
+                    if le > st:
+                        st = le
+                        b = rb if rb >= 0 else eng_last[e]
+                if r1 > r0:
+                    pe_has = True
+                    pe_b = op_b[r0]
+                    pe_lo = op_lo[r0]
+                    pe_hi = op_hi[r0]
+                else:
+                    pe_has = False
+                pe_prev_start = st
+            fin = st + cyc / ck
+            work[idx] = fin - st
+            start[idx] = st
+            dstart[idx] = st
+            end[idx] = fin
+            d = st + (cyc if cyc > static else static) / ck
+            done[idx] = d
+            eng_free[e] = fin
+            eng_last[e] = idx
+        bind[idx] = b
+        ndeps[idx] = nd
+        # -- record the accesses ----------------------------------------------------------------
+        for pas in range(2):
+            jlo = w0 if pas == 0 else r0
+            jhi = w1 if pas == 0 else r1
+            for j in range(jlo, jhi):
+                bb = op_b[j]
+                lo = op_lo[j]
+                hi = op_hi[j]
+                if pas == 0:       # add_write
+                    if wcnt[bb] == 0 and rcnt[bb] == 0:
+                        wpool, wused = _reserve(wpool, wused, woff, wcnt, wcap, bb)
+                        wpool[woff[bb] + wcnt[bb]] = j
+                        wcnt[bb] += 1
+                        if hi - lo > wmax[bb]:
+                            wmax[bb] = hi - lo
+                    else:
+                        dense = hi - lo == v_size[op_v[j]]
+                        _drop_covered(wpool, woff, wcnt, bb, j, dense, op_lo, op_hi, op_v)
+                        _drop_covered(rpool, roff, rcnt, bb, j, dense, op_lo, op_hi, op_v)
+                        wpool, wused = _reserve(wpool, wused, woff, wcnt, wcap, bb)
+                        c = wcnt[bb]
+                        o = woff[bb]
+                        if c == 0 or lo >= op_lo[wpool[o + c - 1]]:
+                            wpool[o + c] = j
+                        else:
+                            k = _bisect_right_lo(wpool, o, c, op_lo, lo)
+                            _seg_insert(wpool, o, c, k, j)
+                        wcnt[bb] = c + 1
+                        if hi - lo > wmax[bb]:
+                            wmax[bb] = hi - lo
+                else:              # add_read
+                    c = rcnt[bb]
+                    o = roff[bb]
+                    if c:
+                        last = rpool[o + c - 1]
+                        if (eng[op_i[last]] == e and op_lo[last] == lo and op_hi[last] == hi
+                                and op_v[last] == op_v[j]):
+                            rpool[o + c - 1] = j
+                        else:
+                            rpool, rused = _reserve(rpool, rused, roff, rcnt, rcap, bb)
+                            o = roff[bb]
+                            if lo >= op_lo[rpool[o + c - 1]]:
+                                rpool[o + c] = j
+                            else:
+                                k = _bisect_right_lo(rpool, o, c, op_lo, lo)
+                                _seg_insert(rpool, o, c, k, j)
+                            rcnt[bb] = c + 1
+                            if hi - lo > rmax[bb]:
+                                rmax[bb] = hi - lo
+                    else:
+                        rpool, rused = _reserve(rpool, rused, roff, rcnt, rcap, bb)
+                        rpool[roff[bb]] = j
+                        rcnt[bb] = 1
+                        if hi - lo > rmax[bb]:
+                            rmax[bb] = hi - lo
+                if b_mem[bb] != 0:
+                    if np.isnan(t0[bb]) or last_use[bb] == idx:
+                        if np.isnan(t0[bb]):
+                            t0[bb] = dstart[idx]
+                        if d > tdone[bb]:
+                            tdone[bb] = d
+                        if last_use[bb] == idx and not rel[bb]:
+                            rel[bb] = True
+                            kd = b_mem[bb] - 1
+                            seq += 1
+                            hn[kd] = _heap_push(ht[kd], hs[kd], hz[kd], hp[kd], hn[kd], tdone[bb], seq,
+                                                b_size[bb], idx)
+                            lt_kind[nlt] = kd
+                            lt_size[nlt] = b_size[bb] * partk[kd]
+                            lt_t0[nlt] = t0[bb]
+                            lt_t1[nlt] = tdone[bb]
+                            nlt += 1
+                    elif d > tdone[bb]:
+                        tdone[bb] = d
+    return (start, dstart, end, done, work, queue, nqs, hbm, srcm, dstm, deps, ndeps, bind,
+            lt_kind[:nlt], lt_size[:nlt], lt_t0[:nlt], lt_t1[:nlt])
+
+
+@njit(cache=True)
+def hbm_bins(start, end, hbm, bins):
+    """scheduler._counters' HBM traffic binning (the same sums in the same order)."""
+    total = 0.0
+    for k in range(end.shape[0]):
+        if end[k] > total:
+            total = end[k]
+    acc = np.zeros(bins)
+    if total <= 0:
+        return total, acc
+    width = total / bins
+    for k in range(start.shape[0]):
+        s = start[k]
+        e = end[k]
+        hb = hbm[k]
+        if hb == 0 or e <= s:
+            continue
+        rate = hb / (e - s)
+        b0 = int(s / width)
+        if b0 > bins - 1:
+            b0 = bins - 1
+        b1 = int(e / width)
+        if b1 > bins - 1:
+            b1 = bins - 1
+        for bi in range(b0, b1 + 1):
+            lo = s if s > bi * width else bi * width
+            hi = e if e < (bi + 1) * width else (bi + 1) * width
+            if hi > lo:
+                acc[bi] += rate * (hi - lo)
+    return total, acc

@@ -1,0 +1,212 @@
+"""The data types of NeuronCore memories, backed by NumPy and ml_dtypes.
+
+Floating-point data of every width is *stored* in float32 arrays holding values that are exactly representable
+in the tensor's declared dtype (a "shadow" float32 store).  Rounding happens once, when a value is written
+(:func:`round_to`); reads need no conversion.  This keeps bf16/fp8 arithmetic as fast as fp32 (converting an
+ml_dtypes tile costs more than the arithmetic itself, see shared/performance-notes.md) while every stored value
+is bit-for-bit what the hardware would hold.  Integer and bool data is stored in its own NumPy dtype.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+__all__ = ["DType", "dtype_of", "DTYPES", "round_to", "UnsupportedDTypeError", "unpack_x4", "pack_x4"]
+
+
+class UnsupportedDTypeError(TypeError):
+    """A dtype NKI names but trnsim does not model."""
+
+
+class DType:
+    """A NeuronCore dtype: its NKI name, the real NumPy dtype, and how trnsim stores it."""
+
+    __slots__ = ("name", "np", "storage", "itemsize", "is_float", "is_int", "is_bool", "sentinel",
+                 "_round", "min", "max", "packed", "element")
+
+    def __init__(self, name: str, npdtype, *, storage=None, rounder=None, packed=0, element=None, sentinel=None):
+        self.name = name
+        self.np = np.dtype(npdtype)
+        self.itemsize = self.np.itemsize
+        self.is_bool = self.np == np.bool_
+        self.is_float = name in _FLOAT_NAMES
+        # packed MX formats (float8_e4m3fn_x4 ...): ``packed`` values of format ``element`` per element, stored as
+        # their raw bits in an unsigned integer; neither float nor integer arithmetic applies to them
+        self.packed = packed
+        self.element = element
+        self.is_int = self.np.kind in "iu" and not packed
+        self.storage = np.dtype(storage) if storage is not None else (
+            np.dtype(np.float32) if self.is_float else self.np)
+        # new memory is filled with NaN (floats) or 4 (integers), as AWS's simulator does; packed formats with
+        # the NaN bit pattern of each element (0 for fp4, which has no NaN)
+        self.sentinel = sentinel if sentinel is not None else (
+            np.nan if self.is_float else (True if self.is_bool else 4))
+        self._round = rounder
+        if self.is_float:
+            fi = ml_dtypes.finfo(self.np) if name not in ("float32", "tfloat32") else np.finfo(np.float32)
+            self.min, self.max = float(fi.min), float(fi.max)
+        elif self.is_int or packed:
+            ii = np.iinfo(self.np)
+            self.min, self.max = int(ii.min), int(ii.max)
+        else:
+            self.min, self.max = 0, 1
+
+    def __repr__(self):
+        return f"trnsim.dtype({self.name})"
+
+    def __str__(self):
+        return self.name
+
+    def __eq__(self, other):
+        if isinstance(other, DType):
+            return self.name == other.name
+        try:
+            return dtype_of(other).name == self.name
+        except (TypeError, ValueError):
+            return NotImplemented
+
+    def __hash__(self):
+        return hash(self.name)
+
+
+_FLOAT_NAMES = {"bfloat16", "float16", "float32", "tfloat32", "float8_e4m3", "float8_e4m3fn", "float8_e5m2",
+                "float8_e8m0fnu"}
+
+
+def _via(npdtype):
+    target = np.dtype(npdtype)
+
+    def rounder(x):
+        return x.astype(target).astype(np.float32)
+    return rounder
+
+
+def _bf16_round(x):
+    """Round float32 values to the nearest bfloat16 (ties to even), returned as float32.
+
+    Done with integer arithmetic on the float32 bits, which is several times faster than a round trip through
+    ml_dtypes; NaN stays NaN and infinities stay infinite."""
+    x = np.asarray(x, dtype=np.float32)
+    bits = x.view(np.uint32)
+    lsb = (bits >> 16) & 1
+    rounded = ((bits + np.uint32(0x7FFF) + lsb) & np.uint32(0xFFFF0000)).view(np.float32)
+    nan = np.isnan(x)
+    if nan.any():
+        rounded = np.where(nan, x, rounded)
+    return rounded
+
+
+def _tf32_round(x):
+    """Round float32 to tfloat32 (10 mantissa bits, ties to even), kept in float32."""
+    x = np.asarray(x, dtype=np.float32)
+    bits = x.view(np.uint32)
+    lsb = (bits >> 13) & 1
+    rounded = ((bits + np.uint32(0xFFF) + lsb) & np.uint32(0xFFFFE000)).view(np.float32)
+    nan = np.isnan(x)
+    if nan.any():
+        rounded = np.where(nan, x, rounded)
+    return rounded
+
+
+def _build():
+    table = {}
+
+    def add(dt):
+        table[dt.name] = dt
+
+    add(DType("float32", np.float32))
+    add(DType("tfloat32", np.float32, rounder=_tf32_round))
+    add(DType("bfloat16", ml_dtypes.bfloat16, rounder=_bf16_round))
+    add(DType("float16", np.float16, rounder=_via(np.float16)))
+    add(DType("float8_e4m3", ml_dtypes.float8_e4m3, rounder=_via(ml_dtypes.float8_e4m3)))
+    add(DType("float8_e4m3fn", ml_dtypes.float8_e4m3fn, rounder=_via(ml_dtypes.float8_e4m3fn)))
+    add(DType("float8_e5m2", ml_dtypes.float8_e5m2, rounder=_via(ml_dtypes.float8_e5m2)))
+    for n in ("int8", "int16", "int32", "uint8", "uint16", "uint32"):
+        add(DType(n, getattr(np, n)))
+    add(DType("bool", np.bool_, storage=np.uint8))
+    # the OCP microscaling (MX) formats of NeuronCore-v4: the E8M0 block scale (a power of two, NaN at 0xFF) and
+    # four FP8 (or FP4) values packed little-endian into one 32-bit (16-bit) element (NKI reference, quantize_mx)
+    add(DType("float8_e8m0fnu", ml_dtypes.float8_e8m0fnu, rounder=_via(ml_dtypes.float8_e8m0fnu)))
+    add(DType("float8_e4m3fn_x4", np.uint32, packed=4, element="float8_e4m3fn", sentinel=0x7F7F7F7F))
+    add(DType("float8_e5m2_x4", np.uint32, packed=4, element="float8_e5m2", sentinel=0x7F7F7F7F))
+    add(DType("float4_e2m1fn_x4", np.uint16, packed=4, element="float4_e2m1fn", sentinel=0))
+    return table
+
+
+DTYPES = _build()
+_ALIASES = {"bool_": "bool", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16",
+            "float": "float32", "tf32": "tfloat32", "float8e4": "float8_e4m3", "float8e5": "float8_e5m2",
+            }
+_BY_NP = {dt.np: dt for dt in DTYPES.values() if dt.name != "tfloat32" and not dt.packed}
+_ELEMENT_NP = {"float8_e4m3fn": ml_dtypes.float8_e4m3fn, "float8_e5m2": ml_dtypes.float8_e5m2,
+               "float4_e2m1fn": ml_dtypes.float4_e2m1fn}
+
+
+def unpack_x4(dt: DType, bits: np.ndarray) -> np.ndarray:
+    """The float32 values of packed-format elements: shape ``bits.shape + (4,)``, value ``j`` from bits
+    ``[j*w, (j+1)*w)`` (w = 8 for FP8, 4 for FP4)."""
+    w = dt.itemsize * 8 // dt.packed
+    b = np.asarray(bits).astype(np.uint32)
+    parts = np.stack([(b >> np.uint32(w * j)) & np.uint32((1 << w) - 1) for j in range(dt.packed)], axis=-1)
+    return parts.astype(np.uint8).view(_ELEMENT_NP[dt.element]).astype(np.float32)
+
+
+def pack_x4(dt: DType, values: np.ndarray) -> np.ndarray:
+    """Round float32 ``values`` (last axis of 4) to the element format (nearest even, saturating as ml_dtypes
+    converts) and pack them into elements of ``dt``."""
+    w = dt.itemsize * 8 // dt.packed
+    v = np.asarray(values, dtype=np.float32)
+    codes = v.astype(_ELEMENT_NP[dt.element]).view(np.uint8).astype(np.uint32) & np.uint32((1 << w) - 1)
+    out = np.zeros(v.shape[:-1], dtype=np.uint32)
+    for j in range(dt.packed):
+        out |= codes[..., j] << np.uint32(w * j)
+    return out.astype(dt.np)
+
+
+def dtype_of(x) -> DType:
+    """The :class:`DType` for an NKI dtype string, a NumPy/ml_dtypes dtype, a torch dtype or a DType."""
+    if isinstance(x, DType):
+        return x
+    if isinstance(x, str):
+        key = _ALIASES.get(x, x)
+        if key in DTYPES:
+            return DTYPES[key]
+        raise TypeError(f"unknown dtype {x!r}; supported: {', '.join(sorted(DTYPES))}")
+    mod = type(x).__module__
+    if mod.startswith("torch"):
+        name = str(x).replace("torch.", "")
+        name = {"float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2", "bool": "bool"}.get(name, name)
+        return dtype_of(name)
+    try:
+        npd = np.dtype(x)
+    except TypeError:
+        raise TypeError(f"unknown dtype {x!r}") from None
+    if npd.name in DTYPES:
+        return DTYPES[npd.name]
+    dt = _BY_NP.get(npd)
+    if dt is None:
+        raise TypeError(f"dtype {npd} is not a NeuronCore dtype; supported: {', '.join(sorted(DTYPES))}")
+    return dt
+
+
+def round_to(dt: DType, values: np.ndarray, precise: bool = True) -> np.ndarray:
+    """Values as the storage of ``dt`` holds them: floats rounded to nearest-even in ``dt`` (when precise),
+    integers rounded to nearest and saturated to the integer range, bools as 0/1."""
+    if dt.is_float:
+        if dt._round is None or not precise:
+            return values
+        return dt._round(values)
+    if dt.is_bool:
+        return (np.asarray(values) != 0).astype(np.uint8)
+    if dt.packed:
+        return np.asarray(values).astype(dt.np)      # packed elements are written as their bits
+    v = np.asarray(values)
+    if v.dtype.kind == "f":
+        with np.errstate(invalid="ignore"):
+            v = np.rint(v)
+            v = np.clip(np.nan_to_num(v, nan=0.0), dt.min, dt.max)
+        return v.astype(dt.np)
+    if v.dtype != dt.np:
+        return v.astype(dt.np)   # integer to integer: wraps like a hardware narrowing
+    return v

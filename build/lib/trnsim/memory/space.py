@@ -1,0 +1,201 @@
+"""Memory spaces (HBM, SBUF, PSUM), their buffers, and allocation with capacity accounting.
+
+On-chip spaces (SBUF, PSUM) are two-dimensional: ``partitions x bytes-per-partition``.  A buffer there occupies
+an address range ``[addr, addr + bytes_per_partition)`` on every partition (as NKI's allocator does) and its
+elements are laid out partition-major: element ``e`` sits on partition ``e // pfree``.  HBM is one flat byte range
+per chip, accounted but never allocated on the host beyond what a buffer really holds.
+
+A buffer's host storage is released, and its address range returned, when the last view of it goes away: a tile
+allocated inside a loop body is a fresh buffer every iteration, as the compiler's multi-buffering makes it.  A
+NeuronCore's SBUF and PSUM overcommit (``overcommit=True``): whether the tiles fit is decided by their live ranges
+in program order (``trnsim/machine/capacity.py``), as the compiler decides it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+
+import numpy as np
+
+from .dtypes import DType
+
+__all__ = ["MemorySpace", "Buffer", "OutOfMemory", "SBUF", "PSUM", "HBM"]
+
+SBUF = "sbuf"
+PSUM = "psum"
+HBM = "hbm"
+ON_CHIP = (SBUF, PSUM)
+
+_ids = itertools.count(1)
+
+
+class OutOfMemory(MemoryError):
+    """An allocation does not fit the memory space's capacity."""
+
+
+class MemorySpace:
+    """One memory of a NeuronCore (or chip) with a first-fit allocator and live/peak accounting."""
+
+    def __init__(self, kind: str, capacity_bytes: int, partitions: int = 0, align: int = 1,
+                 bank_bytes: int = 0, name: str | None = None, overcommit: bool = False):
+        self.kind = kind
+        self.name = name or kind
+        self.partitions = partitions
+        self.capacity = capacity_bytes          # per partition on chip, total for HBM
+        self.align = max(1, align)
+        self.bank_bytes = bank_bytes
+        self.live = 0
+        self.peak = 0
+        self._free = [(0, capacity_bytes)]      # sorted (start, size) free ranges
+        self.on_chip = kind in ON_CHIP
+        # overcommit: an allocation that finds no free range is not refused (returns -1): a NeuronCore's SBUF and
+        # PSUM are refused by live range in program order instead (trnsim/machine/capacity.py), not by how many
+        # tile objects Python still holds.  A tile larger than the whole capacity is always refused.
+        self.overcommit = overcommit
+
+    # -- allocation ---------------------------------------------------------------------------------
+    def _place(self, size: int) -> int:
+        align = self.align
+        bank = self.bank_bytes
+        for i, (start, fsize) in enumerate(self._free):
+            addr = -(-start // align) * align
+            if bank and size <= bank and (addr // bank) != ((addr + size - 1) // bank):
+                addr = -(-addr // bank) * bank      # a tile that fits a bank never straddles two
+            if addr + size <= start + fsize:
+                self._carve(i, start, fsize, addr, size)
+                return addr
+        return -1
+
+    def _carve(self, i, start, fsize, addr, size):
+        pieces = []
+        if addr > start:
+            pieces.append((start, addr - start))
+        end = addr + size
+        if end < start + fsize:
+            pieces.append((end, start + fsize - end))
+        self._free[i:i + 1] = pieces
+
+    def allocate(self, size: int, what: str = "tensor") -> int:
+        """Reserve ``size`` bytes (per partition on chip); return the address.  Raises :class:`OutOfMemory`."""
+        if size > self.capacity:
+            raise OutOfMemory(self._oom_message(size, what))
+        addr = self._place(size)
+        if addr < 0:
+            if self.overcommit:
+                return -1
+            raise OutOfMemory(self._oom_message(size, what))
+        self.live += size
+        if self.live > self.peak:
+            self.peak = self.live
+        return addr
+
+    def _oom_message(self, size, what):
+        unit = " per partition" if self.on_chip else ""
+        return (f"{self.name.upper()} allocation of {size} bytes{unit} for {what} does not fit: capacity "
+                f"{self.capacity} bytes{unit}, {self.live} in use by live tensors (peak {self.peak})")
+
+    def check_placement(self, partition: int, partitions: int, addr: int, size: int, what: str = "tensor"):
+        """Check an explicit placement ``[addr, addr + size)`` on partitions ``[partition, partition +
+        partitions)`` lies inside the space; raises :class:`OutOfMemory` naming the limit."""
+        unit = " per partition" if self.on_chip else ""
+        if addr < 0 or addr + size > self.capacity:
+            raise OutOfMemory(f"{self.name.upper()} placement of {what} at byte {addr} ({size} bytes{unit}) ends at "
+                              f"{addr + size}, beyond the capacity of {self.capacity} bytes{unit}")
+        if self.on_chip and (partition < 0 or partition + partitions > self.partitions):
+            raise OutOfMemory(f"{self.name.upper()} placement of {what} on partitions [{partition}, "
+                              f"{partition + partitions}) is outside the {self.partitions} partitions")
+
+    def release(self, addr: int, size: int) -> None:
+        self.live -= size
+        free = self._free
+        # insert and merge neighbours
+        lo, hi = 0, len(free)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if free[mid][0] < addr:
+                lo = mid + 1
+            else:
+                hi = mid
+        free.insert(lo, (addr, size))
+        if lo + 1 < len(free) and free[lo][0] + free[lo][1] == free[lo + 1][0]:
+            free[lo] = (free[lo][0], free[lo][1] + free[lo + 1][1])
+            del free[lo + 1]
+        if lo > 0 and free[lo - 1][0] + free[lo - 1][1] == free[lo][0]:
+            free[lo - 1] = (free[lo - 1][0], free[lo - 1][1] + free[lo][1])
+            del free[lo]
+
+    def reset_peak(self):
+        self.peak = self.live
+
+
+class Buffer:
+    """The storage behind tensors: one allocation in one memory space.
+
+    ``data`` is a flat NumPy array in the dtype's storage type, or ``None`` in shape-only mode.  ``written``
+    (a flat bool array) is kept when the space tracks initialisation (PSUM always, everything in strict mode).
+    """
+
+    __slots__ = ("id", "space", "kind", "dtype", "shape", "nelem", "pfree", "addr", "bytes_pp", "data",
+                 "written", "all_written", "name", "block", "block_shape", "placement", "__weakref__")
+
+    def __init__(self, space: MemorySpace | None, dtype: DType, shape: tuple, *, name: str = "",
+                 data: np.ndarray | None = None, execute: bool = True, track_written: bool = False,
+                 fill: bool = True, address=None, block: int = 0, block_shape=None):
+        self.id = next(_ids)
+        self.space = space
+        self.kind = space.kind if space is not None else HBM
+        self.dtype = dtype
+        self.shape = tuple(int(s) for s in shape)
+        n = 1
+        for s in self.shape:
+            n *= s
+        self.nelem = n
+        self.name = name
+        on_chip = self.kind in ON_CHIP
+        self.pfree = (n // self.shape[0] if self.shape and self.shape[0] else 0) if on_chip else n
+        self.bytes_pp = self.pfree * dtype.itemsize if on_chip else n * dtype.itemsize
+        self.addr = 0
+        # block tensors ([B, par_dim(P), F] laid out as P partitions of B blocks): elements per partition of one
+        # block (0: not a block tensor) and the block dims; set by the front end.  placement: an explicit
+        # (partition, byte address), or a callable (block index, partitions, bytes) -> (partition, byte address)
+        self.block = int(block or 0)
+        self.block_shape = tuple(block_shape) if block_shape else None
+        self.placement = None
+        if space is not None:
+            what = f"tensor {name!r}" if name else "a tensor"
+            if address is not None and space.on_chip:
+                self.placement = address
+                if not callable(address):
+                    p0, a0 = (int(address[0]), int(address[1])) if len(address) == 2 else (0, int(address[0]))
+                    space.check_placement(p0, self.shape[0] if self.shape else 1, a0, self.bytes_pp, what)
+                    self.placement = (p0, a0)
+                    self.addr = a0
+            else:
+                one = self.block * dtype.itemsize if self.block else self.bytes_pp   # a block is one tile
+                if space.on_chip and one > space.capacity:
+                    raise OutOfMemory(space._oom_message(one, what))
+                addr = space.allocate(self.bytes_pp, what=what) if self.bytes_pp <= space.capacity else -1
+                if addr >= 0:
+                    self.addr = addr
+                    weakref.finalize(self, space.release, addr, self.bytes_pp)
+        if data is not None:
+            self.data = data
+        elif execute:
+            if fill:
+                self.data = np.full(n, dtype.sentinel, dtype=dtype.storage)
+            else:
+                self.data = np.empty(n, dtype=dtype.storage)
+        else:
+            self.data = None
+        self.all_written = data is not None
+        self.written = None
+        if track_written and execute:
+            self.written = np.full(n, data is not None, dtype=np.bool_)
+
+    @property
+    def partitions(self) -> int:
+        return self.shape[0] if self.kind in ON_CHIP and self.shape else 0
+
+    def __repr__(self):
+        return f"Buffer#{self.id}({self.kind}, {self.dtype.name}{list(self.shape)}, name={self.name!r})"

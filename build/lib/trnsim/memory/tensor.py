@@ -1,0 +1,530 @@
+"""Tensors as views: a buffer, an element offset and an access pattern ``[[stride, count], ...]``.
+
+This is NKI's own model (``NkiTensor.ap()``).  Every way of taking part of a tensor -- Python indexing,
+``nl.ds``, the view methods, explicit access patterns -- produces a new :class:`Tensor` over the same buffer; the
+NumPy array behind a view is a strided view of the buffer's storage, made on demand and never a copy.
+
+Strides and offsets are counted in elements of the tensor's dtype.  For on-chip tensors the first dimension is
+the partition dimension; its stride is a multiple of the buffer's per-partition element count.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .dtypes import DType, dtype_of
+from .space import ON_CHIP, Buffer
+
+__all__ = ["Tensor", "DynSlice", "ViewError", "IndexOutOfBounds"]
+
+
+class ViewError(ValueError):
+    """A view that cannot be formed over the tensor (bad reshape, permutation, broadcast...)."""
+
+
+class IndexOutOfBounds(IndexError):
+    """An index or slice that reaches outside the tensor."""
+
+
+class DynSlice:
+    """``nl.ds(start, size)``: ``size`` consecutive elements from ``start`` (with an optional step)."""
+
+    __slots__ = ("start", "size", "step")
+
+    def __init__(self, start, size, step=1):
+        self.start = int(start)
+        self.size = int(size)
+        self.step = int(step)
+        if self.size < 0:
+            raise ValueError(f"nl.ds size must be >= 0, got {size}")
+
+    def __repr__(self):
+        return f"ds({self.start}, {self.size})"
+
+
+class Tensor:
+    """A strided view of a :class:`Buffer`."""
+
+    __slots__ = ("buf", "offset", "shape", "strides", "dtype", "name", "_np", "_ext")
+
+    def __init__(self, buf: Buffer, offset: int, shape: tuple, strides: tuple, dtype: DType | None = None,
+                 name: str | None = None):
+        self.buf = buf
+        self.offset = offset
+        self.shape = shape
+        self.strides = strides
+        self.dtype = dtype if dtype is not None else buf.dtype
+        self.name = name if name is not None else buf.name
+        self._np = None
+        self._ext = None
+
+    # -- construction -------------------------------------------------------------------------------
+    @classmethod
+    def whole(cls, buf: Buffer, name: str | None = None):
+        shape = buf.shape
+        strides = []
+        acc = 1
+        for s in reversed(shape):
+            strides.append(acc)
+            acc *= s
+        return cls(buf, 0, shape, tuple(reversed(strides)), buf.dtype, name)
+
+    def _view(self, offset, shape, strides, dtype=None):
+        t = object.__new__(type(self))
+        t.buf = self.buf
+        t.offset = offset
+        t.shape = tuple(shape)
+        t.strides = tuple(strides)
+        t.dtype = dtype if dtype is not None else self.dtype
+        t.name = self.name
+        t._np = None
+        t._ext = None
+        return t
+
+    # -- basic properties ---------------------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    @property
+    def buffer(self) -> str:
+        return self.buf.kind
+
+    @property
+    def on_chip(self) -> bool:
+        return self.buf.kind in ON_CHIP
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def is_contiguous(self) -> bool:
+        acc = 1
+        for s, st in zip(reversed(self.shape), reversed(self.strides)):
+            if s != 1 and st != acc:
+                return False
+            acc *= s
+        return True
+
+    def get_pattern(self):
+        """The access pattern ``[[stride, count], ...]`` of this view (outermost first)."""
+        return [[st, s] for st, s in zip(self.strides, self.shape)]
+
+    def is_indirect(self) -> bool:
+        return False
+
+    # -- the NumPy view -----------------------------------------------------------------------------
+    @property
+    def np(self) -> np.ndarray:
+        """The strided NumPy view of the buffer's storage (raises in shape-only mode)."""
+        a = self._np
+        if a is None:
+            data = self.buf.data
+            if data is None:
+                raise RuntimeError("tensor data is not available in shape-only mode")
+            isz = data.itemsize
+            a = np.ndarray(self.shape, dtype=data.dtype, buffer=data, offset=self.offset * isz,
+                           strides=tuple(st * isz for st in self.strides))
+            self._np = a
+        return a
+
+    def written_view(self):
+        w = self.buf.written
+        if w is None:
+            return None
+        return np.ndarray(self.shape, dtype=np.bool_, buffer=w, offset=self.offset,
+                          strides=tuple(self.strides))
+
+    def extent(self):
+        """``(lo, hi)`` element range of the buffer this view can touch (hi exclusive)."""
+        e = self._ext
+        if e is not None:
+            return e
+        self._ext = e = self._extent()
+        return e
+
+    def _extent(self):
+        lo = hi = self.offset
+        for s, st in zip(self.shape, self.strides):
+            if s == 0:
+                return self.offset, self.offset
+            if st > 0:
+                hi += st * (s - 1)
+            else:
+                lo += st * (s - 1)
+        return lo, hi + 1
+
+    # -- partitions (on-chip) -----------------------------------------------------------------------
+    def partition_info(self):
+        """``(start_partition, num_partitions, partition_step)`` of an on-chip view, or ``None`` when the
+        view's first dimension does not map to whole partitions."""
+        pf = self.buf.pfree
+        if not self.shape:
+            return (self.offset // pf, 1, 1)
+        st = self.strides[0]
+        if pf == 0 or (st % pf) != 0:
+            if self.shape[0] == 1:
+                return (self.offset // pf, 1, 1)
+            return None
+        return (self.offset // pf, self.shape[0], st // pf)
+
+    # -- indexing -----------------------------------------------------------------------------------
+    def __getitem__(self, key):
+        if not isinstance(key, tuple):
+            key = (key,)
+        # expand Ellipsis
+        n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
+        if any(k is Ellipsis for k in key):
+            i = next(i for i, k in enumerate(key) if k is Ellipsis)
+            key = key[:i] + (slice(None),) * (self.ndim - n_real) + key[i + 1:]
+        if n_real > self.ndim:
+            raise IndexOutOfBounds(f"too many indices for tensor {self.name!r} of shape {list(self.shape)}: "
+                                   f"{n_real} given")
+        offset = self.offset
+        shape = []
+        strides = []
+        d = 0
+        for k in key:
+            if k is None:
+                shape.append(1)
+                strides.append(0)
+                continue
+            size = self.shape[d]
+            st = self.strides[d]
+            if isinstance(k, slice):
+                start, stop, step = k.start, k.stop, k.step
+                step = 1 if step is None else int(step)
+                if step == 0:
+                    raise ViewError("slice step cannot be zero")
+                if step > 0:
+                    start = 0 if start is None else int(start)
+                    stop = size if stop is None else int(stop)
+                    if start < 0:
+                        start += size
+                    if stop < 0:
+                        stop += size
+                    if start < 0 or stop > size or start > stop:
+                        raise IndexOutOfBounds(self._oob(d, start, stop - 1))
+                    n = max(0, -(-(stop - start) // step))
+                else:
+                    start = size - 1 if start is None else int(start)
+                    stop = -1 if k.stop is None else int(stop)
+                    if start < 0:
+                        start += size
+                    if k.stop is not None and stop < 0:
+                        stop += size
+                    if start >= size or stop < -1:
+                        raise IndexOutOfBounds(self._oob(d, stop + 1, start))
+                    n = max(0, -(-(start - stop) // -step))
+                offset += start * st
+                shape.append(n)
+                strides.append(st * step)
+            elif isinstance(k, DynSlice):
+                start, n, step = k.start, k.size, k.step
+                if start < 0 or start + (n - 1) * step >= size:
+                    raise IndexOutOfBounds(self._oob(d, start, start + (n - 1) * step))
+                offset += start * st
+                shape.append(n)
+                strides.append(st * step)
+            else:
+                try:
+                    i = int(k)
+                except TypeError:
+                    raise TypeError(f"tensor {self.name!r} cannot be indexed with {type(k).__name__} "
+                                    f"{k!r}; use ints, slices or nl.ds(start, size)") from None
+                if i < 0:
+                    i += size
+                if not 0 <= i < size:
+                    raise IndexOutOfBounds(self._oob(d, int(k), int(k)))
+                offset += i * st
+            d += 1
+        shape.extend(self.shape[d:])
+        strides.extend(self.strides[d:])
+        return self._view(offset, shape, strides)
+
+    def _oob(self, dim, lo, hi):
+        return (f"Out-of-bound access for tensor `{self.name}` on dimension {dim}: index range [{lo}, {hi}] "
+                f"exceed dimension size of {self.shape[dim]}")
+
+    # -- view methods (NKI v2 NkiTensor) -------------------------------------------------------------
+    def _dim(self, dim, n=None):
+        n = self.ndim if n is None else n
+        if not -n <= dim < n:
+            raise ViewError(f"dimension {dim} out of range for a tensor of rank {self.ndim}")
+        return dim % n
+
+    def slice(self, dim, start, end, step=1):
+        key = [slice(None)] * self.ndim
+        key[self._dim(dim)] = slice(start, end, step)
+        return self[tuple(key)]
+
+    def select(self, dim, index):
+        key = [slice(None)] * self.ndim
+        key[self._dim(dim)] = int(index)
+        return self[tuple(key)]
+
+    def permute(self, dims):
+        dims = tuple(self._dim(d) for d in dims)
+        if sorted(dims) != list(range(self.ndim)):
+            raise ViewError(f"permute dims {list(dims)} are not a permutation of {list(range(self.ndim))}")
+        return self._view(self.offset, [self.shape[d] for d in dims], [self.strides[d] for d in dims])
+
+    def transpose_view(self):
+        return self.permute(tuple(reversed(range(self.ndim))))
+
+    def broadcast(self, dim, size):
+        d = self._dim(dim)
+        if self.shape[d] != 1:
+            raise ViewError(f"broadcast: dimension {d} of tensor {self.name!r} has size {self.shape[d]}, "
+                            f"only a size-1 dimension can be broadcast")
+        shape = list(self.shape)
+        strides = list(self.strides)
+        shape[d] = int(size)
+        strides[d] = 0
+        return self._view(self.offset, shape, strides)
+
+    def broadcast_to(self, shape):
+        shape = tuple(int(s) for s in shape)
+        if len(shape) < self.ndim:
+            raise ViewError(f"cannot broadcast shape {list(self.shape)} to {list(shape)}")
+        t = self
+        for _ in range(len(shape) - self.ndim):
+            t = t.expand_dim(0)
+        for d, (have, want) in enumerate(zip(t.shape, shape)):
+            if have != want:
+                t = t.broadcast(d, want)
+        return t
+
+    def expand_dim(self, dim):
+        d = self._dim(dim, self.ndim + 1)
+        shape = list(self.shape)
+        strides = list(self.strides)
+        shape.insert(d, 1)
+        strides.insert(d, 0)
+        return self._view(self.offset, shape, strides)
+
+    def squeeze_dim(self, dim):
+        d = self._dim(dim)
+        if self.shape[d] != 1:
+            raise ViewError(f"squeeze_dim: dimension {d} of tensor {self.name!r} has size {self.shape[d]}, "
+                            f"not 1")
+        shape = list(self.shape)
+        strides = list(self.strides)
+        del shape[d]
+        del strides[d]
+        return self._view(self.offset, shape, strides)
+
+    def reshape_dim(self, dim, shape):
+        d = self._dim(dim)
+        shape = [int(s) for s in shape]
+        if -1 in shape:
+            known = 1
+            for s in shape:
+                if s != -1:
+                    known *= s
+            shape[shape.index(-1)] = self.shape[d] // known if known else 0
+        prod = 1
+        for s in shape:
+            prod *= s
+        if prod != self.shape[d]:
+            raise ViewError(f"reshape_dim: dimension {d} of size {self.shape[d]} cannot become {shape}")
+        st = self.strides[d]
+        new_strides = []
+        acc = st
+        for s in reversed(shape):
+            new_strides.append(acc)
+            acc *= s
+        new_strides.reverse()
+        return self._view(self.offset, list(self.shape[:d]) + shape + list(self.shape[d + 1:]),
+                          list(self.strides[:d]) + new_strides + list(self.strides[d + 1:]))
+
+    def flatten_dims(self, start_dim, end_dim):
+        a = self._dim(start_dim)
+        b = self._dim(end_dim)
+        if b < a:
+            raise ViewError(f"flatten_dims: end_dim {end_dim} precedes start_dim {start_dim}")
+        for i in range(a, b):
+            if self.shape[i + 1] != 1 and self.shape[i] != 1 and \
+                    self.strides[i] != self.strides[i + 1] * self.shape[i + 1]:
+                raise ViewError(f"flatten_dims: dimensions {a}..{b} of tensor {self.name!r} are not "
+                                f"contiguous with each other (shape {list(self.shape)}, strides "
+                                f"{list(self.strides)})")
+        n = 1
+        for s in self.shape[a:b + 1]:
+            n *= s
+        inner = self.strides[b]
+        return self._view(self.offset, list(self.shape[:a]) + [n] + list(self.shape[b + 1:]),
+                          list(self.strides[:a]) + [inner] + list(self.strides[b + 1:]))
+
+    def reshape(self, shape):
+        if isinstance(shape, int):
+            shape = (shape,)
+        shape = [int(s) for s in shape]
+        total = self.size
+        if shape.count(-1) > 1:
+            raise ViewError("reshape: only one dimension can be -1")
+        if -1 in shape:
+            known = 1
+            for s in shape:
+                if s != -1:
+                    known *= s
+            shape[shape.index(-1)] = total // known if known else 0
+        prod = 1
+        for s in shape:
+            prod *= s
+        if prod != total:
+            raise ViewError(f"reshape: cannot view tensor {self.name!r} of shape {list(self.shape)} "
+                            f"({total} elements) as {shape}")
+        strides = _nocopy_strides(self.shape, self.strides, shape)
+        if strides is None:
+            raise ViewError(f"reshape: tensor {self.name!r} with shape {list(self.shape)} and strides "
+                            f"{list(self.strides)} cannot be viewed as {shape} without a copy")
+        return self._view(self.offset, shape, strides)
+
+    def rearrange(self, src_pattern, dst_pattern, fixed_sizes=None):
+        """einops-style regrouping of dimensions, e.g. ``rearrange(('p', ('a', 'b')), ('p', 'b', 'a'),
+        {'a': 4})``: split grouped dimensions, permute, merge, all as views."""
+        fixed = dict(fixed_sizes or {})
+        src = [g if isinstance(g, (tuple, list)) else (g,) for g in src_pattern]
+        if len(src) != self.ndim:
+            raise ViewError(f"rearrange: source pattern {src_pattern} has {len(src)} groups for a tensor of "
+                            f"rank {self.ndim}")
+        t = self
+        names = []
+        # split source groups, innermost dim last, so indices stay valid when processed from the end
+        for d in range(len(src) - 1, -1, -1):
+            group = src[d]
+            size = t.shape[d]
+            sizes = [fixed.get(n) for n in group]
+            unknown = [i for i, s in enumerate(sizes) if s is None]
+            known = 1
+            for s in sizes:
+                if s is not None:
+                    known *= s
+            if len(unknown) > 1:
+                raise ViewError(f"rearrange: group {group} needs sizes for all but one name")
+            if unknown:
+                sizes[unknown[0]] = size // known
+            if int(np.prod(sizes)) != size:
+                raise ViewError(f"rearrange: group {group} sizes {sizes} do not multiply to {size}")
+            t = t.reshape_dim(d, sizes)
+            names[0:0] = list(group)
+        dst = [g if isinstance(g, (tuple, list)) else (g,) for g in dst_pattern]
+        flat_dst = [n for g in dst for n in g]
+        if sorted(flat_dst) != sorted(names):
+            raise ViewError(f"rearrange: names {flat_dst} of the destination do not match {names}")
+        t = t.permute(tuple(names.index(n) for n in flat_dst))
+        # merge destination groups
+        d = 0
+        for g in dst:
+            if len(g) > 1:
+                t = t.flatten_dims(d, d + len(g) - 1)
+            d += 1
+        return t
+
+    def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None):
+        """A view given by an explicit access pattern ``[[stride, count], ...]`` (outermost first) and an
+        element offset from the start of this tensor."""
+        if scalar_offset is not None or vector_offset is not None:
+            raise NotImplementedError("ap(): dynamic scalar_offset/vector_offset are not supported by trnsim yet")
+        dt = self.dtype if dtype is None else dtype_of(dtype)
+        base = self.offset + (0 if offset is None else int(offset))
+        shape = []
+        strides = []
+        for entry in pattern:
+            if len(entry) != 2:
+                raise ViewError(f"ap(): each access pattern entry is [stride, count], got {entry!r}")
+            st, n = int(entry[0]), int(entry[1])
+            if n < 0:
+                raise ViewError(f"ap(): negative count {n} in pattern {pattern}")
+            strides.append(st)
+            shape.append(n)
+        v = self._view(base, shape, strides, dt)
+        lo, hi = v.extent()
+        if v.size and (lo < 0 or hi > self.buf.nelem):
+            raise IndexOutOfBounds(
+                f"ap(): access pattern {pattern} with offset {base} reaches elements [{lo}, {hi - 1}] of "
+                f"tensor `{self.name}`, whose buffer holds {self.buf.nelem} elements")
+        return v
+
+    def view(self, dtype):
+        """Reinterpret the same bytes as another dtype of the same size."""
+        dt = dtype_of(dtype)
+        if dt.itemsize != self.dtype.itemsize:
+            raise ViewError(f"view({dt.name}): trnsim reinterprets only between dtypes of equal size "
+                            f"({self.dtype.name} is {self.dtype.itemsize} bytes, {dt.name} {dt.itemsize})")
+        if dt.storage != self.buf.dtype.storage:
+            raise NotImplementedError(
+                f"view({dt.name}) of a {self.buf.dtype.name} tensor: trnsim stores {self.buf.dtype.name} as "
+                f"{self.buf.dtype.storage} values, so reinterpreting its bits is not supported yet")
+        return self._view(self.offset, self.shape, self.strides, dt)
+
+    reinterpret_cast = view
+
+    def indirect(self, index, num_elem=None):
+        raise NotImplementedError("indirect (gather) access patterns are not supported by trnsim yet")
+
+    def vector_select(self, dim, vector_offset):
+        raise NotImplementedError("vector_select (dynamic offsets) is not supported by trnsim yet")
+
+    # -- printing -----------------------------------------------------------------------------------
+    def __repr__(self):
+        return (f"{type(self).__name__}(name={self.name!r}, shape={list(self.shape)}, dtype={self.dtype.name}, "
+                f"buffer={self.buf.kind}, offset={self.offset}, pattern={self.get_pattern()})")
+
+    def __len__(self):
+        return self.shape[0] if self.shape else 0
+
+    def __iter__(self):
+        raise TypeError("NKI tensors are not iterable; index them with slices or nl.ds")
+
+
+def _nocopy_strides(old_shape, old_strides, new_shape):
+    """Strides that view ``old`` as ``new_shape`` without copying, or ``None`` (NumPy's rule)."""
+    old = [(s, st) for s, st in zip(old_shape, old_strides) if s != 1]
+    new_strides = [0] * len(new_shape)
+    if not old:
+        return [1] * len(new_shape) if new_shape else []
+    oi = 0
+    ni = 0
+    nold = len(old)
+    nnew = len(new_shape)
+    while oi < nold and ni < nnew:
+        np_ = new_shape[ni]
+        op = old[oi][0]
+        oj, nj = oi + 1, ni + 1
+        while np_ != op:
+            if np_ < op:
+                if nj >= nnew:
+                    return None
+                np_ *= new_shape[nj]
+                nj += 1
+            else:
+                if oj >= nold:
+                    return None
+                op *= old[oj][0]
+                oj += 1
+        for k in range(oi, oj - 1):
+            if old[k][1] != old[k + 1][0] * old[k + 1][1]:
+                return None
+        new_strides[nj - 1] = old[oj - 1][1]
+        for k in range(nj - 1, ni, -1):
+            new_strides[k - 1] = new_strides[k] * new_shape[k]
+        ni, oi = nj, oj
+    # trailing ones
+    for k in range(ni, nnew):
+        new_strides[k] = 1
+    if oi != nold:
+        return None
+    return new_strides

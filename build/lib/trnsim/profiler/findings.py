@@ -1,0 +1,121 @@
+"""What explains a Timeline's time: per-instruction waits, and short findings in words.
+
+* ``waits(tl)`` gives each row's ``evt_wait`` and ``dma_wait`` (as Neuron Explorer names them): the time an engine
+  instruction could not start although its engine was free, because it waited for a semaphore of another
+  engine's instruction (``evt_wait``) or for a DMA transfer (``dma_wait``).  For a DMA transfer, ``dma_wait`` is
+  the time its data waited for busy DMA engines after its fixed cost.
+* ``findings(tl)`` turns the Timeline into a few sentences with the figures behind them ("Tensor Engine idle
+  waiting for DMA 54% of the time"), each computed from the rows, never from a model of the kernel.
+"""
+
+from __future__ import annotations
+
+from ..machine.timeline import Timeline
+
+__all__ = ["waits", "findings", "hfu", "descriptor_overhead"]
+
+_COMPUTE = ("tensor", "vector", "scalar", "gpsimd")
+
+
+def waits(tl: Timeline):
+    """``(evt_wait, dma_wait)``: two lists of ns, one value per row."""
+    n = len(tl)
+    evt = [0.0] * n
+    dma = [0.0] * n
+    free = {}
+    fixed = tl.target.dma_fixed_ns
+    for i in range(n):
+        e = tl.engine[i]
+        if e == "dma":
+            # after its fixed cost, a transfer waits only for the DMA engines it shares with earlier transfers
+            dma[i] = max(0.0, tl.data_start[i] - (tl.start[i] + fixed))
+            continue
+        key = (tl.core[i], e)
+        f = free.get(key, 0.0)
+        gap = tl.start[i] - f
+        if gap > 1e-9:
+            b = tl.bind[i]
+            if b >= 0 and tl.engine[b] == "dma":
+                dma[i] = gap
+            elif b >= 0:
+                evt[i] = gap
+        free[key] = tl.end[i]
+    return evt, dma
+
+
+def hfu(tl: Timeline) -> float:
+    """Hardware flops utilisation: the fraction of the Tensor Engine's peak the PE array was occupied
+    multiplying (a matmul occupies the whole 128x128 array for its cycles however few rows or columns it
+    uses), over cores and total time.  MFU counts only the flops of the operands' true sizes."""
+    tot = tl.total_ns
+    if tot <= 0:
+        return 0.0
+    busy = sum(w for e, w, op in zip(tl.engine, tl.work, tl.opcode) if e == "tensor" and "matmul" in op)
+    return busy / (tot * tl.ncores)
+
+
+def descriptor_overhead(tl: Timeline):
+    """``(share, small_share)``: of the DMA engines' busy time, the fraction above what the bytes need at the
+    practical rate (descriptor / packet-rate time), and the fraction of DMA time spent in transfers under
+    2 KiB per partition."""
+    rate = tl.target.dma_bytes_per_ns_per_engine
+    ppe = tl.target.dma_partitions_per_engine
+    total = over = small = 0.0
+    for e, w, nq, nb in zip(tl.engine, tl.work, tl.nqueues, tl.nbytes):
+        if e != "dma" or nq <= 0 or w <= 0:
+            continue
+        ideal = nb / (nq * rate)
+        total += w * nq
+        over += max(0.0, w - ideal) * nq
+        if nb / (nq * ppe) < 2048:
+            small += w * nq
+    if total <= 0:
+        return 0.0, 0.0
+    return over / total, small / total
+
+
+def findings(tl: Timeline, limit=6):
+    """A few sentences on where the time went, most important first."""
+    tot = tl.total_ns
+    if tot <= 0 or not len(tl):
+        return []
+    out = []
+    evt, dma = waits(tl)
+    busy = tl.busy_ns()
+    crit = tl.critical_path_share()
+    ncores = tl.ncores
+    for e in _COMPUTE:
+        n_e = sum(1 for x in tl.engine if x == e)
+        if not n_e:
+            continue
+        idle_dma = sum(d for d, x in zip(dma, tl.engine) if x == e)
+        idle_evt = sum(v for v, x in zip(evt, tl.engine) if x == e)
+        if idle_dma / (tot * ncores) >= 0.10:
+            out.append((idle_dma, f"{e.capitalize()} Engine idle waiting for DMA {100 * idle_dma / (tot * ncores):.0f}% "
+                                  f"of the time: more transfers in flight (multi-buffering) or larger ones would "
+                                  f"hide it"))
+        # semaphore waits matter when the engine is on the critical path (else it simply has little to do)
+        if idle_evt / (tot * ncores) >= 0.10 and crit.get(e, 0.0) >= 0.10:
+            out.append((idle_evt, f"{e.capitalize()} Engine waiting on other engines' semaphores "
+                                  f"{100 * idle_evt / (tot * ncores):.0f}% of the time"))
+    over, small = descriptor_overhead(tl)
+    dma_busy = sum(v for (c, e), v in busy.items() if e == "dma")
+    if small >= 0.25 and over >= 0.10:
+        out.append((over * dma_busy, f"DMAs under 2 KiB per partition: {100 * small:.0f}% of DMA time, and "
+                                     f"{100 * over:.0f}% of DMA engine time is descriptor (packet-rate) overhead "
+                                     f"beyond what the bytes need; move >= 2-4 KiB per partition per transfer"))
+    top = max(((k, v) for k, v in crit.items() if k != "wait"), key=lambda kv: kv[1], default=None)
+    if top and top[1] >= 0.5:
+        out.append((top[1] * tot, f"{top[0]}-bound: {100 * top[1]:.0f}% of the critical path is on "
+                                  f"{'the DMA queues' if top[0] == 'dma' else 'the ' + top[0] + ' engine'}"))
+    if crit.get("wait", 0.0) >= 0.2:
+        out.append((crit["wait"] * tot, f"{100 * crit['wait']:.0f}% of the critical path is waiting (semaphores "
+                                        f"between engines, static latency of dependent tiny instructions, DMA fixed "
+                                        f"cost): fuse or batch dependent small instructions"))
+    mfu = tl.mfu
+    h = hfu(tl)
+    if h > 0.05 and mfu < 0.5 * h:
+        out.append((0.0, f"MFU {100 * mfu:.1f}% against HFU {100 * h:.1f}%: matmuls use a fraction of the 128x128 "
+                         f"array (small contraction or stationary tiles)"))
+    out.sort(key=lambda x: -x[0])
+    return [s for _, s in out[:limit]]
