@@ -1,5 +1,0 @@
-import sys
-
-from .runner import main
-
-sys.exit(main())

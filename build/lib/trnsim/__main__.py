@@ -1,7 +1,0 @@
-"""``python -m trnsim``: the ``trnsim`` command."""
-
-import sys
-
-from .cli import main
-
-sys.exit(main())
