@@ -1,12 +1,13 @@
 """NKI suite entries for the instructions added for AWS's kernels (issue 13): a few cases each, float64
 references, exact where the instruction is exact and bounded by fp32 summation otherwise.  Imported by
-``nki_suite`` after its own registrations."""
+``nki_suite.run`` after the other families' registrations."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from .nki_suite import _M, _gen, _ld, _new, _numerics, _sim, _st, _sum_bound, f64
+from .harness import _M, _gen, _ld, _new, _numerics, _sim, _st
+from .references import _sum_bound, f64
 
 
 @_numerics("nisa.nonzero_with_count", ["float32", "int32"])
