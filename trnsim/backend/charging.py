@@ -10,18 +10,12 @@ import torch
 
 from . import costs, native_costs
 from .device_state import STATE
+from .kdtypes import kdtype
 
-_KERNEL_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16",
-                  torch.float8_e4m3fn: "float8_e4m3fn", torch.float8_e5m2: "float8_e5m2", torch.int8: "int8",
-                  torch.uint8: "uint8", torch.bool: "uint8", torch.int16: "int16"}
 
 _UNARY_ACT = {"exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "tanh": "tanh", "sigmoid": "sigmoid",
               "relu": "relu", "gelu": "gelu", "silu": "silu", "softplus": "softplus", "erf": "erf", "sin": "sin",
               "cos": "cos", "abs": "abs", "neg": "negative", "reciprocal": "reciprocal", "square": "square"}
-
-
-def kdtype(dt):
-    return _KERNEL_DTYPES.get(dt, "float32" if dt.is_floating_point else "int32")
 
 
 def _first_tensor(xs):

@@ -8,7 +8,9 @@ import types
 
 import torch
 
-from .device_state import STATE
+from ..targets import get_target
+from . import tensor
+from .device_state import STATE, _lnc
 from .memory import MEMORY
 
 
@@ -162,6 +164,16 @@ def set_per_process_memory_fraction(fraction, device=None):
     if not 0 <= fraction <= 1:
         raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
     MEMORY.fraction = float(fraction)
+    MEMORY._cap_key = None
+
+
+def reload_target():
+    """Re-read NEURON_PLATFORM_TARGET_OVERRIDE / NEURON_LOGICAL_NC_CONFIG (tests change them) and drop what was
+    computed for the previous target: the per-shape op charges and the memory capacity.  (Here, not in
+    ``device_state``, which the modules holding those caches import.)"""
+    STATE.target = get_target()
+    STATE.lnc = _lnc(STATE.target)
+    tensor._FAST.clear()
     MEMORY._cap_key = None
 
 

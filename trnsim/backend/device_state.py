@@ -40,13 +40,3 @@ class DeviceState:
 
 
 STATE = DeviceState()
-
-
-def reload_target():
-    """Re-read NEURON_PLATFORM_TARGET_OVERRIDE / NEURON_LOGICAL_NC_CONFIG (tests change them)."""
-    STATE.target = get_target()
-    STATE.lnc = _lnc(STATE.target)
-    from . import tensor
-    tensor._FAST.clear()
-    from .memory import MEMORY
-    MEMORY._cap_key = None

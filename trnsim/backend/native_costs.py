@@ -29,6 +29,7 @@ import torch
 
 from . import costs
 from .device_state import STATE
+from .kdtypes import kdtype as _kdtype
 
 
 def _tensors(xs, out):
@@ -46,11 +47,6 @@ def _bytes(ts):
 
 def _io_bytes(args, out):
     return _bytes(_tensors(args, [])) + _bytes(_tensors([out], []) if out is not None else [])
-
-
-def _kdtype(dt):
-    from .charging import kdtype
-    return kdtype(dt)
 
 
 def _estimate(flops, nbytes, launch, tensor_engine=False, extra_ns=0.0):

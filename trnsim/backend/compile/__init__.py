@@ -7,15 +7,7 @@ imports this package when a model is compiled with ``backend="neuron"``, never a
 """
 
 from .errors import NeuronCacheWarning, NeuronCompileError, NeuronCompileWarning
-
-
-def _ensure_patched():
-    """Apply the dynamo patch that lets dynamo trace device tensors (trnsim.backend.patches)."""
-    from .. import patches
-    from ..tensor import NeuronTensor
-    patches.dynamo_wrap_tensor(NeuronTensor)
-    from . import flex
-    flex.enable()
+from .patching import ensure_patched as _ensure_patched
 
 
 def neuron(gm, example_inputs, **kwargs):

@@ -27,6 +27,7 @@ import torch
 from . import cache as _cache
 from . import stats
 from .errors import NeuronCompileError, NeuronCompileWarning
+from .patching import ensure_patched
 
 _COUNTER = itertools.count()
 _FALLBACK_ENV = "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"
@@ -50,8 +51,7 @@ def _symbolic(example_inputs):
 
 def neuron(gm, example_inputs, mode=None, options=None):
     """The backend function (entry point ``torch_dynamo_backends: neuron``)."""
-    from . import _ensure_patched
-    _ensure_patched()
+    ensure_patched()
     options = dict(options or {})
     if mode not in (None, "default"):
         warnings.warn(f"torch.compile(backend='neuron'): mode={mode!r} is not supported; only 'default' applies, "

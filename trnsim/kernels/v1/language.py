@@ -19,7 +19,8 @@ from .. import language as _v2
 from ..context import current
 from ..stubs import install_unsupported
 from .index import arange, mgrid  # noqa: F401  (nl.arange, nl.mgrid)
-from .tile import PendingMatmul, Tile, as_tile, box_empty, mask_box, materialize, partition_views, resolve
+from .tile import (PendingMatmul, Tile, as_tile, bind_language, box_empty, mask_box, materialize, partition_views,
+                   resolve)
 
 # -- dtypes (NumPy, as in legacy NKI) ------------------------------------------------------------------
 bool_ = np.bool_
@@ -662,3 +663,5 @@ def device_print(prefix, x, *, mask=None, **kwargs):
 install_unsupported(globals(), "neuronxcc.nki.language", (
     "dropout", "random_seed", "rand", "gather_flattened", "all_reduce", "atomic_rmw", "loop_reduce", "gemm_grid",
     "gemm_stationary_grid"))
+
+bind_language(sys.modules[__name__])     # the tile operators issue this module's functions

@@ -22,7 +22,23 @@ from ..context import current
 from ..tensor import NkiTensor
 from .index import IndexExpr, MaskError, Predicate, broadcast_shapes
 
-__all__ = ["Tile", "PendingMatmul", "as_tile", "resolve", "mask_box", "materialize"]
+__all__ = ["Tile", "PendingMatmul", "as_tile", "resolve", "mask_box", "materialize", "bind_language"]
+
+# The ``nl`` functions behind the operators (``a + b`` is ``nl.add(a, b)``, ``t.astype`` is ``nl.copy``).  The
+# language module builds on this one (it makes its tiles here), so it hands itself over with ``bind_language`` when
+# it is imported, and this module never imports it: the dependency runs one way, language -> tile.
+_LANGUAGE = []
+
+
+def bind_language(module):
+    """Called once by ``trnsim.kernels.v1.language`` at import: the module whose functions the operators issue."""
+    _LANGUAGE[:] = [module]
+
+
+def _nl():
+    if not _LANGUAGE:       # only when a Tile was made by hand without importing the language module
+        raise RuntimeError("v1 tile operators need trnsim.kernels.v1.language (import neuronxcc.nki.language)")
+    return _LANGUAGE[0]
 
 
 class Tile(NkiTensor):
@@ -79,15 +95,14 @@ class Tile(NkiTensor):
         return self
 
     def astype(self, dtype):
-        from .language import copy
-        return copy(self, dtype=dtype)
+        return _nl().copy(self, dtype=dtype)
 
     def expand_dims(self, axis):
         return self.expand_dim(axis)
 
     # -- operators ----------------------------------------------------------------------------------
     def _bin(self, other, op, reverse=False):
-        from . import language as nl
+        nl = _nl()
         fn = getattr(nl, op)
         return fn(other, self) if reverse else fn(self, other)
 
@@ -164,19 +179,19 @@ class Tile(NkiTensor):
     __hash__ = object.__hash__
 
     def __neg__(self):
-        from . import language as nl
+        nl = _nl()
         return nl.negative(self)
 
     def __abs__(self):
-        from . import language as nl
+        nl = _nl()
         return nl.abs(self)
 
     def __invert__(self):
-        from . import language as nl
+        nl = _nl()
         return nl.invert(self)
 
     def _inplace_op(self, other, op):
-        from . import language as nl
+        nl = _nl()
         loc = caller_location()
         if isinstance(other, PendingMatmul) and op == "add":
             other.issue(resolve(self, None, loc), accumulate=None, loc=loc)
@@ -361,7 +376,7 @@ class PendingMatmul:
 
     def materialize(self, loc=None):
         if self._tile is None:
-            from . import language as nl
+            nl = _nl()
             t = nl._new(self.shape, "float32", "psum", "", self.loc)
             self.issue(t, accumulate=False)
         return self._tile
