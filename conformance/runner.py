@@ -2,20 +2,28 @@
 
 Each op's records are written to ``OUT/records/`` as soon as they are done (atomically), so an interrupted run
 continues where it stopped; ``--fresh`` starts over.  The reports are ``OUT/report.json`` and ``OUT/report.md``.
+Several runs may share ``OUT``: every file is written atomically, each run keeps its crash markers in a directory
+of its own (``OUT/running/<pid>-<random>``), and the reports are written under a lock (``OUT/.lock``), so that the
+JSON and Markdown reports left behind come from the same run.
 The exit status is 1 when any group is a ``mismatch`` that ``known_mismatches.json`` does not explain (the CI
 gate), 0 otherwise; explained mismatches are still reported as mismatches, with their cause.
 """
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures as cf
+import contextlib
 import hashlib
 import json
 import multiprocessing
 import os
+import shutil
 import sys
+import tempfile
 import time
+
+from trnsim.cliutil import OneLineParser
+from trnsim.fileio import FileWriteError, atomic_write, ensure_writable_dir
 
 from . import report
 
@@ -49,7 +57,7 @@ def _init_worker():
 def _run_ops_task(key, params, running_dir):
     from .ops_sweep import list_ops, op_key, run_op
     marker = os.path.join(running_dir, key.replace("/", "_"))
-    with open(marker, "w") as f:        # left behind if this process dies inside the op
+    with atomic_write(marker) as f:     # left behind if this process dies inside the op
         f.write(key)
     ops = [o for o in list_ops(key) if op_key(o) == key]
     if not ops:
@@ -58,7 +66,8 @@ def _run_ops_task(key, params, running_dir):
     else:
         recs = run_op(ops[0], dtypes=params["dtypes"], modes=params["modes"], device=params["device"],
                       max_samples=params["max_samples"], timeout_s=params["timeout"])
-    os.unlink(marker)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(marker)
     return key, recs
 
 
@@ -66,7 +75,7 @@ def _run_models_task(key, params, running_dir):
     import signal
     from .models_sweep import run_model
     marker = os.path.join(running_dir, key.replace("/", "_"))
-    with open(marker, "w") as f:
+    with atomic_write(marker) as f:
         f.write(key)
 
     def _alarm(signum, frame):
@@ -83,7 +92,8 @@ def _run_models_task(key, params, running_dir):
     finally:
         if use_alarm:
             signal.setitimer(signal.ITIMER_REAL, 0)
-    os.unlink(marker)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(marker)
     return key, [rec]
 
 
@@ -103,7 +113,8 @@ def _pool_round(keys, params, jobs, running_dir, on_done):
     running when a worker died, and those that never ran."""
     import glob
     for m in glob.glob(os.path.join(running_dir, "*")):
-        os.unlink(m)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(m)
     ctx = multiprocessing.get_context("spawn")
     done = set()
     broken = False
@@ -123,11 +134,39 @@ def _pool_round(keys, params, jobs, running_dir, on_done):
         return [], []
     suspects = []
     for m in glob.glob(os.path.join(running_dir, "*")):
-        with open(m) as f:
-            suspects.append(f.read())
-        os.unlink(m)
+        with contextlib.suppress(FileNotFoundError):
+            with open(m, encoding="utf-8") as f:
+                suspects.append(f.read())
+            os.unlink(m)
     rest = [k for k in keys if k not in done and k not in suspects]
     return suspects, rest
+
+
+def _own_running_dir(out, kind):
+    """A directory for this run's crash markers only (``OUT/kind/<pid>-<random>``): runs sharing ``OUT`` never
+    clear or read each other's markers."""
+    parent = os.path.join(out, kind)
+    os.makedirs(parent, exist_ok=True)
+    return tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=parent)
+
+
+def _remove_running_dir(d):
+    shutil.rmtree(d, ignore_errors=True)
+    with contextlib.suppress(OSError):      # the parent goes when no other run uses it
+        os.rmdir(os.path.dirname(d))
+
+
+@contextlib.contextmanager
+def _out_lock(out):
+    """Held while the reports are written, so that ``report.json`` and ``report.md`` come from the same run when
+    several runs share ``out`` (each file is atomic on its own)."""
+    try:
+        from filelock import FileLock
+    except ImportError:         # pragma: no cover - filelock comes with torch; without it each file is still atomic
+        yield
+        return
+    with FileLock(os.path.join(out, ".lock")):
+        yield
 
 
 class _Progress:
@@ -187,8 +226,7 @@ def run(suite="all", dtypes=None, ops=None, out="conformance-report", jobs=2, mo
                 todo.append(k)
         LAST_RUN.update(ops_from_records=len(keys) - len(todo), ops_run=len(todo))
         prog = _Progress(len(todo), "ops") if progress and todo else None
-        running_dir = os.path.join(out, "running")
-        os.makedirs(running_dir, exist_ok=True)
+        running_dir = _own_running_dir(out, "running")
 
         def on_done(k, recs):
             report.atomic_write(_record_path(out, "ops", k, tag), json.dumps(recs))
@@ -196,12 +234,15 @@ def run(suite="all", dtypes=None, ops=None, out="conformance-report", jobs=2, mo
             if prog:
                 prog.step(k, recs)
         remaining = todo
-        while remaining:
-            suspects, remaining = _pool_round(remaining, params, jobs, running_dir, on_done)
-            for k in suspects:          # run each suspect alone: the one that dies alone is the culprit
-                again, _ = _pool_round([k], params, 1, running_dir, on_done)
-                if again:
-                    on_done(k, _crash_record(k, params))
+        try:
+            while remaining:
+                suspects, remaining = _pool_round(remaining, params, jobs, running_dir, on_done)
+                for k in suspects:          # run each suspect alone: the one that dies alone is the culprit
+                    again, _ = _pool_round([k], params, 1, running_dir, on_done)
+                    if again:
+                        on_done(k, _crash_record(k, params))
+        finally:
+            _remove_running_dir(running_dir)
     if suite == "models":
         records.extend(_run_models(ops, out, jobs, timeout if timeout != 60.0 else 600.0, fresh, device, progress))
     if suite in ("nki", "all"):
@@ -240,8 +281,7 @@ def _run_models(pattern, out, jobs, timeout, fresh, device, progress):
             todo.append(k)
     LAST_RUN.update(models_from_records=len(keys) - len(todo), models_run=len(todo))
     prog = _Progress(len(todo), "models") if progress and todo else None
-    running_dir = os.path.join(out, "running-models")
-    os.makedirs(running_dir, exist_ok=True)
+    running_dir = _own_running_dir(out, "running-models")
 
     def on_done(k, recs):
         report.atomic_write(_record_path(out, "models", k, tag), json.dumps(recs))
@@ -249,12 +289,15 @@ def _run_models(pattern, out, jobs, timeout, fresh, device, progress):
         if prog:
             prog.step(k, recs)
     remaining = todo
-    while remaining:
-        suspects, remaining = _pool_round(remaining, params, jobs, running_dir, on_done)
-        for k in suspects:
-            again, _ = _pool_round([k], params, 1, running_dir, on_done)
-            if again:
-                on_done(k, _crash_record(k, params))
+    try:
+        while remaining:
+            suspects, remaining = _pool_round(remaining, params, jobs, running_dir, on_done)
+            for k in suspects:
+                again, _ = _pool_round([k], params, 1, running_dir, on_done)
+                if again:
+                    on_done(k, _crash_record(k, params))
+    finally:
+        _remove_running_dir(running_dir)
     return records
 
 
@@ -275,9 +318,10 @@ def _models_main(a, t0):
                 r["cause"] = e["cause"]
     meta = {"suite": "models", "models": a.models or a.ops or "all", "wall_s": round(time.perf_counter() - t0, 1),
             **{k: v for k, v in LAST_RUN.items() if k.startswith("models")}}
-    models_report.write_models_json(records, os.path.join(a.out, "models.json"), meta)
-    models_report.write_models_markdown(records, os.path.join(a.out, "models.md"), baseline, meta,
-                                        {k: v.get("cause", "") for k, v in known.items()})
+    with _out_lock(a.out):
+        models_report.write_models_json(records, os.path.join(a.out, "models.json"), meta)
+        models_report.write_models_markdown(records, os.path.join(a.out, "models.md"), baseline, meta,
+                                            {k: v.get("cause", "") for k, v in known.items()})
     print(models_report.models_summary(records))
     if baseline is not None:
         reg, fix, _ = models_report.compare_models(records, baseline)
@@ -289,9 +333,19 @@ def _models_main(a, t0):
     return 1 if bad and not a.no_fail else 0
 
 
+_EXAMPLES = """examples:
+  trnsim conformance --suite nki                              # every NKI instruction, about 10 s
+  trnsim conformance --suite nki --ops 'nisa.tensor_*' --dtypes bfloat16
+  trnsim conformance --suite ops --ops 'add,nn.functional.*' --dtypes float32 -j 2 --out my-report
+  trnsim conformance --suite ops --baseline conformance/reports/report.json   # regressions and fixes
+  trnsim conformance --suite models --models 'llama,qwen*' -j 2              # needs the models extra
+
+Runs sharing --out are safe; an interrupted run continues where it stopped (--fresh starts over)."""
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="trnsim conformance",
-                                 description="PyTorch op and NKI instruction conformance of the simulated device")
+    ap = OneLineParser(prog="trnsim conformance", epilog=_EXAMPLES,
+                       description="PyTorch op and NKI instruction conformance of the simulated device")
     ap.add_argument("--suite", choices=("ops", "nki", "all", "models"), default="all",
                     help="all = ops and nki; models = the transformers causal-LM sweep (needs the models extra)")
     ap.add_argument("--models", default=None, help="with --suite models: fnmatch pattern(s) on model types")
@@ -313,6 +367,11 @@ def main(argv=None):
     bad = [m for m in modes if m not in ("forward", "backward")]
     if bad:
         ap.error(f"--modes: unknown mode(s) {bad}; use forward and/or backward")
+    try:
+        ensure_writable_dir(a.out)
+        ensure_writable_dir(records_dir(a.out))
+    except FileWriteError as e:
+        ap.error(f"--out: {e}")
     t0 = time.perf_counter()
     if a.suite == "models":
         return _models_main(a, t0)
@@ -322,8 +381,9 @@ def main(argv=None):
     unexplained = report.annotate_known(records, report.load_known())
     meta = {"suite": a.suite, "ops": a.ops or "all", "dtypes": ",".join(dtypes) if dtypes else "default",
             "max_samples": a.max_samples, "wall_s": round(time.perf_counter() - t0, 1), **LAST_RUN}
-    report.write_json(records, os.path.join(a.out, "report.json"), meta)
-    report.write_markdown(records, os.path.join(a.out, "report.md"), baseline, meta)
+    with _out_lock(a.out):
+        report.write_json(records, os.path.join(a.out, "report.json"), meta)
+        report.write_markdown(records, os.path.join(a.out, "report.md"), baseline, meta)
     line = report.summary_line(records)
     print(line)
     if baseline is not None:
