@@ -10,7 +10,8 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import tempfile
+
+from trnsim.fileio import atomic_write as _atomic_write
 
 __all__ = ["OPS_STATUSES", "NKI_STATUSES", "summary_line", "write_json", "load_json", "write_markdown",
            "compare", "namespace_of", "atomic_write"]
@@ -22,20 +23,9 @@ _RANK = {"native": 0, "pass": 0, "fallback": 1, "skip": 2, "error": 3, "mismatch
 
 
 def atomic_write(path, text):
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)          # mkstemp makes 0600; a report is an ordinary file
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write ``text`` (UTF-8) to ``path`` atomically (``trnsim.fileio.atomic_write``)."""
+    with _atomic_write(path, "w", encoding="utf-8") as f:
+        f.write(text)
 
 
 def namespace_of(name):

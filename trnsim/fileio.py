@@ -42,10 +42,10 @@ def ensure_writable_dir(d):
 
 
 @contextlib.contextmanager
-def atomic_write(path, mode="w"):
+def atomic_write(path, mode="w", encoding=None):
     """Open a temporary file beside ``path``; on success it replaces ``path`` in one rename.  Errors about the
     place (missing permission, a file where a directory should be, a full disk) raise :class:`FileWriteError`
-    naming the path."""
+    naming the path.  Text modes write UTF-8 unless ``encoding`` says otherwise."""
     path = os.fspath(path)
     d = os.path.dirname(os.path.abspath(path))
     _ensure_dir(d, path)
@@ -56,7 +56,9 @@ def atomic_write(path, mode="w"):
     except OSError as e:
         raise FileWriteError(f"cannot write {path}: {e.strerror}") from None
     try:
-        with os.fdopen(fd, mode) as f:
+        if "b" not in mode and encoding is None:
+            encoding = "utf-8"
+        with os.fdopen(fd, mode, encoding=encoding) as f:
             yield f
         os.chmod(tmp, 0o666 & ~_umask())         # as an ordinary open() would create it
         os.replace(tmp, path)

@@ -18,7 +18,6 @@ import argparse
 import os
 import re
 import sys
-import tempfile
 
 import numpy as np
 
@@ -188,16 +187,12 @@ def plot(path, curves, op):
     ax.set_title(f"trnsim nccom-test: {op} (simulated)")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=d, suffix=".png")
-    os.close(fd)
+    from ..fileio import atomic_write
     try:
-        fig.savefig(tmp, dpi=110)
-        os.replace(tmp, path)
+        with atomic_write(path, "wb") as f:
+            fig.savefig(f, format="png", dpi=110)
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def main(args, out=sys.stdout) -> int:

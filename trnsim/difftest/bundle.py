@@ -20,11 +20,12 @@ import json
 import os
 import re
 import struct
-import tempfile
 import zipfile
 
 import numpy as np
 import torch
+
+from ..fileio import atomic_write as _atomic_write
 
 FORMAT = "trnsim-difftest-bundle"
 VERSION = 1
@@ -71,20 +72,9 @@ def sha256(data) -> str:
 
 
 def atomic_write(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``."""
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Write ``data`` to ``path`` atomically (``trnsim.fileio.atomic_write``)."""
+    with _atomic_write(path, "wb") as f:
+        f.write(data)
 
 
 def safe_dirname(name: str) -> str:

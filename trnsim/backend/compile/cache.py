@@ -20,11 +20,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import warnings
 
 import torch
 
+from ...fileio import atomic_write
 from ..device_state import STATE
 from .errors import NeuronCacheWarning
 
@@ -172,19 +172,9 @@ class CompileCache:
         if not self.enabled():
             return
         p = self.path(key)
-        os.makedirs(os.path.dirname(p), exist_ok=True)
         data = json.dumps({"checksum": _checksum(payload), "payload": payload}, sort_keys=True).encode()
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(p), prefix=".tmp-", suffix=".json")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, p)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        with atomic_write(p, "wb") as f:
+            f.write(data)
         self.evict()
 
     def store(self, key, plan):
