@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from trnsim.cliutil import OneLineParser
+from trnsim.cliutil import OneLineParser, ProgressLine
 from trnsim.fileio import FileWriteError, atomic_write, ensure_writable_dir
 
 from . import report
@@ -170,38 +170,24 @@ def _out_lock(out):
 
 
 class _Progress:
-    def __init__(self, total, label, stream=sys.stderr):
+    """Groups done, with their statuses so far: a bar on a terminal (``trnsim.cliutil.ProgressLine``), nothing in
+    a pipe or a CI log (the summary line at the end says the same)."""
+
+    def __init__(self, total, label, stream=None):
         self.total = total
         self.done = 0
         self.label = label
-        self.stream = stream
-        self.tty = stream.isatty()
-        self.t0 = time.perf_counter()
-        self.last = 0.0
+        self.line = ProgressLine(None, stream)
         self.counts = {}
 
     def step(self, name, records):
         self.done += 1
         for r in records:
             self.counts[r["status"]] = self.counts.get(r["status"], 0) + 1
-        now = time.perf_counter()
-        if not self.tty and now - self.last < 10 and self.done != self.total:
-            return
-        self.last = now
-        el = now - self.t0
-        eta = el / self.done * (self.total - self.done) if self.done else 0
         c = " ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
-        width = 24
-        fill = int(width * self.done / max(1, self.total))
-        line = (f"{self.label} [{'#' * fill}{'.' * (width - fill)}] {self.done}/{self.total} {el:.0f}s "
-                f"eta {eta:.0f}s | {c} | {name[:30]}")
-        if self.tty:
-            self.stream.write("\r" + line[:160].ljust(160))
-            if self.done == self.total:
-                self.stream.write("\n")
-        else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
+        self.line.bar(self.done, self.total, self.label, f"{c + ' | ' if c else ''}{name[:30]}")
+        if self.done >= self.total:
+            self.line.clear()
 
 
 def run(suite="all", dtypes=None, ops=None, out="conformance-report", jobs=2, modes=("forward", "backward"),

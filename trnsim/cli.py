@@ -10,70 +10,54 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import threading
 import time
 
 import numpy as np
+
+from .cliutil import OneLineParser, ProgressLine
 
 
 class UsageError(ValueError):
     """A mistake in the command line: printed as one line, exit status 2."""
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors: ``trnsim profile: error: ... (see 'trnsim profile --help')``."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+_Parser = OneLineParser     # one-line errors: ``trnsim profile: error: ... (see 'trnsim profile --help')``
 
 
 # -- progress ---------------------------------------------------------------------------------------
 class Progress:
-    """A one-line progress display on stderr: instructions issued while simulating, then a scheduling bar.
-    Silent unless enabled (by default: when stderr is a terminal)."""
+    """Progress of a kernel run on stderr (``trnsim.cliutil.ProgressLine``: a terminal only): instructions issued
+    while simulating, then a scheduling bar."""
 
     def __init__(self, enabled=None, stream=None):
-        self.stream = stream or sys.stderr
-        self.enabled = self.stream.isatty() if enabled is None else enabled
-        self._stop = threading.Event()
-        self._thread = None
-        self._t0 = time.perf_counter()
-
-    def _write(self, text):
-        self.stream.write("\r" + text.ljust(72))
-        self.stream.flush()
-
-    def _poll(self):
-        from .machine.core import live_cores
-        while not self._stop.wait(0.25):
-            n = sum(len(c.instructions) for c in live_cores())
-            self._write(f"  simulating: {n:,} instructions issued, {time.perf_counter() - self._t0:.1f} s")
+        self.line = ProgressLine(enabled, stream)
+        self.enabled = self.line.enabled
+        self._ticking = None
 
     def simulating(self):
-        if self.enabled:
-            self._thread = threading.Thread(target=self._poll, daemon=True)
-            self._thread.start()
+        from .machine.core import live_cores
+
+        def issued():
+            return f"{sum(len(c.instructions) for c in live_cores()):,} instructions issued"
+        self._ticking = self.line.ticking("simulating", issued)
+        self._ticking.__enter__()
         return self
 
     def stop_simulating(self):
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join()
-            self._thread = None
+        if self._ticking is not None:
+            self._ticking.__exit__(None, None, None)
+            self._ticking = None
 
     def scheduling(self, done, total):
         if not self.enabled or total <= 0:
             return
         w = 30
         k = int(w * done / total)
-        self._write(f"  scheduling: [{'#' * k}{'.' * (w - k)}] {done:,}/{total:,}")
+        self.line.show(f"  scheduling: [{'#' * k}{'.' * (w - k)}] {done:,}/{total:,}", force=done >= total)
 
     def finish(self):
         self.stop_simulating()
-        if self.enabled:
-            self._write("")
-            self.stream.write("\r")
-            self.stream.flush()
+        self.line.clear()
 
 
 def _write_outputs(prof, out_dir, stem, trace=None, png=None, plot=True):

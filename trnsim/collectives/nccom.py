@@ -24,6 +24,7 @@ import numpy as np
 from .algorithms import bus_factor, collective_time
 from .topology import get_topology
 from . import functional
+from ..cliutil import OneLineParser
 
 GiB = 1024 ** 3
 
@@ -54,8 +55,15 @@ def parse_size(text) -> int:
     return int(v)
 
 
+_EXAMPLES = """examples:
+  trnsim nccom-test all_reduce -r 32 -b 8 -e 1GB -f 2                 # one trn2.48xlarge, 8 B to 1 GiB
+  trnsim nccom-test allg -r 64 -N 2 -b 1M -e 256M -f 4 --show-algorithm
+  trnsim nccom-test redsct -r 64 --topology trn2-ultraserver -d fp32 -b 1K -e 1M -f 4 -c
+  trnsim nccom-test all_reduce -r 32 -b 1K -e 1G -f 4 --plot busbw.png --compare trn1.32xlarge"""
+
+
 def build_parser(p=None):
-    p = p or argparse.ArgumentParser(prog="trnsim nccom-test", description=__doc__.split("\n\n")[0])
+    p = p or OneLineParser(prog="trnsim nccom-test", description=__doc__.split("\n\n")[0], epilog=_EXAMPLES)
     p.add_argument("operation", choices=sorted(OP_NAMES), metavar="<cc operation>",
                    help="all_reduce/allr, all_gather/allg, reduce_scatter/redsct, sendrecv, alltoall, permute, "
                         "broadcast")

@@ -7,6 +7,8 @@ import argparse
 import os
 import sys
 
+from ..cliutil import OneLineParser, ProgressLine
+
 __all__ = ["main"]
 
 _EXAMPLES = """examples:
@@ -17,9 +19,7 @@ _EXAMPLES = """examples:
 """
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+_Parser = OneLineParser
 
 
 def _ints(text, flag):
@@ -75,12 +75,10 @@ def build_parser():
     return p
 
 
-def _progress(done, total):
-    if sys.stderr.isatty():
-        sys.stderr.write(f"\r  searching: {done}/{total} configurations")
-        sys.stderr.flush()
-        if done == total:
-            sys.stderr.write("\n")
+def _search_progress(line):
+    def progress(done, total):
+        line.bar(done, total, "  searching", "configurations")
+    return progress
 
 
 def main(argv=None) -> int:
@@ -91,6 +89,7 @@ def main(argv=None) -> int:
     from . import estimator as E
     from .report import format_estimate, format_front, plot_breakdown, plot_front, write_json
     from .search import search
+    line = ProgressLine()          # a terminal only
     try:
         E.load_model(a.model)
         if a.prices:
@@ -101,8 +100,11 @@ def main(argv=None) -> int:
                       lnc=a.lnc, prices=a.prices, fsdp=not a.no_fsdp)
         if a.search or all(v is None for v in (a.tp, a.pp, a.dp)):
             counts = a.counts or [a.count]
-            res, front, rejected = search(a.model, a.instance, counts=counts, micro_batches=a.micro_batches,
-                                          progress=_progress, jobs=a.jobs, **common)
+            try:
+                res, front, rejected = search(a.model, a.instance, counts=counts, micro_batches=a.micro_batches,
+                                              progress=_search_progress(line), jobs=a.jobs, **common)
+            finally:
+                line.clear()
             if not res:
                 why = "; ".join(sorted({r[1] for r in rejected})[:3])
                 print(f"trnsim estimate: no configuration of {a.model} fits {counts} x {a.instance}: {why}",
@@ -122,9 +124,12 @@ def main(argv=None) -> int:
                 return 0
             e = best
         else:
-            e = E.estimate(a.model, a.instance, a.count, dp=a.dp, tp=a.tp or 1, pp=a.pp or 1, cp=a.cp or 1,
-                           ep=a.ep or 1, micro_batch=a.micro_batch, checkpointing=a.checkpointing, **common)
+            with line.ticking(f"estimating {a.model} on {a.count} x {a.instance}"):
+                e = E.estimate(a.model, a.instance, a.count, dp=a.dp, tp=a.tp or 1, pp=a.pp or 1, cp=a.cp or 1,
+                               ep=a.ep or 1, micro_batch=a.micro_batch, checkpointing=a.checkpointing, **common)
+            line.clear()
     except (ValueError, FileWriteError) as err:
+        line.clear()
         print(f"trnsim estimate: error: {err}", file=sys.stderr)
         return 2
     if a.json:

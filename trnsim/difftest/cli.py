@@ -5,10 +5,10 @@ Exit status: 0 equal within tolerance, 1 diverged, 2 usage error or a bundle tha
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
+from ..cliutil import OneLineParser
 from .bundle import DEFAULT_MAX_BYTES, BundleError
 from .tolerance import Tolerances, parse_spec
 
@@ -60,8 +60,19 @@ def _finish(cmp, args):
     return cmp.exit_code
 
 
+_COMPARE_EXAMPLES = """examples:
+  trnsim compare rec-cuda rec-sim                        # two --trnsim-record folders, A is the reference
+  trnsim compare rec-cuda rec-sim --report diff --dtype-tol bfloat16=rtol:0.02,ulps:4
+  trnsim compare rec-a/test_mlp/rank0 rec-b/test_mlp/rank0 --tol 'op/*/fc2.*=rtol:1e-3' -q"""
+
+_REPLAY_EXAMPLES = """examples:
+  trnsim replay rec-cuda/test_mlp/rank0                  # re-run the recorded function on the simulator
+  trnsim replay rec-cuda/test_mlp/rank0 --fn my_model:forward --device cpu
+  trnsim replay rec-sim/test_kernel/rank0 --kernel --call 1 --report replay-report"""
+
+
 def compare_main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="trnsim compare",
+    p = OneLineParser(prog="trnsim compare", epilog=_COMPARE_EXAMPLES,
                                 description="Compare two difftest recordings (A is the reference) tensor by tensor "
                                             "and report the first divergence. Exit 0 equal within tolerance, 1 "
                                             "diverged, 2 bad usage or an untrusted/unreadable bundle.")
@@ -80,7 +91,7 @@ def compare_main(argv=None) -> int:
 
 
 def replay_main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="trnsim replay",
+    p = OneLineParser(prog="trnsim replay", epilog=_REPLAY_EXAMPLES,
                                 description="Re-run a recording's inputs on the simulator and compare with what "
                                             "was recorded. Exit codes as for compare.")
     p.add_argument("bundle", help="one bundle folder (.../<test>/rank<r>)")
