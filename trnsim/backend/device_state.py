@@ -47,6 +47,6 @@ def reload_target():
     STATE.target = get_target()
     STATE.lnc = _lnc(STATE.target)
     from . import tensor
-    tensor._FAST.clear()
+    tensor.clear_charges()
     from .memory import MEMORY
     MEMORY._cap_key = None
