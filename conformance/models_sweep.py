@@ -103,6 +103,10 @@ def _shrink(cfg, n_layers):
                     setattr(c, k, 512)
                 elif k == "first_k_dense_replace" and v > 1:
                     setattr(c, k, 1)
+        for table in (_HEAD_DIM, _KV_HEADS):   # left unset (None) in a default config some models cannot build
+            for k in ("head_dim", "num_key_value_heads"):
+                if k in table and k in orig and orig[k] is None:
+                    setattr(c, k, table[k])
         for k in _KV_HEADS:             # multi-head stays multi-head (as many kv heads as heads), else 2 or fewer
             v = orig.get(k)
             if isinstance(v, int) and not isinstance(v, bool) and v > 0:
