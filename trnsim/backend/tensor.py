@@ -487,7 +487,7 @@ def _generator_index(func):
 
 _EW = {"copy", "unary", "binary"}
 _FAST = {}   # (op, numel, dtype) -> charge of a single-output elementwise op (dispatch())
-_FAST_OPS = []   # the fast path's per-op charge memos {dtype: {numel: ns}} (cleared with _FAST: clear_charges)
+_FAST_OPS = []   # the fast path's per-op memos {dtype: {numel: (ns, result bytes)}} (cleared with _FAST: clear_charges)
 _TENSOR = torch.Tensor
 
 
