@@ -103,6 +103,10 @@ def _shrink(cfg, n_layers):
                     setattr(c, k, 512)
                 elif k == "first_k_dense_replace" and v > 1:
                     setattr(c, k, 1)
+        for table in (_HEAD_DIM, _KV_HEADS):   # left unset (None) in a default config some models cannot build
+            for k in ("head_dim", "num_key_value_heads"):
+                if k in table and k in orig and orig[k] is None:
+                    setattr(c, k, table[k])
         for k in _KV_HEADS:             # multi-head stays multi-head (as many kv heads as heads), else 2 or fewer
             v = orig.get(k)
             if isinstance(v, int) and not isinstance(v, bool) and v > 0:
@@ -371,6 +375,8 @@ def run_model(model_type, device="neuron"):
         rec["tied_names"] = _tied_names(model)
         if problems:
             problems.sort(key=lambda p: -p[1] if math.isfinite(p[1]) else -1e300)
+            rec["matches_cpu_math_sdpa"] = _matches_math_sdpa(model, ids, [p[2] for p in problems],
+                                                              dev_logits, dev_grads)
             rec["status"] = "mismatch"
             rec["detail"] = f"{len(problems)} of {len(items)} tensors differ; worst: {problems[0][0]}" + (
                 f" (relative error {problems[0][1]:.3g})" if math.isfinite(problems[0][1]) else "")
@@ -378,6 +384,32 @@ def run_model(model_type, device="neuron"):
             rec["status"] = "fallback" if rec["fallbacks"] else "pass"
     rec["seconds"] = round(time.perf_counter() - t0, 2)
     return rec
+
+
+def _matches_math_sdpa(model, ids, names, dev_logits, dev_grads):
+    """Whether every differing tensor of the device equals, within float32 tolerance, the CPU run with torch's math
+    SDPA backend.  On the CPU, ``F.scaled_dot_product_attention`` picks its fused flash kernel; for a device other
+    than CPU and CUDA torch's composite SDPA takes the math decomposition (matmul, softmax, matmul) before the op
+    reaches the device, so the two sum in different orders.  A model that is sensitive to that (gemma3n/gemma4:
+    errors grow through the layers' norms) differs from the default CPU run and not from this one."""
+    import torch
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        m = copy.deepcopy(model)
+        m.zero_grad(set_to_none=True)
+        with sdpa_kernel([SDPBackend.MATH]):
+            logits, grads = _forward_backward(m, ids)
+    except Exception:
+        return False
+    for n in names:
+        d, c = (dev_logits, logits) if n == "logits" else (dev_grads.get(n), grads.get(n))
+        if d is None or c is None or isinstance(d, str) or d.shape != c.shape:
+            return False
+        try:
+            torch.testing.assert_close(d, c, equal_nan=True, check_device=False)
+        except AssertionError:
+            return False
+    return True
 
 
 def _has_tied(model):

@@ -31,8 +31,35 @@ RANDOM_OPS = ("bernoulli", "multinomial", "normal", "normal.*", "rand_like", "ra
               "*dropout*", "empty", "empty_like", "empty_strided", "empty_permuted", "new_empty",
               "new_empty_strided", "nn.functional.gumbel_softmax", "randn", "rand", "torch._refs.*", "_refs.*",
               "nn.functional.multi_head_attention_forward", "nn.functional.scaled_dot_product_attention*")
-# the last two draw dropout masks inside: compared only where the sample sets dropout to 0 (not separable here)
+# the last two draw dropout masks inside: their samples without dropout are compared (see _SEPARABLE)
 _RANDOM_REASON = "random or uninitialised values by nature (not comparable sample by sample)"
+_RANDOM_SAMPLE = "this sample draws random values (dropout or rrelu in training)"
+
+# random ops whose samples can be told apart: (fnmatch pattern, the sample is deterministic)
+_SEPARABLE = (
+    ("nn.functional.scaled_dot_product_attention*", lambda op, s: _arg(op, s, "dropout_p", 0.0) == 0),
+    ("nn.functional.multi_head_attention_forward", lambda op, s: _arg(op, s, "training", True) is False),
+    ("native_dropout_backward", lambda op, s: True),      # (grad, mask, scale): no random draw
+    ("nn.functional.rrelu", lambda op, s: _arg(op, s, "training", False) is False),
+    ("nn.functional.*dropout*", lambda op, s: _arg(op, s, "training", True) is False or _arg(op, s, "p", 0.5) == 0),
+)
+
+
+def _arg(op, sample, name, default):
+    """A keyword of ``sample`` or, when absent, the default in the signature of the OpInfo's function."""
+    if name in sample.kwargs:
+        return sample.kwargs[name]
+    import inspect
+    try:
+        prm = inspect.signature(op.op).parameters.get(name)
+    except (TypeError, ValueError):
+        prm = None
+    return prm.default if prm is not None and prm.default is not inspect.Parameter.empty else default
+
+
+def _separable(op):
+    k = op_key(op)
+    return next((f for pat, f in _SEPARABLE if fnmatch.fnmatchcase(k, pat)), None)
 
 
 def op_key(op):
@@ -351,7 +378,8 @@ def run_op(op, dtypes=DEFAULT_DTYPES, modes=("forward", "backward"), device="neu
     import torch
     key = op_key(op)
     records = []
-    random_op = _is_random(op)
+    separable = _separable(op)
+    random_op = _is_random(op) and separable is None
     use_alarm = hasattr(signal, "SIGALRM")
     for dn in dtypes:
         dt = _dtype(dn)
@@ -383,10 +411,15 @@ def run_op(op, dtypes=DEFAULT_DTYPES, modes=("forward", "backward"), device="neu
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     samples = op.sample_inputs("cpu", dt, requires_grad=(mode == "backward"))
-                    for i, s in enumerate(samples):
-                        if max_samples is not None and i >= max_samples:
+                    compared = 0
+                    for s in samples:
+                        if max_samples is not None and compared >= max_samples:
                             break
-                        st, d = (_sample_forward if mode == "forward" else _sample_backward)(op, s, device)
+                        if separable is not None and not separable(op, s):
+                            st, d = "skip", _RANDOM_SAMPLE
+                        else:
+                            compared += 1
+                            st, d = (_sample_forward if mode == "forward" else _sample_backward)(op, s, device)
                         counts[st] = counts.get(st, 0) + 1
                         if d and st not in details:
                             details[st] = d

@@ -299,7 +299,8 @@ def _models_main(a, t0):
         for e in entries:
             if fnmatch.fnmatchcase(r["name"], e["name"]) and r["status"] in e.get("statuses", ["mismatch"]) and \
                     ("tied" not in e or bool(r.get("tied")) == e["tied"]) and r["name"] not in known and \
-                    (not e.get("only_tied_differ") or set(r.get("differing", ["?"])) <= set(r.get("tied_names", []))):
+                    (not e.get("only_tied_differ") or set(r.get("differing", ["?"])) <= set(r.get("tied_names", []))) \
+                    and (not e.get("requires") or r.get(e["requires"]) is True):
                 known[r["name"]] = e
                 r["cause"] = e["cause"]
     meta = {"suite": "models", "models": a.models or a.ops or "all", "wall_s": round(time.perf_counter() - t0, 1),

@@ -66,3 +66,33 @@ def test_fast_path_is_taken_for_elementwise_ops_only(monkeypatch):
     y.sum()
     x @ x
     assert calls == ["sum", "mm"]
+
+
+def test_fast_path_layouts_and_memory_as_user_code():
+    """User code: elementwise results of strided, broadcast and channels-last inputs have the CPU's values, sizes and
+    strides; a view of a fresh result keeps its bytes counted until the view dies."""
+    torch.manual_seed(1)
+    x = torch.randn(4, 6)
+    y = torch.randn(6, 1)
+    c = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    cases = [lambda x, y, c: x.t() + y, lambda x, y, c: x.t() * 2, lambda x, y, c: torch.where(x.t() > 0, y, x.t()),
+             lambda x, y, c: torch.lerp(x.t(), y.expand(6, 4), 0.25), lambda x, y, c: c.exp(),
+             lambda x, y, c: c + c[:, :, :1], lambda x, y, c: torch.addcmul(x, x, x, value=0.5),
+             lambda x, y, c: 3.0 - x[::2]]
+    dx, dy, dc = x.to("neuron"), y.to("neuron"), c.to("neuron")
+    for f in cases:
+        cpu, dev = f(x, y, c), f(dx, dy, dc)
+        assert dev.device.type == "neuron"
+        assert (dev.shape, dev.stride(), dev.dtype) == (cpu.shape, cpu.stride(), cpu.dtype)
+        torch.testing.assert_close(dev.cpu(), cpu, rtol=0, atol=0)
+    base = torch.neuron.memory_allocated()
+    r = dx + dx                              # 24 fp32 = 96 bytes
+    assert torch.neuron.memory_allocated() - base == 96
+    v = r[1:, ::2]
+    del r
+    assert torch.neuron.memory_allocated() - base == 96      # the view holds the storage
+    s = v.untyped_storage()
+    del v
+    assert torch.neuron.memory_allocated() - base == 96      # so does the storage object
+    del s
+    assert torch.neuron.memory_allocated() - base == 0

@@ -1,8 +1,11 @@
-"""The bounded slice of the model sweep CI runs: a plain decoder (llama), one with tied embeddings (gpt2) and a
-mixture-of-experts model (qwen3_moe: top-k routing, integer histc, grouped matmul), through the same runner as the
-full sweep (``trnsim conformance --suite models``).  Fails on any error, any fallback, and any mismatch except the
-one known cause: while ``Module.to`` unties tied parameters (fixed by the Module.to work of issue 12), the tied
-model must show exactly that -- a gradient difference on the tied pair -- and nothing else."""
+"""The bounded slice of the model sweep CI runs, through the same CLI and runner as the full sweep
+(``trnsim conformance --suite models``): one model with tied embeddings (gpt2: ``Module.to`` must keep the tie) and one
+mixture-of-experts model (qwen3_moe: top-k routing, integer histc, grouped matmul), in one worker process.  Fails on
+any error, any fallback and any mismatch.
+
+More architectures (a plain decoder, the gemma models whose only difference is torch's SDPA backend choice, other MoE
+routers) run only when ``TRNSIM_MODELS_SLICE_FULL=1`` (each architecture costs seconds, and the worker's import of
+transformers more); the whole sweep is ``trnsim conformance --suite models``."""
 
 import json
 import os
@@ -13,37 +16,47 @@ import pytest
 
 pytest.importorskip("transformers")
 
-SLICE = ("llama", "gpt2", "qwen3_moe")
+SLICE = ("gpt2", "qwen3_moe")
+FULL = ("llama", "gpt2", "qwen3_moe", "mixtral", "olmoe", "deepseek_v3", "gemma3n_text", "gemma4_text", "bert",
+        "mamba")
+SDPA_ONLY = ("gemma3n_text", "gemma4_text")      # differ from CPU flash SDPA, equal to CPU math SDPA
 
 
-def _to_keeps_ties():
-    code = ("import torch; e = torch.nn.Embedding(4, 2); h = torch.nn.Linear(2, 4, bias=False); h.weight = e.weight;"
-            " m = torch.nn.ModuleDict(dict(e=e, h=h)).to('neuron'); print(m.e.weight is m.h.weight)")
-    p = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, TORCHNEURON_TARGET="sim"),
-                       capture_output=True, text=True, timeout=300)
-    return p.stdout.strip().endswith("True")
+def _sweep(tmp_path, names, jobs):
+    out = tmp_path / "models"
+    p = subprocess.run([sys.executable, "-m", "conformance", "--suite", "models", "--models", ",".join(names),
+                        "-j", str(jobs), "--out", str(out), "--no-fail"],
+                       env=dict(os.environ, TORCHNEURON_TARGET="sim"), capture_output=True, text=True, timeout=1800)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "architectures run unchanged" in p.stdout
+    recs = {r["name"]: r for r in json.loads((out / "models.json").read_text())["records"]}
+    assert set(recs) == set(names)
+    return recs, (out / "models.md").read_text()
+
+
+def _ran_on_device(name, r):
+    assert r["status"] not in ("error", "build-error"), (name, r["detail"])
+    assert not r["fallbacks"], (name, r["fallbacks"])          # every op of these models is native
+    assert r["ops"].get("native", 0) > 100 and r["sim_us"] > 0     # it really ran on the device
 
 
 def test_models_slice(tmp_path):
-    env = dict(os.environ, TORCHNEURON_TARGET="sim")
-    out = tmp_path / "models"
-    p = subprocess.run([sys.executable, "-m", "conformance", "--suite", "models", "--models", ",".join(SLICE),
-                        "-j", "2", "--out", str(out), "--no-fail"], env=env, capture_output=True, text=True,
-                       timeout=900)
-    assert p.returncode == 0, p.stdout + p.stderr
-    recs = {r["name"]: r for r in json.loads((out / "models.json").read_text())["records"]}
-    assert set(recs) == set(SLICE)
-    assert recs["gpt2"]["tied"] and not recs["llama"]["tied"]
+    recs, _ = _sweep(tmp_path, SLICE, 1)
+    assert recs["gpt2"]["tied"] and not recs["qwen3_moe"]["tied"]
     for name, r in recs.items():
-        assert r["status"] != "error" and r["status"] != "build-error", (name, r["detail"])
-        assert not r["fallbacks"], (name, r["fallbacks"])          # every op of these models is native
-        assert r["ops"].get("native", 0) > 100 and r["sim_us"] > 0     # it really ran on the device
-    assert recs["llama"]["status"] == "pass", recs["llama"]["detail"]
-    assert recs["qwen3_moe"]["status"] == "pass", recs["qwen3_moe"]["detail"]
-    if _to_keeps_ties():
-        assert recs["gpt2"]["status"] == "pass", recs["gpt2"]["detail"]
-    else:       # the known cause, and only it: the untied lm_head / embedding pair differs
-        assert recs["gpt2"]["status"] == "mismatch"
-        assert "lm_head.weight" in recs["gpt2"]["detail"] or "wte.weight" in recs["gpt2"]["detail"]
-        assert "known cause: Module.to('neuron') unties" in (out / "models.md").read_text()
-    assert "architectures run unchanged" in p.stdout
+        _ran_on_device(name, r)
+        assert r["status"] == "pass", (name, r["detail"])       # ties kept, MoE routing native
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("TRNSIM_MODELS_SLICE_FULL") != "1",
+                    reason="a longer slice of the model sweep: set TRNSIM_MODELS_SLICE_FULL=1")
+def test_models_slice_full(tmp_path):
+    recs, md = _sweep(tmp_path, FULL, 2)
+    for name, r in recs.items():
+        _ran_on_device(name, r)
+        if name in SDPA_ONLY and r["status"] == "mismatch":
+            assert r.get("matches_cpu_math_sdpa") is True, (name, r["detail"])
+            assert "known cause: scaled_dot_product_attention" in md
+        else:
+            assert r["status"] == "pass", (name, r["detail"])

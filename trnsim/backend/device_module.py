@@ -173,7 +173,7 @@ def reload_target():
     ``device_state``, which the modules holding those caches import.)"""
     STATE.target = get_target()
     STATE.lnc = _lnc(STATE.target)
-    tensor._FAST.clear()
+    tensor.clear_charges()
     MEMORY._cap_key = None
 
 

@@ -65,6 +65,21 @@ class _Memory:
         if self.allocated > self.peak:
             self.peak = self.allocated
 
+    def track_new(self, storage, nb):
+        """``track`` for a storage known to be untracked and to hold ``nb`` bytes (the dispatch fast path's fresh
+        elementwise results, whose byte count it memoises): the same accounting without the lookups."""
+        a = self.allocated + nb
+        if nb and a > (self._cap if self._cap_key is not None else self.capacity):
+            self.check(nb)
+        r = _Ref(storage, _release)
+        r.key = key = id(storage)
+        r.nbytes = nb
+        self._live[key] = r
+        self.allocated = a
+        self.num_alloc += 1
+        if a > self.peak:
+            self.peak = a
+
     def is_device_storage(self, storage):
         e = self._live.get(id(storage))
         return e is not None and e() is storage

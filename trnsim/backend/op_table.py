@@ -45,6 +45,7 @@ bitwise_and bitwise_or bitwise_xor remainder fmod floor_divide lerp addcmul addc
 addcmul_ addcdiv_ eq_ ne_ lt_ le_ gt_ ge_ logical_and_ logical_or_ bitwise_and_ bitwise_or_ remainder_ pow_
 threshold_backward gelu_backward silu_backward sigmoid_backward tanh_backward softplus_backward
 log_sigmoid_backward native_dropout_backward hardtanh_backward leaky_relu_backward elu_backward
+rrelu_with_noise_backward
 _foreach_add _foreach_add_ _foreach_sub _foreach_sub_ _foreach_mul _foreach_mul_ _foreach_div _foreach_div_
 _foreach_lerp_ _foreach_lerp _foreach_addcmul_ _foreach_addcmul _foreach_addcdiv_ _foreach_addcdiv
 _foreach_maximum_ _foreach_minimum_ _foreach_pow _foreach_pow_ _foreach_clamp_min_ _foreach_clamp_max_
@@ -63,7 +64,7 @@ nll_loss_backward nll_loss2d_forward nll_loss2d_backward masked_select_dummy tak
 index_copy index_copy_ one_hot_dummy""".split()
 
 _RANDOM = """uniform_ normal_ bernoulli_ bernoulli random_ exponential_ rand_like randn_like randint_like
-multinomial_dummy""".split()
+multinomial_dummy rrelu_with_noise rrelu_with_noise_""".split()
 
 TABLE = {}
 for _names, _cat in ((_VIEW, "view"), (_COPY, "copy"), (_UNARY, "unary"), (_BINARY, "binary"),

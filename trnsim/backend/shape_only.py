@@ -105,13 +105,13 @@ def device_target(target):
     register()                 # the device must be registered before the first backward on it (idempotent)
     prev = STATE.target
     STATE.target = get_target(target)
-    tensor._FAST.clear()
+    tensor.clear_charges()
     MEMORY.check = _no_check
     try:
         yield STATE.target
     finally:
         STATE.target = prev
-        tensor._FAST.clear()
+        tensor.clear_charges()
         MEMORY.__dict__.pop("check", None)
 
 

@@ -42,42 +42,76 @@ class NeuronTensor(torch.Tensor):
             if ew is _UNSEEN:
                 ew = _ew_entry(func)
             if ew is not None and not kwargs and FAST_PATH and not STATE.profilers:
-                name, fn = ew
+                name, fn, costs = ew
                 # fast path: an elementwise op on wrappers and Python scalars (the per-op overhead is most of a
                 # small op's wall time; this is dispatch() below for that case, without its generality)
-                ua = []
-                for a in args:
-                    if type(a) is NeuronTensor:
-                        ua.append(a._p)
-                    elif a.__class__ in _SCALARS:
-                        ua.append(a)
+                if len(args) == 2:          # binary ops, unrolled (most calls)
+                    a0, a1 = args
+                    if a0.__class__ is NeuronTensor:
+                        u0 = a0._p
+                    elif a0.__class__ in _SCALARS:
+                        u0 = a0
                     else:
-                        break
+                        return dispatch(func, args, {})
+                    if a1.__class__ is NeuronTensor:
+                        u1 = a1._p
+                    elif a1.__class__ in _SCALARS:
+                        u1 = a1
+                    else:
+                        return dispatch(func, args, {})
+                    ua = (u0, u1)
+                    out = fn(u0, u1) if not _tf_modes() else func._op(u0, u1)
+                    if out is u0:
+                        found = a0
+                    elif out is u1:
+                        found = a1
+                    else:
+                        found = None
                 else:
+                    ua = []
+                    for a in args:
+                        if a.__class__ is NeuronTensor:
+                            ua.append(a._p)
+                        elif a.__class__ in _SCALARS:
+                            ua.append(a)
+                        else:
+                            return dispatch(func, args, {})
                     # torch's binding would re-enter an active TorchFunctionMode (torch.device(...) as a context,
                     # set_default_device): then call the OpOverload, which does not
                     out = fn(*ua) if not _tf_modes() else func._op(*ua)
-                    if out.__class__ is torch.Tensor:
-                        key = (name, out.numel(), out.dtype)
-                        r = _FAST.get(key)
-                        if r is None:
-                            r = _FAST[key] = charging.op_time(name, TABLE[name], ua, out)
-                        STATE.now_ns += r[0]
-                        for a, u in zip(args, ua):
-                            if u is out:
-                                return a
-                        # a fresh dense result (never a conj or neg view): wrap() without those checks
-                        t = _make(NeuronTensor, out.size(), out.stride(), out.storage_offset(), None, out.dtype,
-                                  device=DEVICE, storage_size=_WRAPPER_STORAGE)
-                        t._p = out
-                        st = out.untyped_storage()
-                        if id(st) not in _LIVE:
-                            MEMORY.track(st)
-                        return t
-                    ns, kind, flops, nbytes = charging.op_time(name, TABLE[name], ua, out)
-                    if ns:
-                        charging.advance(name, ns, kind, flops, nbytes, ua, out)
-                    return _rewrap_flat(out, args, ua)
+                    found = None
+                    for a, u in zip(args, ua):
+                        if u is out:
+                            found = a
+                            break
+                if out.__class__ is _TENSOR:
+                    # the charge of this op on this many elements of this dtype: per op, dtype, then numel (no
+                    # tuple built per call)
+                    by_numel = costs.get(out.dtype)
+                    if by_numel is None:
+                        by_numel = costs[out.dtype] = {}
+                    n = out.numel()
+                    r = by_numel.get(n)
+                    if r is None:
+                        r = by_numel[n] = (_fast_charge(name, ua, out), n * out.element_size())
+                    STATE.now_ns += r[0]
+                    if found is not None:
+                        return found
+                    # a fresh dense result (never a conj or neg view): wrap() without those checks
+                    t = _make(NeuronTensor, out.size(), out.stride(), out.storage_offset(), None, out.dtype,
+                              device=DEVICE, storage_size=_WRAPPER_STORAGE)
+                    t._p = out
+                    st = out.untyped_storage()
+                    if id(st) not in _LIVE:
+                        if st.nbytes() == r[1]:     # a storage of its own (the usual case): bytes known
+                            _track_new(st, r[1])
+                        else:
+                            _track(st)
+                    return t
+                ns, kind, flops, nbytes = charging.op_time(name, TABLE[name], ua, out)
+                if ns:
+                    charging.advance(name, ns, kind, flops, nbytes, ua, out)
+                return _rewrap_flat(out, args, ua)
             return dispatch(func, args, kwargs or {})
         except Exception as e:
             if not _on_autograd_worker():
@@ -276,6 +310,8 @@ _STRIDED = torch.strided
 # op (set_, resize_, as_strided_) gives the wrapper the payload's new metadata.  1 PiB: larger than any simulated HBM.
 _WRAPPER_STORAGE = 1 << 50
 _LIVE = MEMORY._live
+_track = MEMORY.track
+_track_new = MEMORY.track_new
 
 
 def _unsupported_layout(p):
@@ -450,7 +486,25 @@ def _generator_index(func):
 
 
 _EW = {"copy", "unary", "binary"}
-_FAST = {}   # (op, numel, dtype) -> charge of a single-output elementwise op
+_FAST = {}   # (op, numel, dtype) -> charge of a single-output elementwise op (dispatch())
+_FAST_OPS = []   # the fast path's per-op memos {dtype: {numel: (ns, result bytes)}} (cleared with _FAST: clear_charges)
+_TENSOR = torch.Tensor
+
+
+def _fast_charge(name, ua, out):
+    """The simulated ns of a single-output elementwise op; the same memo as dispatch()'s (``_FAST``)."""
+    key = (name, out.numel(), out.dtype)
+    r = _FAST.get(key)
+    if r is None:
+        r = _FAST[key] = charging.op_time(name, TABLE[name], ua, out)
+    return r[0]
+
+
+def clear_charges():
+    """Forget every memoised charge (the target or the cost model changed)."""
+    _FAST.clear()
+    for d in _FAST_OPS:
+        d.clear()
 
 
 _INFO = {}   # OpOverload -> (name, category, is a transfer op, accumulates in fp32)
@@ -478,7 +532,8 @@ def _ew_entry(func):
             bound = getattr(torch._C._VariableFunctions, name, None) or getattr(torch._C.TensorBase, name, None)
             if bound is not None:
                 fn = bound
-        entry = (name, fn)
+        entry = (name, fn, {})
+        _FAST_OPS.append(entry[2])
     _KEEP.append(func)
     _EWOPS[id(func)] = entry
     return entry
