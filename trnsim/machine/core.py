@@ -62,7 +62,10 @@ def _ranges(tensors, views, cols=None):
         v = (t.offset, t.shape, t.strides)
         v = views.setdefault(v, v)
         bid = t.buf.id
-        lo, hi = t.extent()
+        e = t._ext
+        if e is None:
+            e = t.extent()
+        lo, hi = e
         out.append((bid, lo, hi, v))
         if cols is not None:
             cols.b.append(bid)
@@ -127,6 +130,7 @@ class NeuronCore:
         _LIVE.add(self)
         self._record = record
         self._views: dict = {}    # access pattern -> its one tuple object (_ranges)
+        self.issue_cache: dict = {}   # operand layout -> records to replay (trnsim/kernels/issue_cache.py)
         self.columns = RecordColumns()   # the record column-wise, for the compiled scheduler (record_cols.py)
         self.act_reduce_regs = None
         self.programs = None     # the launch's Programs while a multi-program launch runs (programs.py)
@@ -165,18 +169,52 @@ class NeuronCore:
         """Record an engine instruction of ``cycles`` engine cycles (``pre``: Tensor Engine stationary-load
         cycles, which the scheduler overlaps with the previous multiply)."""
         self._occupy(writes, reads, loc)
-        if self._record or self.programs is not None:
+        if self._record:
+            # _ranges and _cols_add inline: this is the hot path of every instruction
             ins = self.instructions
+            cols = self.columns
             views = self._views
-            cols = self.columns if self._record else None
-            w = _ranges(writes, views, cols)
-            r = _ranges(reads, views, cols)
-            rec = InstrRecord(len(ins), opcode, engine, w, r, cycles, None, loc, flops, 0, 0, 0, pre)
-            if self._record:
-                ins.append(rec)
-                _cols_add(cols, engine, cycles, pre, opcode, flops, loc, len(w), len(r))
+            cb, clo, chi, cv = cols.b, cols.lo, cols.hi, cols.v
+            w = []
+            for t in writes:
+                v = (t.offset, t.shape, t.strides)
+                v = views.setdefault(v, v)
+                bid = t.buf.id
+                lo, hi = t._ext or t.extent()
+                w.append((bid, lo, hi, v))
+                cb.append(bid)
+                clo.append(lo)
+                chi.append(hi)
+                cv.append(v)
+            r = []
+            for t in reads:
+                v = (t.offset, t.shape, t.strides)
+                v = views.setdefault(v, v)
+                bid = t.buf.id
+                lo, hi = t._ext or t.extent()
+                r.append((bid, lo, hi, v))
+                cb.append(bid)
+                clo.append(lo)
+                chi.append(hi)
+                cv.append(v)
+            nw = len(w)
+            rec = InstrRecord(len(ins), opcode, engine, tuple(w), tuple(r), cycles, None, loc, flops, 0, 0, 0, pre)
+            ins.append(rec)
+            cols.eng.append(engine)
+            cols.cost.append(cycles)
+            cols.pre.append(pre)
+            cols.opcode.append(opcode)
+            cols.flops.append(flops)
+            cols.loc.append(loc)
+            cols.nw.append(nw)
+            cols.nops.append(nw + len(r))
             if self.programs is not None:
                 self.programs.issued(self, rec, writes, reads)
+        elif self.programs is not None:
+            views = self._views
+            rec = InstrRecord(len(self.instructions), opcode, engine, _ranges(writes, views),
+                              _ranges(reads, views), cycles, None, loc, flops, 0, 0, 0, pre)
+            self.programs.issued(self, rec, writes, reads)
 
     def record_dma(self, opcode, writes, reads, nbytes, rows, ns, loc, part0=0):
         """Record a DMA transfer of ``nbytes`` over ``rows`` partitions starting at partition ``part0``, costing
@@ -200,14 +238,25 @@ class NeuronCore:
                 self.programs.issued(self, rec, writes, reads)
 
     def _occupy(self, writes, reads, loc):
+        """The instruction touches its on-chip operands (their live ranges, ``capacity.Occupancy``); a plain
+        (non-block) tile's range is updated here inline, the rest by ``Occupancy.touch``."""
         occ = self.occupancy
-        for t in writes:
-            if t.buf.kind in ON_CHIP:
-                occ.touch(t, loc)
-        for t in reads:
-            if t.buf.kind in ON_CHIP:
-                occ.touch(t, loc)
-        occ.seq += 1
+        ranges = occ.ranges
+        s = occ.seq
+        for ts in (writes, reads):
+            for t in ts:
+                buf = t.buf
+                if buf.kind in ON_CHIP:
+                    if buf.block:
+                        occ.touch(t, loc)
+                        continue
+                    r = ranges.get((buf.id, -1))
+                    if r is None:
+                        occ.touch(t, loc)
+                    else:
+                        r[1] = s
+                        r[3] = loc
+        occ.seq = s + 1
 
     def check_capacity(self):
         """Refuse the kernel (:class:`~trnsim.machine.capacity.CapacityError`) if its on-chip tiles, live from

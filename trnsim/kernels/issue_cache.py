@@ -1,0 +1,190 @@
+"""The issue cache: an instruction's validation and cost computed once per operand layout (shape-only runs).
+
+In a shape-only run (``execute=False``) an instruction's effect on the machine is its record: opcode, engine,
+cost, FLOPs and the operands it read and wrote.  All of it follows from the *layout* of the call -- for each
+tensor operand its class, memory, dtype, shape, strides, on-chip offset (the partitions it starts at), its
+buffer's geometry, and which operands share a buffer; for every other argument its type and value.  The first
+call with a layout runs the instruction function as usual, with every rule checked, through a probe that stands
+for the core and notes what the function recorded; later calls with the same layout replay the records on the
+new operands (``core.record`` / ``core.record_dma``: the occupancy, the record and its columns are made exactly
+as before).  A layout seen for the first time is always validated, so bad input raises the same error as it
+does without the cache.
+
+A call is cached only when its first run
+
+* read nothing of the core but ``target``, ``execute``, ``precise`` and ``strict`` (an instruction that keeps
+  state on the core, e.g. an accumulation register, is never cached) and set nothing on it,
+* recorded only operands that are arguments of the call (no derived views) with the call's source line,
+* returned ``None``,
+
+and when every argument is a tensor view or a plain value (number, string, ``None``, enum member, function,
+NumPy scalar or dtype, or a tuple/list of these).  HBM offsets are left out of the layout only for the DMA
+instructions whose rules and cost do not depend on them (``dma_copy``, ``dma_transpose``); PSUM buffers add their
+byte address (a matmul output must stay in one PSUM bank).
+
+``TRNSIM_ISSUE_CACHE=0`` turns the cache off (the benchmarks measure both in one run).
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import types
+
+import numpy as np
+
+from ..memory import HBM, PSUM, Tensor
+from ..memory.dtypes import DType
+
+__all__ = ["enabled", "set_enabled", "issue", "MAX_ENTRIES"]
+
+MAX_ENTRIES = 4096          # layouts cached per core; past this, new layouts are validated and not kept
+
+_enabled = os.environ.get("TRNSIM_ISSUE_CACHE", "1") not in ("0", "false", "False", "")
+
+# instructions whose rules and cost do not read an HBM operand's offset (checked in trnsim/isa/dma.py)
+_HBM_OFFSET_FREE = frozenset(("dma_copy", "dma_transpose"))
+
+_PLAIN = frozenset((int, float, bool, str, type(None), complex, types.FunctionType, types.BuiltinFunctionType,
+                    np.ufunc, DType, np.dtype))
+_SAFE_ATTRS = frozenset(("target", "execute", "precise", "strict"))
+
+
+def enabled() -> bool:
+    return _enabled
+
+
+def set_enabled(on: bool) -> bool:
+    """Turn the cache on or off for this process; returns the previous setting."""
+    global _enabled
+    prev = _enabled
+    _enabled = bool(on)
+    return prev
+
+
+class _Uncacheable(Exception):
+    pass
+
+
+def _buf_key(buf):
+    """A buffer's geometry as a layout sees it (its fields are fixed once the buffer is made)."""
+    kind = buf.kind
+    k = buf.layout_key = (kind, buf.shape, buf.dtype.name, buf.pfree, buf.nelem, buf.block,
+                          buf.addr if kind == PSUM else None)
+    return k
+
+
+def _arg_key(a, leaves, hbm_off):
+    t = type(a)
+    if t in _PLAIN:
+        return (t, a)
+    if isinstance(a, Tensor):
+        buf = a.buf
+        alias = -1
+        for i, x in enumerate(leaves):
+            if x.buf is buf:
+                alias = i
+                break
+        leaves.append(a)
+        bk = buf.layout_key or _buf_key(buf)
+        # dtypes by name (DType equality is by name; its Python __hash__ would cost more than the rest)
+        return (t, bk, a.dtype.name, a.shape, a.strides, a.offset if (hbm_off or bk[0] != HBM) else None, alias)
+    if isinstance(a, (tuple, list)):
+        return (t, tuple(_arg_key(x, leaves, hbm_off) for x in a))
+    if isinstance(a, (enum.Enum, np.generic)):
+        return (t, a)
+    raise _Uncacheable
+
+
+class _Probe:
+    """Stands for the core during a call's first (validating) run: forwards everything, notes each record, and
+    notes whether the function touched anything of the core a layout does not determine."""
+
+    __slots__ = ("_core", "_calls", "_ok")
+
+    def __init__(self, core):
+        object.__setattr__(self, "_core", core)
+        object.__setattr__(self, "_calls", [])
+        object.__setattr__(self, "_ok", True)
+
+    def __getattr__(self, a):
+        if a not in _SAFE_ATTRS:
+            object.__setattr__(self, "_ok", False)
+        return getattr(self._core, a)
+
+    def __setattr__(self, a, v):
+        object.__setattr__(self, "_ok", False)
+        setattr(self._core, a, v)
+
+    def record(self, opcode, engine, writes, reads, cycles, loc, flops=0, pre=0.0):
+        self._calls.append((0, opcode, engine, writes, reads, cycles, loc, flops, pre))
+        self._core.record(opcode, engine, writes, reads, cycles, loc, flops, pre)
+
+    def record_dma(self, opcode, writes, reads, nbytes, rows, ns, loc, part0=0):
+        self._calls.append((1, opcode, writes, reads, nbytes, rows, ns, loc, part0))
+        self._core.record_dma(opcode, writes, reads, nbytes, rows, ns, loc, part0)
+
+
+def _index(ts, leaves):
+    out = []
+    for t in ts:
+        for i, x in enumerate(leaves):
+            if x is t:
+                out.append(i)
+                break
+        else:
+            raise _Uncacheable
+    return tuple(out)
+
+
+def _compile(calls, leaves, loc):
+    """The replay program of a first run's records: operands as indices into the call's tensor arguments."""
+    prog = []
+    for c in calls:
+        if c[0] == 0:
+            _, opcode, engine, w, r, cycles, cloc, flops, pre = c
+            if cloc is not loc:
+                raise _Uncacheable
+            prog.append((0, opcode, engine, _index(w, leaves), _index(r, leaves), cycles, flops, pre))
+        else:
+            _, opcode, w, r, nbytes, rows, ns, cloc, part0 = c
+            if cloc is not loc:
+                raise _Uncacheable
+            prog.append((1, opcode, _index(w, leaves), _index(r, leaves), nbytes, rows, ns, part0))
+    return tuple(prog)
+
+
+def issue(fn, core, loc, args, kwargs):
+    """Run instruction ``fn(core, loc, *args, **kwargs)`` of a shape-only core through the cache."""
+    cache = core.issue_cache
+    leaves = []
+    hbm_off = fn.__name__ not in _HBM_OFFSET_FREE
+    try:
+        parts = [fn]
+        for a in args:
+            parts.append(_arg_key(a, leaves, hbm_off))
+        if kwargs:
+            for k in sorted(kwargs):
+                parts.append(k)
+                parts.append(_arg_key(kwargs[k], leaves, hbm_off))
+        key = tuple(parts)
+        prog = cache.get(key)
+    except (_Uncacheable, TypeError):      # TypeError: an unhashable value inside an argument
+        return fn(core, loc, *args, **kwargs)
+    if prog is not None:
+        for p in prog:
+            if p[0] == 0:
+                core.record(p[1], p[2], tuple([leaves[i] for i in p[3]]), tuple([leaves[i] for i in p[4]]), p[5],
+                            loc, p[6], p[7])
+            else:
+                core.record_dma(p[1], tuple([leaves[i] for i in p[2]]), tuple([leaves[i] for i in p[3]]), p[4],
+                                p[5], p[6], loc, p[7])
+        return None
+    probe = _Probe(core)
+    out = fn(probe, loc, *args, **kwargs)
+    if out is None and probe._ok and len(cache) < MAX_ENTRIES:
+        try:
+            cache[key] = _compile(probe._calls, leaves, loc)
+        except _Uncacheable:
+            pass
+    return out
