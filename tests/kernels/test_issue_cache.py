@@ -104,9 +104,11 @@ def test_a_loop_issues_from_the_cache(cache_on):
     assert n == 5 * kw["n"]
     # one layout per distinct call: dma_copy in, tensor_scalar, activation, tensor_tensor, dma_copy out
     assert len(core.issue_cache) == 5
-    # a functional run does not use it (its numerics run every time)
+    assert all(prog and all(p[0] in (0, 1) for p in prog) for prog in core.issue_cache.values())
+    # a functional run replays the same layouts with their numerics (the instructions' compute parts)
     full = run_kernel(fn, args, kw, grid, "trn2", execute=True)
-    assert len(full.cores[0].issue_cache) == 0
+    progs = list(full.cores[0].issue_cache.values())
+    assert len(progs) == 5 and all(prog and prog[0][0] == 2 for prog in progs)
 
 
 def _tiles(x, n, bad_at, bad):
@@ -218,7 +220,8 @@ def test_instructions_that_keep_core_state_are_not_cached(cache_on):
     res = run_kernel(k, (np.zeros((128, 8), np.float32),), {}, (1,), "trn2", execute=False)
     assert len(calls) == 4                                  # ran every time
     assert sum(r.opcode == "stateful" for r in res.instructions) == 4
-    assert not any(key[0] is stateful for key in res.cores[0].issue_cache)
+    entries = [v for key, v in res.cores[0].issue_cache.items() if key[0] is stateful]
+    assert entries == [False]                               # known not to be replayable: runs whole
 
 
 def test_unhashable_or_unknown_arguments_run_uncached(cache_on):
@@ -244,3 +247,51 @@ def test_unhashable_or_unknown_arguments_run_uncached(cache_on):
     res = run_kernel(k, (np.zeros((128, 8), np.float32),), {}, (1,), "trn2", execute=False)
     assert len(calls) == 7            # the list (a tuple of ints in the layout) is cached; the rest run each time
     assert sum(r.opcode == "takes_obj" for r in res.instructions) == 8
+
+
+def _functional_cases():
+    out = {}
+    for name in ("tiled_matmul", "tensor_add", "softmax_rows", "rmsnorm", "layernorm", "causal_attention",
+                 "lib_row_softmax", "lib_layer_norm", "lib_scalar_op", "stream", "scale_lnc"):
+        if name in CASES:
+            out[name] = CASES[name]
+    return out
+
+
+@pytest.mark.parametrize("name", list(_functional_cases()))
+def test_functional_runs_with_the_cache_give_the_same_values_and_record(name):
+    fn, args, grid, *kw = CASES[name]
+    kw = kw[0] if kw else {}
+    res = []
+    for cached in (False, True):
+        prev = issue_cache.set_enabled(cached)
+        try:
+            res.append(run_kernel(fn, args, kw, grid, "trn2", execute=True))
+        finally:
+            issue_cache.set_enabled(prev)
+    off, on = res
+    outs_off = off.outputs if isinstance(off.outputs, (list, tuple)) else [off.outputs]
+    outs_on = on.outputs if isinstance(on.outputs, (list, tuple)) else [on.outputs]
+    for a, b in zip(outs_off, outs_on):
+        assert np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
+    assert _records(on) == _records(off)
+    _SF.assert_same(schedule(off.cores, impl="python"), schedule(on.cores, impl="python"))
+
+
+def test_strict_mode_still_refuses_a_never_written_read_on_a_replayed_layout(monkeypatch, cache_on):
+    monkeypatch.setenv("TRNSIM_STRICT_UNINIT", "1")
+
+    def k(x):
+        P, F = x.shape
+        out = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.shared_hbm)
+        for i in range(3):
+            t = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+            u = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+            if i < 2:
+                nisa.dma_copy(t, x)          # the third iteration reads t without writing it
+            nisa.tensor_scalar(u, t, nl.multiply, 2.0)
+            nisa.dma_copy(out, u)
+        return out
+
+    with pytest.raises(NkiValidationError, match="never written"):
+        run_kernel(k, (np.ones((128, 8), np.float32),), {}, (1,), "trn2", execute=True)

@@ -91,9 +91,9 @@ def _wrap(fn):
         # the hot path of every kernel instruction: the context read inline (current() raises when there is none)
         ctx = getattr(_local, "ctx", None)
         core = (ctx or current()).core
-        if core.execute or not _ic._enabled:
+        if not _ic._enabled:
             return fn(core, caller_location(), *args, **kwargs)
-        return issue(fn, core, caller_location(), args, kwargs)    # shape-only: cached per operand layout
+        return issue(fn, core, caller_location(), args, kwargs)    # checked once per operand layout
     call.__doc__ = fn.__doc__
     call.__module__ = __name__
     return call

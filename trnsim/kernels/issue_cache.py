@@ -1,14 +1,17 @@
-"""The issue cache: an instruction's validation and cost computed once per operand layout (shape-only runs).
+"""The issue cache: an instruction's validation and cost computed once per operand layout.
 
 In a shape-only run (``execute=False``) an instruction's effect on the machine is its record: opcode, engine,
-cost, FLOPs and the operands it read and wrote.  All of it follows from the *layout* of the call -- for each
-tensor operand its class, memory, dtype, shape, strides, on-chip offset (the partitions it starts at), its
-buffer's geometry, and which operands share a buffer; for every other argument its type and value.  The first
+cost, FLOPs and the operands it read and wrote; in a run that computes values, also its numerics.  The record
+follows from the *layout* of the call -- for each tensor operand its class, memory, dtype, shape, strides,
+on-chip offset (the partitions it starts at), its buffer's geometry, and which operands share a buffer; for every
+other argument its type and value.  The first
 call with a layout runs the instruction function as usual, with every rule checked, through a probe that stands
 for the core and notes what the function recorded; later calls with the same layout replay the records on the
 new operands (``core.record`` / ``core.record_dma``: the occupancy, the record and its columns are made exactly
-as before).  A layout seen for the first time is always validated, so bad input raises the same error as it
-does without the cache.
+as before).  When the run computes values, only instructions whose numerics go through ``core.compute`` are
+cached (the function's values part, run again on the new operands with the values the rules resolved, e.g. the
+ALU function of ``op``); an instruction that tests ``core.execute`` itself runs whole every time.  A layout
+seen for the first time is always validated, so bad input raises the same error as it does without the cache.
 
 A call is cached only when its first run
 
@@ -22,7 +25,9 @@ NumPy scalar or dtype, or a tuple/list of these).  HBM offsets are left out of t
 instructions whose rules and cost do not depend on them (``dma_copy``, ``dma_transpose``); PSUM buffers add their
 byte address (a matmul output must stay in one PSUM bank).
 
-``TRNSIM_ISSUE_CACHE=0`` turns the cache off (the benchmarks measure both in one run).
+Numerics are never cached: a replayed ``compute`` reads the new operands' values (strict mode's check of
+never-written memory runs there too).  ``TRNSIM_ISSUE_CACHE=0`` turns the cache off (the benchmarks measure
+both in one run).
 """
 
 from __future__ import annotations
@@ -97,8 +102,9 @@ def _arg_key(a, leaves, hbm_off):
 
 
 class _Probe:
-    """Stands for the core during a call's first (validating) run: forwards everything, notes each record, and
-    notes whether the function touched anything of the core a layout does not determine."""
+    """Stands for the core during a call's first (validating) run: forwards everything, notes each record and
+    each ``compute`` (the instruction's numerics), and notes whether the function touched anything of the core
+    a layout does not determine."""
 
     __slots__ = ("_core", "_calls", "_ok")
 
@@ -108,13 +114,20 @@ class _Probe:
         object.__setattr__(self, "_ok", True)
 
     def __getattr__(self, a):
-        if a not in _SAFE_ATTRS:
+        core = self._core
+        # a function that tests ``execute`` in a run that computes values does its numerics inline: its replay
+        # could not redo them
+        if a not in _SAFE_ATTRS or (a == "execute" and core.execute):
             object.__setattr__(self, "_ok", False)
-        return getattr(self._core, a)
+        return getattr(core, a)
 
     def __setattr__(self, a, v):
         object.__setattr__(self, "_ok", False)
         setattr(self._core, a, v)
+
+    def compute(self, values_fn, *args):
+        self._calls.append((2, values_fn, args))
+        self._core.compute(values_fn, *args)
 
     def record(self, opcode, engine, writes, reads, cycles, loc, flops=0, pre=0.0):
         self._calls.append((0, opcode, engine, writes, reads, cycles, loc, flops, pre))
@@ -137,8 +150,45 @@ def _index(ts, leaves):
     return tuple(out)
 
 
-def _compile(calls, leaves, loc):
-    """The replay program of a first run's records: operands as indices into the call's tensor arguments."""
+# argument codes of a replayed ``compute``: a value kept from the first run, a tensor argument of the call, the
+# core, the call's source line, or a tuple/list of these
+_CONST, _LEAF, _CORE, _LOC, _SEQ = range(5)
+
+
+def _arg_spec(a, probe, leaves, loc):
+    if a is probe:
+        return (_CORE, None)
+    if a is loc:
+        return (_LOC, None)
+    if isinstance(a, Tensor):
+        return (_LEAF, _index((a,), leaves)[0])
+    t = type(a)
+    if t is tuple or t is list:
+        return (_SEQ, (t, tuple(_arg_spec(x, probe, leaves, loc) for x in a)))
+    if isinstance(a, np.ndarray):      # a mutable value: not kept
+        raise _Uncacheable
+    return (_CONST, a)
+
+
+def _resolve(spec, core, loc, leaves):
+    out = []
+    for code, v in spec:
+        if code == _LEAF:
+            out.append(leaves[v])
+        elif code == _CONST:
+            out.append(v)
+        elif code == _CORE:
+            out.append(core)
+        elif code == _LOC:
+            out.append(loc)
+        else:
+            out.append(v[0](_resolve(v[1], core, loc, leaves)))
+    return out
+
+
+def _compile(calls, leaves, loc, probe):
+    """The replay program of a first run's records and computes: operands as indices into the call's tensor
+    arguments."""
     prog = []
     for c in calls:
         if c[0] == 0:
@@ -146,16 +196,20 @@ def _compile(calls, leaves, loc):
             if cloc is not loc:
                 raise _Uncacheable
             prog.append((0, opcode, engine, _index(w, leaves), _index(r, leaves), cycles, flops, pre))
-        else:
+        elif c[0] == 1:
             _, opcode, w, r, nbytes, rows, ns, cloc, part0 = c
             if cloc is not loc:
                 raise _Uncacheable
             prog.append((1, opcode, _index(w, leaves), _index(r, leaves), nbytes, rows, ns, part0))
+        else:
+            _, values_fn, args = c
+            if probe._core.execute:          # shape-only replays skip the numerics
+                prog.append((2, values_fn, tuple(_arg_spec(a, probe, leaves, loc) for a in args)))
     return tuple(prog)
 
 
 def issue(fn, core, loc, args, kwargs):
-    """Run instruction ``fn(core, loc, *args, **kwargs)`` of a shape-only core through the cache."""
+    """Run instruction ``fn(core, loc, *args, **kwargs)`` through the cache."""
     cache = core.issue_cache
     leaves = []
     hbm_off = fn.__name__ not in _HBM_OFFSET_FREE
@@ -172,19 +226,27 @@ def issue(fn, core, loc, args, kwargs):
     except (_Uncacheable, TypeError):      # TypeError: an unhashable value inside an argument
         return fn(core, loc, *args, **kwargs)
     if prog is not None:
+        if prog is False:                  # a layout the cache cannot replay: the function runs whole
+            return fn(core, loc, *args, **kwargs)
         for p in prog:
-            if p[0] == 0:
+            op = p[0]
+            if op == 0:
                 core.record(p[1], p[2], tuple([leaves[i] for i in p[3]]), tuple([leaves[i] for i in p[4]]), p[5],
                             loc, p[6], p[7])
-            else:
+            elif op == 1:
                 core.record_dma(p[1], tuple([leaves[i] for i in p[2]]), tuple([leaves[i] for i in p[3]]), p[4],
                                 p[5], p[6], loc, p[7])
+            else:
+                p[1](*_resolve(p[2], core, loc, leaves))
         return None
     probe = _Probe(core)
     out = fn(probe, loc, *args, **kwargs)
-    if out is None and probe._ok and len(cache) < MAX_ENTRIES:
-        try:
-            cache[key] = _compile(probe._calls, leaves, loc)
-        except _Uncacheable:
-            pass
+    if len(cache) < MAX_ENTRIES:
+        prog = False
+        if out is None and probe._ok:
+            try:
+                prog = _compile(probe._calls, leaves, loc, probe)
+            except _Uncacheable:
+                pass
+        cache[key] = prog
     return out

@@ -164,7 +164,12 @@ class NeuronCore:
         self.buffers[buf.id] = (buf.kind, buf.bytes_pp, buf.partitions, dtype.itemsize)
         return buf
 
-    # -- recording ----------------------------------------------------------------------------------
+    # -- computing and recording ----------------------------------------------------------------------
+    def compute(self, values_fn, *args):
+        """Run an instruction's numerics ``values_fn(*args)`` (nothing in a shape-only run)."""
+        if self.execute:
+            values_fn(*args)
+
     def record(self, opcode, engine, writes, reads, cycles, loc, flops=0, pre=0.0):
         """Record an engine instruction of ``cycles`` engine cycles (``pre``: Tensor Engine stationary-load
         cycles, which the scheduler overlaps with the previous multiply)."""
