@@ -71,29 +71,38 @@ class _Uncacheable(Exception):
     pass
 
 
+_BUF_LAYOUTS: dict = {}      # a buffer geometry -> its number (so a key holds one int per buffer)
+
+
 def _buf_key(buf):
-    """A buffer's geometry as a layout sees it (its fields are fixed once the buffer is made)."""
+    """A buffer's geometry as a layout sees it (its fields are fixed once the buffer is made), numbered."""
     kind = buf.kind
-    k = buf.layout_key = (kind, buf.shape, buf.dtype.name, buf.pfree, buf.nelem, buf.block,
-                          buf.addr if kind == PSUM else None)
+    g = (kind, buf.shape, buf.dtype.name, buf.pfree, buf.nelem, buf.block, buf.addr if kind == PSUM else None)
+    k = _BUF_LAYOUTS.get(g)
+    if k is None:
+        k = _BUF_LAYOUTS[g] = (len(_BUF_LAYOUTS), kind == HBM)
+    buf.layout_key = k
     return k
 
 
 def _arg_key(a, leaves, hbm_off):
-    t = type(a)
-    if t in _PLAIN:
-        return (t, a)
     if isinstance(a, Tensor):
         buf = a.buf
         alias = -1
-        for i, x in enumerate(leaves):
+        i = 0
+        for x in leaves:
             if x.buf is buf:
                 alias = i
                 break
+            i += 1
         leaves.append(a)
         bk = buf.layout_key or _buf_key(buf)
         # dtypes by name (DType equality is by name; its Python __hash__ would cost more than the rest)
-        return (t, bk, a.dtype.name, a.shape, a.strides, a.offset if (hbm_off or bk[0] != HBM) else None, alias)
+        return (type(a), bk[0], a.dtype.name, a.shape, a.strides, a.offset if (hbm_off or not bk[1]) else None,
+                alias)
+    t = type(a)
+    if t in _PLAIN:
+        return (t, a)
     if isinstance(a, (tuple, list)):
         return (t, tuple(_arg_key(x, leaves, hbm_off) for x in a))
     if isinstance(a, (enum.Enum, np.generic)):
