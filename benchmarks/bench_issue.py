@@ -13,7 +13,8 @@ Usage: python benchmarks/bench_issue.py [--quick] [--million] [--matmul] [--repe
 4. library kernels, shape-only: issue time with the cache off and on, and the simulated time (identical: the
    cache does not change the record).
 
-Figures are medians of --repeats runs (wall time, BLAS pinned to one thread as in bench_sim.py).
+Figures are medians of --repeats runs (wall time, BLAS pinned to one thread as in bench_sim.py).  Run against a
+trnsim without the issue cache (PYTHONPATH=<older tree>), the "cache on" rows repeat "cache off".
 """
 
 import argparse
@@ -28,7 +29,10 @@ nki = trnsim.install_nki()
 import nki.isa as nisa  # noqa: E402
 import nki.language as nl  # noqa: E402
 
-from trnsim.kernels import issue_cache  # noqa: E402
+try:
+    from trnsim.kernels import issue_cache  # noqa: E402
+except ImportError:         # a trnsim from before the issue cache (the "before" run of a comparison)
+    issue_cache = None
 from trnsim.kernels.jit import run_kernel  # noqa: E402
 from trnsim.machine import schedule  # noqa: E402
 from trnsim.profiling import gc_paused  # noqa: E402
@@ -56,6 +60,8 @@ def bare_loop(x, n):
 
 
 def with_cache(on, fn):
+    if issue_cache is None:
+        return fn()
     prev = issue_cache.set_enabled(on)
     try:
         return fn()
@@ -155,7 +161,8 @@ def main():
 
         # 4. library kernels -----------------------------------------------------------------------------
         print(f"\n4. library kernels, shape-only issue (median of {reps}) and simulated time")
-        hdr = f"   {'kernel':<26} {'instrs':>7} {'off us/i':>9} {'on us/i':>8} {'speed-up':>8} {'simulated us':>13} {'same':>5}"
+        hdr = (f"   {'kernel':<26} {'instrs':>7} {'off us/i':>9} {'on us/i':>8} {'speed-up':>8} {'simulated us':>13} "
+               f"{'same':>5}")
         print(hdr)
         for name, (fn, fargs) in lib_cases().items():
             t_off, r_off = timed(lambda: with_cache(False, lambda: shape_only(fn, fargs, {})), reps)

@@ -33,6 +33,7 @@ both in one run).
 from __future__ import annotations
 
 import enum
+import itertools
 import os
 import types
 
@@ -72,6 +73,7 @@ class _Uncacheable(Exception):
 
 
 _BUF_LAYOUTS: dict = {}      # a buffer geometry -> its number (so a key holds one int per buffer)
+_BUF_IDS = itertools.count()
 
 
 def _buf_key(buf):
@@ -80,7 +82,7 @@ def _buf_key(buf):
     g = (kind, buf.shape, buf.dtype.name, buf.pfree, buf.nelem, buf.block, buf.addr if kind == PSUM else None)
     k = _BUF_LAYOUTS.get(g)
     if k is None:
-        k = _BUF_LAYOUTS[g] = (len(_BUF_LAYOUTS), kind == HBM)
+        k = _BUF_LAYOUTS[g] = (next(_BUF_IDS), kind == HBM)
     buf.layout_key = k
     return k
 
@@ -195,24 +197,31 @@ def _resolve(spec, core, loc, leaves):
     return out
 
 
-def _compile(calls, leaves, loc, probe):
+def _operands(core, ts, leaves, fixed):
+    return tuple((i, core.operand_template(leaves[i], fixed[i])) for i in _index(ts, leaves))
+
+
+def _compile(calls, leaves, loc, probe, fixed):
     """The replay program of a first run's records and computes: operands as indices into the call's tensor
-    arguments."""
+    arguments (with their extent and access pattern when the layout fixes them, ``fixed``)."""
+    core = probe._core
     prog = []
     for c in calls:
         if c[0] == 0:
             _, opcode, engine, w, r, cycles, cloc, flops, pre = c
             if cloc is not loc:
                 raise _Uncacheable
-            prog.append((0, opcode, engine, _index(w, leaves), _index(r, leaves), cycles, flops, pre))
+            prog.append((0, opcode, engine, _operands(core, w, leaves, fixed), _operands(core, r, leaves, fixed),
+                         cycles, flops, pre, None))
         elif c[0] == 1:
             _, opcode, w, r, nbytes, rows, ns, cloc, part0 = c
             if cloc is not loc:
                 raise _Uncacheable
-            prog.append((1, opcode, _index(w, leaves), _index(r, leaves), nbytes, rows, ns, part0))
+            prog.append((0, opcode, "dma", _operands(core, w, leaves, fixed), _operands(core, r, leaves, fixed),
+                         ns, 0, 0.0, (nbytes, rows, part0)))
         else:
             _, values_fn, args = c
-            if probe._core.execute:          # shape-only replays skip the numerics
+            if core.execute:          # shape-only replays skip the numerics
                 prog.append((2, values_fn, tuple(_arg_spec(a, probe, leaves, loc) for a in args)))
     return tuple(prog)
 
@@ -237,14 +246,10 @@ def issue(fn, core, loc, args, kwargs):
     if prog is not None:
         if prog is False:                  # a layout the cache cannot replay: the function runs whole
             return fn(core, loc, *args, **kwargs)
+        replay = core.replay
         for p in prog:
-            op = p[0]
-            if op == 0:
-                core.record(p[1], p[2], tuple([leaves[i] for i in p[3]]), tuple([leaves[i] for i in p[4]]), p[5],
-                            loc, p[6], p[7])
-            elif op == 1:
-                core.record_dma(p[1], tuple([leaves[i] for i in p[2]]), tuple([leaves[i] for i in p[3]]), p[4],
-                                p[5], p[6], loc, p[7])
+            if p[0] == 0:
+                replay(p[1], p[2], p[3], p[4], p[5], loc, p[6], p[7], leaves, p[8])
             else:
                 p[1](*_resolve(p[2], core, loc, leaves))
         return None
@@ -254,7 +259,9 @@ def issue(fn, core, loc, args, kwargs):
         prog = False
         if out is None and probe._ok:
             try:
-                prog = _compile(probe._calls, leaves, loc, probe)
+                # an operand's offset is in the layout unless left out (HBM operands of offset-free instructions)
+                fixed = [hbm_off or not x.buf.layout_key[1] for x in leaves]
+                prog = _compile(probe._calls, leaves, loc, probe, fixed)
             except _Uncacheable:
                 pass
         cache[key] = prog

@@ -242,6 +242,87 @@ class NeuronCore:
             if self.programs is not None:
                 self.programs.issued(self, rec, writes, reads)
 
+    # -- replaying a recorded layout (the kernel front end's issue cache) -------------------------------
+    def operand_template(self, t, fixed):
+        """``(lo, hi, view)`` of operand ``t`` for :meth:`replay` when the cached layout fixes its offset, shape
+        and strides (so its extent and its interned access pattern are the same at every replay), else None."""
+        if not fixed:
+            return None
+        v = (t.offset, t.shape, t.strides)
+        v = self._views.setdefault(v, v)
+        lo, hi = t._ext or t.extent()
+        return (lo, hi, v)
+
+    def replay(self, opcode, engine, wl, rl, cost, loc, flops, pre, leaves, dma):
+        """:meth:`record` (``dma`` None) or :meth:`record_dma` (``dma = (nbytes, rows, part0)``, ``cost`` in ns)
+        of an instruction whose operands are ``leaves[i]`` for the ``(i, template)`` pairs of ``wl`` (writes) and
+        ``rl`` (reads), templates from :meth:`operand_template`: the same occupancy, record and columns as the
+        call it stands for."""
+        if not self._record or self.programs is not None:
+            writes = tuple([leaves[i] for i, _ in wl])
+            reads = tuple([leaves[i] for i, _ in rl])
+            if dma is None:
+                self.record(opcode, engine, writes, reads, cost, loc, flops, pre)
+            else:
+                self.record_dma(opcode, writes, reads, dma[0], dma[1], cost, loc, dma[2])
+            return
+        occ = self.occupancy
+        ranges = occ.ranges
+        s = occ.seq
+        cols = self.columns
+        views = self._views
+        cb, clo, chi, cv = cols.b, cols.lo, cols.hi, cols.v
+        w = []
+        r = []
+        for out, lst in ((w, wl), (r, rl)):
+            for i, tm in lst:
+                t = leaves[i]
+                buf = t.buf
+                if buf.kind in ON_CHIP:
+                    if buf.block:
+                        occ.touch(t, loc)
+                    else:
+                        rg = ranges.get((buf.id, -1))
+                        if rg is None:
+                            occ.touch(t, loc)
+                        else:
+                            rg[1] = s
+                            rg[3] = loc
+                if tm is None:
+                    v = (t.offset, t.shape, t.strides)
+                    v = views.setdefault(v, v)
+                    lo, hi = t._ext or t.extent()
+                else:
+                    lo, hi, v = tm
+                bid = buf.id
+                out.append((bid, lo, hi, v))
+                cb.append(bid)
+                clo.append(lo)
+                chi.append(hi)
+                cv.append(v)
+        occ.seq = s + 1
+        ins = self.instructions
+        nw = len(w)
+        if dma is None:
+            ins.append(InstrRecord(len(ins), opcode, engine, tuple(w), tuple(r), cost, None, loc, flops, 0, 0, 0,
+                                   pre))
+        else:
+            rid = len(ins)
+            ins.append(InstrRecord(rid, opcode, "dma", tuple(w), tuple(r), None, cost, loc, 0, dma[0], dma[1],
+                                   dma[2]))
+            cols.dma.append(rid)
+            cols.rows.append(dma[1])
+            cols.part0.append(dma[2])
+            cols.nbytes.append(dma[0])
+        cols.eng.append(engine)
+        cols.cost.append(cost)
+        cols.pre.append(pre)
+        cols.opcode.append(opcode)
+        cols.flops.append(flops)
+        cols.loc.append(loc)
+        cols.nw.append(nw)
+        cols.nops.append(nw + len(r))
+
     def _occupy(self, writes, reads, loc):
         """The instruction touches its on-chip operands (their live ranges, ``capacity.Occupancy``); a plain
         (non-block) tile's range is updated here inline, the rest by ``Occupancy.touch``."""
