@@ -164,6 +164,7 @@ def main():
         hdr = (f"   {'kernel':<26} {'instrs':>7} {'off us/i':>9} {'on us/i':>8} {'speed-up':>8} {'simulated us':>13} "
                f"{'same':>5}")
         print(hdr)
+        found = []
         for name, (fn, fargs) in lib_cases().items():
             t_off, r_off = timed(lambda: with_cache(False, lambda: shape_only(fn, fargs, {})), reps)
             t_on, r_on = timed(lambda: with_cache(True, lambda: shape_only(fn, fargs, {})), reps)
@@ -171,6 +172,16 @@ def main():
             a, c = schedule(r_off.cores), schedule(r_on.cores)
             print(f"   {name:<26} {ni:>7} {t_off / ni * 1e6:>9.2f} {t_on / ni * 1e6:>8.2f} {t_off / t_on:>7.2f}x "
                   f"{c.total_ns / 1e3:>13.2f} {str(a == c):>5}")
+            found.append((name, c))
+        try:
+            from trnsim.profiler.findings import findings
+        except ImportError:
+            findings = None
+        if findings is not None:
+            print("\n   the Timeline's findings (what the simulated time is made of)")
+            for name, tl in found:
+                for f in findings(tl, limit=3):
+                    print(f"   {name}: {f}")
 
 
 if __name__ == "__main__":
