@@ -159,6 +159,137 @@ def vector_claims():
     return out
 
 
+def _engine_op(setup, body, n_instr):
+    """``setup(src)`` once (the source tiles), then ``n_instr`` independent ``body(src, sources)`` instructions
+    back to back (each writes a fresh tile)."""
+    def k(src):
+        srcs = setup(src)
+        for _ in range(n_instr):
+            body(src, srcs)
+        return None
+    return k
+
+
+def _cycles_per_instr(setup, body, dtype, engine, opcode, target, n_instr=32):
+    """Engine cycles per instruction of back-to-back independent instructions (the span of their rows)."""
+    p = _profile(_engine_op(setup, body, n_instr), ((128, 1), dtype), target=target)
+    rows = [r for r in p.timeline.rows() if r.engine == engine and r.opcode == opcode]
+    assert len(rows) == n_instr, (opcode, len(rows))
+    span = max(r.end for r in rows) - min(r.start for r in rows)
+    return span * 1e-9 * get_target(target).engine_clock_hz[engine] / n_instr
+
+
+def _tile(src, F, buffer=None, dtype=None):
+    return nl.ndarray((128, F), dtype=dtype or src.dtype, buffer=buffer or nl.sbuf)
+
+
+def _filled(F, buffer=None):
+    def setup(src):
+        a = _tile(src, F, buffer)
+        nisa.memset(a, 1.0)
+        return a
+    return setup
+
+
+def _none(src):
+    return None
+
+
+def engine_cost_claims(F=2048):
+    """The instruction cost model's per-dtype, per-memory and per-mode statements (hardware.md, "Instruction cost
+    model"), each measured as back-to-back independent instructions: cycles per element of N = ``F`` elements
+    per partition, or cycles per instruction where the statement is a fixed cost."""
+    import ml_dtypes
+    bf16 = ml_dtypes.bfloat16
+    src_isa = "NKI ISA cost notes (hardware.md, instruction cost model)"
+    mode = "trainium2_arch performance mode (hardware.md)"
+
+    def ts_stride(step):      # tensor_scalar reading every ``step``-th element
+        def body(src, a):
+            nisa.tensor_scalar(_tile(src, F), a[:, ::step], nl.multiply, 2.0, engine=nisa.vector_engine)
+        return _filled(step * F), body
+
+    def copy_psum(src, a):
+        nisa.tensor_copy(_tile(src, F), a, engine=nisa.vector_engine)
+
+    def reduce_add(src, a):
+        nisa.tensor_reduce(nl.ndarray((128, 1), dtype=src.dtype, buffer=nl.sbuf), nl.add, a, axis=1)
+
+    def recip(engine):
+        def body(src, a):
+            nisa.reciprocal(_tile(src, F), a, engine=engine)
+        return body
+
+    def memset(value):
+        def body(src, _):
+            nisa.memset(_tile(src, F), value)
+        return body
+
+    def act_reduce(src, a):
+        r = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation_reduce(_tile(src, F), nl.exp, a, nl.add, r)
+
+    def tiny(src, a):
+        nisa.tensor_scalar(_tile(src, 16), a, nl.multiply, 2.0, engine=nisa.vector_engine)
+
+    per_elem = [
+        # (name, (setup, body), dtype, engine, opcode, target, document cycles/element, source)
+        ("trn1 vector tensor_scalar float32, inner stride 32 B", ts_stride(8), np.float32, "vector",
+         "tensor_scalar", "trn1", 2.0, src_isa + ": an inner stride over 16 bytes halves the interface bandwidth"),
+        ("trn1 vector tensor_scalar float32, inner stride 8 B", ts_stride(2), np.float32, "vector",
+         "tensor_scalar", "trn1", 1.0, src_isa + ": strides up to 16 bytes keep the full rate"),
+        ("trn2 vector tensor_scalar bfloat16, non-contiguous", ts_stride(2), bf16, "vector", "tensor_scalar",
+         "trn2", 0.5, mode + ": 2x when non-contiguous"),
+        ("trn2 vector tensor_copy bfloat16, PSUM to SBUF", (_filled(F, nl.psum), copy_psum), bf16, "vector",
+         "tensor_copy", "trn2", 0.5, mode + ": 2x when one side is in PSUM"),
+        ("trn1 vector tensor_reduce add bfloat16", (_filled(F), reduce_add), bf16, "vector", "tensor_reduce",
+         "trn1", 0.5, src_isa + ": N/2 for BF16 in and out with add/max"),
+        ("trn1 vector tensor_reduce add float32", (_filled(F), reduce_add), np.float32, "vector", "tensor_reduce",
+         "trn1", 1.0, src_isa + ": N otherwise"),
+        ("trn1 vector reciprocal float32", (_filled(F), recip(nisa.vector_engine)), np.float32, "vector",
+         "reciprocal", "trn1", 8.0, src_isa + ": Vector Engine max(MIN_II, 8N)"),
+        ("trn1 scalar reciprocal float32", (_filled(F), recip(nisa.scalar_engine)), np.float32, "scalar",
+         "reciprocal", "trn1", 1.0, src_isa + ": Scalar Engine max(MIN_II, N)"),
+        ("trn1 vector memset zero bfloat16", (_none, memset(0.0)), bf16, "vector", "memset", "trn1", 0.5,
+         src_isa + ": max(MIN_II, N/2) for zero in BF16/FP16"),
+        ("trn1 vector memset one float32", (_none, memset(1.0)), np.float32, "vector", "memset", "trn1", 1.0,
+         src_isa + ": otherwise max(MIN_II, N)"),
+    ]
+    out = []
+    for name, (setup, body), dt, eng, op, tg, doc, source in per_elem:
+        sim = _cycles_per_instr(setup, body, dt, eng, op, tg) / F
+        out.append(Claim(f"{name}: cycles/element", doc, sim, "cycles", 0.02, source))
+    min_ii = get_target("trn1").min_ii_cycles
+    sim = _cycles_per_instr(_filled(F), act_reduce, np.float32, "scalar", "activation", "trn1")
+    out.append(Claim("trn1 scalar activation_reduce float32: cycles/instruction", F + min_ii, sim, "cycles", 0.02,
+                     src_isa + ": activation_reduce max(MIN_II, N) + MIN_II"))
+    sim = _cycles_per_instr(_filled(16), tiny, np.float32, "vector", "tensor_scalar", "trn1")
+    out.append(Claim("trn1 vector tensor_scalar of 16 elements: cycles/instruction", 64.0, sim, "cycles", 0.02,
+                     src_isa + ": MIN_II about 64 cycles"))
+    return out
+
+
+def matmul_fp32_claim(target="trn2", n=32):
+    """fp32 matmuls cost 4x the bf16 ones (the instruction cost model): bf16 / fp32 back-to-back throughput."""
+    import ml_dtypes
+
+    def tput(dt):
+        def k(a, b):
+            at = nl.ndarray((128, 128), dtype=a.dtype, buffer=nl.sbuf)
+            bt = nl.ndarray((128, 512), dtype=b.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(at, a)
+            nisa.dma_copy(bt, b)
+            acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+            for _ in range(n):
+                nisa.nc_matmul(acc, at, bt)
+            return None
+        p = _profile(k, ((128, 128), dt), ((128, 512), dt), target=target)
+        rows = [r for r in p.timeline.rows() if r.engine == "tensor"]
+        return sum(r.flops for r in rows) / (max(r.end for r in rows) - min(r.start for r in rows))
+    return Claim(f"{target} matmul throughput bf16 / fp32", 4.0, tput(ml_dtypes.bfloat16) / tput(np.float32), "x",
+                 0.02, "NKI ISA cost notes: nc_matmul FP32 costs 4x (hardware.md)")
+
+
 def matmul_throughput_claim(target="trn2", n=64):
     """Back-to-back bf16 matmuls [128x128] x [128x512] into one PSUM accumulation group run at the Tensor
     Engine's peak (79 TFLOPS on trn2: 128*128*2*2.4e9)."""
@@ -205,7 +336,9 @@ def all_claims():
     out.append(dma_fixed_cost_claim())
     out += dma_rate_claims()
     out += vector_claims()
+    out += engine_cost_claims()
     out.append(matmul_throughput_claim())
+    out.append(matmul_fp32_claim())
     out.append(dependent_chain_claim())
     return out
 

@@ -1,8 +1,13 @@
 """Operand rules shared by instructions, and the read/write of operand data with the hardware's numerics.
 
 Every instruction function in this package has the signature ``fn(core, loc, ...)``: ``core`` is the machine
-executing it (anything with ``target``, ``execute``, ``precise``, ``strict`` and ``record(...)``), ``loc`` the
+executing it (anything with ``target``, ``execute``, ``precise``, ``strict``, ``record(...)`` and
+``compute(values_fn, *args)``, which runs ``values_fn(*args)`` when the core computes values), ``loc`` the
 ``(file, line)`` of the user's call.  The ISA imports no machine code.
+
+An instruction that computes its values through ``core.compute`` (rather than testing ``core.execute`` itself)
+keeps its numerics apart from its rules and cost, so the kernel front end can check a repeated operand layout once
+(``trnsim/kernels/issue_cache.py``).
 """
 
 from __future__ import annotations

@@ -42,6 +42,14 @@ def _part0(t):
     return (t.extent()[0] // pf) if pf else 0
 
 
+def _copy_values(core, loc, dst, src):
+    v = read(core, src, "src", "dma_copy", loc)
+    if dst.dtype.name == src.dtype.name:
+        write_same_dtype(core, dst, v)
+    else:
+        write(core, dst, (as_f32(v) if dst.dtype.is_float else v).reshape(dst.shape))
+
+
 def dma_copy(core, loc, dst, src, priority=None, oob_mode=None, dge_mode=None, engine=None):
     I = "dma_copy"
     require_space(I, "dst", dst, (SBUF, HBM, PSUM), loc)
@@ -52,12 +60,7 @@ def dma_copy(core, loc, dst, src, priority=None, oob_mode=None, dge_mode=None, e
     if (dst.dtype.packed or src.dtype.packed) and dst.dtype != src.dtype:
         fail(I, "dst", f"has dtype {dst.dtype.name} but 'src' has {src.dtype.name}; packed MX data is copied only "
              "to the same dtype (reinterpret with .view())", dst.dtype.name, src.dtype.name, loc)
-    if core.execute:
-        v = read(core, src, "src", I, loc)
-        if dst.dtype.name == src.dtype.name:
-            write_same_dtype(core, dst, v)
-        else:
-            write(core, dst, (as_f32(v) if dst.dtype.is_float else v).reshape(dst.shape))
+    core.compute(_copy_values, core, loc, dst, src)
     nbytes = max(dst.nbytes, src.nbytes)
     rows = _rows(dst) if dst.on_chip else _rows(src)
     p0 = _part0(dst) if dst.on_chip else _part0(src)

@@ -29,12 +29,19 @@ def caller_location():
     """``(filename, lineno)`` of the innermost frame outside the trnsim package (the user's kernel line), or in
     trnsim's kernel library (the library kernel's line)."""
     f = sys._getframe(1)
+    user = _USER
     while f is not None:
         fn = f.f_code.co_filename
-        if not fn.startswith(_PKG_DIR) or fn.startswith(_LIB_DIR):
+        u = user.get(fn)
+        if u is None:
+            user[fn] = u = not fn.startswith(_PKG_DIR) or fn.startswith(_LIB_DIR)
+        if u:
             return (fn, f.f_lineno)
         f = f.f_back
     return None
+
+
+_USER: dict = {}     # file name -> whether it counts as kernel source (caller_location's answer, memoised)
 
 
 def fail(instr, operand, message, value=None, limit=None, loc=None):

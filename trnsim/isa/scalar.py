@@ -55,6 +55,17 @@ def _accumulate(core, cmd, rname, combine, y, p, reduce_res):
         write(core, reduce_res, regs[:p])
 
 
+def _activation_values(core, loc, dst, data, fn, p, sc, bi, cmd, rname, combine, reduce_res):
+    x = as_f32(read(core, data, "data", "activation", loc)).reshape(p, -1)
+    x = x * operand_value(core, sc) if sc is not None and not (not isinstance(sc, Tensor) and sc == 1.0) else x
+    if bi is not None:
+        x = x + operand_value(core, bi)
+    y = np.asarray(fn(x.astype(np.float32)), dtype=np.float32)
+    write(core, dst, y)
+    if cmd != "idle" or reduce_res is not None:
+        _accumulate(core, cmd, rname, combine, y, p, reduce_res)
+
+
 def activation(core, loc, dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=None):
     """dst = op(data * scale + bias); optional accumulation of the free-dim sum into the ACT registers."""
     I = "activation"
@@ -77,15 +88,7 @@ def activation(core, loc, dst, op, data, bias=None, scale=1.0, reduce_op=None, r
             cmd = "reset_reduce"
     reads = [data] + [t for t in (sc, bi) if isinstance(t, Tensor)]
     writes = [dst] + ([reduce_res] if reduce_res is not None else [])
-    if core.execute:
-        x = as_f32(read(core, data, "data", I, loc)).reshape(p, -1)
-        x = x * operand_value(core, sc) if sc is not None and not (not isinstance(sc, Tensor) and sc == 1.0) else x
-        if bi is not None:
-            x = x + operand_value(core, bi)
-        y = np.asarray(fn(x.astype(np.float32)), dtype=np.float32)
-        write(core, dst, y)
-        if cmd != "idle" or reduce_res is not None:
-            _accumulate(core, cmd, rname, combine, y, p, reduce_res)
+    core.compute(_activation_values, core, loc, dst, data, fn, p, sc, bi, cmd, rname, combine, reduce_res)
     n = free_size(dst)
     cyc = max(float(core.target.min_ii_cycles), float(n))
     if reduce_res is not None:

@@ -150,6 +150,14 @@ def elementwise_cycles(core, engine, n, dst, srcs, kind):
     return max(float(tg.min_ii_cycles), cyc)
 
 
+def _copy_values(core, loc, dst, src):
+    v = read(core, src, "src", "tensor_copy", loc)
+    if dst.dtype.name == src.dtype.name:
+        write_same_dtype(core, dst, v)
+    else:
+        write(core, dst, v.reshape(dst.shape))
+
+
 def tensor_copy(core, loc, dst, src, engine=None):
     I = "tensor_copy"
     eng = pick_engine(I, engine, "vector", ("vector", "scalar", "gpsimd"), loc)
@@ -159,13 +167,17 @@ def tensor_copy(core, loc, dst, src, engine=None):
     if (dst.dtype.packed or src.dtype.packed) and dst.dtype != src.dtype:
         fail(I, "dst", f"has dtype {dst.dtype.name} but 'src' has {src.dtype.name}; packed MX data is copied only "
              "to the same dtype", dst.dtype.name, src.dtype.name, loc)
-    if core.execute:
-        v = read(core, src, "src", I, loc)
-        if dst.dtype.name == src.dtype.name:
-            write_same_dtype(core, dst, v)
-        else:
-            write(core, dst, v.reshape(dst.shape))
+    core.compute(_copy_values, core, loc, dst, src)
     core.record(I, eng, (dst,), (src,), elementwise_cycles(core, eng, free_size(dst), dst, [src], "copy"), loc)
+
+
+def _tensor_tensor_values(core, loc, dst, data1, data2, fn, bitvec):
+    a = read(core, data1, "data1", "tensor_tensor", loc)
+    b = read(core, data2, "data2", "tensor_tensor", loc)
+    if a.shape != b.shape:
+        b = b.reshape(a.shape)
+    r = fn(a, b) if bitvec else fn(as_f32(a), as_f32(b))
+    write(core, dst, r)
 
 
 def tensor_tensor(core, loc, dst, data1, data2, op, engine=None):
@@ -181,13 +193,7 @@ def tensor_tensor(core, loc, dst, data1, data2, op, engine=None):
     check_free_match(I, (("dst", dst), ("data1", data1), ("data2", data2)), loc)
     if bitvec:
         _check_bitvec(I, name, loc, ("dst", dst), ("data1", data1), ("data2", data2))
-    if core.execute:
-        a = read(core, data1, "data1", I, loc)
-        b = read(core, data2, "data2", I, loc)
-        if a.shape != b.shape:
-            b = b.reshape(a.shape)
-        r = fn(a, b) if bitvec else fn(as_f32(a), as_f32(b))
-        write(core, dst, r)
+    core.compute(_tensor_tensor_values, core, loc, dst, data1, data2, fn, bitvec)
     core.record(I, eng, (dst,), (data1, data2),
                 elementwise_cycles(core, eng, free_size(dst), dst, [data1, data2], "tensor_tensor"), loc,
                 flops=dst.size)
@@ -200,6 +206,22 @@ def _apply(fn, x, operand, reverse):
     if np.shape(r) != x.shape:
         r = np.broadcast_to(r, x.shape)
     return r
+
+
+def _tensor_scalar_values(core, loc, dst, data, p, bv0, steps):
+    x = read(core, data, "data", "tensor_scalar", loc).reshape(p, -1)
+    if not bv0:
+        x = as_f32(x)
+    for fn, bv, o, rev in steps:
+        if bv:
+            # bit-vector ops take the operand's integer bits: not through float32 (which rounds integers above
+            # 2^24), and a negative immediate wraps into an unsigned dtype (nl.invert is xor with -1)
+            ov = o.np.reshape(p, 1).astype(x.dtype) if isinstance(o, Tensor) else \
+                np.array(o, dtype=np.int64).astype(x.dtype)
+        else:
+            ov = operand_value(core, o)
+        x = _apply(fn, x, ov, rev)
+    write(core, dst, x)
 
 
 def tensor_scalar(core, loc, dst, data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False,
@@ -231,20 +253,7 @@ def tensor_scalar(core, loc, dst, data, op0, operand0, reverse0=False, op1=None,
         steps.append((f1, bv1, o1, flag(I, "reverse1", reverse1, loc)))
         if isinstance(o1, Tensor):
             reads.append(o1)
-    if core.execute:
-        x = read(core, data, "data", I, loc).reshape(p, -1)
-        if not bv0:
-            x = as_f32(x)
-        for fn, bv, o, rev in steps:
-            if bv:
-                # bit-vector ops take the operand's integer bits: not through float32 (which rounds integers above
-                # 2^24), and a negative immediate wraps into an unsigned dtype (nl.invert is xor with -1)
-                ov = o.np.reshape(p, 1).astype(x.dtype) if isinstance(o, Tensor) else \
-                    np.array(o, dtype=np.int64).astype(x.dtype)
-            else:
-                ov = operand_value(core, o)
-            x = _apply(fn, x, ov, rev)
-        write(core, dst, x)
+    core.compute(_tensor_scalar_values, core, loc, dst, data, p, bv0, tuple(steps))
     core.record(I, eng, (dst,), tuple(reads),
                 elementwise_cycles(core, eng, free_size(dst), dst, [data], "tensor_scalar"), loc,
                 flops=dst.size * len(steps))

@@ -7,6 +7,8 @@ import functools
 
 from .. import isa as _isa
 from ..isa.errors import NkiValidationError, caller_location
+from . import issue_cache as _ic
+from .context import _local
 from .context import current
 from .stubs import install_unsupported
 
@@ -82,9 +84,16 @@ def get_nc_sub_version():
 
 
 def _wrap(fn):
+    issue = _ic.issue
+
     @functools.wraps(fn, assigned=("__name__", "__qualname__"))
     def call(*args, name=None, **kwargs):
-        return fn(current().core, caller_location(), *args, **kwargs)
+        # the hot path of every kernel instruction: the context read inline (current() raises when there is none)
+        ctx = getattr(_local, "ctx", None)
+        core = (ctx or current()).core
+        if not _ic._enabled:
+            return fn(core, caller_location(), *args, **kwargs)
+        return issue(fn, core, caller_location(), args, kwargs)    # checked once per operand layout
     call.__doc__ = fn.__doc__
     call.__module__ = __name__
     return call

@@ -62,7 +62,10 @@ def _ranges(tensors, views, cols=None):
         v = (t.offset, t.shape, t.strides)
         v = views.setdefault(v, v)
         bid = t.buf.id
-        lo, hi = t.extent()
+        e = t._ext
+        if e is None:
+            e = t.extent()
+        lo, hi = e
         out.append((bid, lo, hi, v))
         if cols is not None:
             cols.b.append(bid)
@@ -127,6 +130,7 @@ class NeuronCore:
         _LIVE.add(self)
         self._record = record
         self._views: dict = {}    # access pattern -> its one tuple object (_ranges)
+        self.issue_cache: dict = {}   # operand layout -> records to replay (trnsim/kernels/issue_cache.py)
         self.columns = RecordColumns()   # the record column-wise, for the compiled scheduler (record_cols.py)
         self.act_reduce_regs = None
         self.programs = None     # the launch's Programs while a multi-program launch runs (programs.py)
@@ -160,23 +164,62 @@ class NeuronCore:
         self.buffers[buf.id] = (buf.kind, buf.bytes_pp, buf.partitions, dtype.itemsize)
         return buf
 
-    # -- recording ----------------------------------------------------------------------------------
+    # -- computing and recording ----------------------------------------------------------------------
+    def compute(self, values_fn, *args):
+        """Run an instruction's numerics ``values_fn(*args)`` (nothing in a shape-only run)."""
+        if self.execute:
+            values_fn(*args)
+
     def record(self, opcode, engine, writes, reads, cycles, loc, flops=0, pre=0.0):
         """Record an engine instruction of ``cycles`` engine cycles (``pre``: Tensor Engine stationary-load
         cycles, which the scheduler overlaps with the previous multiply)."""
         self._occupy(writes, reads, loc)
-        if self._record or self.programs is not None:
+        if self._record:
+            # _ranges and _cols_add inline: this is the hot path of every instruction
             ins = self.instructions
+            cols = self.columns
             views = self._views
-            cols = self.columns if self._record else None
-            w = _ranges(writes, views, cols)
-            r = _ranges(reads, views, cols)
-            rec = InstrRecord(len(ins), opcode, engine, w, r, cycles, None, loc, flops, 0, 0, 0, pre)
-            if self._record:
-                ins.append(rec)
-                _cols_add(cols, engine, cycles, pre, opcode, flops, loc, len(w), len(r))
+            cb, clo, chi, cv = cols.b, cols.lo, cols.hi, cols.v
+            w = []
+            for t in writes:
+                v = (t.offset, t.shape, t.strides)
+                v = views.setdefault(v, v)
+                bid = t.buf.id
+                lo, hi = t._ext or t.extent()
+                w.append((bid, lo, hi, v))
+                cb.append(bid)
+                clo.append(lo)
+                chi.append(hi)
+                cv.append(v)
+            r = []
+            for t in reads:
+                v = (t.offset, t.shape, t.strides)
+                v = views.setdefault(v, v)
+                bid = t.buf.id
+                lo, hi = t._ext or t.extent()
+                r.append((bid, lo, hi, v))
+                cb.append(bid)
+                clo.append(lo)
+                chi.append(hi)
+                cv.append(v)
+            nw = len(w)
+            rec = InstrRecord(len(ins), opcode, engine, tuple(w), tuple(r), cycles, None, loc, flops, 0, 0, 0, pre)
+            ins.append(rec)
+            cols.eng.append(engine)
+            cols.cost.append(cycles)
+            cols.pre.append(pre)
+            cols.opcode.append(opcode)
+            cols.flops.append(flops)
+            cols.loc.append(loc)
+            cols.nw.append(nw)
+            cols.nops.append(nw + len(r))
             if self.programs is not None:
                 self.programs.issued(self, rec, writes, reads)
+        elif self.programs is not None:
+            views = self._views
+            rec = InstrRecord(len(self.instructions), opcode, engine, _ranges(writes, views),
+                              _ranges(reads, views), cycles, None, loc, flops, 0, 0, 0, pre)
+            self.programs.issued(self, rec, writes, reads)
 
     def record_dma(self, opcode, writes, reads, nbytes, rows, ns, loc, part0=0):
         """Record a DMA transfer of ``nbytes`` over ``rows`` partitions starting at partition ``part0``, costing
@@ -199,15 +242,107 @@ class NeuronCore:
             if self.programs is not None:
                 self.programs.issued(self, rec, writes, reads)
 
-    def _occupy(self, writes, reads, loc):
+    # -- replaying a recorded layout (the kernel front end's issue cache) -------------------------------
+    def operand_template(self, t, fixed):
+        """``(lo, hi, view)`` of operand ``t`` for :meth:`replay` when the cached layout fixes its offset, shape
+        and strides (so its extent and its interned access pattern are the same at every replay), else None."""
+        if not fixed:
+            return None
+        v = (t.offset, t.shape, t.strides)
+        v = self._views.setdefault(v, v)
+        lo, hi = t._ext or t.extent()
+        return (lo, hi, v)
+
+    def replay(self, opcode, engine, wl, rl, cost, loc, flops, pre, leaves, dma):
+        """:meth:`record` (``dma`` None) or :meth:`record_dma` (``dma = (nbytes, rows, part0)``, ``cost`` in ns)
+        of an instruction whose operands are ``leaves[i]`` for the ``(i, template)`` pairs of ``wl`` (writes) and
+        ``rl`` (reads), templates from :meth:`operand_template`: the same occupancy, record and columns as the
+        call it stands for."""
+        if not self._record or self.programs is not None:
+            writes = tuple([leaves[i] for i, _ in wl])
+            reads = tuple([leaves[i] for i, _ in rl])
+            if dma is None:
+                self.record(opcode, engine, writes, reads, cost, loc, flops, pre)
+            else:
+                self.record_dma(opcode, writes, reads, dma[0], dma[1], cost, loc, dma[2])
+            return
         occ = self.occupancy
-        for t in writes:
-            if t.buf.kind in ON_CHIP:
-                occ.touch(t, loc)
-        for t in reads:
-            if t.buf.kind in ON_CHIP:
-                occ.touch(t, loc)
-        occ.seq += 1
+        ranges = occ.ranges
+        s = occ.seq
+        cols = self.columns
+        views = self._views
+        cb, clo, chi, cv = cols.b, cols.lo, cols.hi, cols.v
+        w = []
+        r = []
+        for out, lst in ((w, wl), (r, rl)):
+            for i, tm in lst:
+                t = leaves[i]
+                buf = t.buf
+                if buf.kind in ON_CHIP:
+                    if buf.block:
+                        occ.touch(t, loc)
+                    else:
+                        rg = ranges.get((buf.id, -1))
+                        if rg is None:
+                            occ.touch(t, loc)
+                        else:
+                            rg[1] = s
+                            rg[3] = loc
+                if tm is None:
+                    v = (t.offset, t.shape, t.strides)
+                    v = views.setdefault(v, v)
+                    lo, hi = t._ext or t.extent()
+                else:
+                    lo, hi, v = tm
+                bid = buf.id
+                out.append((bid, lo, hi, v))
+                cb.append(bid)
+                clo.append(lo)
+                chi.append(hi)
+                cv.append(v)
+        occ.seq = s + 1
+        ins = self.instructions
+        nw = len(w)
+        if dma is None:
+            ins.append(InstrRecord(len(ins), opcode, engine, tuple(w), tuple(r), cost, None, loc, flops, 0, 0, 0,
+                                   pre))
+        else:
+            rid = len(ins)
+            ins.append(InstrRecord(rid, opcode, "dma", tuple(w), tuple(r), None, cost, loc, 0, dma[0], dma[1],
+                                   dma[2]))
+            cols.dma.append(rid)
+            cols.rows.append(dma[1])
+            cols.part0.append(dma[2])
+            cols.nbytes.append(dma[0])
+        cols.eng.append(engine)
+        cols.cost.append(cost)
+        cols.pre.append(pre)
+        cols.opcode.append(opcode)
+        cols.flops.append(flops)
+        cols.loc.append(loc)
+        cols.nw.append(nw)
+        cols.nops.append(nw + len(r))
+
+    def _occupy(self, writes, reads, loc):
+        """The instruction touches its on-chip operands (their live ranges, ``capacity.Occupancy``); a plain
+        (non-block) tile's range is updated here inline, the rest by ``Occupancy.touch``."""
+        occ = self.occupancy
+        ranges = occ.ranges
+        s = occ.seq
+        for ts in (writes, reads):
+            for t in ts:
+                buf = t.buf
+                if buf.kind in ON_CHIP:
+                    if buf.block:
+                        occ.touch(t, loc)
+                        continue
+                    r = ranges.get((buf.id, -1))
+                    if r is None:
+                        occ.touch(t, loc)
+                    else:
+                        r[1] = s
+                        r[3] = loc
+        occ.seq = s + 1
 
     def check_capacity(self):
         """Refuse the kernel (:class:`~trnsim.machine.capacity.CapacityError`) if its on-chip tiles, live from

@@ -14,7 +14,6 @@ in program order (``trnsim/machine/capacity.py``), as the compiler decides it.
 from __future__ import annotations
 
 import itertools
-import weakref
 
 import numpy as np
 
@@ -137,7 +136,8 @@ class Buffer:
     """
 
     __slots__ = ("id", "space", "kind", "dtype", "shape", "nelem", "pfree", "addr", "bytes_pp", "data",
-                 "written", "all_written", "name", "block", "block_shape", "placement", "__weakref__")
+                 "written", "all_written", "name", "block", "block_shape", "placement", "layout_key", "_release",
+                 "__weakref__")
 
     def __init__(self, space: MemorySpace | None, dtype: DType, shape: tuple, *, name: str = "",
                  data: np.ndarray | None = None, execute: bool = True, track_written: bool = False,
@@ -162,6 +162,8 @@ class Buffer:
         self.block = int(block or 0)
         self.block_shape = tuple(block_shape) if block_shape else None
         self.placement = None
+        self.layout_key = None     # the buffer's part of an operand layout (kernels/issue_cache.py), made on use
+        self._release = None       # (space, addr, bytes): returned to the space when the buffer goes (__del__)
         if space is not None:
             what = f"tensor {name!r}" if name else "a tensor"
             if address is not None and space.on_chip:
@@ -178,7 +180,7 @@ class Buffer:
                 addr = space.allocate(self.bytes_pp, what=what) if self.bytes_pp <= space.capacity else -1
                 if addr >= 0:
                     self.addr = addr
-                    weakref.finalize(self, space.release, addr, self.bytes_pp)
+                    self._release = (space, addr, self.bytes_pp)
         if data is not None:
             self.data = data
         elif execute:
@@ -192,6 +194,14 @@ class Buffer:
         self.written = None
         if track_written and execute:
             self.written = np.full(n, data is not None, dtype=np.bool_)
+
+    def __del__(self):
+        # the address range goes back to the space when the last view of the buffer goes (a __del__ rather than
+        # weakref.finalize: the same moment, at a fraction of the cost per tile)
+        r = getattr(self, "_release", None)      # (unset if __init__ raised before it)
+        if r is not None:
+            self._release = None
+            r[0].release(r[1], r[2])
 
     @property
     def partitions(self) -> int:

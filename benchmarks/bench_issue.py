@@ -1,0 +1,188 @@
+"""Issue-path speed: the cost of issuing an instruction from a kernel, with and without the issue cache
+(trnsim/kernels/issue_cache.py), measured in the same run.
+
+Usage: python benchmarks/bench_issue.py [--quick] [--million] [--matmul] [--repeats N]
+
+1. shape-only streaming kernel (load, three engine instructions, store per 128x64 tile; as bench_timing.py):
+   issue time per instruction with the cache off and on, the compiled scheduler's time, and the total for
+   1,000,000 instructions (measured with --million, else extrapolated from 200,000).  Baseline in the same run:
+   a bare Python loop making the same calls to a function that does nothing (the floor of any Python front end).
+2. functional small tiles: nisa.tensor_tensor on 128x64 fp32 SBUF tiles, instructions/s with the cache off and
+   on, against a NumPy loop of the same adds.
+3. (--matmul) 2048^3 bf16 tiled matmul, functional, against the bare NumPy tile loop of bench_sim.py.
+4. library kernels, shape-only: issue time with the cache off and on, and the simulated time (identical: the
+   cache does not change the record).
+
+Figures are medians of --repeats runs (wall time, BLAS pinned to one thread as in bench_sim.py).  Run against a
+trnsim without the issue cache (PYTHONPATH=<older tree>), the "cache on" rows repeat "cache off".
+"""
+
+import argparse
+import time
+
+import ml_dtypes
+import numpy as np
+
+import trnsim
+
+nki = trnsim.install_nki()
+import nki.isa as nisa  # noqa: E402
+import nki.language as nl  # noqa: E402
+
+try:
+    from trnsim.kernels import issue_cache  # noqa: E402
+except ImportError:         # a trnsim from before the issue cache (the "before" run of a comparison)
+    issue_cache = None
+from trnsim.kernels.jit import run_kernel  # noqa: E402
+from trnsim.machine import schedule  # noqa: E402
+from trnsim.profiling import gc_paused  # noqa: E402
+
+from bench_common import blas_one_thread, timed  # noqa: E402
+from bench_sim import make_small_kernel, numpy_matmul, numpy_small  # noqa: E402
+from bench_timing import stream  # noqa: E402
+
+
+def _noop(*args, **kwargs):
+    return None
+
+
+def bare_loop(x, n):
+    """The same calls as ``stream`` to a function that does nothing (no allocation, no instruction)."""
+    t = u = out = x
+    mul, exp, add = nl.multiply, nl.exp, nl.add
+    for _ in range(n):
+        _noop(t, x)
+        _noop(u, t, mul, 2.0)
+        _noop(t, exp, u)
+        _noop(u, t, u, op=add)
+        _noop(out, u)
+    return out
+
+
+def with_cache(on, fn):
+    if issue_cache is None:
+        return fn()
+    prev = issue_cache.set_enabled(on)
+    try:
+        return fn()
+    finally:
+        issue_cache.set_enabled(prev)
+
+
+def shape_only(fn, args, kw):
+    with gc_paused():          # as trnsim.profile runs it
+        return run_kernel(fn, args, kw, (1,), "trn2", execute=False)
+
+
+def lib_cases():
+    from trnsim.kernels.library import elementwise, normalization, reduction, softmax
+    from trnsim.kernels.library.matmul import tensor_add, tiled_matmul
+    r = np.random.default_rng(0)
+    f = lambda *s: r.standard_normal(s).astype(np.float32)  # noqa: E731
+    b = lambda *s: r.standard_normal(s).astype(ml_dtypes.bfloat16)  # noqa: E731
+    return {
+        "tiled_matmul 1024^3 bf16": (tiled_matmul, (b(1024, 1024), b(1024, 1024))),
+        "tensor_add 4096x512": (tensor_add, (f(4096, 512), f(4096, 512))),
+        "unary 4096x512": (elementwise.unary, (f(4096, 512),)),
+        "rms_norm 4096x512": (normalization.rms_norm, (f(4096, 512), f(4096, 512))),
+        "layer_norm 4096x512": (normalization.layer_norm, (f(4096, 512), f(4096, 512), f(4096, 512))),
+        "row_reduce 4096x512": (reduction.row_reduce, (f(4096, 512),)),
+        "row_softmax 4096x512": (softmax.row_softmax, (f(4096, 512),)),
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--million", action="store_true", help="issue and schedule 1,000,000 instructions")
+    ap.add_argument("--matmul", action="store_true", help="also the 2048^3 bf16 matmul against NumPy")
+    ap.add_argument("--repeats", type=int, default=None)
+    args = ap.parse_args()
+    reps = args.repeats or (1 if args.quick else 3)
+    n_goal = 1_000_000 if args.million else (20_000 if args.quick else 200_000)
+    n_small = 5_000 if args.quick else 20_000
+
+    with blas_one_thread():
+        # 1. shape-only streaming kernel --------------------------------------------------------------
+        x = np.zeros((128, 64), np.float32)
+        tiles = n_goal // 5
+        r1 = 1 if n_goal > 300_000 else reps
+        t_loop, _ = timed(lambda: bare_loop(x, tiles), reps)
+        t_off, res_off = timed(lambda: with_cache(False, lambda: shape_only(stream, (x,), {"n": tiles})), r1)
+        t_on, res_on = timed(lambda: with_cache(True, lambda: shape_only(stream, (x,), {"n": tiles})), r1)
+        n = len(res_on.instructions)
+        schedule(res_on.cores, impl="numba")          # the compiled loop loaded (or compiled) once
+        t_sched, tl_on = timed(lambda: schedule(res_on.cores, impl="numba"), r1)
+        tl_off = schedule(res_off.cores, impl="numba")
+        del res_off
+        us = lambda t: t / n * 1e6  # noqa: E731
+        print(f"1. shape-only streaming kernel, {n:,} instructions (median of {r1})")
+        print(f"   bare call loop (floor)      {us(t_loop):7.2f} us/instruction")
+        print(f"   issue, cache off            {us(t_off):7.2f} us/instruction  ({t_off / t_loop:5.1f}x the floor)")
+        print(f"   issue, cache on             {us(t_on):7.2f} us/instruction  ({t_on / t_loop:5.1f}x the floor; "
+              f"{t_off / t_on:.2f}x faster than off)")
+        print(f"   schedule (compiled)         {us(t_sched):7.2f} us/instruction")
+        print(f"   identical timelines (cache off/on): {tl_off == tl_on}")
+        tag = "measured" if n >= 1_000_000 else "extrapolated"
+        for name, ti in (("cache off", t_off), ("cache on", t_on)):
+            tot = (ti + t_sched) / n * 1e6
+            print(f"   1,000,000 instructions issued + scheduled, {name}: {tot:.1f} s ({tag}; aim: under 3 s)")
+
+        # 2. functional small tiles ---------------------------------------------------------------------
+        xs = np.random.default_rng(0).standard_normal((128, 64), dtype=np.float32) * 1e-3
+        ys = np.random.default_rng(1).standard_normal((128, 64), dtype=np.float32) * 1e-6
+        k = trnsim.jit(make_small_kernel(n_small))
+        k.run(xs, ys)
+        t_np, ref = timed(lambda: numpy_small(xs, ys, n_small), reps)
+        print(f"\n2. functional small tiles: {n_small:,} tensor_tensor on 128x64 fp32 (median of {reps})")
+        print(f"   NumPy loop (floor)          {t_np / n_small * 1e6:7.2f} us/instruction")
+        for name, on in (("cache off", False), ("cache on", True)):
+            t, res = timed(lambda: with_cache(on, lambda: k.run(xs, ys)), reps)
+            ni = len(res.cores[0].instructions)
+            same = np.array_equal(np.asarray(res.outputs), ref)
+            print(f"   {name:<9}                   {t / ni * 1e6:7.2f} us/instruction = {ni / t:8,.0f} instr/s "
+                  f"({t / t_np:5.1f}x NumPy; equal to NumPy: {same}; aim: >= 200,000 instr/s)")
+
+        # 3. matmul --------------------------------------------------------------------------------------
+        if args.matmul:
+            mm = 2048
+            rng = np.random.default_rng(0)
+            at = rng.standard_normal((mm, mm), dtype=np.float32).astype(ml_dtypes.bfloat16)
+            b = rng.standard_normal((mm, mm), dtype=np.float32).astype(ml_dtypes.bfloat16)
+            at32, b32 = at.astype(np.float32), b.astype(np.float32)
+            from trnsim.kernels.library.matmul import tiled_matmul
+            kmm = trnsim.jit(tiled_matmul)
+            t_np, ref = timed(lambda: numpy_matmul(at32, b32), reps)
+            print(f"\n3. 2048^3 bf16 tiled matmul (median of {reps}); NumPy tile loop {t_np:.2f} s")
+            for name, on in (("cache off", False), ("cache on", True)):
+                t, res = timed(lambda: with_cache(on, lambda: kmm.run(at, b)), reps)
+                same = np.array_equal(np.asarray(res.outputs).astype(np.float32), ref)
+                print(f"   {name:<9} {t:7.2f} s = {t / t_np:.2f}x NumPy (equal: {same}; aim: <= 1.3x)")
+
+        # 4. library kernels -----------------------------------------------------------------------------
+        print(f"\n4. library kernels, shape-only issue (median of {reps}) and simulated time")
+        hdr = (f"   {'kernel':<26} {'instrs':>7} {'off us/i':>9} {'on us/i':>8} {'speed-up':>8} {'simulated us':>13} "
+               f"{'same':>5}")
+        print(hdr)
+        found = []
+        for name, (fn, fargs) in lib_cases().items():
+            t_off, r_off = timed(lambda: with_cache(False, lambda: shape_only(fn, fargs, {})), reps)
+            t_on, r_on = timed(lambda: with_cache(True, lambda: shape_only(fn, fargs, {})), reps)
+            ni = len(r_on.instructions)
+            a, c = schedule(r_off.cores), schedule(r_on.cores)
+            print(f"   {name:<26} {ni:>7} {t_off / ni * 1e6:>9.2f} {t_on / ni * 1e6:>8.2f} {t_off / t_on:>7.2f}x "
+                  f"{c.total_ns / 1e3:>13.2f} {str(a == c):>5}")
+            found.append((name, c))
+        try:
+            from trnsim.profiler.findings import findings
+        except ImportError:
+            findings = None
+        if findings is not None:
+            print("\n   the Timeline's findings (what the simulated time is made of)")
+            for name, tl in found:
+                for f in findings(tl, limit=3):
+                    print(f"   {name}: {f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,268 @@
+"""The issue cache: an instruction's validation and cost computed once per operand layout.
+
+In a shape-only run (``execute=False``) an instruction's effect on the machine is its record: opcode, engine,
+cost, FLOPs and the operands it read and wrote; in a run that computes values, also its numerics.  The record
+follows from the *layout* of the call -- for each tensor operand its class, memory, dtype, shape, strides,
+on-chip offset (the partitions it starts at), its buffer's geometry, and which operands share a buffer; for every
+other argument its type and value.  The first
+call with a layout runs the instruction function as usual, with every rule checked, through a probe that stands
+for the core and notes what the function recorded; later calls with the same layout replay the records on the
+new operands (``core.record`` / ``core.record_dma``: the occupancy, the record and its columns are made exactly
+as before).  When the run computes values, only instructions whose numerics go through ``core.compute`` are
+cached (the function's values part, run again on the new operands with the values the rules resolved, e.g. the
+ALU function of ``op``); an instruction that tests ``core.execute`` itself runs whole every time.  A layout
+seen for the first time is always validated, so bad input raises the same error as it does without the cache.
+
+A call is cached only when its first run
+
+* read nothing of the core but ``target``, ``execute``, ``precise`` and ``strict`` (an instruction that keeps
+  state on the core, e.g. an accumulation register, is never cached) and set nothing on it,
+* recorded only operands that are arguments of the call (no derived views) with the call's source line,
+* returned ``None``,
+
+and when every argument is a tensor view or a plain value (number, string, ``None``, enum member, function,
+NumPy scalar or dtype, or a tuple/list of these).  HBM offsets are left out of the layout only for the DMA
+instructions whose rules and cost do not depend on them (``dma_copy``, ``dma_transpose``); PSUM buffers add their
+byte address (a matmul output must stay in one PSUM bank).
+
+Numerics are never cached: a replayed ``compute`` reads the new operands' values (strict mode's check of
+never-written memory runs there too).  ``TRNSIM_ISSUE_CACHE=0`` turns the cache off (the benchmarks measure
+both in one run).
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import os
+import types
+
+import numpy as np
+
+from ..memory import HBM, PSUM, Tensor
+from ..memory.dtypes import DType
+
+__all__ = ["enabled", "set_enabled", "issue", "MAX_ENTRIES"]
+
+MAX_ENTRIES = 4096          # layouts cached per core; past this, new layouts are validated and not kept
+
+_enabled = os.environ.get("TRNSIM_ISSUE_CACHE", "1") not in ("0", "false", "False", "")
+
+# instructions whose rules and cost do not read an HBM operand's offset (checked in trnsim/isa/dma.py)
+_HBM_OFFSET_FREE = frozenset(("dma_copy", "dma_transpose"))
+
+_PLAIN = frozenset((int, float, bool, str, type(None), complex, types.FunctionType, types.BuiltinFunctionType,
+                    np.ufunc, DType, np.dtype))
+_SAFE_ATTRS = frozenset(("target", "execute", "precise", "strict"))
+
+
+def enabled() -> bool:
+    return _enabled
+
+
+def set_enabled(on: bool) -> bool:
+    """Turn the cache on or off for this process; returns the previous setting."""
+    global _enabled
+    prev = _enabled
+    _enabled = bool(on)
+    return prev
+
+
+class _Uncacheable(Exception):
+    pass
+
+
+_BUF_LAYOUTS: dict = {}      # a buffer geometry -> its number (so a key holds one int per buffer)
+_BUF_IDS = itertools.count()
+
+
+def _buf_key(buf):
+    """A buffer's geometry as a layout sees it (its fields are fixed once the buffer is made), numbered."""
+    kind = buf.kind
+    g = (kind, buf.shape, buf.dtype.name, buf.pfree, buf.nelem, buf.block, buf.addr if kind == PSUM else None)
+    k = _BUF_LAYOUTS.get(g)
+    if k is None:
+        k = _BUF_LAYOUTS[g] = (next(_BUF_IDS), kind == HBM)
+    buf.layout_key = k
+    return k
+
+
+def _arg_key(a, leaves, hbm_off):
+    if isinstance(a, Tensor):
+        buf = a.buf
+        alias = -1
+        i = 0
+        for x in leaves:
+            if x.buf is buf:
+                alias = i
+                break
+            i += 1
+        leaves.append(a)
+        bk = buf.layout_key or _buf_key(buf)
+        # dtypes by name (DType equality is by name; its Python __hash__ would cost more than the rest)
+        return (type(a), bk[0], a.dtype.name, a.shape, a.strides, a.offset if (hbm_off or not bk[1]) else None,
+                alias)
+    t = type(a)
+    if t in _PLAIN:
+        return (t, a)
+    if isinstance(a, (tuple, list)):
+        return (t, tuple(_arg_key(x, leaves, hbm_off) for x in a))
+    if isinstance(a, (enum.Enum, np.generic)):
+        return (t, a)
+    raise _Uncacheable
+
+
+class _Probe:
+    """Stands for the core during a call's first (validating) run: forwards everything, notes each record and
+    each ``compute`` (the instruction's numerics), and notes whether the function touched anything of the core
+    a layout does not determine."""
+
+    __slots__ = ("_core", "_calls", "_ok")
+
+    def __init__(self, core):
+        object.__setattr__(self, "_core", core)
+        object.__setattr__(self, "_calls", [])
+        object.__setattr__(self, "_ok", True)
+
+    def __getattr__(self, a):
+        core = self._core
+        # a function that tests ``execute`` in a run that computes values does its numerics inline: its replay
+        # could not redo them
+        if a not in _SAFE_ATTRS or (a == "execute" and core.execute):
+            object.__setattr__(self, "_ok", False)
+        return getattr(core, a)
+
+    def __setattr__(self, a, v):
+        object.__setattr__(self, "_ok", False)
+        setattr(self._core, a, v)
+
+    def compute(self, values_fn, *args):
+        self._calls.append((2, values_fn, args))
+        self._core.compute(values_fn, *args)
+
+    def record(self, opcode, engine, writes, reads, cycles, loc, flops=0, pre=0.0):
+        self._calls.append((0, opcode, engine, writes, reads, cycles, loc, flops, pre))
+        self._core.record(opcode, engine, writes, reads, cycles, loc, flops, pre)
+
+    def record_dma(self, opcode, writes, reads, nbytes, rows, ns, loc, part0=0):
+        self._calls.append((1, opcode, writes, reads, nbytes, rows, ns, loc, part0))
+        self._core.record_dma(opcode, writes, reads, nbytes, rows, ns, loc, part0)
+
+
+def _index(ts, leaves):
+    out = []
+    for t in ts:
+        for i, x in enumerate(leaves):
+            if x is t:
+                out.append(i)
+                break
+        else:
+            raise _Uncacheable
+    return tuple(out)
+
+
+# argument codes of a replayed ``compute``: a value kept from the first run, a tensor argument of the call, the
+# core, the call's source line, or a tuple/list of these
+_CONST, _LEAF, _CORE, _LOC, _SEQ = range(5)
+
+
+def _arg_spec(a, probe, leaves, loc):
+    if a is probe:
+        return (_CORE, None)
+    if a is loc:
+        return (_LOC, None)
+    if isinstance(a, Tensor):
+        return (_LEAF, _index((a,), leaves)[0])
+    t = type(a)
+    if t is tuple or t is list:
+        return (_SEQ, (t, tuple(_arg_spec(x, probe, leaves, loc) for x in a)))
+    if isinstance(a, np.ndarray):      # a mutable value: not kept
+        raise _Uncacheable
+    return (_CONST, a)
+
+
+def _resolve(spec, core, loc, leaves):
+    out = []
+    for code, v in spec:
+        if code == _LEAF:
+            out.append(leaves[v])
+        elif code == _CONST:
+            out.append(v)
+        elif code == _CORE:
+            out.append(core)
+        elif code == _LOC:
+            out.append(loc)
+        else:
+            out.append(v[0](_resolve(v[1], core, loc, leaves)))
+    return out
+
+
+def _operands(core, ts, leaves, fixed):
+    return tuple((i, core.operand_template(leaves[i], fixed[i])) for i in _index(ts, leaves))
+
+
+def _compile(calls, leaves, loc, probe, fixed):
+    """The replay program of a first run's records and computes: operands as indices into the call's tensor
+    arguments (with their extent and access pattern when the layout fixes them, ``fixed``)."""
+    core = probe._core
+    prog = []
+    for c in calls:
+        if c[0] == 0:
+            _, opcode, engine, w, r, cycles, cloc, flops, pre = c
+            if cloc is not loc:
+                raise _Uncacheable
+            prog.append((0, opcode, engine, _operands(core, w, leaves, fixed), _operands(core, r, leaves, fixed),
+                         cycles, flops, pre, None))
+        elif c[0] == 1:
+            _, opcode, w, r, nbytes, rows, ns, cloc, part0 = c
+            if cloc is not loc:
+                raise _Uncacheable
+            prog.append((0, opcode, "dma", _operands(core, w, leaves, fixed), _operands(core, r, leaves, fixed),
+                         ns, 0, 0.0, (nbytes, rows, part0)))
+        else:
+            _, values_fn, args = c
+            if core.execute:          # shape-only replays skip the numerics
+                prog.append((2, values_fn, tuple(_arg_spec(a, probe, leaves, loc) for a in args)))
+    return tuple(prog)
+
+
+def issue(fn, core, loc, args, kwargs):
+    """Run instruction ``fn(core, loc, *args, **kwargs)`` through the cache."""
+    cache = core.issue_cache
+    leaves = []
+    hbm_off = fn.__name__ not in _HBM_OFFSET_FREE
+    try:
+        parts = [fn]
+        for a in args:
+            parts.append(_arg_key(a, leaves, hbm_off))
+        if kwargs:
+            for k in sorted(kwargs):
+                parts.append(k)
+                parts.append(_arg_key(kwargs[k], leaves, hbm_off))
+        key = tuple(parts)
+        prog = cache.get(key)
+    except (_Uncacheable, TypeError):      # TypeError: an unhashable value inside an argument
+        return fn(core, loc, *args, **kwargs)
+    if prog is not None:
+        if prog is False:                  # a layout the cache cannot replay: the function runs whole
+            return fn(core, loc, *args, **kwargs)
+        replay = core.replay
+        for p in prog:
+            if p[0] == 0:
+                replay(p[1], p[2], p[3], p[4], p[5], loc, p[6], p[7], leaves, p[8])
+            else:
+                p[1](*_resolve(p[2], core, loc, leaves))
+        return None
+    probe = _Probe(core)
+    out = fn(probe, loc, *args, **kwargs)
+    if len(cache) < MAX_ENTRIES:
+        prog = False
+        if out is None and probe._ok:
+            try:
+                # an operand's offset is in the layout unless left out (HBM operands of offset-free instructions)
+                fixed = [hbm_off or not x.buf.layout_key[1] for x in leaves]
+                prog = _compile(probe._calls, leaves, loc, probe, fixed)
+            except _Uncacheable:
+                pass
+        cache[key] = prog
+    return out
