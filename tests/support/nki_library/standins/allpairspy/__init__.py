@@ -1,0 +1,74 @@
+"""Stand-in for ``allpairspy.AllPairs`` (pairwise test generation), used only when the real package is absent.
+
+A greedy generator written for trnsim's runner: each row takes, parameter by parameter, the value that covers the
+most not-yet-covered value pairs and that ``filter_func`` accepts for the partial row (as allpairspy calls it);
+rows are produced until a row covers no new pair.  Every pair the filter allows is covered, but the rows (and so
+the test ids) are not those the real package would produce.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict, namedtuple
+
+
+class AllPairs:
+    def __init__(self, parameters, filter_func=lambda row: True, previously_tested=None, n=2):
+        if isinstance(parameters, (dict, OrderedDict)):
+            self._names = list(parameters.keys())
+            self._values = [list(v) for v in parameters.values()]
+            self._row = namedtuple("Pairs", self._names)
+        else:
+            self._names = None
+            self._values = [list(v) for v in parameters]
+            self._row = None
+        self._filter = filter_func
+
+    def _ok(self, row):
+        try:
+            return bool(self._filter(list(row)))
+        except Exception:
+            return False
+
+    def __iter__(self):
+        vals = self._values
+        k = len(vals)
+        if k == 0:
+            return
+        if k == 1:
+            for v in vals[0]:
+                if self._ok([v]):
+                    yield self._wrap([v])
+            return
+        uncovered = {(i, a, j, b) for i, j in itertools.combinations(range(k), 2)
+                     for a in range(len(vals[i])) for b in range(len(vals[j]))}
+        while uncovered:
+            row = self._build(uncovered)
+            if row is None:
+                return
+            new = {(i, row[i], j, row[j]) for i, j in itertools.combinations(range(k), 2)}
+            gained = uncovered & new
+            if not gained:
+                return
+            uncovered -= gained
+            yield self._wrap([vals[i][row[i]] for i in range(k)])
+
+    def _build(self, uncovered, row=()):
+        """Depth-first over parameters, best-scoring value first, so a filter that rejects a prefix backtracks."""
+        vals, k = self._values, len(self._values)
+        i = len(row)
+        if i == k:
+            return list(row)
+        def score(a):
+            return sum((j, row[j], i, a) in uncovered for j in range(i)) + sum(
+                any((i, a, j, b) in uncovered for b in range(len(vals[j]))) for j in range(i + 1, k))
+        for a in sorted(range(len(vals[i])), key=lambda a: -score(a)):
+            cand = row + (a,)
+            if self._ok([vals[j][cand[j]] for j in range(len(cand))]):
+                done = self._build(uncovered, cand)
+                if done is not None:
+                    return done
+        return None
+
+    def _wrap(self, row):
+        return self._row(*row) if self._row else row
