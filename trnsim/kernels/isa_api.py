@@ -57,9 +57,27 @@ class matmul_perf_mode(enum.Enum):
 
 
 class nc_version(enum.Enum):
+    """NeuronCore generations; ordered (``nisa.get_nc_version() >= nc_version.gen3``), as kernels compare them."""
     gen2 = 2
     gen3 = 3
     gen4 = 4
+
+    def _cmp(self, other, op):
+        if not isinstance(other, nc_version):
+            return NotImplemented
+        return op(self.value, other.value)
+
+    def __lt__(self, other):
+        return self._cmp(other, int.__lt__)
+
+    def __le__(self, other):
+        return self._cmp(other, int.__le__)
+
+    def __gt__(self, other):
+        return self._cmp(other, int.__gt__)
+
+    def __ge__(self, other):
+        return self._cmp(other, int.__ge__)
 
 
 class dma_engine(enum.Enum):

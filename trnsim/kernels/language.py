@@ -26,10 +26,20 @@ DType = str
 
 
 class MemoryRegion(enum.Enum):
+    """Where a tensor lives.  ``tensor.buffer`` (a view's memory kind, ``"sbuf"``, ``"psum"`` or ``"hbm"``)
+    compares equal to the region it was allocated in, so kernels can test ``x.buffer == nl.sbuf``; trnsim keeps
+    private and shared HBM in one memory, so an HBM tensor equals both ``nl.shared_hbm`` and ``nl.private_hbm``."""
     sbuf = "sbuf"
     psum = "psum"
     private_hbm = "private_hbm"
     shared_hbm = "shared_hbm"
+
+    def __eq__(self, other):
+        if isinstance(other, str):
+            return other == self.value or (other == "hbm" and self.value.endswith("_hbm"))
+        return self is other
+
+    __hash__ = enum.Enum.__hash__
 
 
 sbuf = MemoryRegion.sbuf
@@ -39,12 +49,61 @@ private_hbm = MemoryRegion.private_hbm
 shared_hbm = MemoryRegion.shared_hbm
 
 
-class NKIObject:
-    """Base of NKI's helper objects: keyword arguments become attributes."""
+def _object_fields(cls):
+    """The field names of an NKIObject subclass in declaration order: its dataclass fields when ``@dataclass``
+    processed it, else the annotated class attributes along the MRO (base classes first)."""
+    import dataclasses
+    if dataclasses.is_dataclass(cls):
+        return [f.name for f in dataclasses.fields(cls) if f.init]
+    names = []
+    for klass in reversed(cls.__mro__):
+        for n in klass.__dict__.get("__annotations__", {}):
+            if n not in names:
+                names.append(n)
+    return names
 
-    def __init__(self, **kwargs):
+
+class NKIObject:
+    """Base of NKI's helper objects (kernels subclass it for configuration records, often with ``@dataclass``).
+
+    Constructed with keyword arguments (any name, annotated or a plain class attribute) or positional ones (in
+    field order); fields not given keep the class default (a ``default_factory`` is called), or stay unset.  Each
+    subclass gets this constructor in its own namespace, so ``@dataclass`` (which does not replace an ``__init__``
+    the class defines) keeps it: a dataclass with no annotations, or one constructed with some fields left out,
+    works as it does under NKI."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "__init__" not in cls.__dict__:
+            cls.__init__ = NKIObject.__init__
+
+    def __init__(self, *args, **kwargs):
+        cls = type(self)
+        names = _object_fields(cls)
+        if len(args) > len(names):
+            raise TypeError(f"{cls.__name__}() takes {len(names)} positional field(s) ({', '.join(names)}), "
+                            f"got {len(args)}")
+        for n, v in zip(names, args):
+            if n in kwargs:
+                raise TypeError(f"{cls.__name__}() got field {n!r} both by position and by keyword")
+            kwargs[n] = v
+        import dataclasses
+        for n, f in (getattr(cls, "__dataclass_fields__", None) or {}).items():
+            if n not in kwargs and f.default_factory is not dataclasses.MISSING:
+                kwargs[n] = f.default_factory()
         for k, v in kwargs.items():
-            setattr(self, k, v)
+            object.__setattr__(self, k, v)
+        post = getattr(self, "__post_init__", None)
+        if post is not None:
+            post()
+
+
+class _SizeInt(int):
+    """An int that may also be called: ``nl.tile_size.total_available_sbuf_size`` is used as a value by kernels
+    (nki-library) and listed as a method in the API stubs, so both forms give the same number."""
+
+    def __call__(self):
+        return int(self)
 
 
 class _TileSize(NKIObject):
@@ -66,20 +125,26 @@ class _TileSize(NKIObject):
         except RuntimeError:
             return get_target()
 
+    @property
     def psum_num_banks(self):
-        return self._target().psum_banks
+        return _SizeInt(self._target().psum_banks)
 
+    @property
     def sbuf_size_bytes(self):
-        return self._target().sbuf_partition_bytes
+        return _SizeInt(self._target().sbuf_partition_bytes)
 
+    @property
     def sbuf_fmax(self):
-        return self._target().sbuf_partition_bytes // 4
+        return _SizeInt(self._target().sbuf_partition_bytes // 4)
 
+    @property
     def sbuf_fmax_bytes(self):
-        return self._target().sbuf_partition_bytes
+        return _SizeInt(self._target().sbuf_partition_bytes)
 
+    @property
     def total_available_sbuf_size(self):
-        return self._target().sbuf_partition_bytes
+        # bytes per partition; the compiler's reserved bytes are not published, so the whole partition (i13c note)
+        return _SizeInt(self._target().sbuf_partition_bytes)
 
 
 tile_size = _TileSize()

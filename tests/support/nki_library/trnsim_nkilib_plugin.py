@@ -51,6 +51,19 @@ def _install_missing_harness_modules():
 
 _install_missing_harness_modules()
 
+
+def pytest_sessionstart(session):
+    """The snapshot's ``Orchestrator`` reads ``self._compiled_kernel`` after every inference, but sets it only when
+    it compiles, which simulation mode skips: every simulated test would end in an AttributeError after its kernel
+    ran.  Give the class the attribute (``None``: no compiled kernel, outputs keep their Python names), unless the
+    snapshot already has it.  This is the one change made to the harness's behaviour."""
+    try:
+        from test.utils.test_orchestrator import Orchestrator
+    except ImportError:
+        return
+    if not hasattr(Orchestrator, "_compiled_kernel"):
+        Orchestrator._compiled_kernel = None
+
 _RESULTS = os.environ.get("TRNSIM_NKILIB_RESULTS")
 
 
