@@ -5,8 +5,11 @@ from __future__ import annotations
 import enum
 import functools
 
+import numpy as np
+
 from .. import isa as _isa
 from ..isa.errors import NkiValidationError, caller_location
+from ..memory import Tensor
 from .context import current
 from .stubs import install_unsupported
 
@@ -113,8 +116,35 @@ for _n, _f in _isa.INSTRUCTIONS.items():
 del _n, _f
 
 
+def core_barrier(data, cores, engine=None, name=None):
+    """``nisa.core_barrier(data, cores)``: every program (logical core) of ``cores`` waits here until all of them
+    arrive; ``data`` (the shared tensor being synchronised) counts as written by the barrier, so later accesses wait
+    for it and accesses on either side of it are ordered (no race).  ``cores`` is a core id or a sequence of ids,
+    each a program of this launch (``kernel[2]`` has cores 0 and 1); ``engine`` defaults to GpSimd."""
+    loc = caller_location()
+    ctx = current()
+    ids = (cores,) if isinstance(cores, (int, np.integer)) else cores
+    try:
+        ids = [int(c) for c in ids]
+    except (TypeError, ValueError):
+        raise NkiValidationError(f"core_barrier: cores={cores!r} is not a core id or a sequence of core ids",
+                                 "core_barrier", "cores", cores, None, loc) from None
+    nprog = len(ctx.cores)
+    bad = [c for c in ids if not 0 <= c < nprog]
+    if not ids or bad:
+        raise NkiValidationError(f"core_barrier: cores={list(ids)} must name programs of this launch, 0 to "
+                                 f"{nprog - 1} ({nprog} program(s))", "core_barrier", "cores", list(ids),
+                                 nprog - 1, loc)
+    if data is not None and not isinstance(data, Tensor):
+        raise NkiValidationError(f"core_barrier: data must be a tensor, got {type(data).__name__}",
+                                 "core_barrier", "data", type(data).__name__, None, loc)
+    eng = getattr(engine, "name", engine)
+    eng = eng if eng in ("tensor", "vector", "scalar", "gpsimd") else "gpsimd"   # default and unknown: GpSimd
+    ctx.core.barrier(ids, loc, data=data, engine=eng)
+
+
 install_unsupported(globals(), "nki.isa", tuple(n for n in (
     "nc_matmul_mx", "tensor_partition_reduce", "tensor_scalar_cumulative", "activate2", "local_gather",
     "nc_n_gather", "rng", "dropout", "set_rng_seed", "rand_set_state", "rand_get_state", "rand2",
-    "sequence_bounds", "core_barrier", "dma_compute", "quantize_mx", "sendrecv", "register_alloc", "register_move",
+    "sequence_bounds", "dma_compute", "quantize_mx", "sendrecv", "register_alloc", "register_move",
     "register_load", "register_store", "nonzero_with_count", "topk") if n not in _isa.INSTRUCTIONS))

@@ -505,7 +505,59 @@ def device_print(print_prefix, tensor):
         print(print_prefix, tensor.np)
 
 
+def shared_constant(constant, name=""):
+    """``nl.shared_constant(constant)``: a read-only HBM tensor holding ``constant``, a NumPy array or the path of
+    a ``.npy`` file (loaded without pickle).  Its dtype is the array's."""
+    loc = caller_location()
+    from ..isa.errors import NkiValidationError
+    import os
+    if isinstance(constant, (str, os.PathLike)):
+        try:
+            arr = np.load(constant, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise NkiValidationError(f"shared_constant: cannot load {str(constant)!r} as a .npy array: {e}",
+                                     "shared_constant", "constant", str(constant), None, loc) from None
+    else:
+        arr = np.asarray(constant)
+    try:
+        dt = dtype_of(arr.dtype)
+    except (TypeError, ValueError, KeyError):
+        raise NkiValidationError(f"shared_constant: dtype {arr.dtype} of the constant is not an NKI dtype",
+                                 "shared_constant", "constant", str(arr.dtype), None, loc) from None
+    if arr.ndim == 0 or arr.size == 0:
+        raise NkiValidationError(f"shared_constant: the constant must have at least one element and one "
+                                 f"dimension, got shape {arr.shape}", "shared_constant", "constant", arr.shape,
+                                 None, loc)
+    core = current().core
+    src = arr.astype(np.float32) if dt.is_float and arr.dtype != np.float32 else arr
+    buf = core.wrap_input(src, arr.shape, dt, name=name or "shared_constant")
+    return NkiTensor.whole(buf, name or "shared_constant")
+
+
+def shared_identity_matrix(n, dtype=uint8, dst=None):
+    """``nl.shared_identity_matrix(n, dtype)``: an ``[n, n]`` identity matrix in SBUF (the identity kernels give
+    ``nc_matmul`` to transpose), DMA-copied from a shared HBM constant into ``dst`` or a new SBUF tensor."""
+    loc = caller_location()
+    from ..isa.errors import NkiValidationError
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= int(n) <= current().core.target.pmax:
+        raise NkiValidationError(f"shared_identity_matrix: n={n!r} must be an int from 1 to "
+                                 f"{current().core.target.pmax} (the partitions of SBUF)",
+                                 "shared_identity_matrix", "n", n, current().core.target.pmax, loc)
+    n = int(n)
+    dt = dtype_of(dtype)
+    core = current().core
+    buf = core.wrap_input(np.eye(n, dtype=np.float32 if dt.is_float else dt.storage), (n, n), dt,
+                          name="shared_identity")
+    src = NkiTensor.whole(buf, "shared_identity")
+    if dst is None:
+        dst = ndarray((n, n), dt, buffer=sbuf, name="identity")
+    elif tuple(dst.shape) != (n, n):
+        raise NkiValidationError(f"shared_identity_matrix: dst has shape {tuple(dst.shape)}, expected ({n}, {n})",
+                                 "shared_identity_matrix", "dst", tuple(dst.shape), (n, n), loc)
+    _isa.dma_copy(core, loc, dst, src)
+    return dst
+
+
 install_unsupported(globals(), "nki.language", (
-    "rms_norm", "all", "dropout", "random_seed", "load_transpose2d", "gather_flattened", "while_loop",
-    "shared_constant", "shared_identity_matrix", "rand"))
+    "rms_norm", "all", "dropout", "random_seed", "load_transpose2d", "gather_flattened", "while_loop", "rand"))
 del _n

@@ -1,0 +1,307 @@
+"""The NKI v2 surface AWS's nki-library kernels rely on (issue 13), each checked with a small kernel of our own:
+config records (``nl.NKIObject`` + ``@dataclass``), ``nl.tile_size`` figures as ints, ordered ``nc_version``,
+``tensor.buffer == nl.sbuf``, ``nisa.core_barrier``, ``nl.shared_constant``, ``nl.shared_identity_matrix`` and the
+``nki_cpu_simulator`` package the nki-library harness imports."""
+
+import dataclasses
+import importlib
+import sys
+import warnings
+from typing import Optional
+
+import numpy as np
+import pytest
+
+import trnsim
+from trnsim.isa.errors import NkiValidationError
+from trnsim.targets import TARGETS
+
+trnsim.install_nki()
+import nki  # noqa: E402
+import nki.isa as nisa  # noqa: E402
+import nki.language as nl  # noqa: E402
+
+A = (np.arange(128 * 64, dtype=np.float32).reshape(128, 64) % 29) / 4 - 3
+
+
+# -- NKIObject records -------------------------------------------------------------------------------------------
+def test_nkiobject_dataclass_without_annotations_takes_keywords():
+    @dataclasses.dataclass
+    class Section(nl.NKIObject):
+        idx = None
+        offset = 5
+
+    s = Section(idx=3)
+    assert (s.idx, s.offset) == (3, 5)
+    assert Section().idx is None
+
+
+def test_nkiobject_dataclass_fields_positional_defaults_and_left_out():
+    @dataclasses.dataclass
+    class Dims(nl.NKIObject):
+        P: int
+        F: int
+        rest: int
+        tags: list = dataclasses.field(default_factory=list)
+        K: Optional[int] = None
+
+    d = Dims(128, F=512)                       # `rest` left out, as nki-library's MLP constants do
+    assert (d.P, d.F, d.K, d.tags) == (128, 512, None, [])
+    assert not hasattr(d, "rest")
+    assert Dims(1, 2, 3).tags is not Dims(1, 2, 3).tags      # default_factory called per object
+    with pytest.raises(TypeError, match="positional"):
+        Dims(1, 2, 3, [], 4, 5)
+    with pytest.raises(TypeError, match="both"):
+        Dims(1, P=2)
+
+
+def test_nkiobject_frozen_dataclass_runs_post_init():
+    @dataclasses.dataclass(frozen=True)
+    class Cfg(nl.NKIObject):
+        n: int
+
+        def __post_init__(self):
+            object.__setattr__(self, "twice", 2 * self.n)
+
+    c = Cfg(n=21)
+    assert c.twice == 42
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.n = 1
+
+
+def test_nkiobject_used_inside_a_kernel():
+    @dataclasses.dataclass
+    class Tile(nl.NKIObject):
+        rows: int
+        scale: float = 2.0
+
+    @nki.jit
+    def k(x):
+        cfg = Tile(rows=x.shape[0])
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((cfg.rows, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=cfg.scale)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+    np.testing.assert_array_equal(k(A), A * 2)
+
+
+# -- tile_size, nc_version, buffer -------------------------------------------------------------------------------
+@pytest.mark.parametrize("target", ["trn1", "trn2", "trn3"])
+def test_tile_size_figures_are_ints_of_the_target(target):
+    tg = TARGETS[target]
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((1, 4), dtype=nl.int32, buffer=nl.shared_hbm)
+        t = nl.ndarray((1, 4), dtype=nl.int32, buffer=nl.sbuf)
+        ts = nl.tile_size
+        for i, v in enumerate((ts.total_available_sbuf_size - 1000, ts.sbuf_size_bytes // 1024,
+                               ts.psum_num_banks, ts.total_available_sbuf_size())):
+            nisa.memset(dst=t[:, i:i + 1], value=int(v))
+        nisa.dma_copy(dst=out, src=t)
+        return out
+    got = nki.simulate(k, target=target)(A)
+    sb = tg.sbuf_partition_bytes
+    assert got.tolist() == [[sb - 1000, sb // 1024, tg.psum_banks, sb]]
+
+
+def test_nc_version_is_ordered():
+    v = nisa.nc_version
+    assert v.gen2 < v.gen3 < v.gen4 and v.gen4 >= v.gen4 and not v.gen3 > v.gen4
+    assert sorted([v.gen4, v.gen2, v.gen3]) == [v.gen2, v.gen3, v.gen4]
+    with pytest.raises(TypeError):
+        v.gen3 < 3
+
+
+@pytest.mark.parametrize("target,gen", [("trn1", 2), ("trn2", 3), ("trn3", 4)])
+def test_kernel_branches_on_nc_version(target, gen):
+    @nki.jit
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        scale = 3.0 if nisa.get_nc_version() >= nisa.nc_version.gen3 else 5.0
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=scale)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+    np.testing.assert_array_equal(nki.simulate(k, target=target)(A), A * (3.0 if gen >= 3 else 5.0))
+
+
+def test_tensor_buffer_compares_with_memory_regions():
+    seen = {}
+
+    @nki.jit
+    def k(x):
+        t = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)
+        p = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.psum)
+        seen["x"] = (x.buffer == nl.hbm, x.buffer == nl.shared_hbm, x.buffer == nl.sbuf)
+        seen["t"] = (t.buffer == nl.sbuf, t.buffer != nl.sbuf, t.buffer == nl.psum, t[0:4, :].buffer == nl.sbuf)
+        seen["p"] = (p.buffer == nl.psum, p.buffer == nl.sbuf)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=x)
+        return out
+    k(A)
+    assert seen == {"x": (True, True, False), "t": (True, False, False, True), "p": (True, False)}
+    assert len({nl.sbuf, nl.psum, nl.sbuf}) == 2          # still hashable enum members
+
+
+# -- core_barrier -----------------------------------------------------------------------------------------------
+def _exchange(barrier):
+    @nki.jit
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        swapped = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        pid = nl.program_id(0)
+        t = nl.ndarray((64, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[pid * 64:(pid + 1) * 64, :])
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=1.0)
+        nisa.dma_copy(dst=out[pid * 64:(pid + 1) * 64, :], src=t)
+        if barrier:
+            nisa.core_barrier(out, (0, 1))
+        u = nl.ndarray((64, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        other = 1 - pid
+        nisa.dma_copy(dst=u, src=out[other * 64:(other + 1) * 64, :])   # the other program's rows
+        nisa.dma_copy(dst=swapped[pid * 64:(pid + 1) * 64, :], src=u)
+        return out, swapped
+    return k
+
+
+def test_core_barrier_orders_the_two_programs_of_an_lnc2_launch():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                   # a race would be a RaceWarning
+        out, swapped = _exchange(True)[2](A)
+    np.testing.assert_array_equal(out, A + 1)
+    np.testing.assert_array_equal(swapped, np.concatenate([A[64:], A[:64]]) + 1)
+
+
+def test_without_core_barrier_the_exchange_is_a_race():
+    from trnsim.machine.races import RaceWarning
+    with pytest.warns(RaceWarning):
+        _exchange(False)[2](A)
+
+
+@pytest.mark.parametrize("cores,msg", [((0, 2), "0 to 1"), ("ab", "core id"), ((), "0 to 1")])
+def test_core_barrier_refuses_cores_outside_the_launch(cores, msg):
+    @nki.jit
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=x)
+        nisa.core_barrier(out, cores)
+        return out
+    with pytest.raises(NkiValidationError, match=msg) as ei:
+        k[2](A)
+    assert ei.value.location[0] == __file__
+
+
+def test_core_barrier_with_one_core_id_in_a_one_program_launch():
+    @nki.jit
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=x)
+        nisa.core_barrier(out, 0)
+        return out
+    np.testing.assert_array_equal(k(A), A)
+
+
+# -- shared constants ------------------------------------------------------------------------------------------
+def test_shared_constant_from_npy_file_and_array(tmp_path):
+    c1 = (np.arange(32 * 16, dtype=np.float32).reshape(32, 16) - 100) / 7
+    path = tmp_path / "c1.npy"
+    np.save(path, c1)
+    c2 = np.arange(32 * 16, dtype=np.int32).reshape(32, 16) * 3 - 5
+
+    @nki.jit
+    def k(x):
+        a = nl.shared_constant(str(path))
+        b = nl.shared_constant(c2)
+        o1 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        o2 = nl.ndarray(b.shape, dtype=b.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        nisa.dma_copy(dst=o1, src=t)
+        nisa.dma_copy(dst=o2, src=b)
+        return o1, o2
+    o1, o2 = k(A)
+    np.testing.assert_array_equal(o1, c1)
+    assert o2.dtype == np.int32
+    np.testing.assert_array_equal(o2, c2)
+
+
+def test_shared_constant_bad_file_is_a_located_error(tmp_path):
+    bad = tmp_path / "not.npy"
+    bad.write_text("hello")
+
+    @nki.jit
+    def k(x):
+        return nl.shared_constant(str(bad))
+    with pytest.raises(NkiValidationError, match="cannot load") as ei:
+        k(A)
+    assert ei.value.location[0] == __file__
+
+
+def test_shared_identity_matrix_transposes_with_nc_matmul():
+    x = A[:64, :32]                                       # [K=64, M=32]
+
+    @nki.jit
+    def k(x):
+        ident = nl.shared_identity_matrix(64, dtype=nl.float32)
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        p = nl.ndarray((32, 64), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=p, stationary=t, moving=ident)        # x.T @ I
+        s = nl.ndarray((32, 64), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=s, src=p)
+        out = nl.ndarray((32, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=s)
+        e = nl.ndarray((64, 64), dtype=nl.uint8, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=e, src=nl.shared_identity_matrix(64))
+        return out, e
+    out, e = k(x)
+    np.testing.assert_array_equal(out, x.T)
+    np.testing.assert_array_equal(e, np.eye(64, dtype=np.uint8))
+
+
+def test_shared_identity_matrix_refuses_more_than_the_partitions():
+    @nki.jit
+    def k(x):
+        return nl.shared_identity_matrix(129)
+    with pytest.raises(NkiValidationError, match="1 to 128"):
+        k(A)
+
+
+# -- nki_cpu_simulator -----------------------------------------------------------------------------------------
+SUBMODULES = ("builtin", "compiler", "isa", "isa.constants", "language", "language.dtypes", "tensor", "typing")
+
+
+def test_nki_cpu_simulator_is_an_alias_of_trnsims_nki():
+    sim = importlib.import_module("nki_cpu_simulator")
+    assert sim.nki is sys.modules["trnsim.kernels.nki"]
+    for sub in SUBMODULES:
+        mod = importlib.import_module(f"nki_cpu_simulator.nki.{sub}")
+        assert mod is sys.modules[f"nki.{sub}"], sub
+    assert sys.modules["nki_cpu_simulator.nki.language"].bfloat16 == nl.bfloat16
+    assert importlib.import_module("nki_cpu_simulator.nki.language.dtypes").float8_e4m3 == "float8_e4m3"
+    assert importlib.import_module("nki_cpu_simulator.nki.isa.constants").oob_mode is nisa.oob_mode
+    assert sim.nki.dtype is importlib.import_module("nki_cpu_simulator.nki.language.dtypes")
+
+
+@pytest.mark.parametrize("gen,sbuf", [("gen2", TARGETS["trn1"].sbuf_partition_bytes),
+                                      ("gen4", TARGETS["trn3"].sbuf_partition_bytes)])
+def test_cpu_simulate_takes_the_target_from_nki_nc_version(monkeypatch, gen, sbuf):
+    from nki_cpu_simulator import nki as sim_nki
+    monkeypatch.setenv("NKI_NC_VERSION", gen)
+
+    def k(x, scale):                                      # a plain function, keyword inputs, as the harness calls
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=scale)
+        nisa.memset(dst=t[:, 0:1], value=float(nl.tile_size.total_available_sbuf_size))
+        nisa.dma_copy(dst=out, src=t)
+        return out
+    got = sim_nki.cpu_simulate(k)[1](x=A, scale=2.0)
+    assert isinstance(got, np.ndarray)
+    np.testing.assert_array_equal(got[:, 1:], A[:, 1:] * 2)
+    assert (got[:, 0] == sbuf).all()
