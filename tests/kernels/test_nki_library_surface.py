@@ -305,3 +305,47 @@ def test_cpu_simulate_takes_the_target_from_nki_nc_version(monkeypatch, gen, sbu
     assert isinstance(got, np.ndarray)
     np.testing.assert_array_equal(got[:, 1:], A[:, 1:] * 2)
     assert (got[:, 0] == sbuf).all()
+
+
+# -- .ap() with dynamic offsets ----------------------------------------------------------------------------------
+def test_ap_scalar_offset_reads_the_row_from_a_tensor():
+    x = A[:16, :8].copy()                                 # [16, 8] in HBM
+    rows = np.array([[5], [11]], dtype=np.int32)
+
+    @nki.jit
+    def k(x, rows):
+        r = nl.ndarray((2, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=r, src=rows)
+        out = nl.ndarray((2, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+        for i in range(2):
+            nisa.dma_copy(dst=out[i:i + 1, :],
+                          src=x.ap(pattern=[[8, 1], [1, 8]], offset=0, scalar_offset=r[i:i + 1, 0:1],
+                                   indirect_dim=0))
+        shifted = nl.ndarray((1, 4), dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=shifted, src=x.ap(pattern=[[8, 1], [1, 4]], offset=8, scalar_offset=3, indirect_dim=1))
+        return out, shifted
+    out, shifted = k(x, rows)
+    np.testing.assert_array_equal(out, x[[5, 11]])
+    np.testing.assert_array_equal(shifted, x[1:2, 3:7])
+
+
+def test_ap_vector_offset_places_rows_at_evenly_spaced_indices():
+    cache = np.zeros((12, 4), dtype=np.float32)
+    new = A[:3, :4].copy()
+
+    def run(idx):
+        @nki.jit
+        def k(cache, new, idx):
+            ix = nl.ndarray((3, 1), dtype=nl.int32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=ix, src=idx)
+            out = nl.ndarray(cache.shape, dtype=cache.dtype, buffer=nl.shared_hbm)
+            nisa.dma_copy(dst=out, src=cache)
+            nisa.dma_copy(dst=out.ap(pattern=[[1, 3], [1, 4]], offset=0, vector_offset=ix, indirect_dim=0),
+                          src=new)
+            return out
+        return k(cache, new, np.asarray(idx, dtype=np.int32).reshape(3, 1))
+    want = cache.copy()
+    want[[2, 5, 8]] = new
+    np.testing.assert_array_equal(run([2, 5, 8]), want)
+    with pytest.raises(NotImplementedError, match="not evenly spaced"):
+        run([2, 7, 8])

@@ -436,8 +436,6 @@ class Tensor:
     def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None):
         """A view given by an explicit access pattern ``[[stride, count], ...]`` (outermost first) and an
         element offset from the start of this tensor."""
-        if scalar_offset is not None or vector_offset is not None:
-            raise NotImplementedError("ap(): dynamic scalar_offset/vector_offset are not supported by trnsim yet")
         dt = self.dtype if dtype is None else dtype_of(dtype)
         base = self.offset + (0 if offset is None else int(offset))
         shape = []
@@ -450,6 +448,8 @@ class Tensor:
                 raise ViewError(f"ap(): negative count {n} in pattern {pattern}")
             strides.append(st)
             shape.append(n)
+        if scalar_offset is not None or vector_offset is not None:
+            base, strides = self._dynamic_offset(base, strides, shape, scalar_offset, vector_offset, indirect_dim)
         v = self._view(base, shape, strides, dt)
         lo, hi = v.extent()
         if v.size and (lo < 0 or hi > self.buf.nelem):
@@ -457,6 +457,52 @@ class Tensor:
                 f"ap(): access pattern {pattern} with offset {base} reaches elements [{lo}, {hi - 1}] of "
                 f"tensor `{self.name}`, whose buffer holds {self.buf.nelem} elements")
         return v
+
+    def _dynamic_offset(self, base, strides, shape, scalar_offset, vector_offset, indirect_dim):
+        """Resolve ``ap(scalar_offset=, vector_offset=, indirect_dim=)``: the offset value(s), read from the tensor
+        given (trnsim runs kernels eagerly, so the value the DMA engine would read is there), step along this
+        tensor's dimension ``indirect_dim`` (``value * strides[indirect_dim]``).  A scalar offset (an int or a
+        one-element tensor) moves the whole pattern; a vector offset gives the position of each step of the
+        pattern's first entry, which must be evenly spaced to be a view (an arbitrary gather/scatter is refused).
+        The read of the offset tensor is not recorded as a dependency of the instruction (a timing simplification)."""
+        if scalar_offset is not None and vector_offset is not None:
+            raise ViewError("ap(): give scalar_offset or vector_offset, not both")
+        nd = len(self.shape)
+        if not isinstance(indirect_dim, (int, np.integer)) or not -nd <= int(indirect_dim) < nd:
+            raise ViewError(f"ap(): indirect_dim={indirect_dim!r} is not a dimension of the {nd}-D tensor "
+                            f"`{self.name}` (shape {tuple(self.shape)})")
+        step = self.strides[int(indirect_dim)]
+
+        def values(t, what):
+            if isinstance(t, (int, np.integer)) and not isinstance(t, bool):
+                return np.array([int(t)])
+            if not isinstance(t, Tensor):
+                raise ViewError(f"ap(): {what} must be an int or a tensor of integers, got {type(t).__name__}")
+            if t.buf.data is None:
+                raise NotImplementedError(f"ap(): {what} needs the value of tensor `{t.name}`, which a shape-only "
+                                          "run does not compute")
+            if not (t.dtype.name.startswith(("int", "uint"))
+                    or t.dtype.is_float and np.all(np.asarray(t.np) == np.round(np.asarray(t.np)))):
+                raise ViewError(f"ap(): {what} tensor `{t.name}` must hold integers (dtype {t.dtype.name})")
+            return np.asarray(t.np).astype(np.int64).reshape(-1)
+
+        strides = list(strides)
+        if scalar_offset is not None:
+            v = values(scalar_offset, "scalar_offset")
+            if v.size != 1:
+                raise ViewError(f"ap(): scalar_offset must be one value, got a tensor of {v.size} elements")
+            return base + int(v[0]) * step, strides
+        v = values(vector_offset, "vector_offset")
+        if not shape or v.size != shape[0]:
+            raise ViewError(f"ap(): vector_offset has {v.size} indices but the pattern's first entry counts "
+                            f"{shape[0] if shape else 0} steps")
+        d = np.diff(v)
+        if d.size and not np.all(d == d[0]):
+            raise NotImplementedError(
+                f"ap(): vector_offset indices {v.tolist()[:8]}{'...' if v.size > 8 else ''} are not evenly spaced: "
+                "an arbitrary gather/scatter DMA is not supported by trnsim yet")
+        strides[0] = (int(d[0]) if d.size else 0) * step
+        return base + int(v[0]) * step, strides
 
     def view(self, dtype):
         """Reinterpret the same bytes as another dtype of the same size."""
