@@ -349,3 +349,43 @@ def test_ap_vector_offset_places_rows_at_evenly_spaced_indices():
     np.testing.assert_array_equal(run([2, 5, 8]), want)
     with pytest.raises(NotImplementedError, match="not evenly spaced"):
         run([2, 7, 8])
+
+
+# -- sendrecv between the programs of an LNC=2 launch ----------------------------------------------------------
+def test_sendrecv_swaps_tiles_between_the_two_programs():
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        pid = nl.program_id(0)
+        mine = nl.ndarray((64, a.shape[1]), dtype=a.dtype, buffer=nl.sbuf)
+        got = nl.ndarray((64, a.shape[1]), dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=mine, src=a[pid * 64:(pid + 1) * 64, :])
+        nisa.sendrecv(src=mine, dst=got, send_to_rank=1 - pid, recv_from_rank=1 - pid, pipe_id=0)
+        nisa.tensor_scalar(dst=mine, data=mine, op0=nl.add, operand0=100.0)   # after the send: not seen by peer
+        nisa.dma_copy(dst=out[pid * 64:(pid + 1) * 64, :], src=got)
+        return out
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = k[2](A)
+    np.testing.assert_array_equal(got, np.concatenate([A[64:], A[:64]]))
+
+
+def test_sendrecv_refuses_itself_and_mismatched_shapes():
+    def make(bad):
+        @nki.jit
+        def k(a):
+            pid = nl.program_id(0)
+            n = 32 if (bad == "shape" and pid == 1) else 64
+            mine = nl.ndarray((n, a.shape[1]), dtype=a.dtype, buffer=nl.sbuf)
+            got = nl.ndarray((64, a.shape[1]), dtype=a.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=mine, src=a[0:n, :])
+            peer = pid if bad == "self" else 1 - pid
+            nisa.sendrecv(src=mine, dst=got, send_to_rank=peer, recv_from_rank=peer, pipe_id=0)
+            out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+            nisa.dma_copy(dst=out[0:64, :], src=got)
+            return out
+        return k
+    with pytest.raises(NkiValidationError, match="another program"):
+        make("self")[2](A)
+    with pytest.raises(NkiValidationError, match="sends float32"):
+        make("shape")[2](A)

@@ -143,8 +143,47 @@ def core_barrier(data, cores, engine=None, name=None):
     ctx.core.barrier(ids, loc, data=data, engine=eng)
 
 
+def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=None, name=None):
+    """``nisa.sendrecv``: this program (logical core) sends ``src`` to program ``send_to_rank`` and receives into
+    ``dst`` what program ``recv_from_rank`` sends it on the same ``pipe_id``.  Modelled as a barrier of the programs
+    involved (both sides have posted their buffers), a DMA from the peer's ``src`` into ``dst``, and a second barrier
+    (the peer may not overwrite its ``src`` before it was read).  Shapes and dtypes of the pair must agree."""
+    loc = caller_location()
+    ctx = current()
+    nprog = len(ctx.cores)
+    me = ctx.core.core_id
+    for what, r in (("send_to_rank", send_to_rank), ("recv_from_rank", recv_from_rank)):
+        if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or not 0 <= int(r) < nprog or int(r) == me:
+            raise NkiValidationError(f"sendrecv: {what}={r!r} must be another program of this launch (0 to "
+                                     f"{nprog - 1}, not this program {me})", "sendrecv", what, r, nprog - 1, loc)
+    for what, t in (("src", src), ("dst", dst)):
+        if not isinstance(t, Tensor):
+            raise NkiValidationError(f"sendrecv: {what} must be a tensor, got {type(t).__name__}", "sendrecv",
+                                     what, type(t).__name__, None, loc)
+    to, frm = int(send_to_rank), int(recv_from_rank)
+    ctx._sendrecv_seq = dict(ctx._sendrecv_seq)          # this program's own counters
+    n_send = ctx._sendrecv_seq.get(("send", pipe_id, to), 0)
+    n_recv = ctx._sendrecv_seq.get(("recv", pipe_id, frm), 0)
+    ctx._sendrecv_seq[("send", pipe_id, to)] = n_send + 1
+    ctx._sendrecv_seq[("recv", pipe_id, frm)] = n_recv + 1
+    ctx.mailbox[(pipe_id, me, to, n_send)] = src
+    group = sorted({me, to, frm})
+    ctx.core.barrier(group, loc)
+    peer_src = ctx.mailbox.pop((pipe_id, frm, me, n_recv), None)
+    if peer_src is None:
+        raise NkiValidationError(f"sendrecv: program {frm} sent nothing to program {me} on pipe {pipe_id} "
+                                 f"(message {n_recv}): the two sides' send_to_rank / recv_from_rank do not pair",
+                                 "sendrecv", "recv_from_rank", frm, None, loc)
+    if tuple(peer_src.shape) != tuple(dst.shape) or peer_src.dtype != dst.dtype:
+        raise NkiValidationError(f"sendrecv: program {frm} sends {peer_src.dtype.name}{list(peer_src.shape)} but "
+                                 f"dst is {dst.dtype.name}{list(dst.shape)}", "sendrecv", "dst",
+                                 tuple(dst.shape), tuple(peer_src.shape), loc)
+    _isa.dma_copy(ctx.core, loc, dst, peer_src)
+    ctx.core.barrier(group, loc)
+
+
 install_unsupported(globals(), "nki.isa", tuple(n for n in (
     "nc_matmul_mx", "tensor_partition_reduce", "tensor_scalar_cumulative", "activate2", "local_gather",
     "nc_n_gather", "rng", "dropout", "set_rng_seed", "rand_set_state", "rand_get_state", "rand2",
-    "sequence_bounds", "dma_compute", "quantize_mx", "sendrecv", "register_alloc", "register_move",
+    "sequence_bounds", "dma_compute", "quantize_mx", "register_alloc", "register_move",
     "register_load", "register_store", "nonzero_with_count", "topk") if n not in _isa.INSTRUCTIONS))
