@@ -44,28 +44,40 @@ class AllPairs:
                      for a in range(len(vals[i])) for b in range(len(vals[j]))}
         while uncovered:
             row = self._build(uncovered)
-            if row is None:
-                return
-            new = {(i, row[i], j, row[j]) for i, j in itertools.combinations(range(k), 2)}
-            gained = uncovered & new
+            gained = uncovered & self._pairs(row) if row is not None else set()
+            if not gained:                  # greedy found nothing new: aim at one uncovered pair at a time
+                for pair in sorted(uncovered, key=repr):
+                    i, a, j, b = pair
+                    row = self._build(uncovered, forced={i: a, j: b})
+                    if row is None:
+                        uncovered.discard(pair)          # no row the filter accepts holds this pair
+                        continue
+                    gained = uncovered & self._pairs(row)
+                    break
             if not gained:
                 return
             uncovered -= gained
             yield self._wrap([vals[i][row[i]] for i in range(k)])
 
-    def _build(self, uncovered, row=()):
-        """Depth-first over parameters, best-scoring value first, so a filter that rejects a prefix backtracks."""
+    def _pairs(self, row):
+        return {(i, row[i], j, row[j]) for i, j in itertools.combinations(range(len(row)), 2)}
+
+    def _build(self, uncovered, row=(), forced=None):
+        """Depth-first over parameters, best-scoring value first, so a filter that rejects a prefix backtracks;
+        ``forced`` fixes the value index of some parameters."""
         vals, k = self._values, len(self._values)
         i = len(row)
         if i == k:
             return list(row)
+        forced = forced or {}
         def score(a):
             return sum((j, row[j], i, a) in uncovered for j in range(i)) + sum(
                 any((i, a, j, b) in uncovered for b in range(len(vals[j]))) for j in range(i + 1, k))
-        for a in sorted(range(len(vals[i])), key=lambda a: -score(a)):
+        choices = [forced[i]] if i in forced else sorted(range(len(vals[i])), key=lambda a: -score(a))
+        for a in choices:
             cand = row + (a,)
             if self._ok([vals[j][cand[j]] for j in range(len(cand))]):
-                done = self._build(uncovered, cand)
+                done = self._build(uncovered, cand, forced)
                 if done is not None:
                     return done
         return None
