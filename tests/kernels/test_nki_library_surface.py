@@ -389,3 +389,47 @@ def test_sendrecv_refuses_itself_and_mismatched_shapes():
         make("self")[2](A)
     with pytest.raises(NkiValidationError, match="sends float32"):
         make("shape")[2](A)
+
+
+# -- registers --------------------------------------------------------------------------------------------------
+def test_register_bounds_a_dynamic_loop_and_offsets_a_dma():
+    x = A[:64, :8].copy()                                 # 4 tiles of 16 rows
+    n_tiles = np.array([[3]], dtype=np.int32)             # only 3 are processed
+
+    @nki.jit
+    def k(x, n_tiles):
+        n_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=n_sb, src=n_tiles)
+        reg = nisa.register_alloc()
+        nisa.register_load(reg, n_sb)
+        row = nisa.register_alloc(0)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        z = nl.ndarray((64, 8), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.memset(dst=z, value=0.0)
+        nisa.dma_copy(dst=out, src=z)
+        for i in nl.dynamic_range(0, reg, 1):
+            t = nl.ndarray((16, 8), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x.ap(pattern=[[8, 16], [1, 8]], offset=0, scalar_offset=row, indirect_dim=0))
+            nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=1.0)
+            nisa.dma_copy(dst=out[i * 16:(i + 1) * 16, :], src=t)
+            nisa.register_move(row, int(row) + 16)
+        count = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.register_store(count, row)
+        c = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=c, src=count)
+        return out, c
+    out, c = k(x, n_tiles)
+    want = np.zeros_like(x)
+    want[:48] = x[:48] + 1
+    np.testing.assert_array_equal(out, want)
+    assert c.tolist() == [[48]]
+
+
+def test_register_load_refuses_a_tile_of_many_elements():
+    @nki.jit
+    def k(x):
+        t = nl.ndarray((2, 2), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.memset(dst=t, value=1)
+        nisa.register_load(nisa.register_alloc(), t)
+    with pytest.raises(NkiValidationError, match="one-element"):
+        k(A)

@@ -182,8 +182,76 @@ def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=None, n
     ctx.core.barrier(group, loc)
 
 
+class Register:
+    """A scalar register of the core (``nisa.register_alloc``): holds one integer, usable as a loop bound
+    (``nl.dynamic_range(0, reg)``), an ``ap(scalar_offset=reg)`` or wherever an int goes (``__index__``).
+    trnsim runs kernels eagerly, so the value is known when it is used; register moves are not timed."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value=0):
+        self.value = int(value)
+
+    def __index__(self):
+        return self.value
+
+    __int__ = __index__
+
+    def __repr__(self):
+        return f"Register({self.value})"
+
+
+def _int_value(x, what, loc):
+    if isinstance(x, Register):
+        return x.value
+    if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
+        raise NkiValidationError(f"{what} must be an int or a register, got {type(x).__name__}", what.split(":")[0],
+                                 what.split(": ")[-1], type(x).__name__, None, loc)
+    return int(x)
+
+
+def register_alloc(x=None):
+    """A new register, holding ``x`` (an int or another register's value) or 0."""
+    loc = caller_location()
+    return Register(0 if x is None else _int_value(x, "register_alloc: x", loc))
+
+
+def register_move(dst, src):
+    """``dst`` register takes ``src`` (an int or a register)."""
+    loc = caller_location()
+    if not isinstance(dst, Register):
+        raise NkiValidationError(f"register_move: dst must be a register, got {type(dst).__name__}",
+                                 "register_move", "dst", type(dst).__name__, None, loc)
+    dst.value = _int_value(src, "register_move: src", loc)
+
+
+def _one_element(t, what, loc):
+    if not isinstance(t, Tensor) or t.size != 1:
+        raise NkiValidationError(f"{what}: expected a one-element tensor, got "
+                                 f"{list(t.shape) if isinstance(t, Tensor) else type(t).__name__}",
+                                 what.split(":")[0], what.split(": ")[-1], getattr(t, "shape", None), 1, loc)
+
+
+def register_load(dst, src):
+    """``dst`` register takes the integer value of the one-element tensor ``src``."""
+    loc = caller_location()
+    if not isinstance(dst, Register):
+        raise NkiValidationError(f"register_load: dst must be a register, got {type(dst).__name__}",
+                                 "register_load", "dst", type(dst).__name__, None, loc)
+    _one_element(src, "register_load: src", loc)
+    if src.buf.data is None:
+        raise NotImplementedError("register_load: a shape-only run does not compute the tensor's value")
+    dst.value = int(np.asarray(src.np).reshape(-1)[0])
+
+
+def register_store(dst, src):
+    """The one-element tensor ``dst`` takes the register's (or int's) value."""
+    loc = caller_location()
+    _one_element(dst, "register_store: dst", loc)
+    _isa.memset(current().core, loc, dst, _int_value(src, "register_store: src", loc))
+
+
 install_unsupported(globals(), "nki.isa", tuple(n for n in (
     "nc_matmul_mx", "tensor_partition_reduce", "tensor_scalar_cumulative", "activate2", "local_gather",
     "nc_n_gather", "rng", "dropout", "set_rng_seed", "rand_set_state", "rand_get_state", "rand2",
-    "sequence_bounds", "dma_compute", "quantize_mx", "register_alloc", "register_move",
-    "register_load", "register_store", "nonzero_with_count", "topk") if n not in _isa.INSTRUCTIONS))
+    "sequence_bounds", "dma_compute", "quantize_mx", "nonzero_with_count", "topk") if n not in _isa.INSTRUCTIONS))

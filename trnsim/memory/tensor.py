@@ -476,6 +476,8 @@ class Tensor:
         def values(t, what):
             if isinstance(t, (int, np.integer)) and not isinstance(t, bool):
                 return np.array([int(t)])
+            if hasattr(t, "__index__") and not isinstance(t, (bool, Tensor)):      # a register (nisa.register_*)
+                return np.array([t.__index__()])
             if not isinstance(t, Tensor):
                 raise ViewError(f"ap(): {what} must be an int or a tensor of integers, got {type(t).__name__}")
             if t.buf.data is None:
