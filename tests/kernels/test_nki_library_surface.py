@@ -329,11 +329,11 @@ def test_ap_scalar_offset_reads_the_row_from_a_tensor():
     np.testing.assert_array_equal(shifted, x[1:2, 3:7])
 
 
-def test_ap_vector_offset_places_rows_at_evenly_spaced_indices():
+def test_ap_vector_offset_places_rows_at_the_indices():
     cache = np.zeros((12, 4), dtype=np.float32)
     new = A[:3, :4].copy()
 
-    def run(idx):
+    def run(idx, gather=False):
         @nki.jit
         def k(cache, new, idx):
             ix = nl.ndarray((3, 1), dtype=nl.int32, buffer=nl.sbuf)
@@ -342,13 +342,21 @@ def test_ap_vector_offset_places_rows_at_evenly_spaced_indices():
             nisa.dma_copy(dst=out, src=cache)
             nisa.dma_copy(dst=out.ap(pattern=[[1, 3], [1, 4]], offset=0, vector_offset=ix, indirect_dim=0),
                           src=new)
-            return out
+            back = nl.ndarray((3, 4), dtype=cache.dtype, buffer=nl.sbuf)          # and gather them back
+            nisa.dma_copy(dst=back, src=out.ap(pattern=[[1, 3], [1, 4]], offset=0, vector_offset=ix,
+                                               indirect_dim=0))
+            again = nl.ndarray((3, 4), dtype=cache.dtype, buffer=nl.shared_hbm)
+            nisa.dma_copy(dst=again, src=back)
+            return out, again
         return k(cache, new, np.asarray(idx, dtype=np.int32).reshape(3, 1))
-    want = cache.copy()
-    want[[2, 5, 8]] = new
-    np.testing.assert_array_equal(run([2, 5, 8]), want)
-    with pytest.raises(NotImplementedError, match="not evenly spaced"):
-        run([2, 7, 8])
+    for idx in ([2, 5, 8], [9, 1, 4]):                 # evenly spaced (a strided view) and a scatter/gather
+        want = cache.copy()
+        want[idx] = new
+        out, again = run(idx)
+        np.testing.assert_array_equal(out, want)
+        np.testing.assert_array_equal(again, new)
+    with pytest.raises(IndexError, match="vector_offset row"):
+        run([1, 12, 3])
 
 
 # -- sendrecv between the programs of an LNC=2 launch ----------------------------------------------------------

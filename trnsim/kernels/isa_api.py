@@ -10,6 +10,7 @@ import numpy as np
 from .. import isa as _isa
 from ..isa.errors import NkiValidationError, caller_location
 from ..memory import Tensor
+from ..memory.tensor import GatheredView
 from .context import current
 from .stubs import install_unsupported
 
@@ -114,6 +115,34 @@ def _wrap(fn):
 for _n, _f in _isa.INSTRUCTIONS.items():
     globals()[_n] = _wrap(_f)
 del _n, _f
+
+_plain_dma_copy = globals()["dma_copy"]
+
+
+def dma_copy(dst, src, *args, name=None, **kwargs):
+    """``nisa.dma_copy``; a side given as ``ap(vector_offset=...)`` with indices that are not evenly spaced (a
+    gather or scatter, :class:`GatheredView`) is copied one row per index, each row paired with the same row
+    (first-dimension step) of the other side."""
+    if not isinstance(dst, GatheredView) and not isinstance(src, GatheredView):
+        return _plain_dma_copy(dst, src, *args, **kwargs)
+    loc = caller_location()
+    core = current().core
+    g = dst if isinstance(dst, GatheredView) else src
+    n = len(g.rows)
+    for what, side in (("dst", dst), ("src", src)):
+        if isinstance(side, GatheredView):
+            if len(side.rows) != n:
+                raise NkiValidationError(f"dma_copy: dst and src gather {len(dst.rows)} and {len(src.rows)} rows",
+                                         "dma_copy", what, len(side.rows), n, loc)
+        elif not isinstance(side, Tensor) or not side.shape or side.shape[0] != n:
+            raise NkiValidationError(
+                f"dma_copy: {what} must have {n} rows in its first dimension, one per vector_offset index, got "
+                f"{list(side.shape) if isinstance(side, Tensor) else type(side).__name__}", "dma_copy", what,
+                getattr(side, "shape", None), n, loc)
+    for b in range(n):
+        d = dst.rows[b] if isinstance(dst, GatheredView) else dst[b:b + 1]
+        s_ = src.rows[b] if isinstance(src, GatheredView) else src[b:b + 1]
+        _isa.dma_copy(core, loc, d, s_, *args, **kwargs)
 
 
 def core_barrier(data, cores, engine=None, name=None):

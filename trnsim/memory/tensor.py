@@ -15,11 +15,35 @@ import numpy as np
 from .dtypes import DType, dtype_of
 from .space import ON_CHIP, Buffer
 
-__all__ = ["Tensor", "DynSlice", "ViewError", "IndexOutOfBounds"]
+__all__ = ["Tensor", "DynSlice", "ViewError", "IndexOutOfBounds", "GatheredView"]
 
 
 class ViewError(ValueError):
     """A view that cannot be formed over the tensor (bad reshape, permutation, broadcast...)."""
+
+
+class GatheredView:
+    """What ``ap(vector_offset=...)`` gives when the indices are not evenly spaced: one view per index (each the
+    pattern's inner entries, with a leading dimension of 1).  Not a strided view, so only ``dma_copy`` takes it
+    (the front end issues one DMA per row: a descriptor per index, as the DMA engine's indirect mode)."""
+
+    __slots__ = ("rows", "shape", "dtype", "name")
+
+    def __init__(self, rows, shape, dtype, name=""):
+        self.rows = rows
+        self.shape = tuple(shape)
+        self.dtype = dtype
+        self.name = name
+
+    @property
+    def size(self):
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def __repr__(self):
+        return f"GatheredView({self.name!r}, shape={list(self.shape)}, rows={len(self.rows)})"
 
 
 class IndexOutOfBounds(IndexError):
@@ -449,7 +473,19 @@ class Tensor:
             strides.append(st)
             shape.append(n)
         if scalar_offset is not None or vector_offset is not None:
-            base, strides = self._dynamic_offset(base, strides, shape, scalar_offset, vector_offset, indirect_dim)
+            r = self._dynamic_offset(base, strides, shape, scalar_offset, vector_offset, indirect_dim)
+            if len(r) == 3:                                   # indices not evenly spaced: one row view per index
+                base, strides, offs = r
+                rows = [self._view(base + int(o), [1] + shape[1:], [0] + strides[1:], dt) for o in offs]
+                for row in rows:
+                    lo, hi = row.extent()
+                    if row.size and (lo < 0 or hi > self.buf.nelem):
+                        raise IndexOutOfBounds(
+                            f"ap(): vector_offset row at element {row.offset} with pattern {pattern} reaches "
+                            f"elements [{lo}, {hi - 1}] of tensor `{self.name}`, whose buffer holds "
+                            f"{self.buf.nelem} elements")
+                return GatheredView(rows, shape, dt, self.name)
+            base, strides = r
         v = self._view(base, shape, strides, dt)
         lo, hi = v.extent()
         if v.size and (lo < 0 or hi > self.buf.nelem):
@@ -500,9 +536,7 @@ class Tensor:
                             f"{shape[0] if shape else 0} steps")
         d = np.diff(v)
         if d.size and not np.all(d == d[0]):
-            raise NotImplementedError(
-                f"ap(): vector_offset indices {v.tolist()[:8]}{'...' if v.size > 8 else ''} are not evenly spaced: "
-                "an arbitrary gather/scatter DMA is not supported by trnsim yet")
+            return base, strides, v * step                    # a gather/scatter: one view per index
         strides[0] = (int(d[0]) if d.size else 0) * step
         return base + int(v[0]) * step, strides
 
