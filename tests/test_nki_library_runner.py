@@ -119,16 +119,17 @@ def test_standin_allpairs_covers_every_allowed_pair():
     assert len(rows) < 3 * 2 * 2 * 2                  # fewer than the full product
 
 
+@pytest.mark.slow        # ~15 s quiet (one test of nki-library: its harness imports torch), more under load
 @pytest.mark.skipif(not os.path.isfile(os.path.join(SNAPSHOT, "test", "conftest.py")),
                     reason="AWS nki-library snapshot not present (set NKI_LIBRARY_PATH)")
 def test_a_slice_of_nki_library_passes_through_the_runner(tmp_path):
     out = tmp_path / "nki-library"
-    code = runner.main(["--snapshot", SNAPSHOT, "--limit", "2", "--out", str(out), "--snapshot-commit", "test",
+    code = runner.main(["--snapshot", SNAPSHOT, "--limit", "1", "--out", str(out), "--snapshot-commit", "test",
                         "test/integration/nkilib/core/cumsum"])
     assert code == 0
     rep = json.loads(out.with_suffix(".json").read_text())
     s = rep["summary"]
-    assert s["tests"] == 2 and s["runnable"] + s["negative"] + s["skipped"] == 2
+    assert s["tests"] == 1 and s["runnable"] + s["negative"] + s["skipped"] == 1
     assert s["runnable"] >= 1 and s["passed"] == s["runnable"] and s["mismatches"] == 0, s["causes"]
     assert "core/cumsum" in s["families"]
     assert "commit `test`" in out.with_suffix(".md").read_text()
