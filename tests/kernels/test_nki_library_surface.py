@@ -441,3 +441,8 @@ def test_register_load_refuses_a_tile_of_many_elements():
         nisa.register_load(nisa.register_alloc(), t)
     with pytest.raises(NkiValidationError, match="one-element"):
         k(A)
+
+
+def test_nl_range_and_tensor_names():
+    assert list(nl.range(2, 8, 3)) == [2, 5] and list(nl.range(3)) == [0, 1, 2]
+    assert nl.tensor is nl.NkiTensor
