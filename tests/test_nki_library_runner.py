@@ -133,3 +133,22 @@ def test_a_slice_of_nki_library_passes_through_the_runner(tmp_path):
     assert s["runnable"] >= 1 and s["passed"] == s["runnable"] and s["mismatches"] == 0, s["causes"]
     assert "core/cumsum" in s["families"]
     assert "commit `test`" in out.with_suffix(".md").read_text()
+
+
+def test_report_from_recorded_results(tmp_path):
+    snap = tmp_path / "snap"
+    (snap / "test").mkdir(parents=True)
+    (snap / "test" / "conftest.py").write_text("")
+    res = tmp_path / "results.jsonl"
+    res.write_text("\n".join(json.dumps(r) for r in [
+        rec("cumsum", 0, "passed"),
+        rec("cumsum", 1, "failed", chain=["InferenceException", "NotImplementedError"], type="NotImplementedError",
+            message="nki.isa.rng is not supported by trnsim yet", trnsim_frame="kernels/stubs.py:13 fn")]) + "\n")
+    out = tmp_path / "rep"
+    assert runner.main(["--snapshot", str(snap), "--results", str(res), "--out", str(out),
+                        "--snapshot-commit", "c0ffee1"]) == 0
+    rep = json.loads(out.with_suffix(".json").read_text())
+    assert rep["summary"]["runnable"] == 2 and rep["summary"]["passed"] == 1
+    md = out.with_suffix(".md").read_text()
+    assert "`c0ffee1`" in md and "nki.isa.rng is not supported" in md and "50.0%" in md
+    assert runner.main(["--snapshot", str(snap), "--results", str(tmp_path / "none"), "--out", str(out)]) == 2

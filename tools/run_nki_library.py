@@ -208,7 +208,9 @@ def render_md(rep):
            f"`{rep['snapshot']}` with `--test-mode simulation --platform-target {rep['platform']}`.",
            f"Command: `{rep['command']}`",
            f"Selection: every {rep['every']}th collected test" + (f", at most {rep['limit']}" if rep['limit'] else "")
-           + f" ({s['tests']} tests); {rep['jobs']} worker(s); {rep['wall_s']:.0f} s wall.",
+           + f" ({s['tests']} tests); {rep['jobs']} worker(s); {rep['wall_s']:.0f} s wall."
+           + (" **Partial run**: stopped at the time budget; only the tests that finished are counted."
+              if rep.get("partial") else ""),
            f"Stand-ins used (not installed here): {', '.join(rep['standins']) or 'none'} "
            f"(tests/support/nki_library/standins).",
            "",
@@ -277,6 +279,11 @@ def build_parser():
     p.add_argument("-k", dest="keyword", default=None, help="pytest -k expression")
     p.add_argument("--out", default=DEFAULT_OUT, help="report path without extension (.md and .json are written)")
     p.add_argument("--keep-tmp", action="store_true", help="keep the temporary run directory (pytest output)")
+    p.add_argument("--time-budget", type=float, default=0,
+                   help="stop pytest after this many seconds and report the tests that finished (marked partial)")
+    p.add_argument("--results", default=None,
+                   help="write the report from a results.jsonl of an earlier run (kept with --keep-tmp) instead of "
+                        "running pytest")
     p.add_argument("paths", nargs="*", default=["test/integration"],
                    help="test paths relative to the snapshot (default test/integration)")
     return p
@@ -287,12 +294,15 @@ def run(args, argv):
     if not os.path.isfile(os.path.join(snap, "test", "conftest.py")):
         print(f"run_nki_library: {snap} is not an nki-library checkout (no test/conftest.py)", file=sys.stderr)
         return 2
+    if args.results and not os.path.isfile(args.results):
+        print(f"run_nki_library: --results {args.results}: no such file", file=sys.stderr)
+        return 2
     for v, what in ((args.jobs, "-j"), (args.every, "--every")):
         if v < 1:
             print(f"run_nki_library: {what} must be >= 1, got {v}", file=sys.stderr)
             return 2
-    if args.limit < 0:
-        print(f"run_nki_library: --limit must be >= 0, got {args.limit}", file=sys.stderr)
+    if args.limit < 0 or args.time_budget < 0:
+        print("run_nki_library: --limit and --time-budget must be >= 0", file=sys.stderr)
         return 2
     tmp = tempfile.mkdtemp(prefix="trnsim-nkilib-")
     try:
@@ -312,22 +322,34 @@ def run(args, argv):
         if args.keyword:
             cmd += ["-k", args.keyword]
         t0 = time.time()
-        proc = subprocess.run(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        partial = False
+        output = ""
+        if args.results:
+            results = args.results
+        else:
+            proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True, start_new_session=True)
+            try:
+                output, _ = proc.communicate(timeout=args.time_budget or None)
+            except subprocess.TimeoutExpired:
+                partial = True
+                os.killpg(proc.pid, 15)            # pytest and its xdist workers (their own session)
+                output, _ = proc.communicate()
         wall = time.time() - t0
         recs = []
         if os.path.exists(results):
             with open(results) as f:
                 recs = [json.loads(ln) for ln in f if ln.strip()]
         if not recs:
-            print(proc.stdout[-4000:], file=sys.stderr)
-            print(f"run_nki_library: pytest recorded no test (exit {proc.returncode})", file=sys.stderr)
+            print(output[-4000:], file=sys.stderr)
+            print("run_nki_library: pytest recorded no test", file=sys.stderr)
             return 1
         summary = classify(recs)
         rep = {"snapshot": snap, "snapshot_commit": snapshot_commit(snap, args.snapshot_commit),
                "platform": args.platform, "every": args.every, "limit": args.limit, "jobs": args.jobs,
                "command": "python tools/run_nki_library.py " + " ".join(argv),
-               "standins": used, "wall_s": wall, "pytest_exit": proc.returncode, "summary": summary,
-               "tail": proc.stdout.strip().splitlines()[-1:] if proc.stdout.strip() else []}
+               "standins": used, "wall_s": wall, "partial": partial, "summary": summary,
+               "tail": output.strip().splitlines()[-1:] if output.strip() else []}
         from trnsim.fileio import atomic_write, atomic_write_json
         os.makedirs(os.path.dirname(os.path.abspath(args.out)) or ".", exist_ok=True)
         atomic_write_json(args.out + ".json", rep, indent=1)

@@ -2,8 +2,9 @@
 
 A greedy generator written for trnsim's runner: each row takes, parameter by parameter, the value that covers the
 most not-yet-covered value pairs and that ``filter_func`` accepts for the partial row (as allpairspy calls it);
-rows are produced until a row covers no new pair.  Every pair the filter allows is covered, but the rows (and so
-the test ids) are not those the real package would produce.
+rows are produced until no row covers a new pair (a pair the greedy rows miss is then aimed at directly, with a
+bounded search).  The pairs the filter allows are covered (up to that bound), but the rows (and so the test ids)
+are not those the real package would produce.
 """
 
 from __future__ import annotations
@@ -23,8 +24,14 @@ class AllPairs:
             self._values = [list(v) for v in parameters]
             self._row = None
         self._filter = filter_func
+        self._budget = self.BUDGET
+
+    BUDGET = 2000          # filter calls per row search: a pair no row reaches within it counts as not allowed
 
     def _ok(self, row):
+        self._budget -= 1
+        if self._budget < 0:
+            return False
         try:
             return bool(self._filter(list(row)))
         except Exception:
@@ -43,11 +50,13 @@ class AllPairs:
         uncovered = {(i, a, j, b) for i, j in itertools.combinations(range(k), 2)
                      for a in range(len(vals[i])) for b in range(len(vals[j]))}
         while uncovered:
+            self._budget = self.BUDGET
             row = self._build(uncovered)
             gained = uncovered & self._pairs(row) if row is not None else set()
             if not gained:                  # greedy found nothing new: aim at one uncovered pair at a time
                 for pair in sorted(uncovered, key=repr):
                     i, a, j, b = pair
+                    self._budget = self.BUDGET
                     row = self._build(uncovered, forced={i: a, j: b})
                     if row is None:
                         uncovered.discard(pair)          # no row the filter accepts holds this pair
