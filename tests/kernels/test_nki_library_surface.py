@@ -446,3 +446,34 @@ def test_register_load_refuses_a_tile_of_many_elements():
 def test_nl_range_and_tensor_names():
     assert list(nl.range(2, 8, 3)) == [2, 5] and list(nl.range(3)) == [0, 1, 2]
     assert nl.tensor is nl.NkiTensor
+
+
+# -- indexing a [P] on-chip view with its unit free dimension ---------------------------------------------------
+def test_column_of_a_tile_indexed_again_with_its_unit_free_dim():
+    @nki.jit
+    def k(x):
+        t = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        col = t[:128, 5]                                  # an integer index drops the dimension: [128]
+        assert tuple(col.shape) == (128,)
+        c2 = col[:128, :1]                                # ... and the tile's unit free dim can be indexed again
+        assert tuple(c2.shape) == (128, 1) and tuple(col[0:64, 0].shape) == (64,)
+        out = nl.ndarray((128, 1), dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=c2)
+        return out
+    np.testing.assert_array_equal(k(A), A[:, 5:6])
+
+
+def test_extra_indices_still_refused_beyond_a_unit_dim_or_in_hbm():
+    from trnsim.memory import IndexOutOfBounds
+
+    @nki.jit
+    def k(x, which):
+        t = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)
+        if which == "range":
+            t[:128, 5][:128, 0:2]
+        else:
+            x[:, 5][:, :1]
+    for which in ("range", "hbm"):
+        with pytest.raises(IndexOutOfBounds, match="too many indices"):
+            k(A, which)

@@ -22,6 +22,13 @@ class ViewError(ValueError):
     """A view that cannot be formed over the tensor (bad reshape, permutation, broadcast...)."""
 
 
+def _unit_index(k):
+    """An index that selects the single element of a dimension of size 1: ``0``, ``:``, ``0:1``, ``:1``."""
+    if isinstance(k, slice):
+        return k.start in (None, 0) and k.stop in (None, 1) and k.step in (None, 1)
+    return isinstance(k, (int, np.integer)) and not isinstance(k, bool) and int(k) in (0, -1)
+
+
 class GatheredView:
     """What ``ap(vector_offset=...)`` gives when the indices are not evenly spaced: one view per index (each the
     pattern's inner entries, with a leading dimension of 1).  Not a strided view, so only ``dma_copy`` takes it
@@ -213,6 +220,13 @@ class Tensor:
             i = next(i for i, k in enumerate(key) if k is Ellipsis)
             key = key[:i] + (slice(None),) * (self.ndim - n_real) + key[i + 1:]
         if n_real > self.ndim:
+            extra = [k for k in key if k is not None and k is not Ellipsis][self.ndim:]
+            if self.on_chip and self.ndim >= 1 and all(_unit_index(k) for k in extra):
+                # an on-chip tile reduced to [P] by an integer index keeps its one-element free dimension:
+                # t[:n, i][:n, :1] or [:n, 0] (nki-library's kernels index it so) reads that element
+                unit = self._view(self.offset, list(self.shape) + [1] * len(extra),
+                                  list(self.strides) + [1] * len(extra))
+                return unit[key]
             raise IndexOutOfBounds(f"too many indices for tensor {self.name!r} of shape {list(self.shape)}: "
                                    f"{n_real} given")
         offset = self.offset
