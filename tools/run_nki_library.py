@@ -125,7 +125,8 @@ def classify(recs):
     collect_errors = []
     for r in recs:
         if r["when"] == "collect":
-            collect_errors.append(r)
+            if r["nodeid"] not in {c["nodeid"] for c in collect_errors}:     # each xdist worker reports it
+                collect_errors.append(r)
             continue
         cur = tests.get(r["nodeid"])
         if cur is None or r["outcome"] in ("failed", "error") or (cur["outcome"] == "passed"
