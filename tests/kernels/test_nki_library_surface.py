@@ -359,6 +359,31 @@ def test_ap_vector_offset_places_rows_at_the_indices():
         run([1, 12, 3])
 
 
+def test_ap_vector_offset_out_of_range_rows_skipped_with_oob_mode_skip():
+    cache = np.zeros((12, 4), dtype=np.float32)
+    new = A[:3, :4].copy()
+
+    @nki.jit
+    def k(cache, new, idx, skip):
+        ix = nl.ndarray((3, 1), dtype=nl.uint32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=ix, src=idx)
+        out = nl.ndarray(cache.shape, dtype=cache.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=cache)
+        kw = {"oob_mode": nisa.oob_mode.skip} if skip else {}
+        nisa.dma_copy(dst=out.ap(pattern=[[1, 3], [1, 4]], offset=0, vector_offset=ix, indirect_dim=0),
+                      src=new, **kw)
+        return out
+    for idx in ([2, 2**32 - 1, 7], [3, 4, 2**32 - 1], [8, 10, 12]):   # uint32 max: an invalid row (nki-library)
+        got = k(cache, new, np.array(idx, dtype=np.uint32).reshape(3, 1), True)
+        want = cache.copy()
+        for r, i in enumerate(idx):
+            if i < 12:
+                want[i] = new[r]
+        np.testing.assert_array_equal(got, want)
+        with pytest.raises(IndexError, match="vector_offset row"):
+            k(cache, new, np.array(idx, dtype=np.uint32).reshape(3, 1), False)
+
+
 # -- sendrecv between the programs of an LNC=2 launch ----------------------------------------------------------
 def test_sendrecv_swaps_tiles_between_the_two_programs():
     @nki.jit

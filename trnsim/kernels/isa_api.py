@@ -139,9 +139,15 @@ def dma_copy(dst, src, *args, name=None, **kwargs):
                 f"dma_copy: {what} must have {n} rows in its first dimension, one per vector_offset index, got "
                 f"{list(side.shape) if isinstance(side, Tensor) else type(side).__name__}", "dma_copy", what,
                 getattr(side, "shape", None), n, loc)
+    skip = getattr(kwargs.get("oob_mode"), "name", kwargs.get("oob_mode")) == "skip"
     for b in range(n):
         d = dst.rows[b] if isinstance(dst, GatheredView) else dst[b:b + 1]
         s_ = src.rows[b] if isinstance(src, GatheredView) else src[b:b + 1]
+        bad = d if isinstance(d, Exception) else s_ if isinstance(s_, Exception) else None
+        if bad is not None:
+            if skip:                     # oob_mode=skip: the DMA engine drops the out-of-range descriptor
+                continue
+            raise bad
         _isa.dma_copy(core, loc, d, s_, *args, **kwargs)
 
 

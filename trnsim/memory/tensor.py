@@ -488,16 +488,24 @@ class Tensor:
             shape.append(n)
         if scalar_offset is not None or vector_offset is not None:
             r = self._dynamic_offset(base, strides, shape, scalar_offset, vector_offset, indirect_dim)
+            if len(r) == 2 and vector_offset is not None:
+                v = self._view(r[0], shape, r[1], dt)
+                lo, hi = v.extent()
+                if v.size and (lo < 0 or hi > self.buf.nelem):       # some index out of range: per-row view
+                    r = self._dynamic_offset(base, strides, shape, None, vector_offset, indirect_dim, rows=True)
             if len(r) == 3:                                   # indices not evenly spaced: one row view per index
                 base, strides, offs = r
-                rows = [self._view(base + int(o), [1] + shape[1:], [0] + strides[1:], dt) for o in offs]
-                for row in rows:
+                rows = []
+                for o in offs:
+                    row = self._view(base + int(o), [1] + shape[1:], [0] + strides[1:], dt)
                     lo, hi = row.extent()
                     if row.size and (lo < 0 or hi > self.buf.nelem):
-                        raise IndexOutOfBounds(
+                        # kept as the error: dma_copy(oob_mode=skip) skips the row, any other use raises it
+                        row = IndexOutOfBounds(
                             f"ap(): vector_offset row at element {row.offset} with pattern {pattern} reaches "
                             f"elements [{lo}, {hi - 1}] of tensor `{self.name}`, whose buffer holds "
                             f"{self.buf.nelem} elements")
+                    rows.append(row)
                 return GatheredView(rows, shape, dt, self.name)
             base, strides = r
         v = self._view(base, shape, strides, dt)
@@ -508,7 +516,7 @@ class Tensor:
                 f"tensor `{self.name}`, whose buffer holds {self.buf.nelem} elements")
         return v
 
-    def _dynamic_offset(self, base, strides, shape, scalar_offset, vector_offset, indirect_dim):
+    def _dynamic_offset(self, base, strides, shape, scalar_offset, vector_offset, indirect_dim, rows=False):
         """Resolve ``ap(scalar_offset=, vector_offset=, indirect_dim=)``: the offset value(s), read from the tensor
         given (trnsim runs kernels eagerly, so the value the DMA engine would read is there), step along this
         tensor's dimension ``indirect_dim`` (``value * strides[indirect_dim]``).  A scalar offset (an int or a
@@ -549,7 +557,7 @@ class Tensor:
             raise ViewError(f"ap(): vector_offset has {v.size} indices but the pattern's first entry counts "
                             f"{shape[0] if shape else 0} steps")
         d = np.diff(v)
-        if d.size and not np.all(d == d[0]):
+        if rows or (d.size and not np.all(d == d[0])):
             return base, strides, v * step                    # a gather/scatter: one view per index
         strides[0] = (int(d[0]) if d.size else 0) * step
         return base + int(v[0]) * step, strides
