@@ -502,3 +502,24 @@ def test_extra_indices_still_refused_beyond_a_unit_dim_or_in_hbm():
     for which in ("range", "hbm"):
         with pytest.raises(IndexOutOfBounds, match="too many indices"):
             k(A, which)
+
+
+# -- vector engine reading a broadcast PSUM view --------------------------------------------------------------
+def test_broadcast_psum_operand_is_bounded_by_its_footprint():
+    @nki.jit
+    def k(x, wide):
+        p = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.psum)
+        nisa.memset(dst=p, value=0.5)
+        t = nl.ndarray((128, 6144), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=t, value=2.0)
+        if wide:                                   # 6144 distinct (bf16) PSUM elements per partition: refused
+            q = nl.ndarray((128, 6144), dtype=nl.bfloat16, buffer=nl.psum)
+            nisa.memset(dst=q[:, 0:2048], value=0.0)
+            nisa.tensor_tensor(dst=t, data1=t, data2=q, op=nl.subtract)
+        nisa.tensor_tensor(dst=t, data1=t, data2=p.broadcast(1, 6144), op=nl.subtract)   # 1 element, re-read
+        out = nl.ndarray((128, 6144), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+    assert (k(A, False) == 1.5).all()
+    with pytest.raises(NkiValidationError, match="exceeds maximum 4096 for PSUM"):
+        k(A, True)
