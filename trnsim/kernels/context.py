@@ -19,6 +19,8 @@ class KernelContext:
         self.core = cores[0]
         self.shared_outputs = []     # shared_hbm buffers in creation order, shared by all programs
         self._shared_index = 0
+        self.mailbox = {}            # nisa.sendrecv: (pipe, sender, receiver, n) -> src tensor, shared by all programs
+        self._sendrecv_seq = {}      # per program (rebound by each program's copy): (pipe, peer) -> messages sent
 
 
 _local = threading.local()

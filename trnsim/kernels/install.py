@@ -8,6 +8,8 @@ import sys
 _ALIASES = {"nki": "trnsim.kernels.nki", "nki.language": "trnsim.kernels.nki.language",
             "nki.isa": "trnsim.kernels.nki.isa", "nki.typing": "trnsim.kernels.nki.typing",
             "nki.collectives": "trnsim.kernels.nki.collectives", "nki.isa.constants": "trnsim.kernels.nki.isa_constants",
+            "nki.builtin": "trnsim.kernels.nki.builtin", "nki.compiler": "trnsim.kernels.nki.compiler",
+            "nki.language.dtypes": "trnsim.kernels.nki.dtypes", "nki.tensor": "trnsim.kernels.nki.tensor",
             "neuronxcc": "trnsim.kernels.neuronxcc", "neuronxcc.nki": "trnsim.kernels.neuronxcc.nki",
             "neuronxcc.nki.language": "trnsim.kernels.neuronxcc.nki.language",
             "neuronxcc.nki.isa": "trnsim.kernels.neuronxcc.nki.isa",
@@ -15,6 +17,8 @@ _ALIASES = {"nki": "trnsim.kernels.nki", "nki.language": "trnsim.kernels.nki.lan
             "neuronxcc.nki.compiler": "trnsim.kernels.neuronxcc.nki.compiler"}
 _SUBMODULES = {"nki": ("language", "isa", "typing"), "neuronxcc.nki": ("language", "isa", "typing", "compiler")}
 _SUBMODULES.update({"nki": _SUBMODULES["nki"] + ("collectives",), "nki.isa": ("constants",)})  # issue 16
+_SUBMODULES.update({"nki": _SUBMODULES["nki"] + ("builtin", "compiler", "tensor"),            # issue 13
+                    "nki.language": ("dtypes",)})
 
 
 def _is_real(name):
@@ -35,6 +39,12 @@ def install_nki():
             setattr(sys.modules[parent], sub, sys.modules[f"{parent}.{sub}"])
     sys.modules["neuronxcc"].nki = sys.modules["neuronxcc.nki"]
     return sys.modules["nki"]
+
+
+def simulator_aliases(package="nki_cpu_simulator"):
+    """Module names under ``package`` (``nki_cpu_simulator``) mapped to the ``nki.*`` aliases they stand for: the
+    ``nki_cpu_simulator`` package is this table applied to ``sys.modules`` after :func:`install_nki`."""
+    return {f"{package}.{alias}": alias for alias in _ALIASES if alias == "nki" or alias.startswith("nki.")}
 
 
 def uninstall_nki():

@@ -5,8 +5,12 @@ from __future__ import annotations
 import enum
 import functools
 
+import numpy as np
+
 from .. import isa as _isa
 from ..isa.errors import NkiValidationError, caller_location
+from ..memory import Tensor
+from ..memory.tensor import GatheredView
 from . import issue_cache as _ic
 from .context import _local
 from .context import current
@@ -59,9 +63,27 @@ class matmul_perf_mode(enum.Enum):
 
 
 class nc_version(enum.Enum):
+    """NeuronCore generations; ordered (``nisa.get_nc_version() >= nc_version.gen3``), as kernels compare them."""
     gen2 = 2
     gen3 = 3
     gen4 = 4
+
+    def _cmp(self, other, op):
+        if not isinstance(other, nc_version):
+            return NotImplemented
+        return op(self.value, other.value)
+
+    def __lt__(self, other):
+        return self._cmp(other, int.__lt__)
+
+    def __le__(self, other):
+        return self._cmp(other, int.__le__)
+
+    def __gt__(self, other):
+        return self._cmp(other, int.__gt__)
+
+    def __ge__(self, other):
+        return self._cmp(other, int.__ge__)
 
 
 class dma_engine(enum.Enum):
@@ -103,9 +125,177 @@ for _n, _f in _isa.INSTRUCTIONS.items():
     globals()[_n] = _wrap(_f)
 del _n, _f
 
+_plain_dma_copy = globals()["dma_copy"]
+
+
+def dma_copy(dst, src, *args, name=None, **kwargs):
+    """``nisa.dma_copy``; a side given as ``ap(vector_offset=...)`` with indices that are not evenly spaced (a
+    gather or scatter, :class:`GatheredView`) is copied one row per index, each row paired with the same row
+    (first-dimension step) of the other side."""
+    if not isinstance(dst, GatheredView) and not isinstance(src, GatheredView):
+        return _plain_dma_copy(dst, src, *args, **kwargs)
+    loc = caller_location()
+    core = current().core
+    g = dst if isinstance(dst, GatheredView) else src
+    n = len(g.rows)
+    for what, side in (("dst", dst), ("src", src)):
+        if isinstance(side, GatheredView):
+            if len(side.rows) != n:
+                raise NkiValidationError(f"dma_copy: dst and src gather {len(dst.rows)} and {len(src.rows)} rows",
+                                         "dma_copy", what, len(side.rows), n, loc)
+        elif not isinstance(side, Tensor) or not side.shape or side.shape[0] != n:
+            raise NkiValidationError(
+                f"dma_copy: {what} must have {n} rows in its first dimension, one per vector_offset index, got "
+                f"{list(side.shape) if isinstance(side, Tensor) else type(side).__name__}", "dma_copy", what,
+                getattr(side, "shape", None), n, loc)
+    skip = getattr(kwargs.get("oob_mode"), "name", kwargs.get("oob_mode")) == "skip"
+    for b in range(n):
+        d = dst.rows[b] if isinstance(dst, GatheredView) else dst[b:b + 1]
+        s_ = src.rows[b] if isinstance(src, GatheredView) else src[b:b + 1]
+        bad = d if isinstance(d, Exception) else s_ if isinstance(s_, Exception) else None
+        if bad is not None:
+            if skip:                     # oob_mode=skip: the DMA engine drops the out-of-range descriptor
+                continue
+            raise bad
+        _isa.dma_copy(core, loc, d, s_, *args, **kwargs)
+
+
+def core_barrier(data, cores, engine=None, name=None):
+    """``nisa.core_barrier(data, cores)``: every program (logical core) of ``cores`` waits here until all of them
+    arrive; ``data`` (the shared tensor being synchronised) counts as written by the barrier, so later accesses wait
+    for it and accesses on either side of it are ordered (no race).  ``cores`` is a core id or a sequence of ids,
+    each a program of this launch (``kernel[2]`` has cores 0 and 1); ``engine`` defaults to GpSimd."""
+    loc = caller_location()
+    ctx = current()
+    ids = (cores,) if isinstance(cores, (int, np.integer)) else cores
+    try:
+        ids = [int(c) for c in ids]
+    except (TypeError, ValueError):
+        raise NkiValidationError(f"core_barrier: cores={cores!r} is not a core id or a sequence of core ids",
+                                 "core_barrier", "cores", cores, None, loc) from None
+    nprog = len(ctx.cores)
+    bad = [c for c in ids if not 0 <= c < nprog]
+    if not ids or bad:
+        raise NkiValidationError(f"core_barrier: cores={list(ids)} must name programs of this launch, 0 to "
+                                 f"{nprog - 1} ({nprog} program(s))", "core_barrier", "cores", list(ids),
+                                 nprog - 1, loc)
+    if data is not None and not isinstance(data, Tensor):
+        raise NkiValidationError(f"core_barrier: data must be a tensor, got {type(data).__name__}",
+                                 "core_barrier", "data", type(data).__name__, None, loc)
+    eng = getattr(engine, "name", engine)
+    eng = eng if eng in ("tensor", "vector", "scalar", "gpsimd") else "gpsimd"   # default and unknown: GpSimd
+    ctx.core.barrier(ids, loc, data=data, engine=eng)
+
+
+def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=None, name=None):
+    """``nisa.sendrecv``: this program (logical core) sends ``src`` to program ``send_to_rank`` and receives into
+    ``dst`` what program ``recv_from_rank`` sends it on the same ``pipe_id``.  Modelled as a barrier of the programs
+    involved (both sides have posted their buffers), a DMA from the peer's ``src`` into ``dst``, and a second barrier
+    (the peer may not overwrite its ``src`` before it was read).  Shapes and dtypes of the pair must agree."""
+    loc = caller_location()
+    ctx = current()
+    nprog = len(ctx.cores)
+    me = ctx.core.core_id
+    for what, r in (("send_to_rank", send_to_rank), ("recv_from_rank", recv_from_rank)):
+        if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or not 0 <= int(r) < nprog or int(r) == me:
+            raise NkiValidationError(f"sendrecv: {what}={r!r} must be another program of this launch (0 to "
+                                     f"{nprog - 1}, not this program {me})", "sendrecv", what, r, nprog - 1, loc)
+    for what, t in (("src", src), ("dst", dst)):
+        if not isinstance(t, Tensor):
+            raise NkiValidationError(f"sendrecv: {what} must be a tensor, got {type(t).__name__}", "sendrecv",
+                                     what, type(t).__name__, None, loc)
+    to, frm = int(send_to_rank), int(recv_from_rank)
+    ctx._sendrecv_seq = dict(ctx._sendrecv_seq)          # this program's own counters
+    n_send = ctx._sendrecv_seq.get(("send", pipe_id, to), 0)
+    n_recv = ctx._sendrecv_seq.get(("recv", pipe_id, frm), 0)
+    ctx._sendrecv_seq[("send", pipe_id, to)] = n_send + 1
+    ctx._sendrecv_seq[("recv", pipe_id, frm)] = n_recv + 1
+    ctx.mailbox[(pipe_id, me, to, n_send)] = src
+    group = sorted({me, to, frm})
+    ctx.core.barrier(group, loc)
+    peer_src = ctx.mailbox.pop((pipe_id, frm, me, n_recv), None)
+    if peer_src is None:
+        raise NkiValidationError(f"sendrecv: program {frm} sent nothing to program {me} on pipe {pipe_id} "
+                                 f"(message {n_recv}): the two sides' send_to_rank / recv_from_rank do not pair",
+                                 "sendrecv", "recv_from_rank", frm, None, loc)
+    if tuple(peer_src.shape) != tuple(dst.shape) or peer_src.dtype != dst.dtype:
+        raise NkiValidationError(f"sendrecv: program {frm} sends {peer_src.dtype.name}{list(peer_src.shape)} but "
+                                 f"dst is {dst.dtype.name}{list(dst.shape)}", "sendrecv", "dst",
+                                 tuple(dst.shape), tuple(peer_src.shape), loc)
+    _isa.dma_copy(ctx.core, loc, dst, peer_src)
+    ctx.core.barrier(group, loc)
+
+
+class Register:
+    """A scalar register of the core (``nisa.register_alloc``): holds one integer, usable as a loop bound
+    (``nl.dynamic_range(0, reg)``), an ``ap(scalar_offset=reg)`` or wherever an int goes (``__index__``).
+    trnsim runs kernels eagerly, so the value is known when it is used; register moves are not timed."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value=0):
+        self.value = int(value)
+
+    def __index__(self):
+        return self.value
+
+    __int__ = __index__
+
+    def __repr__(self):
+        return f"Register({self.value})"
+
+
+def _int_value(x, what, loc):
+    if isinstance(x, Register):
+        return x.value
+    if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
+        raise NkiValidationError(f"{what} must be an int or a register, got {type(x).__name__}", what.split(":")[0],
+                                 what.split(": ")[-1], type(x).__name__, None, loc)
+    return int(x)
+
+
+def register_alloc(x=None):
+    """A new register, holding ``x`` (an int or another register's value) or 0."""
+    loc = caller_location()
+    return Register(0 if x is None else _int_value(x, "register_alloc: x", loc))
+
+
+def register_move(dst, src):
+    """``dst`` register takes ``src`` (an int or a register)."""
+    loc = caller_location()
+    if not isinstance(dst, Register):
+        raise NkiValidationError(f"register_move: dst must be a register, got {type(dst).__name__}",
+                                 "register_move", "dst", type(dst).__name__, None, loc)
+    dst.value = _int_value(src, "register_move: src", loc)
+
+
+def _one_element(t, what, loc):
+    if not isinstance(t, Tensor) or t.size != 1:
+        raise NkiValidationError(f"{what}: expected a one-element tensor, got "
+                                 f"{list(t.shape) if isinstance(t, Tensor) else type(t).__name__}",
+                                 what.split(":")[0], what.split(": ")[-1], getattr(t, "shape", None), 1, loc)
+
+
+def register_load(dst, src):
+    """``dst`` register takes the integer value of the one-element tensor ``src``."""
+    loc = caller_location()
+    if not isinstance(dst, Register):
+        raise NkiValidationError(f"register_load: dst must be a register, got {type(dst).__name__}",
+                                 "register_load", "dst", type(dst).__name__, None, loc)
+    _one_element(src, "register_load: src", loc)
+    if src.buf.data is None:
+        raise NotImplementedError("register_load: a shape-only run does not compute the tensor's value")
+    dst.value = int(np.asarray(src.np).reshape(-1)[0])
+
+
+def register_store(dst, src):
+    """The one-element tensor ``dst`` takes the register's (or int's) value."""
+    loc = caller_location()
+    _one_element(dst, "register_store: dst", loc)
+    _isa.memset(current().core, loc, dst, _int_value(src, "register_store: src", loc))
+
 
 install_unsupported(globals(), "nki.isa", tuple(n for n in (
     "nc_matmul_mx", "tensor_partition_reduce", "tensor_scalar_cumulative", "activate2", "local_gather",
     "nc_n_gather", "rng", "dropout", "set_rng_seed", "rand_set_state", "rand_get_state", "rand2",
-    "sequence_bounds", "core_barrier", "dma_compute", "quantize_mx", "sendrecv", "register_alloc", "register_move",
-    "register_load", "register_store", "nonzero_with_count", "topk") if n not in _isa.INSTRUCTIONS))
+    "sequence_bounds", "dma_compute", "quantize_mx", "nonzero_with_count", "topk") if n not in _isa.INSTRUCTIONS))

@@ -26,10 +26,20 @@ DType = str
 
 
 class MemoryRegion(enum.Enum):
+    """Where a tensor lives.  ``tensor.buffer`` (a view's memory kind, ``"sbuf"``, ``"psum"`` or ``"hbm"``)
+    compares equal to the region it was allocated in, so kernels can test ``x.buffer == nl.sbuf``; trnsim keeps
+    private and shared HBM in one memory, so an HBM tensor equals both ``nl.shared_hbm`` and ``nl.private_hbm``."""
     sbuf = "sbuf"
     psum = "psum"
     private_hbm = "private_hbm"
     shared_hbm = "shared_hbm"
+
+    def __eq__(self, other):
+        if isinstance(other, str):
+            return other == self.value or (other == "hbm" and self.value.endswith("_hbm"))
+        return self is other
+
+    __hash__ = enum.Enum.__hash__
 
 
 sbuf = MemoryRegion.sbuf
@@ -39,12 +49,61 @@ private_hbm = MemoryRegion.private_hbm
 shared_hbm = MemoryRegion.shared_hbm
 
 
-class NKIObject:
-    """Base of NKI's helper objects: keyword arguments become attributes."""
+def _object_fields(cls):
+    """The field names of an NKIObject subclass in declaration order: its dataclass fields when ``@dataclass``
+    processed it, else the annotated class attributes along the MRO (base classes first)."""
+    import dataclasses
+    if dataclasses.is_dataclass(cls):
+        return [f.name for f in dataclasses.fields(cls) if f.init]
+    names = []
+    for klass in reversed(cls.__mro__):
+        for n in klass.__dict__.get("__annotations__", {}):
+            if n not in names:
+                names.append(n)
+    return names
 
-    def __init__(self, **kwargs):
+
+class NKIObject:
+    """Base of NKI's helper objects (kernels subclass it for configuration records, often with ``@dataclass``).
+
+    Constructed with keyword arguments (any name, annotated or a plain class attribute) or positional ones (in
+    field order); fields not given keep the class default (a ``default_factory`` is called), or stay unset.  Each
+    subclass gets this constructor in its own namespace, so ``@dataclass`` (which does not replace an ``__init__``
+    the class defines) keeps it: a dataclass with no annotations, or one constructed with some fields left out,
+    works as it does under NKI."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "__init__" not in cls.__dict__:
+            cls.__init__ = NKIObject.__init__
+
+    def __init__(self, *args, **kwargs):
+        cls = type(self)
+        names = _object_fields(cls)
+        if len(args) > len(names):
+            raise TypeError(f"{cls.__name__}() takes {len(names)} positional field(s) ({', '.join(names)}), "
+                            f"got {len(args)}")
+        for n, v in zip(names, args):
+            if n in kwargs:
+                raise TypeError(f"{cls.__name__}() got field {n!r} both by position and by keyword")
+            kwargs[n] = v
+        import dataclasses
+        for n, f in (getattr(cls, "__dataclass_fields__", None) or {}).items():
+            if n not in kwargs and f.default_factory is not dataclasses.MISSING:
+                kwargs[n] = f.default_factory()
         for k, v in kwargs.items():
-            setattr(self, k, v)
+            object.__setattr__(self, k, v)
+        post = getattr(self, "__post_init__", None)
+        if post is not None:
+            post()
+
+
+class _SizeInt(int):
+    """An int that may also be called: ``nl.tile_size.total_available_sbuf_size`` is used as a value by kernels
+    (nki-library) and listed as a method in the API stubs, so both forms give the same number."""
+
+    def __call__(self):
+        return int(self)
 
 
 class _TileSize(NKIObject):
@@ -66,20 +125,26 @@ class _TileSize(NKIObject):
         except RuntimeError:
             return get_target()
 
+    @property
     def psum_num_banks(self):
-        return self._target().psum_banks
+        return _SizeInt(self._target().psum_banks)
 
+    @property
     def sbuf_size_bytes(self):
-        return self._target().sbuf_partition_bytes
+        return _SizeInt(self._target().sbuf_partition_bytes)
 
+    @property
     def sbuf_fmax(self):
-        return self._target().sbuf_partition_bytes // 4
+        return _SizeInt(self._target().sbuf_partition_bytes // 4)
 
+    @property
     def sbuf_fmax_bytes(self):
-        return self._target().sbuf_partition_bytes
+        return _SizeInt(self._target().sbuf_partition_bytes)
 
+    @property
     def total_available_sbuf_size(self):
-        return self._target().sbuf_partition_bytes
+        # bytes per partition; the compiler's reserved bytes are not published, so the whole partition (i13c note)
+        return _SizeInt(self._target().sbuf_partition_bytes)
 
 
 tile_size = _TileSize()
@@ -440,7 +505,59 @@ def device_print(print_prefix, tensor):
         print(print_prefix, tensor.np)
 
 
+def shared_constant(constant, name=""):
+    """``nl.shared_constant(constant)``: a read-only HBM tensor holding ``constant``, a NumPy array or the path of
+    a ``.npy`` file (loaded without pickle).  Its dtype is the array's."""
+    loc = caller_location()
+    from ..isa.errors import NkiValidationError
+    import os
+    if isinstance(constant, (str, os.PathLike)):
+        try:
+            arr = np.load(constant, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise NkiValidationError(f"shared_constant: cannot load {str(constant)!r} as a .npy array: {e}",
+                                     "shared_constant", "constant", str(constant), None, loc) from None
+    else:
+        arr = np.asarray(constant)
+    try:
+        dt = dtype_of(arr.dtype)
+    except (TypeError, ValueError, KeyError):
+        raise NkiValidationError(f"shared_constant: dtype {arr.dtype} of the constant is not an NKI dtype",
+                                 "shared_constant", "constant", str(arr.dtype), None, loc) from None
+    if arr.ndim == 0 or arr.size == 0:
+        raise NkiValidationError(f"shared_constant: the constant must have at least one element and one "
+                                 f"dimension, got shape {arr.shape}", "shared_constant", "constant", arr.shape,
+                                 None, loc)
+    core = current().core
+    src = arr.astype(np.float32) if dt.is_float and arr.dtype != np.float32 else arr
+    buf = core.wrap_input(src, arr.shape, dt, name=name or "shared_constant")
+    return NkiTensor.whole(buf, name or "shared_constant")
+
+
+def shared_identity_matrix(n, dtype=uint8, dst=None):
+    """``nl.shared_identity_matrix(n, dtype)``: an ``[n, n]`` identity matrix in SBUF (the identity kernels give
+    ``nc_matmul`` to transpose), DMA-copied from a shared HBM constant into ``dst`` or a new SBUF tensor."""
+    loc = caller_location()
+    from ..isa.errors import NkiValidationError
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= int(n) <= current().core.target.pmax:
+        raise NkiValidationError(f"shared_identity_matrix: n={n!r} must be an int from 1 to "
+                                 f"{current().core.target.pmax} (the partitions of SBUF)",
+                                 "shared_identity_matrix", "n", n, current().core.target.pmax, loc)
+    n = int(n)
+    dt = dtype_of(dtype)
+    core = current().core
+    buf = core.wrap_input(np.eye(n, dtype=np.float32 if dt.is_float else dt.storage), (n, n), dt,
+                          name="shared_identity")
+    src = NkiTensor.whole(buf, "shared_identity")
+    if dst is None:
+        dst = ndarray((n, n), dt, buffer=sbuf, name="identity")
+    elif tuple(dst.shape) != (n, n):
+        raise NkiValidationError(f"shared_identity_matrix: dst has shape {tuple(dst.shape)}, expected ({n}, {n})",
+                                 "shared_identity_matrix", "dst", tuple(dst.shape), (n, n), loc)
+    _isa.dma_copy(core, loc, dst, src)
+    return dst
+
+
 install_unsupported(globals(), "nki.language", (
-    "rms_norm", "all", "dropout", "random_seed", "load_transpose2d", "gather_flattened", "while_loop",
-    "shared_constant", "shared_identity_matrix", "rand"))
+    "rms_norm", "all", "dropout", "random_seed", "load_transpose2d", "gather_flattened", "while_loop", "rand"))
 del _n

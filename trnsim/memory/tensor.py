@@ -15,11 +15,42 @@ import numpy as np
 from .dtypes import DType, dtype_of
 from .space import ON_CHIP, Buffer
 
-__all__ = ["Tensor", "DynSlice", "ViewError", "IndexOutOfBounds"]
+__all__ = ["Tensor", "DynSlice", "ViewError", "IndexOutOfBounds", "GatheredView"]
 
 
 class ViewError(ValueError):
     """A view that cannot be formed over the tensor (bad reshape, permutation, broadcast...)."""
+
+
+def _unit_index(k):
+    """An index that selects the single element of a dimension of size 1: ``0``, ``:``, ``0:1``, ``:1``."""
+    if isinstance(k, slice):
+        return k.start in (None, 0) and k.stop in (None, 1) and k.step in (None, 1)
+    return isinstance(k, (int, np.integer)) and not isinstance(k, bool) and int(k) in (0, -1)
+
+
+class GatheredView:
+    """What ``ap(vector_offset=...)`` gives when the indices are not evenly spaced: one view per index (each the
+    pattern's inner entries, with a leading dimension of 1).  Not a strided view, so only ``dma_copy`` takes it
+    (the front end issues one DMA per row: a descriptor per index, as the DMA engine's indirect mode)."""
+
+    __slots__ = ("rows", "shape", "dtype", "name")
+
+    def __init__(self, rows, shape, dtype, name=""):
+        self.rows = rows
+        self.shape = tuple(shape)
+        self.dtype = dtype
+        self.name = name
+
+    @property
+    def size(self):
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def __repr__(self):
+        return f"GatheredView({self.name!r}, shape={list(self.shape)}, rows={len(self.rows)})"
 
 
 class IndexOutOfBounds(IndexError):
@@ -189,6 +220,13 @@ class Tensor:
             i = next(i for i, k in enumerate(key) if k is Ellipsis)
             key = key[:i] + (slice(None),) * (self.ndim - n_real) + key[i + 1:]
         if n_real > self.ndim:
+            extra = [k for k in key if k is not None and k is not Ellipsis][self.ndim:]
+            if self.on_chip and self.ndim >= 1 and all(_unit_index(k) for k in extra):
+                # an on-chip tile reduced to [P] by an integer index keeps its one-element free dimension:
+                # t[:n, i][:n, :1] or [:n, 0] (nki-library's kernels index it so) reads that element
+                unit = self._view(self.offset, list(self.shape) + [1] * len(extra),
+                                  list(self.strides) + [1] * len(extra))
+                return unit[key]
             raise IndexOutOfBounds(f"too many indices for tensor {self.name!r} of shape {list(self.shape)}: "
                                    f"{n_real} given")
         offset = self.offset
@@ -436,8 +474,6 @@ class Tensor:
     def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None):
         """A view given by an explicit access pattern ``[[stride, count], ...]`` (outermost first) and an
         element offset from the start of this tensor."""
-        if scalar_offset is not None or vector_offset is not None:
-            raise NotImplementedError("ap(): dynamic scalar_offset/vector_offset are not supported by trnsim yet")
         dt = self.dtype if dtype is None else dtype_of(dtype)
         base = self.offset + (0 if offset is None else int(offset))
         shape = []
@@ -450,6 +486,28 @@ class Tensor:
                 raise ViewError(f"ap(): negative count {n} in pattern {pattern}")
             strides.append(st)
             shape.append(n)
+        if scalar_offset is not None or vector_offset is not None:
+            r = self._dynamic_offset(base, strides, shape, scalar_offset, vector_offset, indirect_dim)
+            if len(r) == 2 and vector_offset is not None:
+                v = self._view(r[0], shape, r[1], dt)
+                lo, hi = v.extent()
+                if v.size and (lo < 0 or hi > self.buf.nelem):       # some index out of range: per-row view
+                    r = self._dynamic_offset(base, strides, shape, None, vector_offset, indirect_dim, rows=True)
+            if len(r) == 3:                                   # indices not evenly spaced: one row view per index
+                base, strides, offs = r
+                rows = []
+                for o in offs:
+                    row = self._view(base + int(o), [1] + shape[1:], [0] + strides[1:], dt)
+                    lo, hi = row.extent()
+                    if row.size and (lo < 0 or hi > self.buf.nelem):
+                        # kept as the error: dma_copy(oob_mode=skip) skips the row, any other use raises it
+                        row = IndexOutOfBounds(
+                            f"ap(): vector_offset row at element {row.offset} with pattern {pattern} reaches "
+                            f"elements [{lo}, {hi - 1}] of tensor `{self.name}`, whose buffer holds "
+                            f"{self.buf.nelem} elements")
+                    rows.append(row)
+                return GatheredView(rows, shape, dt, self.name)
+            base, strides = r
         v = self._view(base, shape, strides, dt)
         lo, hi = v.extent()
         if v.size and (lo < 0 or hi > self.buf.nelem):
@@ -457,6 +515,52 @@ class Tensor:
                 f"ap(): access pattern {pattern} with offset {base} reaches elements [{lo}, {hi - 1}] of "
                 f"tensor `{self.name}`, whose buffer holds {self.buf.nelem} elements")
         return v
+
+    def _dynamic_offset(self, base, strides, shape, scalar_offset, vector_offset, indirect_dim, rows=False):
+        """Resolve ``ap(scalar_offset=, vector_offset=, indirect_dim=)``: the offset value(s), read from the tensor
+        given (trnsim runs kernels eagerly, so the value the DMA engine would read is there), step along this
+        tensor's dimension ``indirect_dim`` (``value * strides[indirect_dim]``).  A scalar offset (an int or a
+        one-element tensor) moves the whole pattern; a vector offset gives the position of each step of the
+        pattern's first entry, which must be evenly spaced to be a view (an arbitrary gather/scatter is refused).
+        The read of the offset tensor is not recorded as a dependency of the instruction (a timing simplification)."""
+        if scalar_offset is not None and vector_offset is not None:
+            raise ViewError("ap(): give scalar_offset or vector_offset, not both")
+        nd = len(self.shape)
+        if not isinstance(indirect_dim, (int, np.integer)) or not -nd <= int(indirect_dim) < nd:
+            raise ViewError(f"ap(): indirect_dim={indirect_dim!r} is not a dimension of the {nd}-D tensor "
+                            f"`{self.name}` (shape {tuple(self.shape)})")
+        step = self.strides[int(indirect_dim)]
+
+        def values(t, what):
+            if isinstance(t, (int, np.integer)) and not isinstance(t, bool):
+                return np.array([int(t)])
+            if hasattr(t, "__index__") and not isinstance(t, (bool, Tensor)):      # a register (nisa.register_*)
+                return np.array([t.__index__()])
+            if not isinstance(t, Tensor):
+                raise ViewError(f"ap(): {what} must be an int or a tensor of integers, got {type(t).__name__}")
+            if t.buf.data is None:
+                raise NotImplementedError(f"ap(): {what} needs the value of tensor `{t.name}`, which a shape-only "
+                                          "run does not compute")
+            if not (t.dtype.name.startswith(("int", "uint"))
+                    or t.dtype.is_float and np.all(np.asarray(t.np) == np.round(np.asarray(t.np)))):
+                raise ViewError(f"ap(): {what} tensor `{t.name}` must hold integers (dtype {t.dtype.name})")
+            return np.asarray(t.np).astype(np.int64).reshape(-1)
+
+        strides = list(strides)
+        if scalar_offset is not None:
+            v = values(scalar_offset, "scalar_offset")
+            if v.size != 1:
+                raise ViewError(f"ap(): scalar_offset must be one value, got a tensor of {v.size} elements")
+            return base + int(v[0]) * step, strides
+        v = values(vector_offset, "vector_offset")
+        if not shape or v.size != shape[0]:
+            raise ViewError(f"ap(): vector_offset has {v.size} indices but the pattern's first entry counts "
+                            f"{shape[0] if shape else 0} steps")
+        d = np.diff(v)
+        if rows or (d.size and not np.all(d == d[0])):
+            return base, strides, v * step                    # a gather/scatter: one view per index
+        strides[0] = (int(d[0]) if d.size else 0) * step
+        return base + int(v[0]) * step, strides
 
     def view(self, dtype):
         """Reinterpret the same bytes as another dtype of the same size."""

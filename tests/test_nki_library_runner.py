@@ -1,0 +1,154 @@
+"""tools/run_nki_library.py: the classification of nki-library's results, the harness stand-ins, and a small slice
+of nki-library's own suite run through the runner when the snapshot is on this machine (``NKI_LIBRARY_PATH``,
+default /work/ext/nki-library; skipped otherwise, as in CI)."""
+
+import importlib.util
+import itertools
+import json
+import os
+import sys
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SNAPSHOT = os.environ.get("NKI_LIBRARY_PATH", "/work/ext/nki-library")
+
+
+def _load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+runner = _load("run_nki_library", REPO / "tools" / "run_nki_library.py")
+STANDINS = REPO / "tests" / "support" / "nki_library" / "standins"
+ndt = _load("standin_neuron_dtypes", STANDINS / "neuron_dtypes" / "__init__.py")
+pairs = _load("standin_allpairspy", STANDINS / "allpairspy" / "__init__.py")
+
+F = "integration/nkilib/core/{}/test_x.py::T::test[{}]"
+
+
+def rec(fam, i, outcome, **kw):
+    return {"nodeid": F.format(fam, i), "when": "call", "outcome": outcome, **kw}
+
+
+def test_classify_counts_mismatches_failures_outside_and_negatives():
+    recs = [
+        rec("mlp", 0, "passed"), rec("mlp", 1, "passed"),
+        rec("mlp", 2, "failed", chain=["ValidationException", "AssertionError"], type="AssertionError",
+            message="Validation failed for ['out']"),
+        rec("qkv", 0, "failed", chain=["InferenceException", "NkiValidationError"], type="NkiValidationError",
+            message="tensor_tensor: shape 128 exceeds 64 [/x/kernel.py:12]", trnsim_frame="isa/vector.py:3 f"),
+        rec("qkv", 1, "failed", chain=["InferenceException", "NkiValidationError"], type="NkiValidationError",
+            message="tensor_tensor: shape 256 exceeds 64 [/y/kernel.py:99]", trnsim_frame="isa/vector.py:3 f"),
+        rec("qkv", 2, "failed", chain=["KeyError"], type="KeyError", message="'mask_out_hbm'"),
+        rec("qkv", 3, "failed", chain=["InferenceException", "AttributeError"], type="AttributeError",
+            message="'PerRankLazyInputGenerator' object has no attribute 'items'"),
+        rec("qkv", 4, "failed", chain=["ValidationException", "RuntimeError"], type="RuntimeError",
+            message="The size of tensor a (4) must match"),
+        rec("topk", 0, "passed", negative=True),
+        rec("topk", 1, "failed", negative=True, chain=["AssertionError"], type="AssertionError",
+            message="Test case was expected to fail, but it hasn't!"),
+        rec("topk", 2, "skipped", message="Skipped: Skipping slow simulation test"),
+        {"nodeid": "integration/nkilib/core/mlp/test_bad.py", "when": "collect", "outcome": "error",
+         "message": "IndentationError: unexpected indent"},
+    ]
+    s = runner.classify(recs)
+    assert (s["runnable"], s["passed"], s["mismatches"], s["failed"]) == (5, 2, 1, 2)
+    assert (s["negative"], s["negative_passed"], s["skipped"], s["not_simulated"]) == (2, 1, 1, 3)
+    assert s["mismatch_tests"] == [F.format("mlp", 2)]
+    # the two refusals differ only in numbers and paths: one cause, counted twice, ranked first
+    top = s["causes"][0]
+    assert top["count"] == 2 and top["cause"].startswith("NkiValidationError: tensor_tensor: shape N exceeds N")
+    assert s["causes"][1]["cause"].startswith("numeric mismatch")
+    assert s["families"]["core/mlp"] == {"runnable": 3, "passed": 2, "mismatch": 1}
+    assert len(s["collect_errors"]) == 1
+    whys = " ".join(c["cause"] for c in s["not_simulated_causes"])
+    assert "per-rank" in whys and "golden reference" in whys and "before its kernel ran" in whys
+    md = runner.render_md({"snapshot": "/s", "snapshot_commit": "abc1234", "platform": "trn2", "every": 10,
+                           "limit": 0, "jobs": 2, "command": "python tools/run_nki_library.py", "standins": [],
+                           "wall_s": 1.0, "summary": s})
+    assert "abc1234" in md and "| runnable positive tests" in md and "| core/mlp | 3 | 2 | 1 | 0 |" in md
+
+
+def test_runner_refuses_a_path_that_is_not_a_snapshot(tmp_path, capsys):
+    assert runner.main(["--snapshot", str(tmp_path), "--out", str(tmp_path / "r")]) == 2
+    assert "not an nki-library checkout" in capsys.readouterr().err
+    assert not (tmp_path / "r.md").exists()
+
+
+def test_standin_static_cast_rounds_as_ml_dtypes():
+    x = np.random.default_rng(0).normal(size=(64, 16)).astype(np.float32) * 10
+    for dt in ("bfloat16", "float8_e4m3fn", ml_dtypes.float8_e5m2):
+        got = ndt.static_cast(x, dt)
+        assert got.dtype == np.dtype(dt)
+        np.testing.assert_array_equal(got.astype(np.float32), x.astype(dt).astype(np.float32))
+    np.testing.assert_array_equal(ndt.static_cast(np.array([1.4, 2.5, -3.6]), np.int32), [1, 2, -4])
+    assert ndt.is_float_type(ml_dtypes.bfloat16) and ndt.is_float_type(np.float16)
+    assert not ndt.is_float_type(np.int8) and not ndt.is_float_type(np.bool_)
+    assert ndt.sizeinbytes(np.float32) == 4 and ndt.sizeinbytes(ndt.float8_e4m3fn_x4) == 4
+
+
+def test_standin_x4_cast_packs_four_values():
+    from trnsim.memory.dtypes import dtype_of, unpack_x4
+    v = np.array([[0.5, -1.0, 2.0, 448.0, 0.0, 1.5, -2.5, 3.0]], dtype=np.float32)
+    packed = ndt.static_cast(v, ndt.float8_e4m3fn_x4)
+    assert packed.shape == (1, 2)
+    np.testing.assert_array_equal(unpack_x4(dtype_of("float8_e4m3fn_x4"), packed).reshape(1, 8), v)
+    with pytest.raises(ValueError, match="multiple of 4"):
+        ndt.static_cast(v[:, :6], ndt.float8_e4m3fn_x4)
+
+
+def test_standin_allpairs_covers_every_allowed_pair():
+    params = [[1, 2, 3], ["a", "b"], [True, False], [0.5, 1.5]]
+
+    def ok(row):                      # called with partial rows, as allpairspy does
+        return not (len(row) > 1 and row[0] == 3 and row[1] == "b")
+    rows = list(pairs.AllPairs(params, filter_func=ok))
+    assert all(ok(r) for r in rows)
+    covered = {(i, r[i], j, r[j]) for r in rows for i, j in itertools.combinations(range(4), 2)}
+    for i, j in itertools.combinations(range(4), 2):
+        for a in params[i]:
+            for b in params[j]:
+                if ok([a, b]) if (i, j) == (0, 1) else True:
+                    assert (i, a, j, b) in covered, (i, a, j, b)
+    assert len(rows) < 3 * 2 * 2 * 2                  # fewer than the full product
+
+
+@pytest.mark.slow        # ~15 s quiet (one test of nki-library: its harness imports torch), more under load
+@pytest.mark.skipif(not os.path.isfile(os.path.join(SNAPSHOT, "test", "conftest.py")),
+                    reason="AWS nki-library snapshot not present (set NKI_LIBRARY_PATH)")
+def test_a_slice_of_nki_library_passes_through_the_runner(tmp_path):
+    out = tmp_path / "nki-library"
+    code = runner.main(["--snapshot", SNAPSHOT, "--limit", "1", "--out", str(out), "--snapshot-commit", "test",
+                        "test/integration/nkilib/core/cumsum"])
+    assert code == 0
+    rep = json.loads(out.with_suffix(".json").read_text())
+    s = rep["summary"]
+    assert s["tests"] == 1 and s["runnable"] + s["negative"] + s["skipped"] == 1
+    assert s["runnable"] >= 1 and s["passed"] == s["runnable"] and s["mismatches"] == 0, s["causes"]
+    assert "core/cumsum" in s["families"]
+    assert "commit `test`" in out.with_suffix(".md").read_text()
+
+
+def test_report_from_recorded_results(tmp_path):
+    snap = tmp_path / "snap"
+    (snap / "test").mkdir(parents=True)
+    (snap / "test" / "conftest.py").write_text("")
+    res = tmp_path / "results.jsonl"
+    res.write_text("\n".join(json.dumps(r) for r in [
+        rec("cumsum", 0, "passed"),
+        rec("cumsum", 1, "failed", chain=["InferenceException", "NotImplementedError"], type="NotImplementedError",
+            message="nki.isa.rng is not supported by trnsim yet", trnsim_frame="kernels/stubs.py:13 fn")]) + "\n")
+    out = tmp_path / "rep"
+    assert runner.main(["--snapshot", str(snap), "--results", str(res), "--out", str(out),
+                        "--snapshot-commit", "c0ffee1"]) == 0
+    rep = json.loads(out.with_suffix(".json").read_text())
+    assert rep["summary"]["runnable"] == 2 and rep["summary"]["passed"] == 1
+    md = out.with_suffix(".md").read_text()
+    assert "`c0ffee1`" in md and "nki.isa.rng is not supported" in md and "50.0%" in md
+    assert runner.main(["--snapshot", str(snap), "--results", str(tmp_path / "none"), "--out", str(out)]) == 2

@@ -1,0 +1,380 @@
+#!/usr/bin/env python3
+"""Run AWS nki-library's own pytest suite in simulation mode against trnsim, and write a ranked report.
+
+    python tools/run_nki_library.py --snapshot /path/to/nki-library -j 2 --every 10
+
+The snapshot is used read-only: pytest runs from a temporary directory with the snapshot's ``src`` and root on
+``PYTHONPATH``, no cache and no bytecode written.  ``--test-mode simulation`` makes the harness import
+``nki_cpu_simulator`` (shipped with trnsim, an alias of trnsim's ``nki``).  Harness imports that need AWS
+infrastructure or are display-only (``aws_embedded_metrics``, ``fabric2``, ``paramiko``, ``neuron_dtypes``,
+``pytest_html``, ``plotext``, ``allpairspy``) come from ``tests/support/nki_library/standins`` when they are not
+installed (see the README there).  Results are recorded by ``tests/support/nki_library/trnsim_nkilib_plugin.py``.
+
+Outputs ``<out>.json`` and ``<out>.md`` (default ``conformance/reports/nki-library``): passed / runnable positive
+tests, numeric mismatches, per kernel family, failures ranked by cause with counts, negative tests, skips.
+Exit status 0 when the run completed (whatever the pass rate), 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+SUPPORT = os.path.join(REPO, "tests", "support", "nki_library")
+STANDINS = os.path.join(SUPPORT, "standins")
+DEFAULT_SNAPSHOT = os.environ.get("NKI_LIBRARY_PATH", "/work/ext/nki-library")
+DEFAULT_OUT = os.path.join(REPO, "conformance", "reports", "nki-library")
+
+
+def snapshot_commit(path, given):
+    if given:
+        return given
+    if os.path.isdir(os.path.join(path, ".git")):
+        try:
+            return subprocess.run(["git", "-C", path, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                  text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            pass
+    return os.environ.get("NKI_LIBRARY_COMMIT", "unknown")
+
+
+def standin_path(tmp):
+    """A directory holding links to the stand-ins of the modules that are not installed (installed ones win)."""
+    import importlib.util
+    d = os.path.join(tmp, "standins")
+    os.makedirs(d)
+    used = []
+    for name in sorted(os.listdir(STANDINS)):
+        if name.startswith((".", "_")):
+            continue
+        if importlib.util.find_spec(name) is None:
+            os.symlink(os.path.join(STANDINS, name), os.path.join(d, name))
+            used.append(name)
+    return d, used
+
+
+def family(nodeid):
+    parts = nodeid.split("::")[0].split("/")
+    try:
+        i = parts.index("nkilib")
+    except ValueError:
+        return parts[0] if parts else "?"
+    rest = parts[i + 1:-1]
+    return "/".join(rest[:2]) if rest else parts[-1]
+
+
+_NUM = re.compile(r"(?<![A-Za-z_])[-+]?\d+(\.\d+)?(e[-+]?\d+)?")
+_PATH = re.compile(r"/[\w./-]+/([\w.-]+\.py)")
+
+
+def cause_key(rec):
+    msg = (rec.get("message") or "").strip().splitlines()
+    first = msg[0] if msg else ""
+    first = _PATH.sub(r"\1", first)
+    first = _NUM.sub("N", first)
+    first = re.sub(r"'[^']{25,}'", "'...'", first)
+    return f"{rec.get('type', '?')}: {first[:160]}"
+
+
+# Failures of the snapshot's harness in simulation mode itself (not of the simulator), by a pattern of the message.
+HARNESS_LIMITS = (
+    ("PerRankLazyInputGenerator", "the harness's simulation path takes one input dict; per-rank (collective) "
+                                  "inputs are not simulated (test/utils/simulation_setup.py)"),
+    ("nki.compiler.frontend", "the test is marked trace-only/compile-only: it needs the Neuron compiler's tracer"),
+    ("nki.compiler.backends", "the test is marked trace-only/compile-only: it needs the Neuron compiler"),
+    ("nki.compiler.ncc_driver", "the test is marked trace-only/compile-only: it needs the Neuron compiler"),
+)
+
+
+def is_mismatch(r):
+    """The harness's output validator compared the kernel's outputs with the goldens and they differ."""
+    return "ValidationException" in r.get("chain", []) and r.get("type") == "AssertionError"
+
+
+def not_simulated(r):
+    """Why a failed positive test never put the simulator to the test (None if it did): a known harness
+    limitation, or an error raised by the snapshot's test code or golden reference with no trnsim frame and no
+    ``nki`` name in it (a test that breaks before the kernel runs, or whose torch reference fails)."""
+    msg = r.get("message") or ""
+    for pat, why in HARNESS_LIMITS:
+        if pat in msg:
+            return why
+    chain = r.get("chain", [])
+    if r.get("trnsim_frame") or "nki" in msg.lower() or "trnsim" in msg.lower():
+        return None
+    if "InferenceException" not in chain and not is_mismatch(r):
+        if "ValidationException" in chain:
+            return "the test's golden reference failed (outside the simulator)"
+        return "the test failed before its kernel ran (snapshot test code)"
+    return None
+
+
+def classify(recs):
+    """Per-test records (last phase wins for failures) -> summary dict."""
+    tests = {}
+    collect_errors = []
+    for r in recs:
+        if r["when"] == "collect":
+            if r["nodeid"] not in {c["nodeid"] for c in collect_errors}:     # each xdist worker reports it
+                collect_errors.append(r)
+            continue
+        cur = tests.get(r["nodeid"])
+        if cur is None or r["outcome"] in ("failed", "error") or (cur["outcome"] == "passed"
+                                                                  and r["outcome"] == "skipped"):
+            if cur is not None and cur["outcome"] == "failed" and r["outcome"] != "failed":
+                continue
+            tests[r["nodeid"]] = r
+    fam = collections.defaultdict(lambda: collections.Counter())
+    causes = collections.defaultdict(list)
+    outside = collections.defaultdict(list)
+    neg_causes = collections.defaultdict(list)
+    skips = collections.Counter()
+    mismatches = []
+    for nid, r in sorted(tests.items()):
+        f = family(nid)
+        neg = bool(r.get("negative"))
+        if r["outcome"] == "skipped":
+            fam[f]["skipped"] += 1
+            skips[_NUM.sub("N", (r.get("message") or "").split("\n")[0])[:120]] += 1
+            continue
+        if neg:
+            fam[f]["negative"] += 1
+            if r["outcome"] == "passed":
+                fam[f]["negative_passed"] += 1
+            else:
+                neg_causes[cause_key(r)].append(nid)
+            continue
+        if r["outcome"] != "passed":
+            why = not_simulated(r)
+            if why:
+                fam[f]["not_simulated"] += 1
+                outside[why + " -- " + cause_key(r)].append(nid)
+                continue
+        fam[f]["runnable"] += 1
+        if r["outcome"] == "passed":
+            fam[f]["passed"] += 1
+        elif is_mismatch(r):
+            fam[f]["mismatch"] += 1
+            mismatches.append(nid)
+            causes["numeric mismatch: " + cause_key(r)].append(nid)
+        else:
+            fam[f]["failed"] += 1
+            causes[cause_key(r)].append(nid)
+    tot = collections.Counter()
+    for c in fam.values():
+        tot.update(c)
+    frames = {}
+    for r in tests.values():
+        k = cause_key(r)
+        if k not in frames and (r.get("trnsim_frame") or r.get("kernel_frame")):
+            frames[k] = {"trnsim": r.get("trnsim_frame"), "kernel": r.get("kernel_frame")}
+    ranked = sorted(causes.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    return {
+        "tests": len(tests), "runnable": tot["runnable"], "passed": tot["passed"], "mismatches": tot["mismatch"],
+        "failed": tot["failed"], "skipped": tot["skipped"], "negative": tot["negative"],
+        "negative_passed": tot["negative_passed"],
+        "families": {f: dict(c) for f, c in sorted(fam.items())},
+        "causes": [{"cause": k, "count": len(v), "examples": v[:3],
+                    "where": frames.get(k.removeprefix("numeric mismatch: "))} for k, v in ranked],
+        "not_simulated": tot["not_simulated"],
+        "not_simulated_causes": [{"cause": k, "count": len(v), "examples": v[:3]}
+                                 for k, v in sorted(outside.items(), key=lambda kv: -len(kv[1]))],
+        "negative_failures": [{"cause": k, "count": len(v), "examples": v[:3]}
+                              for k, v in sorted(neg_causes.items(), key=lambda kv: -len(kv[1]))],
+        "mismatch_tests": mismatches,
+        "skips": [{"reason": k, "count": n} for k, n in skips.most_common()],
+        "collect_errors": [{"file": r["nodeid"], "message": r.get("message", "")} for r in collect_errors],
+    }
+
+
+def _pct(a, b):
+    return f"{100.0 * a / b:.1f}%" if b else "n/a"
+
+
+def render_md(rep):
+    s = rep["summary"]
+    out = [f"# nki-library in simulation mode against trnsim",
+           "",
+           f"Snapshot: aws-neuron/nki-library at commit `{rep['snapshot_commit']}` (Apache-2.0), run from "
+           f"`{rep['snapshot']}` with `--test-mode simulation --platform-target {rep['platform']}`.",
+           f"Command: `{rep['command']}`",
+           f"Selection: every {rep['every']}th collected test" + (f", at most {rep['limit']}" if rep['limit'] else "")
+           + f" ({s['tests']} tests); {rep['jobs']} worker(s); {rep['wall_s']:.0f} s wall."
+           + (" **Partial run**: stopped at the time budget; only the tests that finished are counted."
+              if rep.get("partial") else ""),
+           f"Stand-ins used (not installed here): {', '.join(rep['standins']) or 'none'} "
+           f"(tests/support/nki_library/standins).",
+           "",
+           "## Figures",
+           "",
+           "| | count |",
+           "|---|---|",
+           f"| runnable positive tests (collected, not skipped, not negative) | {s['runnable']} |",
+           f"| passed (outputs equal to their goldens within the harness tolerances) | {s['passed']} "
+           f"({_pct(s['passed'], s['runnable'])}) |",
+           f"| numeric mismatches | {s['mismatches']} |",
+           f"| other failures (refusals, missing APIs, errors) | {s['failed']} |",
+           f"| negative tests (kernel must refuse) passed / run | {s['negative_passed']} / {s['negative']} |",
+           f"| failed outside the simulator (harness limits, snapshot test errors; listed below) | "
+           f"{s['not_simulated']} |",
+           f"| skipped by the harness | {s['skipped']} |",
+           f"| test files that failed to import | {len(s['collect_errors'])} |",
+           "",
+           "## Per kernel family",
+           "",
+           "| family | runnable | passed | mismatches | failed | negative passed/run | outside | skipped |",
+           "|---|---|---|---|---|---|---|---|"]
+    for f, c in s["families"].items():
+        out.append(f"| {f} | {c.get('runnable', 0)} | {c.get('passed', 0)} | {c.get('mismatch', 0)} | "
+                   f"{c.get('failed', 0)} | {c.get('negative_passed', 0)}/{c.get('negative', 0)} | "
+                   f"{c.get('not_simulated', 0)} | {c.get('skipped', 0)} |")
+    out += ["", "## Failures of positive tests, ranked by cause", ""]
+    if not s["causes"]:
+        out.append("None.")
+    for i, c in enumerate(s["causes"], 1):
+        where = c.get("where") or {}
+        loc = "; ".join(f"{k}: `{v}`" for k, v in where.items() if v)
+        note = rep.get("notes", {}).get(c["cause"])
+        out.append(f"{i}. **{c['count']}** x `{c['cause']}`" + (f" ({loc})" if loc else "")
+                   + (f"  \n   {note}" if note else "") + f"  \n   e.g. `{c['examples'][0]}`")
+    if s["not_simulated_causes"]:
+        out += ["", "## Positive tests that failed outside the simulator (not counted as runnable)", ""]
+        for c in s["not_simulated_causes"]:
+            out.append(f"- **{c['count']}** x {c['cause']}, e.g. `{c['examples'][0]}`")
+    if s["negative_failures"]:
+        out += ["", "## Negative tests that did not end as the harness expects", ""]
+        for c in s["negative_failures"]:
+            out.append(f"- **{c['count']}** x `{c['cause']}`, e.g. `{c['examples'][0]}`")
+    if s["collect_errors"]:
+        out += ["", "## Test files that failed to import", ""]
+        for c in s["collect_errors"]:
+            out.append(f"- `{c['file']}`: {c['message']}")
+    if s["skips"]:
+        out += ["", "## Skipped by the harness", ""]
+        for c in s["skips"]:
+            out.append(f"- {c['count']} x {c['reason']}")
+    return "\n".join(out) + "\n"
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="run_nki_library.py", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--snapshot", default=DEFAULT_SNAPSHOT,
+                   help="nki-library checkout (default: $NKI_LIBRARY_PATH or /work/ext/nki-library)")
+    p.add_argument("--snapshot-commit", default=None,
+                   help="commit of the snapshot, for the report (default: git rev-parse, else $NKI_LIBRARY_COMMIT)")
+    p.add_argument("-j", "--jobs", type=int, default=1, help="pytest-xdist workers (default 1: no xdist)")
+    p.add_argument("--every", type=int, default=1, help="keep every N-th collected test (sorted node ids)")
+    p.add_argument("--limit", type=int, default=0, help="keep at most this many of those")
+    p.add_argument("--platform", default="trn2", help="--platform-target given to the harness (default trn2)")
+    p.add_argument("-k", dest="keyword", default=None, help="pytest -k expression")
+    p.add_argument("--out", default=DEFAULT_OUT, help="report path without extension (.md and .json are written)")
+    p.add_argument("--keep-tmp", action="store_true", help="keep the temporary run directory (pytest output)")
+    p.add_argument("--time-budget", type=float, default=0,
+                   help="stop pytest after this many seconds and report the tests that finished (marked partial)")
+    p.add_argument("--results", default=None,
+                   help="write the report from a results.jsonl of an earlier run (kept with --keep-tmp) instead of "
+                        "running pytest")
+    p.add_argument("paths", nargs="*", default=["test/integration"],
+                   help="test paths relative to the snapshot (default test/integration)")
+    return p
+
+
+def run(args, argv):
+    snap = os.path.abspath(args.snapshot)
+    if not os.path.isfile(os.path.join(snap, "test", "conftest.py")):
+        print(f"run_nki_library: {snap} is not an nki-library checkout (no test/conftest.py)", file=sys.stderr)
+        return 2
+    if args.results and not os.path.isfile(args.results):
+        print(f"run_nki_library: --results {args.results}: no such file", file=sys.stderr)
+        return 2
+    for v, what in ((args.jobs, "-j"), (args.every, "--every")):
+        if v < 1:
+            print(f"run_nki_library: {what} must be >= 1, got {v}", file=sys.stderr)
+            return 2
+    if args.limit < 0 or args.time_budget < 0:
+        print("run_nki_library: --limit and --time-budget must be >= 0", file=sys.stderr)
+        return 2
+    tmp = tempfile.mkdtemp(prefix="trnsim-nkilib-")
+    try:
+        sdir, used = standin_path(tmp)
+        results = os.path.join(tmp, "results.jsonl")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([sdir, SUPPORT, os.path.join(snap, "src"), snap]
+                                            + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        env.update(PYTHONDONTWRITEBYTECODE="1", TRNSIM_NKILIB_RESULTS=results,
+                   TRNSIM_NKILIB_EVERY=str(args.every), TRNSIM_NKILIB_LIMIT=str(args.limit))
+        cmd = [sys.executable, "-m", "pytest", *[os.path.join(snap, p) for p in args.paths],
+               "--test-mode", "simulation", "--platform-target", args.platform,
+               "--output-directory", os.path.join(tmp, "out"), "-p", "trnsim_nkilib_plugin",
+               "-p", "no:cacheprovider", "--continue-on-collection-errors", "-q", "-o", "log_level=WARNING", "--no-header", "-rN", "--tb=no",
+               "-o", f"artifacts_dir={os.path.join(tmp, 'artifacts')}"]
+        cmd += ["-n", str(args.jobs) if args.jobs > 1 else "0"]   # the harness's conftest needs xdist loaded
+        if args.keyword:
+            cmd += ["-k", args.keyword]
+        t0 = time.time()
+        partial = False
+        output = ""
+        if args.results:
+            results = args.results
+        else:
+            proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True, start_new_session=True)
+            try:
+                output, _ = proc.communicate(timeout=args.time_budget or None)
+            except subprocess.TimeoutExpired:
+                partial = True
+                os.killpg(proc.pid, 15)            # pytest and its xdist workers (their own session)
+                output, _ = proc.communicate()
+        wall = time.time() - t0
+        recs = []
+        if os.path.exists(results):
+            with open(results) as f:
+                recs = [json.loads(ln) for ln in f if ln.strip()]
+        if not recs:
+            print(output[-4000:], file=sys.stderr)
+            print("run_nki_library: pytest recorded no test", file=sys.stderr)
+            return 1
+        summary = classify(recs)
+        rep = {"snapshot": snap, "snapshot_commit": snapshot_commit(snap, args.snapshot_commit),
+               "platform": args.platform, "every": args.every, "limit": args.limit, "jobs": args.jobs,
+               "command": "python tools/run_nki_library.py " + " ".join(argv),
+               "standins": used, "wall_s": wall, "partial": partial, "summary": summary,
+               "tail": output.strip().splitlines()[-1:] if output.strip() else []}
+        from trnsim.fileio import atomic_write, atomic_write_json
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)) or ".", exist_ok=True)
+        atomic_write_json(args.out + ".json", rep, indent=1)
+        with atomic_write(args.out + ".md") as f:
+            f.write(render_md(rep))
+        s = summary
+        print(f"nki-library @ {rep['snapshot_commit']}: {s['passed']} / {s['runnable']} runnable positive tests "
+              f"passed ({_pct(s['passed'], s['runnable'])}), {s['mismatches']} numeric mismatches, "
+              f"{s['failed']} other failures, negative {s['negative_passed']}/{s['negative']}, "
+              f"{s['skipped']} skipped, {len(s['collect_errors'])} files not importable; "
+              f"report {args.out}.md ({wall:.0f} s)")
+        return 0
+    finally:
+        if args.keep_tmp:
+            print(f"run directory kept: {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    return run(args, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
