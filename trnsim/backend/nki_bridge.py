@@ -382,7 +382,6 @@ def _find_rule_patch():
 _CALLS: dict = {}        # key -> (kernel, arg spec, kw spec, out meta, single)
 
 
-@torch._dynamo.assume_constant_result
 def _register_call(kernel, spec, kwspec):
     """At trace time (dynamo runs this for real and keeps the result as a constant): remember the call's kernel
     and non-tensor arguments, learn its outputs by a shape-only run, and return ``(key, single output)``."""
@@ -395,18 +394,32 @@ def _register_call(kernel, spec, kwspec):
     return key, single
 
 
-def _shape_only_outputs(kernel, spec, kwspec):
-    from ..kernels.jit import run_kernel
-    from .charging import kdtype
+# torch._dynamo.assume_constant_result without importing dynamo here (importing it costs about a second)
+_register_call._dynamo_marked_constant = True
 
-    def inp(s):
+
+def _shape_only_outputs(kernel, spec, kwspec):
+    """The kernel's outputs for inputs of the traced shapes and dtypes, from a shape-only run (no data)."""
+    from .charging import kdtype
+    tg = STATE.target
+    grid = tuple(int(g) for g in kernel.grid) or (1,)
+    nprog = int(np.prod(grid))
+    chip = Chip(tg)
+    cores = [NeuronCore(tg, execute=False, chip=chip, core_id=i, record=False) for i in range(nprog)]
+
+    def inp(s, name):
         if s[0] == "T":
-            return np.empty(s[2], dtype=_np_dtype(kdtype(s[3]) if s[3] not in _EXACT else _EXACT[s[3]]))
+            arr = np.empty(s[2], dtype=_np_dtype(kdtype(s[3]) if s[3] not in _EXACT else _EXACT[s[3]]))
+            return _to_input(cores[0], arr, name)[0]
         return s[1]
-    a = [inp(s) for s in spec]
-    kw = {k: inp(s) for k, s in kwspec}
-    res = run_kernel(_fn_of(kernel), a, kw, grid=kernel.grid, target=STATE.target, execute=False)
-    out = res.outputs
+    a = [inp(s, f"arg{i}") for i, s in enumerate(spec)]
+    kw = {k: inp(s, k) for k, s in kwspec}
+    ctx = context.KernelContext(cores, grid)
+    prev = context.push(ctx)
+    try:
+        out = launch.run_programs(_fn_of(kernel), a, kw, ctx, cores, kernel.options.get("strict_races"))
+    finally:
+        context.pop(prev)
     single = not isinstance(out, (tuple, list))
     meta = []
     for o in ((out,) if single else out):
