@@ -442,8 +442,10 @@ _TORCH_DTYPE = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16":
                 "uint32": torch.uint32, "float64": torch.float64, "int64": torch.int64}
 
 
-def _traced_call(kernel, args, kwargs):
-    tensors = []
+def _spec_for_trace(args, kwargs, tensors=None):
+    """(arg spec, kwarg spec) of a call: ``("T", index, shape, dtype)`` per tensor (appended to ``tensors``),
+    ``("V", value)`` per other value."""
+    tensors = [] if tensors is None else tensors
     spec = []
     for a in args:
         if isinstance(a, torch.Tensor):
@@ -458,7 +460,13 @@ def _traced_call(kernel, args, kwargs):
             tensors.append(v)
         else:
             kwspec.append((k, ("V", v)))
-    key, single = _register_call(kernel, tuple(spec), tuple(kwspec))
+    return tuple(spec), tuple(kwspec)
+
+
+def _traced_call(kernel, args, kwargs):
+    tensors = []
+    spec, kwspec = _spec_for_trace(args, kwargs, tensors)
+    key, single = _register_call(kernel, spec, kwspec)
     outs = torch.ops.trnsim_nki.kernel_call(key, tensors)
     return outs[0] if single else tuple(outs)
 
