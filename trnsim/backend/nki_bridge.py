@@ -541,3 +541,24 @@ def install(device_module=None):
     if device_module is not None:
         device_module.nki_cache_info = cache_info
         device_module.nki_cache_clear = cache_clear
+
+
+def auto_functionalized_on_device(tensor_type):
+    """For compiled graphs (called by ``compile._ensure_patched``): a mutating custom op in an AOTAutograd graph is
+    wrapped in the ``auto_functionalized`` higher-order ops; on device tensors they run their dense implementation
+    (clone the mutated bases, call the op, return the clones).
+
+    Version-guarded private patch (torch 2.13): AOTAutograd's first-call ``_AnalyzeCustomOpInputOutputMode`` answers
+    these higher-order ops with NotImplemented, which makes the graph's call return NotImplemented; under that mode
+    they are run as without it."""
+    from torch._higher_order_ops import auto_functionalize as af
+    try:
+        from torch._functorch._aot_autograd.runtime_wrappers import _AnalyzeCustomOpInputOutputMode as analyze
+    except ImportError:
+        analyze = None
+    for hop, dense in ((af.auto_functionalized, af.auto_functionalized_dense),
+                       (af.auto_functionalized_v2, af.auto_functionalized_v2_dense)):
+        if tensor_type not in hop.python_key_table:
+            hop.py_impl(tensor_type)(dense)
+        if analyze is not None and analyze not in hop.python_key_table:
+            hop.py_impl(analyze)(lambda mode, *args, _hop=hop, **kwargs: _hop(*args, **kwargs))

@@ -198,6 +198,9 @@ def _custom(fn, args, kwargs, wrappers):
         if isinstance(x, (list, tuple)):
             return type(x)(to_host(y) for y in x)
         return x
+    if isinstance(fn, torch._ops.HigherOrderOperator):      # auto_functionalized(_v2): its dense implementation
+        from torch._higher_order_ops import auto_functionalize as af
+        fn = af.auto_functionalized_v2_dense if fn.name() == "auto_functionalized_v2" else af.auto_functionalized_dense
     return to_host(fn(*to_dev(args), **to_dev(kwargs)))
 
 
