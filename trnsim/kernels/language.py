@@ -78,7 +78,8 @@ class _TileSize(NKIObject):
     def sbuf_fmax_bytes(self):
         return self._target().sbuf_partition_bytes
 
-    def total_available_sbuf_size(self):
+    @property
+    def total_available_sbuf_size(self):      # an attribute in NKI (nki-library reads it without calling it)
         return self._target().sbuf_partition_bytes
 
 
