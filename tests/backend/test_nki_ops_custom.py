@@ -141,9 +141,10 @@ def test_nki_op_on_a_function_and_on_a_kernel():
     out = axpb(a.to("neuron"), b.to("neuron"), 0.25)
     assert (out.cpu().double() - (0.25 * a.double() + b.double())).abs().max() < 1e-6
 
-    kop = neuronx_standin.nki_op("trnsim_test21::kscale", K.scale)        # a kernel: schema and fake inferred
-    assert str(kop._opoverload._schema) == "trnsim_test21::kscale(Tensor a, Tensor s) -> Tensor" or \
-        "Tensor a" in str(kop._opoverload._schema)
+    kop = neuronx_standin.nki_op("trnsim_test21::ksadd", K.scaled_add)   # a kernel: schema and fake inferred
+    assert str(kop._opoverload._schema) == "trnsim_test21::ksadd(Tensor a, Tensor b, float scale=2.) -> Tensor"
+    assert torch.equal(kop(torch.ones(4, 4).to("neuron"), torch.ones(4, 4).to("neuron")).cpu(),
+                       torch.full((4, 4), 3.0))
     inplace = neuronx_standin.nki_op("trnsim_test21::kadd_into", K.add_into, mutates_args=("x",))
     x = torch.zeros(8, 4).to("neuron")
     inplace(x, torch.ones(8, 4).to("neuron"))
@@ -181,3 +182,33 @@ def test_import_torch_neuronx_only_under_the_sim_target(tmp_path):
     r = subprocess.run([sys.executable, "-c", "import torch_neuronx"], env=env, cwd=tmp_path, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode != 0 and "No module named 'torch_neuronx'" in r.stderr
+
+
+@torch.library.custom_op("trnsim_test21::doubled_rows", mutates_args=())
+def doubled_rows(x: torch.Tensor) -> torch.Tensor:
+    return K.too_many_partitions(torch.cat([x, x]))       # > 128 partitions: raises inside the kernel
+
+
+@doubled_rows.register_fake
+def _(x):
+    return torch.cat([x, x]).clone()
+
+
+def test_exception_in_a_kernel_during_backward_is_raised_and_the_device_stays_usable():
+    from trnsim.backend.memory import MEMORY
+    from trnsim.isa.errors import NkiValidationError
+
+    @torch.library.custom_op("trnsim_test21::sq_badbw", mutates_args=())
+    def sq_badbw(x: torch.Tensor) -> torch.Tensor:
+        return K.mul(x, x)
+    sq_badbw.register_autograd(lambda ctx, g: doubled_rows(g)[: g.shape[0]],
+                               setup_context=lambda ctx, inputs, output: None)
+    x = _r(128, 4).to("neuron").requires_grad_()
+    y = sq_badbw(x).sum()
+    before = MEMORY.allocated
+    with pytest.raises(NkiValidationError, match="exceed architecture limitation of 128"):
+        y.backward()
+    assert x.grad is None
+    del y
+    assert MEMORY.allocated <= before
+    assert torch.equal(square(torch.ones(4, 4).to("neuron")).cpu(), torch.ones(4, 4))
