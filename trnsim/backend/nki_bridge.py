@@ -356,10 +356,17 @@ def _find_rule_patch():
     any ``torch.library.custom_op`` op without an explicit rule, with :func:`_custom_op_rule`: the op's own
     implementation runs with the ``neuron`` tensors (no CPU fallback)."""
     from torch._library import custom_ops, simple_registry
+    from . import patches
     from .tensor import NeuronTensor
-    orig = simple_registry.find_torch_dispatch_rule
+    orig = getattr(simple_registry, "find_torch_dispatch_rule", None)
+    if orig is None or not hasattr(custom_ops, "OPDEFS"):
+        import warnings
+        warnings.warn(f"torch {torch.__version__}: torch._library has no find_torch_dispatch_rule/OPDEFS; custom "
+                      "ops on neuron tensors take the CPU fallback", RuntimeWarning, stacklevel=2)
+        return
     if getattr(orig, "_trnsim_orig", None) is not None:
         return
+    patches.APPLIED.append("find_torch_dispatch_rule (nki_bridge)")
     rules = {}
 
     def find_torch_dispatch_rule(op, torch_dispatch_class):
