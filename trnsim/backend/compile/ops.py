@@ -13,7 +13,7 @@ Kinds:
 * ``factory`` / ``random`` -- ops creating tensors (``arange``, ``full``, ``rand``...) on the device
 * ``custom``    -- a ``torch.library.custom_op`` operator (an ``nki_op``, an NKI kernel call traced as
   ``trnsim_nki::kernel_call``, or the ``auto_functionalized`` wrapper of a mutating one): not fused; it runs on the
-  device between the compiled regions, timed by the kernels it runs (``trnsim/backend/nki_bridge.py``)
+  device when the graph reaches it, timed by the kernels it runs (``trnsim/backend/nki_bridge.py``)
 
 An op in none of these is not lowerable: compiling a graph with it fails (see ``backend.py``).
 """
