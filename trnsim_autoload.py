@@ -10,6 +10,10 @@ import os
 
 def autoload():
     if os.environ.get("TORCHNEURON_TARGET") != "sim":
+        if os.environ.get("NKI_SIMULATOR", "") not in ("", "0", "false", "False", "no"):
+            # vLLM's CPU mode: kernels called with CPU tensors inside torch.compile become one graph node
+            from trnsim.backend import nki_bridge
+            nki_bridge.install_cpu()
         return
     import sys
     import trnsim

@@ -37,10 +37,30 @@ class _Loader:
             module.__spec__ = self.spec       # keep trnsim's own spec on its module
 
 
+_STANDIN = "trnsim.backend.neuronx_standin"
+
+
+def _torch_neuronx_spec(name):
+    """Under ``TORCHNEURON_TARGET=sim``, when no real torch-neuronx is installed: trnsim's stand-in (issue 21)."""
+    if os.environ.get("TORCHNEURON_TARGET") != "sim" or name != "torch_neuronx":
+        return None
+    import importlib
+    import importlib.machinery
+    import importlib.util
+    if importlib.machinery.PathFinder.find_spec(name) is not None:
+        return None                            # the real package: import it
+    mod = importlib.import_module(_STANDIN)
+    return importlib.util.spec_from_loader(name, _Loader(mod))
+
+
 class NkiFinder:
-    """A ``sys.meta_path`` finder for ``nki`` / ``neuronxcc``: on first import it installs trnsim's aliases."""
+    """A ``sys.meta_path`` finder for ``nki`` / ``neuronxcc``: on first import it installs trnsim's aliases.
+    Under ``TORCHNEURON_TARGET=sim`` it also answers ``torch_neuronx`` with trnsim's stand-in when the real
+    package is not installed."""
 
     def find_spec(self, name, path=None, target=None):
+        if name == "torch_neuronx":
+            return _torch_neuronx_spec(name)
         if name.partition(".")[0] not in _TOPS:
             return None
         import importlib.util

@@ -20,7 +20,8 @@ def _conflict():
     name = torch._C._get_privateuse1_backend_name()
     if name not in ("privateuseone",):
         return f"PyTorch's PrivateUse1 backend is already registered as {name!r}"
-    if "torch_neuronx" in sys.modules or "torch_neuron" in sys.modules:
+    if ("torch_neuronx" in sys.modules and not getattr(sys.modules["torch_neuronx"], "TRNSIM_STANDIN", False)) \
+            or "torch_neuron" in sys.modules:
         return "the real Neuron PyTorch backend (torch_neuronx) is imported in this process"
     if hasattr(torch, "neuron"):
         return "torch.neuron already exists (a real Neuron backend is registered)"
@@ -68,6 +69,7 @@ def register(force=False):
     from . import autocast
     autocast.register()
     from . import distributed; distributed.register()  # noqa: E702  torch.distributed backend "neuron"
+    from . import nki_bridge; nki_bridge.install(mod)  # noqa: E702  NKI kernels on neuron tensors (issue 21)
     _REGISTERED = True
 
 

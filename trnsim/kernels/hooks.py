@@ -29,3 +29,33 @@ def remove_launch_observer(fn):
 def notify_launch(fn, args, kwargs, params, outputs):
     for obs in list(_OBSERVERS):
         obs(fn, args, kwargs, params, outputs)
+
+
+# -- call bridges ---------------------------------------------------------------------------------------------
+# A framework that runs kernels on its own tensors (the PyTorch device's bridge, trnsim/backend/nki_bridge.py)
+# registers ``bridge(kernel, args, kwargs)`` here: it returns the call's result, or ``NotImplemented`` to let the
+# kernel run as usual (NumPy arrays, torch CPU tensors).  This package imports no framework code.
+_CALL_BRIDGES: list = []
+
+
+def add_call_bridge(fn):
+    """Offer every ``Kernel`` call to ``fn(kernel, args, kwargs)`` first (once per ``fn``); returns ``fn``."""
+    if fn not in _CALL_BRIDGES:
+        _CALL_BRIDGES.append(fn)
+    return fn
+
+
+def remove_call_bridge(fn):
+    try:
+        _CALL_BRIDGES.remove(fn)
+    except ValueError:
+        pass
+
+
+def offer_call(kernel, args, kwargs):
+    """The first bridge's result for this call, or ``NotImplemented`` when no bridge takes it."""
+    for bridge in _CALL_BRIDGES:
+        r = bridge(kernel, args, kwargs)
+        if r is not NotImplemented:
+            return r
+    return NotImplemented

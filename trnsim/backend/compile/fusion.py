@@ -253,6 +253,9 @@ class Fusion:
         if k == "matmul":
             self._join(n, self._new("matmul", numel=numel(n), anchor=n), producers)
             return
+        if k == "custom":       # runs on the device as itself (nki_bridge), never fused
+            self._join(n, self._new("custom", anchor=n), producers)
+            return
         self._join(n, self._new("opaque", anchor=n), producers)
 
     def _materialised(self):
@@ -270,10 +273,10 @@ class Fusion:
             for a in tensor_inputs(n):
                 r = self._root(a)
                 pg = self.group_of.get(r)
-                if pg is not None and (pg is not g or g.kind == "opaque"):
+                if pg is not None and (pg is not g or g.kind in ("opaque", "custom")):
                     mat.add(r)
         for g in self.groups:
-            if g.kind == "opaque":
+            if g.kind in ("opaque", "custom"):
                 mat.update(g.nodes)
         return mat
 

@@ -11,6 +11,9 @@ Kinds:
 * ``opaque``    -- any other op the eager device runs natively (embedding, gather, index_put, cat, norms that keep
   their aten op, SDPA, ...): one kernel each, charged what the eager device charges it minus the launch
 * ``factory`` / ``random`` -- ops creating tensors (``arange``, ``full``, ``rand``...) on the device
+* ``custom``    -- a ``torch.library.custom_op`` operator (an ``nki_op``, an NKI kernel call traced as
+  ``trnsim_nki::kernel_call``, or the ``auto_functionalized`` wrapper of a mutating one): not fused; it runs on the
+  device when the graph reaches it, timed by the kernels it runs (``trnsim/backend/nki_bridge.py``)
 
 An op in none of these is not lowerable: compiling a graph with it fails (see ``backend.py``).
 """
@@ -56,6 +59,8 @@ def kind(target):
     """The kind of a ``call_function`` target (see the module docstring), or None when it cannot be lowered."""
     if target is operator.getitem:
         return "view"
+    if is_custom(target):
+        return "custom"
     name = op_name(target)
     if name in _HOP_OPAQUE:
         return "opaque"
@@ -84,6 +89,20 @@ def kind(target):
     if cat is not None:
         return "opaque"
     return None
+
+
+_AUTO_FUNC = ("auto_functionalized", "auto_functionalized_v2")
+
+
+def is_custom(target):
+    """Whether ``target`` is a ``torch.library.custom_op`` operator (or the wrapper that functionalises a mutating
+    one)."""
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return target.name() in _AUTO_FUNC
+    if not isinstance(target, torch._ops.OpOverload) or target.namespace in ("aten", "prims"):
+        return False
+    from torch._library import custom_ops
+    return target._schema.name in custom_ops.OPDEFS
 
 
 def step(name, n_tensor_args):

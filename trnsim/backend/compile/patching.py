@@ -11,5 +11,7 @@ def ensure_patched():
     from .. import patches
     from ..tensor import NeuronTensor
     patches.dynamo_wrap_tensor(NeuronTensor)
+    from .. import nki_bridge
+    nki_bridge.auto_functionalized_on_device(NeuronTensor)      # mutating custom ops in graphs (issue 21)
     from . import flex
     flex.enable()

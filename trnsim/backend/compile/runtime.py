@@ -119,7 +119,9 @@ class CompiledGraph:
                     kwargs = _gen_kw(n.target, kwargs)
                 if k == "softmax_bw" and len(args) > 3 and args[3] in _LOW:
                     args = args[:3] + (torch.float32,) + tuple(args[4:])   # computed in fp32 like eager
-                if i in compute:
+                if k == "custom":
+                    mode = 4                            # a custom op: runs with device tensors (nki_bridge)
+                elif i in compute:
                     mode = 1 if i in mat else 2       # 1: fp32 then round once; 2: fp32, stays on chip
                 else:
                     mode = 0                            # as traced (views, opaque ops)
@@ -143,7 +145,9 @@ class CompiledGraph:
                 continue
             ra = _resolve(a, env)
             rk = {k: _resolve(x, env) for k, x in kw.items()} if kw else {}
-            if mode:
+            if mode == 4:
+                env[i] = _custom(fn, ra, rk, wrappers)
+            elif mode:
                 out = fn(*_up(ra), **{k: _up(x) for k, x in rk.items()})
                 env[i] = _round(out, v) if mode == 1 else _keep_fp32(out)
             else:
@@ -170,6 +174,34 @@ class CompiledGraph:
         for k in self.plan["kernels"]:
             if k["ns"]:
                 _row(f"fused::{k['label']}", k["ns"], k["flops"], k["bytes"], line)
+
+
+def _custom(fn, args, kwargs, wrappers):
+    """Run a custom op node with device tensors (its kernels run and are timed on the device, nki_bridge.py) and
+    hand the graph back payloads.  Wrappers of the graph's inputs are reused, so in-place ops reach them."""
+    def to_dev(x):
+        if isinstance(x, torch.Tensor) and type(x) is not NeuronTensor:
+            w = wrappers.get(id(x))
+            if w is None:
+                w = wrappers[id(x)] = wrap(x)
+            return w
+        if isinstance(x, (list, tuple)):
+            return type(x)(to_dev(y) for y in x)
+        if isinstance(x, dict):
+            return {k: to_dev(v) for k, v in x.items()}
+        return x
+
+    def to_host(x):
+        if type(x) is NeuronTensor:
+            wrappers.setdefault(id(x._p), x)
+            return x._p
+        if isinstance(x, (list, tuple)):
+            return type(x)(to_host(y) for y in x)
+        return x
+    if isinstance(fn, torch._ops.HigherOrderOperator):      # auto_functionalized(_v2): its dense implementation
+        from torch._higher_order_ops import auto_functionalize as af
+        fn = af.auto_functionalized_v2_dense if fn.name() == "auto_functionalized_v2" else af.auto_functionalized_dense
+    return to_host(fn(*to_dev(args), **to_dev(kwargs)))
 
 
 def _row(name, ns, flops, nbytes, line):
