@@ -134,6 +134,7 @@ class Estimate:
         return self.hbm_per_rank_bytes * self._ranks_per_chip
 
     _ranks_per_chip: int = 1
+    compile_s: float = 0.0     # compiled: estimated Neuron compiler time before the first step (0 when eager)
 
     def dollars(self, seconds):
         return None if self.usd_per_hour is None else self.usd_per_hour * self.count * seconds / 3600.0
@@ -146,6 +147,10 @@ class Estimate:
     def usd_per_billion_tokens(self):
         return None if self.usd_per_hour is None else self.dollars(1e9 / self.tokens_per_s)
 
+    @property
+    def usd_for_compile(self):
+        return self.dollars(self.compile_s) if self.compile_s else (0.0 if self.usd_per_hour is not None else None)
+
     def usd_for_tokens(self, tokens):
         return None if self.usd_per_hour is None else self.dollars(tokens / self.tokens_per_s)
 
@@ -155,7 +160,8 @@ class Estimate:
         d["parallelism"] = dataclasses.asdict(self.parallelism)
         d["parallelism"]["label"] = self.parallelism.label()
         d.update(usd_per_step=self.usd_per_step, usd_per_billion_tokens=self.usd_per_billion_tokens,
-                 hbm_per_chip_bytes=self.hbm_per_chip_bytes, fallbacks=list(self.fallbacks))
+                 hbm_per_chip_bytes=self.hbm_per_chip_bytes, fallbacks=list(self.fallbacks),
+                 usd_for_compile=self.usd_for_compile)
         return d
 
 
@@ -200,11 +206,11 @@ _OPT = {}
 
 def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, cp=1, ep=1, fsdp=True,
              micro_batch=1, seq=4096, global_batch=None, checkpointing=False, precision="bf16",
-             compiled=False, lnc=None, prices=None) -> Estimate:
+             compiled=False, lnc=None, prices=None, jobs=None) -> Estimate:
     """Estimate one training step (see the module docstring).  ``dp`` defaults to the ranks left after
     tp x pp x cp; ``global_batch`` (sequences) to dp x micro_batch x max(pp, 1) x 4."""
     from ..targets import get_target
-    from .step import head_cost, layer_cost
+    from .step import head_cost, layer_cost, prepare
 
     spec: ModelSpec = load_model(model)
     if instance not in INSTANCES:
@@ -237,21 +243,31 @@ def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, c
     dtype = torch.bfloat16
     notes = []
     if precision == "fp8":
-        notes.append("fp8: matmuls are costed at the bf16 kernels' speed (fp8 library kernels not built yet)")
+        if not tg.fp8_double_row:
+            raise ValueError(f"precision fp8 on {instance} ({tg.marketing_name}): no fp8 Tensor Engine rate above "
+                             f"bf16 is modelled for this chip (fp8 double-row mode is Trainium2 and later)")
+        notes.append("fp8: linear and expert matmuls priced as fp8 double-row kernels (the bf16 kernel on half the "
+                     "contraction) plus casts of both operands; attention, weights, gradients and optimizer state "
+                     "stay bf16/fp32; MFU is against the bf16 peak")
     if compiled:
-        notes.append("compiled: costed as eager (the compile backend's fused-kernel costs are not wired into "
-                     "the estimator yet)")
+        notes.append("compiled: every layer runs through torch.compile(backend='neuron') on the shape-only device "
+                     "(fused kernels, one launch per graph); compile time is the compile backend's neuronx-cc "
+                     "model (an assumption: 20 s per graph + 0.05 s per aten op)")
     s_local = seq // cp
     split = 1.0 / lnc                 # the device simulates one physical core; a logical core has lnc of them
     # -- compute per micro-batch per stage ----------------------------------------------------------------
     kinds = spec.layer_kinds()
+    common = dict(micro_batch=micro_batch, seq=s_local, dtype=dtype, target=tg, precision=precision,
+                  compiled=compiled)
+    prepare([("layer", spec, dict(kind=k, tp=tp, ep=ep, **common)) for k, _ in kinds] +
+            [("head", spec, dict(tp=tp, **common))], jobs=jobs)
     per_kind = {}
     fallbacks = set()
     for kind, n in kinds:
-        c = layer_cost(spec, kind, tp=tp, ep=ep, micro_batch=micro_batch, seq=s_local, dtype=dtype, target=tg)
+        c = layer_cost(spec, kind, tp=tp, ep=ep, **common)
         per_kind[kind] = (n, c)
         fallbacks.update(c.fallbacks)
-    head = head_cost(spec, tp=tp, micro_batch=micro_batch, seq=s_local, dtype=dtype, target=tg)
+    head = head_cost(spec, tp=tp, **common)
     fallbacks.update(head.fallbacks)
     layers_per_stage = {k: math.ceil(n / pp) for k, (n, _) in per_kind.items()}
     comp = {"tensor": 0.0, "other": 0.0, "fallback": 0.0, "launch": 0.0, "recompute": 0.0}
@@ -373,6 +389,12 @@ def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, c
     est = Estimate(spec.name, instance, count, tg.name, ranks, par, seq, gb, compiled, step_s, breakdown, tps,
                    mfu, hfu, need, cap, mem, fits, tuple(sorted(fallbacks)), coll_total, usd, price_note, notes)
     est._ranks_per_chip = topo.logical_cores_per_chip
+    if compiled:
+        # every rank compiles its stage's forward and backward graphs (all ranks in parallel): the compile
+        # backend's neuronx-cc model on the stage's aten ops (the layers' graphs times the layers, plus the head)
+        from ..backend.compile.stats import HW_COMPILE_FIXED_S, HW_COMPILE_PER_OP_S
+        stage_ops = sum(layers_per_stage[k] * c.graph_ops for k, (_, c) in per_kind.items()) + head.graph_ops
+        est.compile_s = 2 * HW_COMPILE_FIXED_S + HW_COMPILE_PER_OP_S * stage_ops
     return est
 
 
