@@ -71,7 +71,8 @@ def build_parser():
     p.add_argument("--search", action="store_true", help="search parallelism x count x micro-batch: Pareto front")
     p.add_argument("--counts", type=lambda t: _ints(t, "--counts"), default=None, help="instance counts to search")
     p.add_argument("--micro-batches", type=lambda t: _ints(t, "--micro-batches"), default=[1, 2])
-    p.add_argument("-j", "--jobs", type=_positive, default=1, help="worker processes for --search")
+    p.add_argument("-j", "--jobs", type=_positive, default=None,
+                   help="processes for the kernel simulations (default: the usable cores)")
     return p
 
 
@@ -123,7 +124,8 @@ def main(argv=None) -> int:
             e = best
         else:
             e = E.estimate(a.model, a.instance, a.count, dp=a.dp, tp=a.tp or 1, pp=a.pp or 1, cp=a.cp or 1,
-                           ep=a.ep or 1, micro_batch=a.micro_batch, checkpointing=a.checkpointing, **common)
+                           ep=a.ep or 1, micro_batch=a.micro_batch, checkpointing=a.checkpointing, jobs=a.jobs,
+                           **common)
     except (ValueError, FileWriteError) as err:
         print(f"trnsim estimate: error: {err}", file=sys.stderr)
         return 2

@@ -31,7 +31,8 @@ import torch
 
 from .models import ModelSpec, load_model
 
-__all__ = ["Parallelism", "Estimate", "estimate", "INSTANCES", "load_prices", "rank_layout"]
+__all__ = ["Parallelism", "Estimate", "estimate", "INSTANCES", "load_prices", "rank_layout", "state_memory",
+           "capacity_per_rank"]
 
 _DATA = os.path.join(os.path.dirname(__file__), "data")
 GiB = 2 ** 30
@@ -167,6 +168,13 @@ class Estimate:
 
 class DoesNotFit(ValueError):
     pass
+
+
+def capacity_per_rank(instance, lnc=None):
+    """HBM bytes one rank (logical core) of ``instance`` has."""
+    from ..targets import get_target
+    tg = get_target(INSTANCES[instance]["target"])
+    return tg.hbm_bytes_per_logical_core(lnc or tg.default_lnc)
 
 
 def _topology(inst, count, lnc):
@@ -365,11 +373,7 @@ def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, c
         acts = nlayers_stage * act_bytes * in_flight + saved
     else:
         acts = sum(layers_per_stage[k] * c.saved_bytes for k, (_, c) in per_kind.items()) * in_flight
-    mem = {"weights (bf16)": params_local * 2, "gradients (bf16)": params_local * 2 / shard,
-           "optimizer (fp32 master + AdamW moments)": params_local * 12 / shard, "activations": acts,
-           "LM head and loss": head.saved_bytes}
-    if fsdp and dp > 1:
-        mem["weights (bf16)"] = params_local * 2 / shard + 2 * layer_params_local / max(nlayers_stage, 1) * 2
+    mem = dict(state_memory(spec, par), **{"activations": acts, "LM head and loss": head.saved_bytes})
     need = sum(mem.values())
     cap = tg.hbm_bytes_per_logical_core(lnc)
     fits = need <= cap
@@ -396,6 +400,23 @@ def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, c
         stage_ops = sum(layers_per_stage[k] * c.graph_ops for k, (_, c) in per_kind.items()) + head.graph_ops
         est.compile_s = 2 * HW_COMPILE_FIXED_S + HW_COMPILE_PER_OP_S * stage_ops
     return est
+
+
+def state_memory(spec, par):
+    """Bytes per rank of the training state alone (no activations): bf16 weights (with FSDP the rank's shard plus
+    two gathered layers), bf16 gradients and the fp32 master weights and AdamW moments (sharded over the data-
+    parallel group with FSDP).  Known before any layer runs: the search drops configurations it cannot hold."""
+    kinds = spec.layer_kinds()
+    per_stage = {k: math.ceil(n / par.pp) for k, n in kinds}
+    nl = sum(per_stage.values())
+    layer_local = sum(per_stage[k] * (spec.attention_params() / par.tp + spec.mlp_params(k) /
+                                      (par.tp * (par.ep if k == "moe" else 1)) + 2 * spec.hidden)
+                      for k, _ in kinds)
+    params_local = layer_local + spec.embedding_params() / par.tp
+    shard = par.dp if (par.fsdp and par.dp > 1) else 1
+    weights = params_local * 2 if shard == 1 else params_local * 2 / shard + 2 * layer_local / max(nl, 1) * 2
+    return {"weights (bf16)": weights, "gradients (bf16)": params_local * 2 / shard,
+            "optimizer (fp32 master + AdamW moments)": params_local * 12 / shard}
 
 
 def _what_would_fit(par, spec, mem, cap):

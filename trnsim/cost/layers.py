@@ -30,10 +30,13 @@ class RMSNorm(nn.Module):
         return F.rms_norm(x, (x.shape[-1],), self.weight, 1e-6)
 
 
+@torch.compiler.disable
 def _attention(q, k, v):
     """Causal attention through the fused (flash) kernel the device implements natively, as a Trainium attention
     kernel is: torch's composite SDPA on a PrivateUse1 device takes the math path (materialised scores) instead.
-    Value heads narrower than the query's (latent attention) are padded to the query's head size."""
+    Value heads narrower than the query's (latent attention) are padded to the query's head size.  Under
+    ``torch.compile`` this stays that kernel, called between the compiled graphs (a graph break), as a compiled
+    Neuron model calls its attention kernel; the compiler would otherwise decompose it to the math path."""
     dv = v.shape[-1]
     if dv != q.shape[-1]:
         v = F.pad(v, (0, q.shape[-1] - dv))
