@@ -46,18 +46,42 @@ def _load(name):
 INSTANCES = {k: v for k, v in _load("instances.json").items() if not k.startswith("_")}
 
 
-def load_prices(path=None):
-    """``{instance: row}`` from the dated price file (``path``: the user's own file, same format)."""
-    doc = _load("prices.json") if path is None else json.load(open(path, encoding="utf-8"))
+def _price_rows(doc, where):
     rows = doc.get("rows") if isinstance(doc, dict) else None
     if not isinstance(rows, list):
-        raise ValueError(f"price file {path or 'prices.json'}: expected {{\"rows\": [...]}}")
+        raise ValueError(f"price file {where}: expected {{\"rows\": [...]}}")
     out = {}
-    for r in rows:
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict):
+            raise ValueError(f"price file {where}: row {i} is not an object")
         for key in ("instance", "usd_per_hour", "source", "retrieved"):
             if key not in r:
-                raise ValueError(f"price file {path or 'prices.json'}: row {r} has no {key!r}")
+                raise ValueError(f"price file {where}: row {i} ({r.get('instance', '?')}) has no {key!r} "
+                                 f"(every row: instance, usd_per_hour, source, retrieved)")
+        v = r["usd_per_hour"]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise ValueError(f"price file {where}: row {i} ({r['instance']}): usd_per_hour {v!r} is not a "
+                             f"positive number")
+        if r["instance"] not in INSTANCES:
+            raise ValueError(f"price file {where}: row {i}: unknown instance {r['instance']!r} (expected one of "
+                             f"{', '.join(INSTANCES)})")
         out.setdefault(r["instance"], r)
+    return out
+
+
+def load_prices(path=None):
+    """``{instance: row}``: the built-in dated price file, with the rows of the user's own file (``path``, same
+    format) replacing the built-in row of each instance they name."""
+    out = _price_rows(_load("prices.json"), "prices.json")
+    if path is not None:
+        try:
+            with open(path, encoding="utf-8") as f:
+                doc = json.load(f)
+        except FileNotFoundError:
+            raise ValueError(f"price file {path}: no such file") from None
+        except json.JSONDecodeError as e:
+            raise ValueError(f"price file {path}: not JSON ({e})") from None
+        out.update(_price_rows(doc, path))
     return out
 
 
