@@ -85,22 +85,32 @@ def test_doubling_dp_from_one_halves_compute_and_adds_exactly_the_exposed_gradie
     topo = E._topology("trn2.48xlarge", 2, 2)
     group = E.rank_layout(two.parallelism)["dp"][0]
     ar = collective_time("all_reduce", int(params * 2), topo, nranks=topo.ranks, group=group).time_ns * 1e-9
-    c = step.layer_cost(TINY, "dense", tp=8, seq=SEQ // 2, target="trn2")
-    h = step.head_cost(TINY, tp=8, seq=SEQ // 2, target="trn2")
+    c = step.layer_cost(TINY, "dense", tp=8, seq=SEQ // 2, target="trn2", sp=True)
+    h = step.head_cost(TINY, tp=8, seq=SEQ // 2, target="trn2", sp=True)
     bwd = (1 * c.bwd_ns + h.bwd_ns) / 2 * 1e-9                                  # 1 layer per stage, LNC=2
     assert two.collectives["dp gradient all_reduce"] == pytest.approx(max(0.0, ar - bwd), rel=1e-9)
     assert two.tokens_per_s > one.tokens_per_s
 
 
 # -- tensor parallelism ---------------------------------------------------------------------------------------
-def test_tp_all_reduces_are_four_per_layer_per_micro_batch_step_of_the_activation():
+def test_tp_collectives_are_four_per_layer_per_micro_batch_step_of_the_activation():
     from trnsim.collectives import collective_time
-    e = E.estimate(TINY, "trn2.48xlarge", 1, tp=4, seq=SEQ, global_batch=64)
     topo = E._topology("trn2.48xlarge", 1, 2)
-    group = E.rank_layout(e.parallelism)["tp"][0]
-    one = collective_time("all_reduce", SEQ * TINY.hidden * 2, topo, nranks=topo.ranks, group=group).time_ns * 1e-9
+
+    def coll(op, e):
+        group = E.rank_layout(e.parallelism)["tp"][0]
+        return collective_time(op, SEQ * TINY.hidden * 2, topo, nranks=topo.ranks, group=group).time_ns * 1e-9
+    e = E.estimate(TINY, "trn2.48xlarge", 1, tp=4, seq=SEQ, global_batch=64, sequence_parallel=False)
     mbs = e.global_batch // e.parallelism.dp
-    assert e.breakdown["comm: tp all_reduce"] == pytest.approx(mbs * 4 * TINY.layers * one, rel=1e-9)
+    assert e.breakdown["comm: tp all_reduce"] == pytest.approx(mbs * 4 * TINY.layers * coll("all_reduce", e),
+                                                              rel=1e-9)
+    # sequence parallel: each all-reduce becomes an all-gather and a reduce-scatter of the same activation, and
+    # the norms and residuals of a rank work on 1/tp of the sequence
+    s = E.estimate(TINY, "trn2.48xlarge", 1, tp=4, seq=SEQ, global_batch=64)
+    both = coll("all_gather", s) + coll("reduce_scatter", s)
+    assert s.breakdown["comm: tp all_gather/reduce_scatter (sequence parallel)"] == pytest.approx(
+        mbs * 4 * TINY.layers * both, rel=1e-9)
+    assert s.memory["activations"] < e.memory["activations"]
     # and the matmul work per micro-batch shrinks with TP: 4-way TP does less than 1/2 of TP1's per rank
     t1 = step.layer_cost(TINY, "dense", tp=1, seq=SEQ, target="trn2")
     t4 = step.layer_cost(TINY, "dense", tp=4, seq=SEQ, target="trn2")

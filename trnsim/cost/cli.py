@@ -57,6 +57,8 @@ def build_parser():
     for flag in ("--tp", "--pp", "--cp", "--ep", "--dp"):
         p.add_argument(flag, type=_positive, default=None, help=f"{flag[2:].upper()} degree")
     p.add_argument("--no-fsdp", action="store_true", help="plain data parallelism (gradient all-reduce)")
+    p.add_argument("--no-sequence-parallel", action="store_true",
+                   help="plain tensor parallelism (all-reduces; norms on the whole sequence on every TP rank)")
     p.add_argument("--micro-batch", type=_positive, default=1)
     p.add_argument("--seq", type=_positive, default=4096, help="sequence length (default 4096)")
     p.add_argument("--global-batch", type=_positive, default=None, help="sequences per step")
@@ -99,7 +101,8 @@ def main(argv=None) -> int:
         if a.out:
             ensure_writable_dir(a.out)
         common = dict(seq=a.seq, global_batch=a.global_batch, precision=a.precision, compiled=a.compile,
-                      lnc=a.lnc, prices=a.prices, fsdp=not a.no_fsdp)
+                      lnc=a.lnc, prices=a.prices, fsdp=not a.no_fsdp,
+                      sequence_parallel=not a.no_sequence_parallel)
         if a.search or all(v is None for v in (a.tp, a.pp, a.dp)):
             counts = a.counts or [a.count]
             res, front, rejected = search(a.model, a.instance, counts=counts, micro_batches=a.micro_batches,

@@ -7,6 +7,8 @@ How a step is put together (each piece from the simulator, never from a fitted c
   simulation of the library NKI kernel behind each op.  The device simulates an op on one physical NeuronCore;
   a logical core of LNC=2 splits each op over its two physical cores (an ideal split is assumed).
 * the optimizer: ``torch.optim.AdamW(foreach=True).step()`` run on a shape-only parameter of the rank's size;
+* sequence parallelism (default with TP > 1, Megatron-LM style): norms and residuals on 1/tp of the sequence,
+  the TP all-reduces become all-gathers and reduce-scatters (``sequence_parallel=False`` for plain TP);
 * communication: every collective the parallelism implies, timed by :mod:`trnsim.collectives` on the instance's
   topology (links, hop latency, contention, the runtime's algorithm for the size).  TP all-reduces, CP
   all-gathers and EP all-to-alls are exposed (on the critical path); FSDP's per-layer all-gathers and reduce-
@@ -16,6 +18,16 @@ How a step is put together (each piece from the simulator, never from a fitted c
 * memory per rank: bf16 weights and gradients, fp32 master weights and AdamW moments (sharded over the data-
   parallel group with FSDP), and the activations autograd saved in the shape-only run, times the micro-batches
   in flight (1F1B: as many as stages), or only the layer inputs with activation checkpointing.
+
+* precision fp8 (trn2 and later): the linear and expert matmuls of the layer runs are re-priced as fp8 double-row
+  kernels (:func:`trnsim.cost.step.fp8_matmul_ns`), with the casts of their operands; the rest stays bf16.
+* compiled (``compiled=True``): every layer and the head run through ``torch.compile(backend="neuron")`` on the
+  shape-only device (the compile backend's fused kernels and one launch per graph; attention stays the flash
+  kernel between graphs); the compile time before the first step is the compile backend's neuronx-cc model
+  (``trnsim.backend.compile.stats``, an assumption) on the stage's forward and backward graphs, priced too.
+* speed: the kernel simulations a configuration needs are collected first (a run with them deferred) and
+  simulated over the machine's cores (:func:`trnsim.cost.step.prepare`); they are memoised per process and kept
+  on disk by the op-cost cache (``trnsim.backend.cost_cache``).
 
 Everything is deterministic: the same arguments give the same result.
 """
@@ -238,7 +250,7 @@ _OPT = {}
 
 def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, cp=1, ep=1, fsdp=True,
              micro_batch=1, seq=4096, global_batch=None, checkpointing=False, precision="bf16",
-             compiled=False, lnc=None, prices=None, jobs=None) -> Estimate:
+             compiled=False, lnc=None, prices=None, jobs=None, sequence_parallel=True) -> Estimate:
     """Estimate one training step (see the module docstring).  ``dp`` defaults to the ranks left after
     tp x pp x cp; ``global_batch`` (sequences) to dp x micro_batch x max(pp, 1) x 4."""
     from ..targets import get_target
@@ -289,8 +301,12 @@ def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, c
     split = 1.0 / lnc                 # the device simulates one physical core; a logical core has lnc of them
     # -- compute per micro-batch per stage ----------------------------------------------------------------
     kinds = spec.layer_kinds()
+    sp = bool(sequence_parallel and tp > 1)
+    if sp and s_local % tp:
+        raise ValueError(f"sequence parallelism needs the sequence per rank ({s_local}) divisible by tp={tp}: "
+                         f"choose another --seq or --tp, or --no-sequence-parallel")
     common = dict(micro_batch=micro_batch, seq=s_local, dtype=dtype, target=tg, precision=precision,
-                  compiled=compiled)
+                  compiled=compiled, sp=sp)
     prepare([("layer", spec, dict(kind=k, tp=tp, ep=ep, **common)) for k, _ in kinds] +
             [("head", spec, dict(tp=tp, **common))], jobs=jobs)
     per_kind = {}
@@ -331,7 +347,12 @@ def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, c
     coll = {}
     nlayers_stage = sum(layers_per_stage.values())
     if tp > 1:
-        coll["tp all_reduce"] = 4 * nlayers_stage * _coll("all_reduce", act_bytes, topo, groups["tp"][0])
+        if sp:      # per layer: 2 all-gathers + 2 reduce-scatters forward, the same backward
+            coll["tp all_gather/reduce_scatter (sequence parallel)"] = 4 * nlayers_stage * (
+                _coll("all_gather", act_bytes, topo, groups["tp"][0]) +
+                _coll("reduce_scatter", act_bytes, topo, groups["tp"][0]))
+        else:       # per layer: 2 all-reduces forward (attention and MLP outputs), 2 backward
+            coll["tp all_reduce"] = 4 * nlayers_stage * _coll("all_reduce", act_bytes, topo, groups["tp"][0])
     if cp > 1:
         kv = 2 * micro_batch * s_local * max(1, spec.kv_heads // tp) * spec.head_dim * 2
         t = _coll("all_gather", kv * cp, topo, groups["cp"][0]) + _coll("reduce_scatter", kv * cp, topo,
@@ -342,7 +363,8 @@ def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, c
         a2a = micro_batch * s_local * spec.top_k * spec.hidden * 2
         coll["ep all_to_all"] = 4 * moe_layers * _coll("all_to_all", a2a, topo, groups["ep"][0])
     per_mb_comm = sum(coll.values())
-    p2p = 2 * _coll("send_recv", act_bytes, topo, groups["pp"][0][:2]) if pp > 1 else 0.0
+    stage_io = act_bytes / tp if sp else act_bytes        # what a rank sends to the next stage
+    p2p = 2 * _coll("send_recv", stage_io, topo, groups["pp"][0][:2]) if pp > 1 else 0.0
     steps = mbs + pp - 1
     pipeline_s = steps * (stage_s + per_mb_comm + p2p)
     bubble_s = (pp - 1) * stage_s        # the collectives of the bubble steps are counted with the others
@@ -371,7 +393,8 @@ def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, c
             coll["dp gradient all_reduce"] = grad_s
     shard = dp if (fsdp and dp > 1) else 1
     opt_s = _optimizer_s(math.ceil(params_local / shard), tg) * split
-    coll_total = {k: (v * steps if k in ("tp all_reduce", "cp all_gather/reduce_scatter", "ep all_to_all")
+    coll_total = {k: (v * steps if k in ("tp all_reduce", "tp all_gather/reduce_scatter (sequence parallel)",
+                                         "cp all_gather/reduce_scatter", "ep all_to_all")
                       else v) for k, v in coll.items()}
     if pp > 1:
         coll_total["pp send/recv"] = steps * p2p
@@ -394,7 +417,7 @@ def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, c
     saved = max(c.saved_bytes for _, c in per_kind.values())
     in_flight = min(mbs, pp) if pp > 1 else 1
     if checkpointing:
-        acts = nlayers_stage * act_bytes * in_flight + saved
+        acts = nlayers_stage * stage_io * in_flight + saved
     else:
         acts = sum(layers_per_stage[k] * c.saved_bytes for k, (_, c) in per_kind.items()) * in_flight
     mem = dict(state_memory(spec, par), **{"activations": acts, "LM head and loss": head.saved_bytes})

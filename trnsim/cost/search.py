@@ -97,8 +97,10 @@ def search(model, instance, counts=(1,), micro_batches=(1, 2), seq=4096, global_
     shapes = sorted({(c["tp"], c["ep"], c["micro_batch"]) for c in keep})
     reqs = []
     for tp, ep, mb in shapes:
-        reqs += [("layer", spec, dict(kind=k, tp=tp, ep=ep, micro_batch=mb, **common)) for k, _ in spec.layer_kinds()]
-        reqs.append(("head", spec, dict(tp=tp, micro_batch=mb, **common)))
+        sp = bool(kw.get("sequence_parallel", True) and tp > 1 and seq % tp == 0)
+        reqs += [("layer", spec, dict(kind=k, tp=tp, ep=ep, micro_batch=mb, sp=sp, **common))
+                 for k, _ in spec.layer_kinds()]
+        reqs.append(("head", spec, dict(tp=tp, micro_batch=mb, sp=sp, **common)))
     prepare(reqs, jobs=jobs)
     res = []
     for i, c in enumerate(keep):

@@ -142,31 +142,33 @@ def _run(build, inputs, target, loss_fn, precision="bf16", compiled=False):
                      int(sum(saved.values())), tuple(sorted(fb)), graphs, ops)
 
 
-def _layer_job(spec, kind, tp, ep, micro_batch, seq, dtype, tg, precision, compiled):
+def _layer_job(spec, kind, tp, ep, micro_batch, seq, dtype, tg, precision, compiled, sp=False):
     from ..backend.shape_only import shape_only_tensor
     from .layers import DecoderLayer
     rope = spec.qk_rope_dim if spec.mla else spec.head_dim
 
     def build():
-        return DecoderLayer(spec, kind, tp=tp, ep=ep).to(dtype)
+        return DecoderLayer(spec, kind, tp=tp, ep=ep, sp=sp).to(dtype)
 
     def inputs():
-        x = shape_only_tensor((micro_batch, seq, spec.hidden), dtype, requires_grad=True)
+        s_in = seq // tp if (sp and tp > 1) else seq        # sequence parallel: the rank's part of the sequence
+        x = shape_only_tensor((micro_batch, s_in, spec.hidden), dtype, requires_grad=True)
         cos = shape_only_tensor((seq, rope), dtype)
         return x, cos, cos
 
     return build, inputs, tg, lambda m, x, c, s: m(x, c, s).float().sum(), precision, compiled
 
 
-def _head_job(spec, tp, micro_batch, seq, dtype, tg, precision, compiled):
+def _head_job(spec, tp, micro_batch, seq, dtype, tg, precision, compiled, sp=False):
     from ..backend.shape_only import shape_only_tensor
     from .layers import LMHead
 
     def build():
-        return LMHead(spec, tp).to(dtype)
+        return LMHead(spec, tp, sp=sp).to(dtype)
 
     def inputs():
-        x = shape_only_tensor((micro_batch, seq, spec.hidden), dtype, requires_grad=True)
+        s_in = seq // tp if (sp and tp > 1) else seq
+        x = shape_only_tensor((micro_batch, s_in, spec.hidden), dtype, requires_grad=True)
         labels = shape_only_tensor((micro_batch, seq), torch.int64)
         return x, labels
 
@@ -174,21 +176,25 @@ def _head_job(spec, tp, micro_batch, seq, dtype, tg, precision, compiled):
 
 
 def _key_job(what, spec, *, kind="dense", tp=1, ep=1, micro_batch=1, seq=2048, dtype=torch.bfloat16,
-             target="trn2", precision="bf16", compiled=False):
+             target="trn2", precision="bf16", compiled=False, sp=False):
     from ..targets import get_target
     tg = get_target(target)
+    sp = bool(sp and tp > 1)
+    if sp and seq % tp:
+        raise ValueError(f"sequence parallelism: the sequence ({seq} per rank) is not divisible by tp={tp}")
     if what == "layer":
-        return (("layer", spec, kind, tp, ep, micro_batch, seq, dtype, tg.name, precision, compiled),
-                lambda: _layer_job(spec, kind, tp, ep, micro_batch, seq, dtype, tg, precision, compiled))
-    return (("head", spec, tp, micro_batch, seq, dtype, tg.name, precision, compiled),
-            lambda: _head_job(spec, tp, micro_batch, seq, dtype, tg, precision, compiled))
+        return (("layer", spec, kind, tp, ep, micro_batch, seq, dtype, tg.name, precision, compiled, sp),
+                lambda: _layer_job(spec, kind, tp, ep, micro_batch, seq, dtype, tg, precision, compiled, sp))
+    return (("head", spec, tp, micro_batch, seq, dtype, tg.name, precision, compiled, sp),
+            lambda: _head_job(spec, tp, micro_batch, seq, dtype, tg, precision, compiled, sp))
 
 
 def layer_cost(spec, kind, *, tp=1, ep=1, micro_batch=1, seq=2048, dtype=torch.bfloat16, target="trn2",
-               precision="bf16", compiled=False):
-    """Forward + backward of one ``kind`` ("dense"/"moe") decoder layer of ``spec`` on one rank."""
+               precision="bf16", compiled=False, sp=False):
+    """Forward + backward of one ``kind`` ("dense"/"moe") decoder layer of ``spec`` on one rank (``sp``:
+    sequence parallel, the layer's input is the rank's 1/tp of the sequence)."""
     key, job = _key_job("layer", spec, kind=kind, tp=tp, ep=ep, micro_batch=micro_batch, seq=seq, dtype=dtype,
-                        target=target, precision=precision, compiled=compiled)
+                        target=target, precision=precision, compiled=compiled, sp=sp)
     r = _MEMO.get(key)
     if r is None:
         r = _MEMO[key] = _run(*job())
@@ -196,10 +202,10 @@ def layer_cost(spec, kind, *, tp=1, ep=1, micro_batch=1, seq=2048, dtype=torch.b
 
 
 def head_cost(spec, *, tp=1, micro_batch=1, seq=2048, dtype=torch.bfloat16, target="trn2", precision="bf16",
-              compiled=False):
+              compiled=False, sp=False):
     """The final norm, vocabulary projection and cross-entropy (forward + backward), plus the embedding lookup."""
     key, job = _key_job("head", spec, tp=tp, micro_batch=micro_batch, seq=seq, dtype=dtype, target=target,
-                        precision=precision, compiled=compiled)
+                        precision=precision, compiled=compiled, sp=sp)
     r = _MEMO.get(key)
     if r is None:
         r = _MEMO[key] = _run(*job())
