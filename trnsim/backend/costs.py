@@ -136,21 +136,33 @@ def blocked_matmul_ns(target, m, k, n, dtype, extrapolate=True):
     return tuple(x + (y - x) * (k - k1) / (k2 - k1) for x, y in zip(a, b))
 
 
+_BLOCK_SIMS = {}
+
+
+def _block_sim(target, k, m, n, dtype, kw):
+    """One simulation of ``blocked_matmul`` on [m, k] x [k, n], memoised: many products share their one- and
+    two-block runs (every weight gradient of a layer has the same contraction and block shape)."""
+    key = (target.name, k, m, n, dtype, kw["mb"], kw["nb"], kw["kc"])
+    r = _BLOCK_SIMS.get(key)
+    if r is None:
+        r = _BLOCK_SIMS[key] = _sim(matmul_blocked.blocked_matmul, (_inp((k, m), dtype), _inp((k, n), dtype)),
+                                    kw, target)
+    return r
+
+
 def _blocks_ns(target, m, k, n, dtype, mb, nb, kc):
     kw = {"mb": mb, "nb": nb, "kc": kc}
     nblk = n / nb           # a last, narrower block (n padded to 512 columns, blocks of 1024) counts pro rata
     rows = m / mb
-    sim = matmul_blocked.blocked_matmul
     if rows * nblk <= 2 and n % nb == 0 and m % mb == 0:
-        return _sim(sim, (_inp((k, m), dtype), _inp((k, n), dtype)), kw, target)
+        return _block_sim(target, k, m, n, dtype, kw)
     # steady state: every further block costs the increment from one to two blocks in a row (db), and every
     # further block row adds its own overhead (the row's at strip load), the increment from one to two single-
     # block rows beyond db: t = t1 + db * (blocks - 1) + (dr - db) * (rows - 1).  In chunked mode no strip is
     # kept across a row's blocks: every block is the same work, dr = db.
-    one = _sim(sim, (_inp((k, mb), dtype), _inp((k, nb), dtype)), kw, target)
-    two_b = _sim(sim, (_inp((k, mb), dtype), _inp((k, 2 * nb), dtype)), kw, target) if nblk > 1 else None
-    two_r = _sim(sim, (_inp((k, 2 * mb), dtype), _inp((k, nb), dtype)), kw, target) \
-        if rows > 1 and (kc >= k or two_b is None) else None
+    one = _block_sim(target, k, mb, nb, dtype, kw)
+    two_b = _block_sim(target, k, mb, 2 * nb, dtype, kw) if nblk > 1 else None
+    two_r = _block_sim(target, k, 2 * mb, nb, dtype, kw) if rows > 1 and (kc >= k or two_b is None) else None
     out = []
     for i in range(3):
         db = (two_b[i] - one[i]) if two_b else (two_r[i] - one[i])
@@ -270,6 +282,7 @@ def host_transfer_ns(target, nbytes):
 
 def clear_memo():
     _MEMO.clear()
+    _BLOCK_SIMS.clear()
 
 
 def deferring(pending):
