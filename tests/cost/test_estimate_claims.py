@@ -3,10 +3,8 @@ kernel simulations change nothing, the blocked matmul's contraction extrapolatio
 parallelism, tensor parallelism, memory with what would fit, fp8, compiled mode, prices, and the search."""
 
 import json
-import math
 
 import pytest
-import torch
 
 from trnsim.backend import costs
 from trnsim.cost import estimator as E
