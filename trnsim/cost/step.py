@@ -216,9 +216,9 @@ def head_cost(spec, *, tp=1, micro_batch=1, seq=2048, dtype=torch.bfloat16, targ
 def prepare(requests, jobs=None):
     """Make ``layer_cost``/``head_cost`` of every request cheap: ``requests`` are ``("layer", spec, kwargs)`` or
     ``("head", spec, kwargs)``.  Each not yet memoised is run once with its kernel simulations deferred (charged
-    zero, the result discarded) to learn which op costs are missing; those are simulated over ``jobs`` worker
-    processes (default: the usable cores), longest first, and memoised (and cached on disk).  Afterwards a
-    layer run finds every op cost memoised.  Returns the number of kernel costs simulated."""
+    zero; the result is kept when none was missing) to learn which op costs are missing; those are simulated
+    over ``jobs`` worker processes (default: the usable cores), longest first, and memoised (and cached on
+    disk).  Afterwards a layer run finds every op cost memoised.  Returns the number of kernel costs simulated."""
     from ..backend import costs
     pending = {}
     for what, spec, kw in requests:
@@ -226,8 +226,13 @@ def prepare(requests, jobs=None):
         if key in _MEMO or key in _SEEN or kw.get("compiled"):
             continue            # a compiled graph's plan keeps its kernel costs (and is cached): never deferred
         _SEEN.add(key)
-        with costs.deferring(pending):
-            _run(*job())
+        mine = {}
+        with costs.deferring(mine):
+            r = _run(*job())
+        if not mine:
+            _MEMO[key] = r          # nothing was missing: this run was the real one (a warm cache: one run)
+        for k, c in mine.items():
+            pending.setdefault(k, c)
     if not pending:
         return 0
     items = sorted(pending.items(), key=lambda kv: -_size(kv[0]))
