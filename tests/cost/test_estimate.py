@@ -45,8 +45,8 @@ def test_breakdown_adds_up_and_compute_comes_from_the_layer_runs():
     assert sum(e.breakdown.values()) == pytest.approx(e.step_time_s, rel=1e-9)
     par = e.parallelism
     mbs = e.global_batch // (par.dp * par.micro_batch)
-    c = layer_cost(TINY, "dense", tp=4, micro_batch=1, seq=SEQ, target="trn2")
-    h = head_cost(TINY, tp=4, micro_batch=1, seq=SEQ, target="trn2")
+    c = layer_cost(TINY, "dense", tp=4, micro_batch=1, seq=SEQ, target="trn2", sp=True)   # sequence parallel
+    h = head_cost(TINY, tp=4, micro_batch=1, seq=SEQ, target="trn2", sp=True)
     per_mb = (TINY.layers * (c.fwd_ns + c.bwd_ns) + h.fwd_ns + h.bwd_ns) / 2 * 1e-9    # LNC=2: two cores
     compute = sum(v for k, v in e.breakdown.items() if k.startswith("compute") or k in ("launch overhead",
                                                                                         "fallbacks"))
@@ -67,10 +67,13 @@ def test_doubling_dp_halves_compute_per_rank_and_adds_the_gradient_all_reduce():
 
 def test_tensor_parallelism_moves_time_from_compute_to_collectives():
     t1 = est(tp=1, global_batch=64)
-    t8 = est(tp=8, global_batch=64)
+    t8 = est(tp=8, global_batch=64, sequence_parallel=False)
     comp = lambda e: e.breakdown["compute: tensor engine"]       # noqa: E731
     assert "comm: tp all_reduce" not in t1.breakdown
     assert t8.breakdown["comm: tp all_reduce"] > 0
+    sp8 = est(tp=8, global_batch=64)                             # sequence parallel (the default)
+    assert sp8.breakdown["comm: tp all_gather/reduce_scatter (sequence parallel)"] > 0
+    assert sp8.breakdown["compute: vector/scalar/dma"] < t8.breakdown["compute: vector/scalar/dma"]
     # per rank, 8-way TP does 1/8 of the matmul work of each micro-batch, but 8x more micro-batches per rank
     assert comp(t8) < comp(t1) * 8
 

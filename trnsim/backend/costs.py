@@ -71,11 +71,20 @@ def _rows_cols(n):
     return rows, max(1, math.ceil(int(n) / rows))
 
 
+# When a dict (see :func:`deferring`): a cost neither memoised nor cached is not simulated but recorded here
+# (key -> compute) and charged zero, so that a caller can collect every missing kernel simulation of a run,
+# simulate them together (in parallel), and run again with all of them memoised (trnsim.cost.step.prepare).
+_DEFERRED = None
+
+
 def _memo(key, compute):
     v = _MEMO.get(key)
     if v is None:
         v = cost_cache.lookup(key)          # simulated by an earlier process (see cost_cache.py)
         if v is None:
+            if _DEFERRED is not None:
+                _DEFERRED.setdefault(key, compute)
+                return _EMPTY
             v = compute()
             cost_cache.store(key, v)
         _MEMO[key] = v
@@ -109,22 +118,51 @@ def matmul_cost(target, m, k, n, dtype, batch=1):
 def blocked_matmul_ns(target, m, k, n, dtype, extrapolate=True):
     """(ns, flops, bytes) of ``blocked_matmul`` on padded [m, k] x [k, n].  Its output blocks are identical and
     run back to back in steady state, so with more than two blocks the time is the simulated time of one block
-    plus (blocks - 1) times the increment from one to two blocks (``extrapolate=False`` simulates it whole;
-    tests compare the two)."""
+    plus (blocks - 1) times the increment from one to two blocks; and each block's work grows linearly with the
+    contraction (whole-K mode: its strips and matmuls; chunked mode: its chunks), so a long contraction is
+    extrapolated from two shorter ones (4 and 8 tiles, or 2 and 3 chunks).  ``extrapolate=False`` simulates the
+    whole product (tests compare the two)."""
     item = np.dtype(_np_dtype(dtype)).itemsize
     mb, nb, kc = matmul_blocked.block_shape(target, m, n, k, item)
+    if not extrapolate:     # (dimensions multiples of the block shape)
+        return _sim(matmul_blocked.blocked_matmul, (_inp((k, m), dtype), _inp((k, n), dtype)),
+                    {"mb": mb, "nb": nb, "kc": kc}, target)
+    whole_k = kc >= k
+    k1, k2 = (4 * target.pmax, 8 * target.pmax) if whole_k else (2 * kc, 3 * kc)
+    if k <= (12 * target.pmax if whole_k else 5 * kc):     # the two shorter runs would cost more than this one
+        return _blocks_ns(target, m, k, n, dtype, mb, nb, kc)
+    a = _blocks_ns(target, m, k1, n, dtype, mb, nb, k1 if whole_k else kc)
+    b = _blocks_ns(target, m, k2, n, dtype, mb, nb, k2 if whole_k else kc)
+    return tuple(x + (y - x) * (k - k1) / (k2 - k1) for x, y in zip(a, b))
+
+
+_BLOCK_SIMS = {}
+
+
+def _block_sim(target, k, m, n, dtype, kw):
+    """One simulation of ``blocked_matmul`` on [m, k] x [k, n], memoised: many products share their one- and
+    two-block runs (every weight gradient of a layer has the same contraction and block shape)."""
+    key = (target.name, k, m, n, dtype, kw["mb"], kw["nb"], kw["kc"])
+    r = _BLOCK_SIMS.get(key)
+    if r is None:
+        r = _BLOCK_SIMS[key] = _sim(matmul_blocked.blocked_matmul, (_inp((k, m), dtype), _inp((k, n), dtype)),
+                                    kw, target)
+    return r
+
+
+def _blocks_ns(target, m, k, n, dtype, mb, nb, kc):
     kw = {"mb": mb, "nb": nb, "kc": kc}
-    nblk = n // nb
-    rows = m // mb
-    if not extrapolate or rows * nblk <= 2:
-        return _sim(matmul_blocked.blocked_matmul, (_inp((k, m), dtype), _inp((k, n), dtype)), kw, target)
+    nblk = n / nb           # a last, narrower block (n padded to 512 columns, blocks of 1024) counts pro rata
+    rows = m / mb
+    if rows * nblk <= 2 and n % nb == 0 and m % mb == 0:
+        return _block_sim(target, k, m, n, dtype, kw)
     # steady state: every further block costs the increment from one to two blocks in a row (db), and every
     # further block row adds its own overhead (the row's at strip load), the increment from one to two single-
-    # block rows beyond db: t = t1 + db * (blocks - 1) + (dr - db) * (rows - 1)
-    sim = matmul_blocked.blocked_matmul
-    one = _sim(sim, (_inp((k, mb), dtype), _inp((k, nb), dtype)), kw, target)
-    two_b = _sim(sim, (_inp((k, mb), dtype), _inp((k, 2 * nb), dtype)), kw, target) if nblk > 1 else None
-    two_r = _sim(sim, (_inp((k, 2 * mb), dtype), _inp((k, nb), dtype)), kw, target) if rows > 1 else None
+    # block rows beyond db: t = t1 + db * (blocks - 1) + (dr - db) * (rows - 1).  In chunked mode no strip is
+    # kept across a row's blocks: every block is the same work, dr = db.
+    one = _block_sim(target, k, mb, nb, dtype, kw)
+    two_b = _block_sim(target, k, mb, 2 * nb, dtype, kw) if nblk > 1 else None
+    two_r = _block_sim(target, k, 2 * mb, nb, dtype, kw) if rows > 1 and (kc >= k or two_b is None) else None
     out = []
     for i in range(3):
         db = (two_b[i] - one[i]) if two_b else (two_r[i] - one[i])
@@ -244,3 +282,27 @@ def host_transfer_ns(target, nbytes):
 
 def clear_memo():
     _MEMO.clear()
+    _BLOCK_SIMS.clear()
+
+
+def deferring(pending):
+    """Inside ``with deferring(d):`` missing kernel costs are recorded in ``d`` (key -> compute) and charged zero;
+    :func:`fill` stores their computed values."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def cm():
+        global _DEFERRED
+        prev, _DEFERRED = _DEFERRED, pending
+        try:
+            yield pending
+        finally:
+            _DEFERRED = prev
+    return cm()
+
+
+def fill(key, value):
+    """Memoise (and cache on disk) the computed cost of ``key``."""
+    value = tuple(value)
+    _MEMO[key] = value
+    cost_cache.store(key, value)

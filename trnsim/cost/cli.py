@@ -57,6 +57,8 @@ def build_parser():
     for flag in ("--tp", "--pp", "--cp", "--ep", "--dp"):
         p.add_argument(flag, type=_positive, default=None, help=f"{flag[2:].upper()} degree")
     p.add_argument("--no-fsdp", action="store_true", help="plain data parallelism (gradient all-reduce)")
+    p.add_argument("--no-sequence-parallel", action="store_true",
+                   help="plain tensor parallelism (all-reduces; norms on the whole sequence on every TP rank)")
     p.add_argument("--micro-batch", type=_positive, default=1)
     p.add_argument("--seq", type=_positive, default=4096, help="sequence length (default 4096)")
     p.add_argument("--global-batch", type=_positive, default=None, help="sequences per step")
@@ -71,7 +73,8 @@ def build_parser():
     p.add_argument("--search", action="store_true", help="search parallelism x count x micro-batch: Pareto front")
     p.add_argument("--counts", type=lambda t: _ints(t, "--counts"), default=None, help="instance counts to search")
     p.add_argument("--micro-batches", type=lambda t: _ints(t, "--micro-batches"), default=[1, 2])
-    p.add_argument("-j", "--jobs", type=_positive, default=1, help="worker processes for --search")
+    p.add_argument("-j", "--jobs", type=_positive, default=None,
+                   help="processes for the kernel simulations (default: the usable cores)")
     return p
 
 
@@ -97,7 +100,8 @@ def main(argv=None) -> int:
         if a.out:
             ensure_writable_dir(a.out)
         common = dict(seq=a.seq, global_batch=a.global_batch, precision=a.precision, compiled=a.compile,
-                      lnc=a.lnc, prices=a.prices, fsdp=not a.no_fsdp)
+                      lnc=a.lnc, prices=a.prices, fsdp=not a.no_fsdp,
+                      sequence_parallel=not a.no_sequence_parallel)
         if a.search or all(v is None for v in (a.tp, a.pp, a.dp)):
             counts = a.counts or [a.count]
             try:
@@ -126,7 +130,8 @@ def main(argv=None) -> int:
         else:
             with line.ticking(f"estimating {a.model} on {a.count} x {a.instance}"):
                 e = E.estimate(a.model, a.instance, a.count, dp=a.dp, tp=a.tp or 1, pp=a.pp or 1, cp=a.cp or 1,
-                               ep=a.ep or 1, micro_batch=a.micro_batch, checkpointing=a.checkpointing, **common)
+                               ep=a.ep or 1, micro_batch=a.micro_batch, checkpointing=a.checkpointing, jobs=a.jobs,
+                               **common)
             line.clear()
     except (ValueError, FileWriteError) as err:
         line.clear()

@@ -7,6 +7,8 @@ How a step is put together (each piece from the simulator, never from a fitted c
   simulation of the library NKI kernel behind each op.  The device simulates an op on one physical NeuronCore;
   a logical core of LNC=2 splits each op over its two physical cores (an ideal split is assumed).
 * the optimizer: ``torch.optim.AdamW(foreach=True).step()`` run on a shape-only parameter of the rank's size;
+* sequence parallelism (default with TP > 1, Megatron-LM style): norms and residuals on 1/tp of the sequence,
+  the TP all-reduces become all-gathers and reduce-scatters (``sequence_parallel=False`` for plain TP);
 * communication: every collective the parallelism implies, timed by :mod:`trnsim.collectives` on the instance's
   topology (links, hop latency, contention, the runtime's algorithm for the size).  TP all-reduces, CP
   all-gathers and EP all-to-alls are exposed (on the critical path); FSDP's per-layer all-gathers and reduce-
@@ -16,6 +18,16 @@ How a step is put together (each piece from the simulator, never from a fitted c
 * memory per rank: bf16 weights and gradients, fp32 master weights and AdamW moments (sharded over the data-
   parallel group with FSDP), and the activations autograd saved in the shape-only run, times the micro-batches
   in flight (1F1B: as many as stages), or only the layer inputs with activation checkpointing.
+
+* precision fp8 (trn2 and later): the linear and expert matmuls of the layer runs are re-priced as fp8 double-row
+  kernels (:func:`trnsim.cost.step.fp8_matmul_ns`), with the casts of their operands; the rest stays bf16.
+* compiled (``compiled=True``): every layer and the head run through ``torch.compile(backend="neuron")`` on the
+  shape-only device (the compile backend's fused kernels and one launch per graph; attention stays the flash
+  kernel between graphs); the compile time before the first step is the compile backend's neuronx-cc model
+  (``trnsim.backend.compile.stats``, an assumption) on the stage's forward and backward graphs, priced too.
+* speed: the kernel simulations a configuration needs are collected first (a run with them deferred) and
+  simulated over the machine's cores (:func:`trnsim.cost.step.prepare`); they are memoised per process and kept
+  on disk by the op-cost cache (``trnsim.backend.cost_cache``).
 
 Everything is deterministic: the same arguments give the same result.
 """
@@ -31,7 +43,8 @@ import torch
 
 from .models import ModelSpec, load_model
 
-__all__ = ["Parallelism", "Estimate", "estimate", "INSTANCES", "load_prices", "rank_layout"]
+__all__ = ["Parallelism", "Estimate", "estimate", "INSTANCES", "load_prices", "rank_layout", "state_memory",
+           "capacity_per_rank"]
 
 _DATA = os.path.join(os.path.dirname(__file__), "data")
 GiB = 2 ** 30
@@ -45,18 +58,42 @@ def _load(name):
 INSTANCES = {k: v for k, v in _load("instances.json").items() if not k.startswith("_")}
 
 
-def load_prices(path=None):
-    """``{instance: row}`` from the dated price file (``path``: the user's own file, same format)."""
-    doc = _load("prices.json") if path is None else json.load(open(path, encoding="utf-8"))
+def _price_rows(doc, where):
     rows = doc.get("rows") if isinstance(doc, dict) else None
     if not isinstance(rows, list):
-        raise ValueError(f"price file {path or 'prices.json'}: expected {{\"rows\": [...]}}")
+        raise ValueError(f"price file {where}: expected {{\"rows\": [...]}}")
     out = {}
-    for r in rows:
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict):
+            raise ValueError(f"price file {where}: row {i} is not an object")
         for key in ("instance", "usd_per_hour", "source", "retrieved"):
             if key not in r:
-                raise ValueError(f"price file {path or 'prices.json'}: row {r} has no {key!r}")
+                raise ValueError(f"price file {where}: row {i} ({r.get('instance', '?')}) has no {key!r} "
+                                 f"(every row: instance, usd_per_hour, source, retrieved)")
+        v = r["usd_per_hour"]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise ValueError(f"price file {where}: row {i} ({r['instance']}): usd_per_hour {v!r} is not a "
+                             f"positive number")
+        if r["instance"] not in INSTANCES:
+            raise ValueError(f"price file {where}: row {i}: unknown instance {r['instance']!r} (expected one of "
+                             f"{', '.join(INSTANCES)})")
         out.setdefault(r["instance"], r)
+    return out
+
+
+def load_prices(path=None):
+    """``{instance: row}``: the built-in dated price file, with the rows of the user's own file (``path``, same
+    format) replacing the built-in row of each instance they name."""
+    out = _price_rows(_load("prices.json"), "prices.json")
+    if path is not None:
+        try:
+            with open(path, encoding="utf-8") as f:
+                doc = json.load(f)
+        except FileNotFoundError:
+            raise ValueError(f"price file {path}: no such file") from None
+        except json.JSONDecodeError as e:
+            raise ValueError(f"price file {path}: not JSON ({e})") from None
+        out.update(_price_rows(doc, path))
     return out
 
 
@@ -134,6 +171,7 @@ class Estimate:
         return self.hbm_per_rank_bytes * self._ranks_per_chip
 
     _ranks_per_chip: int = 1
+    compile_s: float = 0.0     # compiled: estimated Neuron compiler time before the first step (0 when eager)
 
     def dollars(self, seconds):
         return None if self.usd_per_hour is None else self.usd_per_hour * self.count * seconds / 3600.0
@@ -146,6 +184,10 @@ class Estimate:
     def usd_per_billion_tokens(self):
         return None if self.usd_per_hour is None else self.dollars(1e9 / self.tokens_per_s)
 
+    @property
+    def usd_for_compile(self):
+        return self.dollars(self.compile_s) if self.compile_s else (0.0 if self.usd_per_hour is not None else None)
+
     def usd_for_tokens(self, tokens):
         return None if self.usd_per_hour is None else self.dollars(tokens / self.tokens_per_s)
 
@@ -155,12 +197,20 @@ class Estimate:
         d["parallelism"] = dataclasses.asdict(self.parallelism)
         d["parallelism"]["label"] = self.parallelism.label()
         d.update(usd_per_step=self.usd_per_step, usd_per_billion_tokens=self.usd_per_billion_tokens,
-                 hbm_per_chip_bytes=self.hbm_per_chip_bytes, fallbacks=list(self.fallbacks))
+                 hbm_per_chip_bytes=self.hbm_per_chip_bytes, fallbacks=list(self.fallbacks),
+                 usd_for_compile=self.usd_for_compile)
         return d
 
 
 class DoesNotFit(ValueError):
     pass
+
+
+def capacity_per_rank(instance, lnc=None):
+    """HBM bytes one rank (logical core) of ``instance`` has."""
+    from ..targets import get_target
+    tg = get_target(INSTANCES[instance]["target"])
+    return tg.hbm_bytes_per_logical_core(lnc or tg.default_lnc)
 
 
 def _topology(inst, count, lnc):
@@ -200,11 +250,11 @@ _OPT = {}
 
 def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, cp=1, ep=1, fsdp=True,
              micro_batch=1, seq=4096, global_batch=None, checkpointing=False, precision="bf16",
-             compiled=False, lnc=None, prices=None) -> Estimate:
+             compiled=False, lnc=None, prices=None, jobs=None, sequence_parallel=True) -> Estimate:
     """Estimate one training step (see the module docstring).  ``dp`` defaults to the ranks left after
     tp x pp x cp; ``global_batch`` (sequences) to dp x micro_batch x max(pp, 1) x 4."""
     from ..targets import get_target
-    from .step import head_cost, layer_cost
+    from .step import head_cost, layer_cost, prepare
 
     spec: ModelSpec = load_model(model)
     if instance not in INSTANCES:
@@ -237,21 +287,35 @@ def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, c
     dtype = torch.bfloat16
     notes = []
     if precision == "fp8":
-        notes.append("fp8: matmuls are costed at the bf16 kernels' speed (fp8 library kernels not built yet)")
+        if not tg.fp8_double_row:
+            raise ValueError(f"precision fp8 on {instance} ({tg.marketing_name}): no fp8 Tensor Engine rate above "
+                             f"bf16 is modelled for this chip (fp8 double-row mode is Trainium2 and later)")
+        notes.append("fp8: linear and expert matmuls priced as fp8 double-row kernels (the bf16 kernel on half the "
+                     "contraction) plus casts of both operands; attention, weights, gradients and optimizer state "
+                     "stay bf16/fp32; MFU is against the bf16 peak")
     if compiled:
-        notes.append("compiled: costed as eager (the compile backend's fused-kernel costs are not wired into "
-                     "the estimator yet)")
+        notes.append("compiled: every layer runs through torch.compile(backend='neuron') on the shape-only device "
+                     "(fused kernels, one launch per graph); compile time is the compile backend's neuronx-cc "
+                     "model (an assumption: 20 s per graph + 0.05 s per aten op)")
     s_local = seq // cp
     split = 1.0 / lnc                 # the device simulates one physical core; a logical core has lnc of them
     # -- compute per micro-batch per stage ----------------------------------------------------------------
     kinds = spec.layer_kinds()
+    sp = bool(sequence_parallel and tp > 1)
+    if sp and s_local % tp:
+        raise ValueError(f"sequence parallelism needs the sequence per rank ({s_local}) divisible by tp={tp}: "
+                         f"choose another --seq or --tp, or --no-sequence-parallel")
+    common = dict(micro_batch=micro_batch, seq=s_local, dtype=dtype, target=tg, precision=precision,
+                  compiled=compiled, sp=sp)
+    prepare([("layer", spec, dict(kind=k, tp=tp, ep=ep, **common)) for k, _ in kinds] +
+            [("head", spec, dict(tp=tp, **common))], jobs=jobs)
     per_kind = {}
     fallbacks = set()
     for kind, n in kinds:
-        c = layer_cost(spec, kind, tp=tp, ep=ep, micro_batch=micro_batch, seq=s_local, dtype=dtype, target=tg)
+        c = layer_cost(spec, kind, tp=tp, ep=ep, **common)
         per_kind[kind] = (n, c)
         fallbacks.update(c.fallbacks)
-    head = head_cost(spec, tp=tp, micro_batch=micro_batch, seq=s_local, dtype=dtype, target=tg)
+    head = head_cost(spec, tp=tp, **common)
     fallbacks.update(head.fallbacks)
     layers_per_stage = {k: math.ceil(n / pp) for k, (n, _) in per_kind.items()}
     comp = {"tensor": 0.0, "other": 0.0, "fallback": 0.0, "launch": 0.0, "recompute": 0.0}
@@ -283,7 +347,12 @@ def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, c
     coll = {}
     nlayers_stage = sum(layers_per_stage.values())
     if tp > 1:
-        coll["tp all_reduce"] = 4 * nlayers_stage * _coll("all_reduce", act_bytes, topo, groups["tp"][0])
+        if sp:      # per layer: 2 all-gathers + 2 reduce-scatters forward, the same backward
+            coll["tp all_gather/reduce_scatter (sequence parallel)"] = 4 * nlayers_stage * (
+                _coll("all_gather", act_bytes, topo, groups["tp"][0]) +
+                _coll("reduce_scatter", act_bytes, topo, groups["tp"][0]))
+        else:       # per layer: 2 all-reduces forward (attention and MLP outputs), 2 backward
+            coll["tp all_reduce"] = 4 * nlayers_stage * _coll("all_reduce", act_bytes, topo, groups["tp"][0])
     if cp > 1:
         kv = 2 * micro_batch * s_local * max(1, spec.kv_heads // tp) * spec.head_dim * 2
         t = _coll("all_gather", kv * cp, topo, groups["cp"][0]) + _coll("reduce_scatter", kv * cp, topo,
@@ -294,7 +363,8 @@ def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, c
         a2a = micro_batch * s_local * spec.top_k * spec.hidden * 2
         coll["ep all_to_all"] = 4 * moe_layers * _coll("all_to_all", a2a, topo, groups["ep"][0])
     per_mb_comm = sum(coll.values())
-    p2p = 2 * _coll("send_recv", act_bytes, topo, groups["pp"][0][:2]) if pp > 1 else 0.0
+    stage_io = act_bytes / tp if sp else act_bytes        # what a rank sends to the next stage
+    p2p = 2 * _coll("send_recv", stage_io, topo, groups["pp"][0][:2]) if pp > 1 else 0.0
     steps = mbs + pp - 1
     pipeline_s = steps * (stage_s + per_mb_comm + p2p)
     bubble_s = (pp - 1) * stage_s        # the collectives of the bubble steps are counted with the others
@@ -323,7 +393,8 @@ def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, c
             coll["dp gradient all_reduce"] = grad_s
     shard = dp if (fsdp and dp > 1) else 1
     opt_s = _optimizer_s(math.ceil(params_local / shard), tg) * split
-    coll_total = {k: (v * steps if k in ("tp all_reduce", "cp all_gather/reduce_scatter", "ep all_to_all")
+    coll_total = {k: (v * steps if k in ("tp all_reduce", "tp all_gather/reduce_scatter (sequence parallel)",
+                                         "cp all_gather/reduce_scatter", "ep all_to_all")
                       else v) for k, v in coll.items()}
     if pp > 1:
         coll_total["pp send/recv"] = steps * p2p
@@ -346,14 +417,10 @@ def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, c
     saved = max(c.saved_bytes for _, c in per_kind.values())
     in_flight = min(mbs, pp) if pp > 1 else 1
     if checkpointing:
-        acts = nlayers_stage * act_bytes * in_flight + saved
+        acts = nlayers_stage * stage_io * in_flight + saved
     else:
         acts = sum(layers_per_stage[k] * c.saved_bytes for k, (_, c) in per_kind.items()) * in_flight
-    mem = {"weights (bf16)": params_local * 2, "gradients (bf16)": params_local * 2 / shard,
-           "optimizer (fp32 master + AdamW moments)": params_local * 12 / shard, "activations": acts,
-           "LM head and loss": head.saved_bytes}
-    if fsdp and dp > 1:
-        mem["weights (bf16)"] = params_local * 2 / shard + 2 * layer_params_local / max(nlayers_stage, 1) * 2
+    mem = dict(state_memory(spec, par), **{"activations": acts, "LM head and loss": head.saved_bytes})
     need = sum(mem.values())
     cap = tg.hbm_bytes_per_logical_core(lnc)
     fits = need <= cap
@@ -373,7 +440,30 @@ def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, c
     est = Estimate(spec.name, instance, count, tg.name, ranks, par, seq, gb, compiled, step_s, breakdown, tps,
                    mfu, hfu, need, cap, mem, fits, tuple(sorted(fallbacks)), coll_total, usd, price_note, notes)
     est._ranks_per_chip = topo.logical_cores_per_chip
+    if compiled:
+        # every rank compiles its stage's forward and backward graphs (all ranks in parallel): the compile
+        # backend's neuronx-cc model on the stage's aten ops (the layers' graphs times the layers, plus the head)
+        from ..backend.compile.stats import HW_COMPILE_FIXED_S, HW_COMPILE_PER_OP_S
+        stage_ops = sum(layers_per_stage[k] * c.graph_ops for k, (_, c) in per_kind.items()) + head.graph_ops
+        est.compile_s = 2 * HW_COMPILE_FIXED_S + HW_COMPILE_PER_OP_S * stage_ops
     return est
+
+
+def state_memory(spec, par):
+    """Bytes per rank of the training state alone (no activations): bf16 weights (with FSDP the rank's shard plus
+    two gathered layers), bf16 gradients and the fp32 master weights and AdamW moments (sharded over the data-
+    parallel group with FSDP).  Known before any layer runs: the search drops configurations it cannot hold."""
+    kinds = spec.layer_kinds()
+    per_stage = {k: math.ceil(n / par.pp) for k, n in kinds}
+    nl = sum(per_stage.values())
+    layer_local = sum(per_stage[k] * (spec.attention_params() / par.tp + spec.mlp_params(k) /
+                                      (par.tp * (par.ep if k == "moe" else 1)) + 2 * spec.hidden)
+                      for k, _ in kinds)
+    params_local = layer_local + spec.embedding_params() / par.tp
+    shard = par.dp if (par.fsdp and par.dp > 1) else 1
+    weights = params_local * 2 if shard == 1 else params_local * 2 / shard + 2 * layer_local / max(nl, 1) * 2
+    return {"weights (bf16)": weights, "gradients (bf16)": params_local * 2 / shard,
+            "optimizer (fp32 master + AdamW moments)": params_local * 12 / shard}
 
 
 def _what_would_fit(par, spec, mem, cap):

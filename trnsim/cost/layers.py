@@ -30,10 +30,13 @@ class RMSNorm(nn.Module):
         return F.rms_norm(x, (x.shape[-1],), self.weight, 1e-6)
 
 
+@torch.compiler.disable
 def _attention(q, k, v):
     """Causal attention through the fused (flash) kernel the device implements natively, as a Trainium attention
     kernel is: torch's composite SDPA on a PrivateUse1 device takes the math path (materialised scores) instead.
-    Value heads narrower than the query's (latent attention) are padded to the query's head size."""
+    Value heads narrower than the query's (latent attention) are padded to the query's head size.  Under
+    ``torch.compile`` this stays that kernel, called between the compiled graphs (a graph break), as a compiled
+    Neuron model calls its attention kernel; the compiler would otherwise decompose it to the math path."""
     dv = v.shape[-1]
     if dv != q.shape[-1]:
         v = F.pad(v, (0, q.shape[-1] - dv))
@@ -159,28 +162,66 @@ class MoE(nn.Module):
         return out.reshape(b, s, h)
 
 
+class _Reshard(torch.autograd.Function):
+    """A sequence-parallel all-gather (or reduce-scatter) as one rank sees it: a shape-only tensor of the other
+    shape, and no device work; the estimator times the collective itself (on the instance's topology).  Its
+    backward is the opposite collective, again shape only."""
+
+    @staticmethod
+    def forward(ctx, x, shape):
+        from ..backend.shape_only import shape_only_tensor
+        ctx.in_shape, ctx.dtype = tuple(x.shape), x.dtype
+        return shape_only_tensor(shape, x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        from ..backend.shape_only import shape_only_tensor
+        return shape_only_tensor(ctx.in_shape, ctx.dtype), None
+
+
+@torch.compiler.disable
+def _seq(x, factor):
+    """``x`` [b, s, h] resharded along the sequence: ``factor`` > 1 gathers (s * factor), < 1 scatters.  Under
+    ``torch.compile`` a collective sits between graphs (a graph break), as a compiled model calls it."""
+    b, s, h = x.shape
+    return _Reshard.apply(x, (b, int(round(s * factor)), h))
+
+
 class DecoderLayer(nn.Module):
-    def __init__(self, spec, kind="dense", tp=1, ep=1):
+    """One decoder layer on one tensor-parallel rank.  ``sp`` (sequence parallelism, Megatron-LM style): the
+    norms and residual adds work on the rank's 1/tp of the sequence; the input of attention and of the MLP is
+    all-gathered, their outputs reduce-scattered (instead of all-reduced)."""
+
+    def __init__(self, spec, kind="dense", tp=1, ep=1, sp=False):
         super().__init__()
         self.norm1 = RMSNorm(spec.hidden)
         self.attn = LatentAttention(spec, tp) if spec.mla else Attention(spec, tp)
         self.norm2 = RMSNorm(spec.hidden)
         self.mlp = MoE(spec, tp, ep) if kind == "moe" else MLP(spec.hidden, spec.ffn, tp)
+        self.sp = tp if (sp and tp > 1) else 0
 
     def forward(self, x, cos, sin):
-        x = x + self.attn(self.norm1(x), cos, sin)
-        return x + self.mlp(self.norm2(x))
+        if not self.sp:
+            x = x + self.attn(self.norm1(x), cos, sin)
+            return x + self.mlp(self.norm2(x))
+        k = self.sp
+        x = x + _seq(self.attn(_seq(self.norm1(x), k), cos, sin), 1 / k)
+        return x + _seq(self.mlp(_seq(self.norm2(x), k)), 1 / k)
 
 
 class LMHead(nn.Module):
     """The final norm, the vocabulary projection (sharded over ``tp``) and the cross-entropy loss."""
 
-    def __init__(self, spec, tp):
+    def __init__(self, spec, tp, sp=False):
         super().__init__()
         self.norm = RMSNorm(spec.hidden)
         self.proj = nn.Linear(spec.hidden, _div(spec.vocab, tp, "vocabulary") if spec.vocab % tp == 0
                               else -(-spec.vocab // tp), bias=False)
+        self.sp = tp if (sp and tp > 1) else 0
 
     def forward(self, x, labels):
-        logits = self.proj(self.norm(x)).float()
+        h = self.norm(x)
+        if self.sp:                      # the final norm on the rank's part of the sequence, then all-gathered
+            h = _seq(h, self.sp)
+        logits = self.proj(h).float()
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))

@@ -44,6 +44,9 @@ def format_estimate(e, tokens=None) -> str:
     lines.append("  memory per rank:")
     for k, v in e.memory.items():
         lines.append(f"    {k:<40} {v / GiB:9.2f} GiB")
+    if e.compiled:
+        lines.append(f"  compile (estimated neuronx-cc, before the first step): {_dur(e.compile_s)}"
+                     + (f", {_usd(e.usd_for_compile)}" if e.usd_per_hour is not None else ""))
     lines.append(f"  price: {e.price_note}")
     if e.usd_per_hour is not None:
         lines.append(f"    per step {_usd(e.usd_per_step)}, per billion tokens {_usd(e.usd_per_billion_tokens)}")

@@ -1,18 +1,25 @@
 """``trnsim estimate --search``: parallelism x instance count x micro-batch, pruned by memory first, and the
-Pareto front of step time against cost (or against instances when no price is known)."""
+Pareto front of step time against cost (or against instances when no price is known).
+
+How 200 configurations stay within a couple of minutes on a laptop:
+
+1. memory first: the training state per rank (weights, gradients, optimizer; :func:`estimator.state_memory`) is
+   known before any layer runs; a configuration that cannot hold it is rejected without running anything;
+2. layer shapes once: the layers of a configuration depend only on (TP, EP, micro-batch, sequence / CP); every
+   distinct shape of the survivors is run once (:func:`trnsim.cost.step.prepare`), its missing kernel simulations
+   collected and simulated over the machine's cores (``jobs``), longest first;
+3. then every configuration is composed from those memoised layer costs and the collectives of its topology,
+   in this process (a few milliseconds each).
+"""
 
 from __future__ import annotations
 
 import itertools
 
-from .estimator import INSTANCES, estimate
+from .estimator import INSTANCES, GiB, Parallelism, capacity_per_rank, estimate, state_memory
 from .models import load_model
 
 __all__ = ["candidates", "search", "pareto"]
-
-
-def _divisors(n, cap=None):
-    return [d for d in range(1, n + 1) if n % d == 0 and (cap is None or d <= cap)]
 
 
 def candidates(model, instance, counts=(1,), micro_batches=(1, 2), seq=4096, lnc=None, max_tp=None):
@@ -47,14 +54,13 @@ def pareto(results):
     return front
 
 
-def _one(args):
-    model, instance, c, seq, global_batch, lnc, checkpointing, kw = args
+def _one(model, instance, c, seq, global_batch, lnc, checkpointing, kw):
     out = []
     for ck in checkpointing:
         try:
             e = estimate(model, instance, c["count"], dp=c["dp"], tp=c["tp"], pp=c["pp"], ep=c["ep"],
                          micro_batch=c["micro_batch"], seq=seq, global_batch=global_batch, lnc=lnc,
-                         checkpointing=ck, **kw)
+                         checkpointing=ck, jobs=1, **kw)
         except ValueError as err:
             return [("rejected", (c, str(err)))]
         if e.fits:
@@ -64,28 +70,42 @@ def _one(args):
 
 
 def search(model, instance, counts=(1,), micro_batches=(1, 2), seq=4096, global_batch=None, lnc=None,
-           checkpointing=(False, True), progress=None, jobs=1, **kw):
+           checkpointing=(False, True), progress=None, jobs=None, **kw):
     """Every candidate that fits in memory, estimated; returns ``(feasible, front, rejected)``.  Memory is
-    checked first: a configuration that does not fit is retried with activation checkpointing, then dropped.
-    ``jobs`` > 1 spreads the candidates over worker processes (grouped by layer shapes, so each worker
-    simulates its layers once)."""
-    cands = candidates(model, instance, counts, micro_batches, seq, lnc)
-    cands.sort(key=lambda c: (c["tp"], c["ep"], c["micro_batch"]))
-    work = [(model, instance, c, seq, global_batch, lnc, tuple(checkpointing), kw) for c in cands]
-    res, rejected = [], []
-    if jobs > 1 and len(work) > 1:
-        import multiprocessing as mp
-        with mp.get_context("spawn").Pool(jobs) as pool:
-            outs = pool.imap(_one, work, chunksize=max(1, len(work) // (4 * jobs)))
-            for i, o in enumerate(outs):
-                for kind, v in o:
-                    (res if kind == "ok" else rejected).append(v)
-                if progress:
-                    progress(i + 1, len(work))
-    else:
-        for i, w in enumerate(work):
-            for kind, v in _one(w):
-                (res if kind == "ok" else rejected).append(v)
-            if progress:
-                progress(i + 1, len(work))
+    checked first (the training state, then with activations: a configuration that does not fit is retried
+    with activation checkpointing, then dropped).  ``jobs``: processes for the kernel simulations (default: the
+    usable cores).  See the module docstring."""
+    from .step import prepare
+    import torch
+    spec = load_model(model)
+    cap = capacity_per_rank(instance, lnc)
+    cands = candidates(spec, instance, counts, micro_batches, seq, lnc)
+    keep, rejected = [], []
+    for c in cands:
+        par = Parallelism(c["dp"], c["tp"], c["pp"], 1, c["ep"], kw.get("fsdp", True), c["micro_batch"])
+        need = sum(state_memory(spec, par).values())
+        if need > cap:
+            rejected.append((c, f"does not fit: the training state alone needs {need / GiB:.1f} GiB per rank, "
+                                f"has {cap / GiB:.1f} GiB"))
+        else:
+            keep.append(c)
+    # every distinct layer shape of the survivors, run once; their kernel simulations spread over the cores
+    from ..targets import get_target
+    tg = get_target(INSTANCES[instance]["target"])
+    common = dict(seq=seq, dtype=torch.bfloat16, target=tg, precision=kw.get("precision", "bf16"),
+                  compiled=kw.get("compiled", False))
+    shapes = sorted({(c["tp"], c["ep"], c["micro_batch"]) for c in keep})
+    reqs = []
+    for tp, ep, mb in shapes:
+        sp = bool(kw.get("sequence_parallel", True) and tp > 1 and seq % tp == 0)
+        reqs += [("layer", spec, dict(kind=k, tp=tp, ep=ep, micro_batch=mb, sp=sp, **common))
+                 for k, _ in spec.layer_kinds()]
+        reqs.append(("head", spec, dict(tp=tp, micro_batch=mb, sp=sp, **common)))
+    prepare(reqs, jobs=jobs)
+    res = []
+    for i, c in enumerate(keep):
+        for kind, v in _one(spec, instance, c, seq, global_batch, lnc, tuple(checkpointing), kw):
+            (res if kind == "ok" else rejected).append(v)
+        if progress:
+            progress(i + 1, len(keep))
     return res, pareto(res), rejected

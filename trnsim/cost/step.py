@@ -24,32 +24,57 @@ class LayerCost:
     tensor_ns: float          # matmul-family ops (Tensor Engine kernels), forward + backward
     other_ns: float           # every other native op (Vector/Scalar/GpSimd kernels and DMA-bound copies)
     fallback_ns: float        # ops that ran on the CPU, with their host transfers
-    launch_ns: float          # the eager per-op launch cost included in the above
+    launch_ns: float          # the eager per-op (or compiled per-graph) launch cost included in the above
     launches: int
     saved_bytes: int          # what autograd keeps from forward to backward (activations)
     fallbacks: tuple          # aten ops that fell back
+    graphs: int = 0           # compiled: graphs compiled for this layer (forward, backward)
+    graph_ops: int = 0        # compiled: aten ops in them (what the compile-time model prices)
 
     def scaled(self, k):
-        return LayerCost(self.fwd_ns * k, self.bwd_ns * k, self.tensor_ns * k, self.other_ns * k,
-                         self.fallback_ns * k, self.launch_ns * k, int(self.launches * k), self.saved_bytes,
-                         self.fallbacks)
+        return dataclasses.replace(self, fwd_ns=self.fwd_ns * k, bwd_ns=self.bwd_ns * k,
+                                   tensor_ns=self.tensor_ns * k, other_ns=self.other_ns * k,
+                                   fallback_ns=self.fallback_ns * k, launch_ns=self.launch_ns * k,
+                                   launches=int(self.launches * k))
 
 
 def classify(row):
-    """"tensor", "fallback" or "other" for a profile row."""
+    """"tensor", "fallback" or "other" for a profile row (a compiled graph's fused kernel is "tensor" when its
+    group holds a matmul-family op)."""
     if row.kind == "fallback":
         return "fallback"
     op = row.op.replace("aten::", "")
+    if op.startswith("fused::"):
+        ops = op[len("fused::"):].split("+")
+        return "tensor" if any(o.startswith(p) for o in ops for p in _TENSOR_ENGINE_OPS) else "other"
     if any(op.startswith(p) for p in _TENSOR_ENGINE_OPS):
         return "tensor"
     return "other"
 
 
 _MEMO = {}
+_FP8_OPS = ("aten::mm", "aten::addmm", "aten::bmm")
 
 
-def _run(build, inputs, target, loss_fn):
-    """Run ``loss_fn(module, *inputs)`` forward and backward on the shape-only device; returns a LayerCost."""
+def fp8_matmul_ns(target, m, k, n, batch=1):
+    """(matmul ns, cast ns) of one [m, k] x [k, n] product (``batch`` of them) with fp8 operands in the Tensor
+    Engine's double-row mode: two rows of the contraction per PE row in the bf16 time (hardware.md: "Tensor FP8
+    158 TFLOPS (double-row: K=256 per instruction in the BF16 time)", trn2 and later) and one byte per element.
+    Both together make it the same work as the bf16 kernel on a contraction of k/2 (instructions and bytes), so
+    it is charged as the simulated bf16 kernel of [m, k/2] x [k/2, n].  The two operands are cast to fp8 by the
+    Vector Engine first: charged as elementwise copies of them (bf16 in, an upper bound on fp8 out)."""
+    from ..backend import costs
+    mm = costs.matmul_cost(target, m, max(1, -(-k // 2)), n, "bfloat16", batch)[0]
+    cast = costs.elementwise_cost(target, batch * m * k, "bfloat16", "copy")[0] + \
+        costs.elementwise_cost(target, batch * k * n, "bfloat16", "copy")[0]
+    return mm, cast
+
+
+def _run(build, inputs, target, loss_fn, precision="bf16", compiled=False):
+    """Run ``loss_fn(module, *inputs)`` forward and backward on the shape-only device; returns a LayerCost.
+    ``compiled``: the module runs through ``torch.compile(backend="neuron")`` (the compile backend's fused kernels
+    and per-graph launch).  ``precision="fp8"``: every linear/expert matmul of the run (mm, addmm, bmm; attention
+    stays bf16) is re-priced as its fp8 kernel (:func:`fp8_matmul_ns`)."""
     import trnsim
     from ..backend import costs
     from ..backend.device_state import STATE
@@ -58,6 +83,14 @@ def _run(build, inputs, target, loss_fn):
     with device_target(target) as tg, torch.device("meta"):
         mod = build()
     materialize_shape_only(mod)
+    records0 = 0
+    if compiled:
+        from ..backend.compile import compile_records
+        records0 = len(compile_records())
+        torch._dynamo.reset()            # a fresh module of the same code is compiled, not guarded out
+        run_mod = torch.compile(mod, backend="neuron")
+    else:
+        run_mod = mod
     saved = {}
 
     def pack(t):
@@ -70,64 +103,175 @@ def _run(build, inputs, target, loss_fn):
         with trnsim.profile_torch() as prof:
             t0 = STATE.now_ns
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                loss = loss_fn(mod, *inputs())
+                loss = loss_fn(run_mod, *inputs())
             t1 = STATE.now_ns
             loss.backward()
             t2 = STATE.now_ns
-    parts = {"tensor": 0.0, "other": 0.0, "fallback": 0.0}
-    fb = set()
-    for r in prof.rows:
-        c = classify(r)
-        parts[c] += r.duration_ns
-        if c == "fallback":
-            fb.add(r.op)
-    n = len([r for r in prof.rows if r.kind != "fallback" and r.duration_ns > 0])
-    return LayerCost(t1 - t0, t2 - t1, parts["tensor"], parts["other"], parts["fallback"], n * launch, n,
-                     int(sum(saved.values())), tuple(sorted(fb)))
+        parts = {"tensor": 0.0, "other": 0.0, "fallback": 0.0}
+        fwd, bwd = t1 - t0, t2 - t1
+        fb = set()
+        for r in prof.rows:
+            c = classify(r)
+            d = r.duration_ns
+            if precision == "fp8" and r.op in _FP8_OPS and r.dtypes and r.dtypes[-1] == "bfloat16":
+                a, b = r.shapes[-2], r.shapes[-1]
+                mm, cast = fp8_matmul_ns(tg, a[-2], a[-1], b[-1], a[0] if len(a) == 3 else 1)
+                new = launch + mm + cast
+                parts["other"] += cast
+                d_tensor = launch + mm
+                delta = new - d
+                if r.start_ns < t1:
+                    fwd += delta
+                else:
+                    bwd += delta
+                parts[c] += d_tensor
+                continue
+            parts[c] += d
+            if c == "fallback":
+                fb.add(r.op)
+    graphs = ops = 0
+    if compiled:
+        from ..backend.compile import compile_records
+        recs = compile_records()[records0:]
+        graphs, ops = len(recs), sum(r.n_ops for r in recs)
+        n = len([r for r in prof.rows if r.op.startswith("neuron::graph_launch") or
+                 (r.kind not in ("fallback", "compiled") and r.duration_ns > 0)])
+    else:
+        n = len([r for r in prof.rows if r.kind != "fallback" and r.duration_ns > 0])
+    return LayerCost(fwd, bwd, parts["tensor"], parts["other"], parts["fallback"], n * launch, n,
+                     int(sum(saved.values())), tuple(sorted(fb)), graphs, ops)
 
 
-def layer_cost(spec, kind, *, tp=1, ep=1, micro_batch=1, seq=2048, dtype=torch.bfloat16, target="trn2"):
-    """Forward + backward of one ``kind`` ("dense"/"moe") decoder layer of ``spec`` on one rank."""
-    from ..targets import get_target
-    from .layers import DecoderLayer
-    tg = get_target(target)
-    key = ("layer", spec, kind, tp, ep, micro_batch, seq, dtype, tg.name)
-    r = _MEMO.get(key)
-    if r is not None:
-        return r
+def _layer_job(spec, kind, tp, ep, micro_batch, seq, dtype, tg, precision, compiled, sp=False):
     from ..backend.shape_only import shape_only_tensor
+    from .layers import DecoderLayer
     rope = spec.qk_rope_dim if spec.mla else spec.head_dim
 
     def build():
-        return DecoderLayer(spec, kind, tp=tp, ep=ep).to(dtype)
+        return DecoderLayer(spec, kind, tp=tp, ep=ep, sp=sp).to(dtype)
 
     def inputs():
-        x = shape_only_tensor((micro_batch, seq, spec.hidden), dtype, requires_grad=True)
+        s_in = seq // tp if (sp and tp > 1) else seq        # sequence parallel: the rank's part of the sequence
+        x = shape_only_tensor((micro_batch, s_in, spec.hidden), dtype, requires_grad=True)
         cos = shape_only_tensor((seq, rope), dtype)
         return x, cos, cos
 
-    r = _MEMO[key] = _run(build, inputs, tg, lambda m, x, c, s: m(x, c, s).float().sum())
-    return r
+    return build, inputs, tg, lambda m, x, c, s: m(x, c, s).float().sum(), precision, compiled
 
 
-def head_cost(spec, *, tp=1, micro_batch=1, seq=2048, dtype=torch.bfloat16, target="trn2"):
-    """The final norm, vocabulary projection and cross-entropy (forward + backward), plus the embedding lookup."""
-    from ..targets import get_target
-    from .layers import LMHead
-    tg = get_target(target)
-    key = ("head", spec, tp, micro_batch, seq, dtype, tg.name)
-    r = _MEMO.get(key)
-    if r is not None:
-        return r
+def _head_job(spec, tp, micro_batch, seq, dtype, tg, precision, compiled, sp=False):
     from ..backend.shape_only import shape_only_tensor
+    from .layers import LMHead
 
     def build():
-        return LMHead(spec, tp).to(dtype)
+        return LMHead(spec, tp, sp=sp).to(dtype)
 
     def inputs():
-        x = shape_only_tensor((micro_batch, seq, spec.hidden), dtype, requires_grad=True)
+        s_in = seq // tp if (sp and tp > 1) else seq
+        x = shape_only_tensor((micro_batch, s_in, spec.hidden), dtype, requires_grad=True)
         labels = shape_only_tensor((micro_batch, seq), torch.int64)
         return x, labels
 
-    r = _MEMO[key] = _run(build, inputs, tg, lambda m, x, lab: m(x, lab))
+    return build, inputs, tg, lambda m, x, lab: m(x, lab), precision, compiled
+
+
+def _key_job(what, spec, *, kind="dense", tp=1, ep=1, micro_batch=1, seq=2048, dtype=torch.bfloat16,
+             target="trn2", precision="bf16", compiled=False, sp=False):
+    from ..targets import get_target
+    tg = get_target(target)
+    sp = bool(sp and tp > 1)
+    if sp and seq % tp:
+        raise ValueError(f"sequence parallelism: the sequence ({seq} per rank) is not divisible by tp={tp}")
+    if what == "layer":
+        return (("layer", spec, kind, tp, ep, micro_batch, seq, dtype, tg.name, precision, compiled, sp),
+                lambda: _layer_job(spec, kind, tp, ep, micro_batch, seq, dtype, tg, precision, compiled, sp))
+    return (("head", spec, tp, micro_batch, seq, dtype, tg.name, precision, compiled, sp),
+            lambda: _head_job(spec, tp, micro_batch, seq, dtype, tg, precision, compiled, sp))
+
+
+def layer_cost(spec, kind, *, tp=1, ep=1, micro_batch=1, seq=2048, dtype=torch.bfloat16, target="trn2",
+               precision="bf16", compiled=False, sp=False):
+    """Forward + backward of one ``kind`` ("dense"/"moe") decoder layer of ``spec`` on one rank (``sp``:
+    sequence parallel, the layer's input is the rank's 1/tp of the sequence)."""
+    key, job = _key_job("layer", spec, kind=kind, tp=tp, ep=ep, micro_batch=micro_batch, seq=seq, dtype=dtype,
+                        target=target, precision=precision, compiled=compiled, sp=sp)
+    r = _MEMO.get(key)
+    if r is None:
+        r = _MEMO[key] = _run(*job())
     return r
+
+
+def head_cost(spec, *, tp=1, micro_batch=1, seq=2048, dtype=torch.bfloat16, target="trn2", precision="bf16",
+              compiled=False, sp=False):
+    """The final norm, vocabulary projection and cross-entropy (forward + backward), plus the embedding lookup."""
+    key, job = _key_job("head", spec, tp=tp, micro_batch=micro_batch, seq=seq, dtype=dtype, target=target,
+                        precision=precision, compiled=compiled, sp=sp)
+    r = _MEMO.get(key)
+    if r is None:
+        r = _MEMO[key] = _run(*job())
+    return r
+
+
+# -- many layer shapes at once: collect their missing kernel simulations, run those in parallel -------------
+def prepare(requests, jobs=None):
+    """Make ``layer_cost``/``head_cost`` of every request cheap: ``requests`` are ``("layer", spec, kwargs)`` or
+    ``("head", spec, kwargs)``.  Each not yet memoised is run once with its kernel simulations deferred (charged
+    zero; the result is kept when none was missing) to learn which op costs are missing; those are simulated
+    over ``jobs`` worker processes (default: the usable cores), longest first, and memoised (and cached on
+    disk).  Afterwards a layer run finds every op cost memoised.  Returns the number of kernel costs simulated."""
+    from ..backend import costs
+    pending = {}
+    for what, spec, kw in requests:
+        key, job = _key_job(what, spec, **kw)
+        if key in _MEMO or key in _SEEN or kw.get("compiled"):
+            continue            # a compiled graph's plan keeps its kernel costs (and is cached): never deferred
+        _SEEN.add(key)
+        mine = {}
+        with costs.deferring(mine):
+            r = _run(*job())
+        if not mine:
+            _MEMO[key] = r          # nothing was missing: this run was the real one (a warm cache: one run)
+        for k, c in mine.items():
+            pending.setdefault(k, c)
+    if not pending:
+        return 0
+    items = sorted(pending.items(), key=lambda kv: -_size(kv[0]))
+    for key, value in zip([k for k, _ in items], _compute_all([c for _, c in items], jobs)):
+        costs.fill(key, value)
+    return len(items)
+
+
+_SEEN = set()
+
+
+def _size(key):
+    """A rough work measure of a deferred kernel cost (its shape's product) to schedule the longest first."""
+    n = 1
+    for v in key[2:]:
+        if isinstance(v, int) and v > 0:
+            n *= v
+    return n
+
+
+_WORK = []
+
+
+def _compute_one(i):
+    return tuple(float(x) for x in _WORK[i]())
+
+
+def _compute_all(computes, jobs=None):
+    """Run the kernel simulations ``computes`` (closures): in this process, or over ``jobs`` forked workers (they
+    inherit the closures; each returns three floats)."""
+    import os
+    if jobs is None:
+        jobs = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if jobs <= 1 or len(computes) < 2 or not hasattr(os, "fork"):
+        return [tuple(c()) for c in computes]
+    import multiprocessing as mp
+    _WORK[:] = computes
+    try:
+        with mp.get_context("fork").Pool(min(jobs, len(computes))) as pool:
+            return pool.map(_compute_one, range(len(computes)), chunksize=1)
+    finally:
+        _WORK.clear()
