@@ -172,12 +172,15 @@ def test_cpu_tensor_mixed_with_neuron_tensors_gets_the_mixed_device_error():
 
 
 def test_exception_inside_a_kernel_leaves_the_device_usable():
+    import gc
     a = _r(256, 8).to("neuron")
+    gc.collect()                 # earlier tests' cyclic garbage must not be freed in the middle of the measurement
     before = MEMORY.allocated
     clock = STATE.now_ns
     from trnsim.isa.errors import NkiValidationError
     with pytest.raises(NkiValidationError, match="exceed architecture limitation of 128"):
         K.too_many_partitions(a)
+    gc.collect()
     assert MEMORY.allocated == before and STATE.now_ns == clock
     from trnsim.kernels import context
     with pytest.raises(context.NoKernelError):
