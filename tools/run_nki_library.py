@@ -309,7 +309,9 @@ def run(args, argv):
     try:
         sdir, used = standin_path(tmp)
         results = os.path.join(tmp, "results.jsonl")
-        env = dict(os.environ)
+        # the child is its own pytest run: drop an enclosing pytest-xdist worker's markers (run from a test)
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST")) and k != "PYTEST_ADDOPTS"}
         env["PYTHONPATH"] = os.pathsep.join([sdir, SUPPORT, os.path.join(snap, "src"), snap]
                                             + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         env.update(PYTHONDONTWRITEBYTECODE="1", TRNSIM_NKILIB_RESULTS=results,
