@@ -372,9 +372,24 @@ def run(args, argv):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+# third-party packages nki-library's own harness (test/conftest.py, test/utils/) imports at start-up and that no
+# stand-in replaces here (distribution name for pip beside each)
+HARNESS_REQUIREMENTS = {"boto3": "boto3", "botocore": "botocore", "attr": "attrs"}
+
+
+def missing_harness_requirements():
+    import importlib.util
+    return [dist for mod, dist in HARNESS_REQUIREMENTS.items() if importlib.util.find_spec(mod) is None]
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
+    missing = missing_harness_requirements()
+    if missing and not args.results:
+        print(f"run_nki_library: nki-library's test harness imports {', '.join(missing)}, not installed here: "
+              f"pip install {' '.join(missing)}", file=sys.stderr)
+        return 2
     return run(args, argv)
 
 
