@@ -295,6 +295,11 @@ def run(args, argv):
     if not os.path.isfile(os.path.join(snap, "test", "conftest.py")):
         print(f"run_nki_library: {snap} is not an nki-library checkout (no test/conftest.py)", file=sys.stderr)
         return 2
+    missing = missing_harness_requirements()
+    if missing and not args.results:
+        print(f"run_nki_library: nki-library's test harness imports {', '.join(missing)}, not installed here: "
+              f"pip install {' '.join(missing)}", file=sys.stderr)
+        return 2
     if args.results and not os.path.isfile(args.results):
         print(f"run_nki_library: --results {args.results}: no such file", file=sys.stderr)
         return 2
@@ -385,11 +390,6 @@ def missing_harness_requirements():
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
-    missing = missing_harness_requirements()
-    if missing and not args.results:
-        print(f"run_nki_library: nki-library's test harness imports {', '.join(missing)}, not installed here: "
-              f"pip install {' '.join(missing)}", file=sys.stderr)
-        return 2
     return run(args, argv)
 
 
