@@ -30,7 +30,6 @@ class RMSNorm(nn.Module):
         return F.rms_norm(x, (x.shape[-1],), self.weight, 1e-6)
 
 
-@torch.compiler.disable
 def _attention(q, k, v):
     """Causal attention through the fused (flash) kernel the device implements natively, as a Trainium attention
     kernel is: torch's composite SDPA on a PrivateUse1 device takes the math path (materialised scores) instead.
@@ -179,12 +178,23 @@ class _Reshard(torch.autograd.Function):
         return shape_only_tensor(ctx.in_shape, ctx.dtype), None
 
 
-@torch.compiler.disable
 def _seq(x, factor):
     """``x`` [b, s, h] resharded along the sequence: ``factor`` > 1 gathers (s * factor), < 1 scatters.  Under
     ``torch.compile`` a collective sits between graphs (a graph break), as a compiled model calls it."""
     b, s, h = x.shape
     return _Reshard.apply(x, (b, int(round(s * factor)), h))
+
+
+def enable_graph_breaks():
+    """Mark ``_attention`` and ``_seq`` as graph breaks for ``torch.compile`` (``torch.compiler.disable``).  Done
+    when a compiled estimate starts, not at import: the decorator imports torch._dynamo (about 1.7 s), which an
+    eager estimate never needs."""
+    g = globals()
+    for name in ("_attention", "_seq"):
+        if not getattr(g[name], "_trnsim_graph_break", False):
+            fn = torch.compiler.disable(g[name])
+            fn._trnsim_graph_break = True
+            g[name] = fn
 
 
 class DecoderLayer(nn.Module):

@@ -87,6 +87,8 @@ def _run(build, inputs, target, loss_fn, precision="bf16", compiled=False):
     if compiled:
         from ..backend.compile import compile_records
         records0 = len(compile_records())
+        from . import layers
+        layers.enable_graph_breaks()
         torch._dynamo.reset()            # a fresh module of the same code is compiled, not guarded out
         run_mod = torch.compile(mod, backend="neuron")
     else:
