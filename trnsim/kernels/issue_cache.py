@@ -242,6 +242,8 @@ def issue(fn, core, loc, args, kwargs):
         key = tuple(parts)
         prog = cache.get(key)
     except (_Uncacheable, TypeError):      # TypeError: an unhashable value inside an argument
+        key = None
+    if key is None:                        # run whole, outside the handler: its own errors carry no cache context
         return fn(core, loc, *args, **kwargs)
     if prog is not None:
         if prog is False:                  # a layout the cache cannot replay: the function runs whole
