@@ -269,32 +269,9 @@ def engine_cost_claims(F=2048):
     return out
 
 
-def matmul_fp32_claim(target="trn2", n=32):
-    """fp32 matmuls cost 4x the bf16 ones (the instruction cost model): bf16 / fp32 back-to-back throughput."""
-    import ml_dtypes
-
-    def tput(dt):
-        def k(a, b):
-            at = nl.ndarray((128, 128), dtype=a.dtype, buffer=nl.sbuf)
-            bt = nl.ndarray((128, 512), dtype=b.dtype, buffer=nl.sbuf)
-            nisa.dma_copy(at, a)
-            nisa.dma_copy(bt, b)
-            acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-            for _ in range(n):
-                nisa.nc_matmul(acc, at, bt)
-            return None
-        p = _profile(k, ((128, 128), dt), ((128, 512), dt), target=target)
-        rows = [r for r in p.timeline.rows() if r.engine == "tensor"]
-        return sum(r.flops for r in rows) / (max(r.end for r in rows) - min(r.start for r in rows))
-    return Claim(f"{target} matmul throughput bf16 / fp32", 4.0, tput(ml_dtypes.bfloat16) / tput(np.float32), "x",
-                 0.02, "NKI ISA cost notes: nc_matmul FP32 costs 4x (hardware.md)")
-
-
-def matmul_throughput_claim(target="trn2", n=64):
-    """Back-to-back bf16 matmuls [128x128] x [128x512] into one PSUM accumulation group run at the Tensor
-    Engine's peak (79 TFLOPS on trn2: 128*128*2*2.4e9)."""
-    import ml_dtypes
-
+def _matmul_flops_per_ns(target, n, dt):
+    """Tensor Engine throughput (flops per ns) of ``n`` back-to-back [128x128] x [128x512] matmuls of dtype ``dt``
+    into one PSUM accumulation group, from the first start to the last end."""
     def k(a, b):
         at = nl.ndarray((128, 128), dtype=a.dtype, buffer=nl.sbuf)
         bt = nl.ndarray((128, 512), dtype=b.dtype, buffer=nl.sbuf)
@@ -304,10 +281,24 @@ def matmul_throughput_claim(target="trn2", n=64):
         for _ in range(n):
             nisa.nc_matmul(acc, at, bt)
         return None
-    p = _profile(k, ((128, 128), ml_dtypes.bfloat16), ((128, 512), ml_dtypes.bfloat16), target=target)
+    p = _profile(k, ((128, 128), dt), ((128, 512), dt), target=target)
     rows = [r for r in p.timeline.rows() if r.engine == "tensor"]
-    span = max(r.end for r in rows) - min(r.start for r in rows)
-    tflops = sum(r.flops for r in rows) / span * 1e-3
+    return sum(r.flops for r in rows) / (max(r.end for r in rows) - min(r.start for r in rows))
+
+
+def matmul_fp32_claim(target="trn2", n=32):
+    """fp32 matmuls cost 4x the bf16 ones (the instruction cost model): bf16 / fp32 back-to-back throughput."""
+    import ml_dtypes
+    ratio = _matmul_flops_per_ns(target, n, ml_dtypes.bfloat16) / _matmul_flops_per_ns(target, n, np.float32)
+    return Claim(f"{target} matmul throughput bf16 / fp32", 4.0, ratio, "x",
+                 0.02, "NKI ISA cost notes: nc_matmul FP32 costs 4x (hardware.md)")
+
+
+def matmul_throughput_claim(target="trn2", n=64):
+    """Back-to-back bf16 matmuls [128x128] x [128x512] into one PSUM accumulation group run at the Tensor
+    Engine's peak (79 TFLOPS on trn2: 128*128*2*2.4e9)."""
+    import ml_dtypes
+    tflops = _matmul_flops_per_ns(target, n, ml_dtypes.bfloat16) * 1e-3
     peak = get_target(target).tensor_bf16_flops_per_core * 1e-12
     return Claim(f"{target} back-to-back bf16 matmul throughput", peak, tflops, "TFLOPS", 0.02,
                  "trainium2_arch: 128x128 PE at 2.4 GHz (hardware.md)")

@@ -50,24 +50,12 @@ class _Memory:
 
     def track(self, storage):
         """Count ``storage`` (an ``UntypedStorage``) as device memory, once; checked against the capacity."""
-        key = id(storage)
-        if key in self._live:
-            return
-        nb = storage.nbytes()
-        if nb and self.allocated + nb > (self._cap if self._cap_key is not None else self.capacity):
-            self.check(nb)
-        r = _Ref(storage, _release)
-        r.key = key
-        r.nbytes = nb
-        self._live[key] = r
-        self.allocated += nb
-        self.num_alloc += 1
-        if self.allocated > self.peak:
-            self.peak = self.allocated
+        if id(storage) not in self._live:
+            self.track_new(storage, storage.nbytes())
 
     def track_new(self, storage, nb):
-        """``track`` for a storage known to be untracked and to hold ``nb`` bytes (the dispatch fast path's fresh
-        elementwise results, whose byte count it memoises): the same accounting without the lookups."""
+        """``track`` for a storage known to be untracked and to hold ``nb`` bytes (the dispatch fast path calls it
+        directly for fresh elementwise results, whose byte count it memoises)."""
         a = self.allocated + nb
         if nb and a > (self._cap if self._cap_key is not None else self.capacity):
             self.check(nb)
