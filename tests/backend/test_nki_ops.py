@@ -146,13 +146,16 @@ def _line_of(text):
 
 
 def test_outputs_are_counted_in_device_memory_and_the_simulated_oom_applies():
+    import gc
     a = _r(128, 64).to("neuron")
+    gc.collect()                 # earlier tests' cyclic garbage must not be freed in the middle of the measurement
     before = MEMORY.allocated
     out = K.scale(a, 2.0)
     assert MEMORY.allocated - before == out.numel() * out.element_size()
     del out
     assert MEMORY.allocated == before
     prev = MEMORY.fraction
+    gc.collect()
     try:
         MEMORY.fraction = (MEMORY.allocated + 1024) / STATE.target.hbm_bytes_per_logical_core(STATE.lnc)
         MEMORY._cap_key = None
