@@ -558,6 +558,93 @@ def shared_identity_matrix(n, dtype=uint8, dst=None):
     return dst
 
 
-install_unsupported(globals(), "nki.language", (
-    "rms_norm", "all", "dropout", "random_seed", "load_transpose2d", "gather_flattened", "while_loop", "rand"))
+def all(x, axis, dtype=None):
+    """Logical AND of ``x`` over the free ``axis`` (a tensor_reduce with ``logical_and``): 1 where every
+    element is nonzero."""
+    return _all_reduce(x, axis, dtype if dtype is not None else "uint8")
+
+
+_all_reduce = _mk_reduce("logical_and")
+
+
+def rms_norm(x, w, axis, n, epsilon=1e-06, dtype=None, compute_dtype=None):
+    """``x / sqrt(sum(x**2 over axis) / n + epsilon) * w``, built from the instructions a kernel would use:
+    Scalar-Engine square with an fp32 add-reduction, a Vector-Engine scale-and-add, an rsqrt, then two
+    multiplies.  ``axis`` must cover the free dimensions (the per-partition statistic is then one value per
+    partition); ``compute_dtype`` is the dtype of the normalised intermediate (default fp32)."""
+    core = current().core
+    loc = caller_location()
+    if not isinstance(x, Tensor) or not isinstance(w, Tensor):
+        bad = "x" if not isinstance(x, Tensor) else "w"
+        raise _isa.NkiValidationError(f"rms_norm: operand '{bad}' must be a tile", "rms_norm", bad, None, None, loc)
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    axes = tuple(sorted(a % x.ndim for a in axes))
+    if axes != tuple(range(1, x.ndim)):
+        raise _isa.NkiValidationError(
+            f"rms_norm: axis {axis} of a rank-{x.ndim} tile: trnsim normalises over the free dimensions "
+            f"{tuple(range(1, x.ndim))} (partition-axis statistics need a cross-partition reduction)",
+            "rms_norm", "axis", axis, tuple(range(1, x.ndim)), loc)
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n <= 0:
+        raise _isa.NkiValidationError(f"rms_norm: n must be a positive int, got {n!r}", "rms_norm", "n", n, ">0", loc)
+    p = x.shape[0]
+    cdt = compute_dtype if compute_dtype is not None else "float32"
+    sq = ndarray(x.shape, "float32", buffer=sbuf)
+    ss = ndarray((p, 1), "float32", buffer=sbuf)
+    _isa.activation(core, loc, sq, "square", x, reduce_op="add", reduce_res=ss)
+    ms = ndarray((p, 1), "float32", buffer=sbuf)
+    _isa.tensor_scalar(core, loc, ms, ss, "multiply", 1.0 / int(n), op1="add", operand1=float(epsilon))
+    rs = ndarray((p, 1), "float32", buffer=sbuf)
+    _isa.activation(core, loc, rs, "rsqrt", ms)
+    xn = ndarray(x.shape, cdt, buffer=sbuf)
+    _isa.tensor_scalar(core, loc, xn, x, "multiply", rs)
+    out = _out(x, dtype)
+    ww = w if tuple(w.shape) == tuple(x.shape) else w.broadcast_to(x.shape)
+    _isa.tensor_tensor(core, loc, out, xn, ww, "multiply")
+    return out
+
+
+def load_transpose2d(src, dtype=None):
+    """Load the 2-D HBM tensor ``src`` [A, B] into a new SBUF tile [B, A] (a DMA transpose)."""
+    loc = caller_location()
+    if not isinstance(src, Tensor) or src.ndim != 2:
+        raise _isa.NkiValidationError(
+            "load_transpose2d: operand 'src' must be a 2-D tensor, got "
+            f"{list(src.shape) if isinstance(src, Tensor) else type(src).__name__}", "load_transpose2d", "src",
+            getattr(src, "shape", None), 2, loc)
+    out = ndarray((src.shape[1], src.shape[0]), dtype if dtype is not None else src.dtype.name, buffer=sbuf)
+    _isa.dma_transpose(current().core, loc, out, src)
+    return out
+
+
+def gather_flattened(data, indices, axis=0, dtype=None):
+    """Per partition, ``out[p, ...] = data[p].flatten()[indices[p, ...]]`` (GpSimd ``nc_n_gather``); the result
+    has the shape of ``indices``.  An index outside ``data``'s free size is refused (the hardware returns
+    undefined values)."""
+    core = current().core
+    loc = caller_location()
+    if axis != 0:
+        raise _isa.NkiValidationError(f"gather_flattened: axis {axis} is not supported; the gather runs along the "
+                                      "flattened free dimensions of each partition (axis=0)", "gather_flattened",
+                                      "axis", axis, 0, loc)
+    g = ndarray(indices.shape, data.dtype.name, buffer=sbuf)
+    _isa.nc_n_gather(core, loc, g, data, indices)
+    if dtype is None or dtype_of(dtype) == data.dtype:
+        return g
+    out = ndarray(indices.shape, dtype, buffer=sbuf)
+    _isa.tensor_copy(core, loc, out, g)
+    return out
+
+
+def while_loop(init, body_fun):
+    """``r = init; while r != 0: r = body_fun(r)``; ``r`` is a register (``nisa.register_alloc``) or an int.
+    trnsim runs the loop eagerly: each iteration's instructions are issued as the hardware would run them."""
+    r = init
+    while int(r) != 0:
+        r = body_fun(r)
+        if r is None:
+            raise TypeError(f"while_loop: body_fun {getattr(body_fun, '__name__', body_fun)!r} returned None; it "
+                            "must return the next condition register")
+
+
+install_unsupported(globals(), "nki.language", ("dropout", "random_seed", "rand"))
 del _n

@@ -529,7 +529,24 @@ def softmax(x, axis, *, dtype=None, compute_dtype=None, mask=None, **kwargs):
 
 
 def rms_norm(x, w, axis, n, epsilon=1e-06, *, dtype=None, compute_dtype=None, mask=None, **kwargs):
-    raise NotImplementedError("neuronxcc.nki.language.rms_norm is not supported by trnsim yet")
+    """``x / RMS(x) * w`` over the free ``axis``: the instructions of the v2 ``nl.rms_norm``."""
+    loc = caller_location()
+    if mask is not None:
+        raise NotImplementedError("nl.rms_norm with mask= is not supported by trnsim yet; index the operands")
+    x = _operand(x, loc)
+    w = _operand(w, loc)
+    # legacy NKI: dtype and compute_dtype both set the intermediate and the result dtype
+    dt = dtype if dtype is not None else compute_dtype
+    return _v2.rms_norm(x, w, axis, n, epsilon, dtype=dt, compute_dtype=dt)
+
+
+def gather_flattened(data, indices, *, mask=None, dtype=None, **kwargs):
+    """Per partition, the elements of ``data``'s flattened free dimensions at ``indices`` (GpSimd gather)."""
+    loc = caller_location()
+    if mask is not None:
+        raise NotImplementedError("nl.gather_flattened with mask= is not supported by trnsim yet; index the "
+                                  "operands")
+    return _v2.gather_flattened(_operand(data, loc), _operand(indices, loc), dtype=dtype)
 
 
 # -- matmul and transpose ------------------------------------------------------------------------------
@@ -661,7 +678,7 @@ def device_print(prefix, x, *, mask=None, **kwargs):
 
 
 install_unsupported(globals(), "neuronxcc.nki.language", (
-    "dropout", "random_seed", "rand", "gather_flattened", "all_reduce", "atomic_rmw", "loop_reduce", "gemm_grid",
+    "dropout", "random_seed", "rand", "all_reduce", "atomic_rmw", "loop_reduce", "gemm_grid",
     "gemm_stationary_grid"))
 
 bind_language(sys.modules[__name__])     # the tile operators issue this module's functions
