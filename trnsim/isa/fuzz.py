@@ -70,6 +70,8 @@ _PLANS = {
                      "dst": (SBUF, lambda p, f, m: (128, 16), None)},
     "nc_n_gather": {"indices": (SBUF, lambda p, f, m: (p, 8), "uint32"), "dst": (SBUF, lambda p, f, m: (p, 8), None),
                     "data": (SBUF, lambda p, f, m: (p, f + 8), None)},
+    "topk": {"src": (SBUF, lambda p, f, m: (16, f + 1), "bfloat16"),
+             "val_dst": (SBUF, lambda p, f, m: (16, 8), "bfloat16"), "idx_dst": (SBUF, lambda p, f, m: (16, 8), "uint32")},
     "tensor_partition_reduce": {"dst": (SBUF, lambda p, f, m: (1, f), None), "data": (SBUF, lambda p, f, m: (p, f), None)},
     "dma_compute": {"dst": (HBM, lambda p, f, m: (p, f), None)},
     "range_select": {"bound0": (SBUF, lambda p, f, m: (p, 1), "float32"),
@@ -91,6 +93,7 @@ _PLANS = {
 _PLAN_VALUES = {
     "activate2": {"op0": ("multiply", "add", "subtract", "bypass"), "op1": ("add", "subtract", "bypass"),
                   "op": ("relu", "exp", "prelu", "copy"), "reduce_op": (None, "add", "maximum")},
+    "topk": {"n": (8, 16), "sorted": (False, True)},
     "dma_compute": {"reduce_op": ("add",), "scales": (None,), "unique_indices": (True,)},
     "nc_matmul_mx": {"tile_position": (None, (0, 0)), "tile_size": (None, (128, 128)),
                      "accumulate": (None, True, False)},

@@ -1,5 +1,5 @@
 """GpSimd Engine data-movement and search instructions: nonzero_with_count, sequence_bounds, local_gather,
-nc_n_gather and tensor_partition_reduce.
+nc_n_gather, tensor_partition_reduce and topk.
 
 The GpSimd Engine is eight cores, each wired to 16 consecutive SBUF partitions (shared/hardware.md); several of
 these instructions work per core.  Costs use the GpSimd formula of shared/hardware.md (about 150 + N cycles, N
@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..memory import SBUF
-from .common import as_f32, check_same_partitions, free_size, number, part, read, require_space, write
+from .common import as_f32, check_same_partitions, flag, free_size, number, part, read, require_space, write
 from .errors import fail
 from .gpsimd import gpsimd_cycles
 from .vector import _check_bitvec, _resolve_alu
 
-__all__ = ["nonzero_with_count", "sequence_bounds", "local_gather", "nc_n_gather", "tensor_partition_reduce"]
+__all__ = ["nonzero_with_count", "sequence_bounds", "local_gather", "nc_n_gather", "tensor_partition_reduce", "topk"]
 
 PARTITIONS_PER_GPSIMD_CORE = 16     # each GpSimd core is wired to 16 SBUF partitions (shared/hardware.md, GpSimd)
 
@@ -226,3 +226,58 @@ def tensor_partition_reduce(core, loc, dst, op, data):
     # assumption: the GpSimd formula with N = elements per partition times the 16 partitions a core reads
     core.record(I, "gpsimd", (dst,), (data,), gpsimd_cycles(core.target, f * min(p, PARTITIONS_PER_GPSIMD_CORE)),
                 loc)
+
+
+TOPK_N_RANGE = (8, 65535)       # NKI reference, nki.isa.topk constraints: 8 <= n < 65536
+TOPK_K_MAX = 32767              # NKI reference, nki.isa.topk constraints: 1 <= K < 32768, K <= n
+
+
+def topk(core, loc, val_dst, idx_dst, src, n, sorted=False):
+    """The K largest of ``n`` bf16 values per group of 16 partitions (one GpSimd core each).
+
+    The NKI reference lays a group's data out as a "snake": element ``s`` of the group sits at partition
+    ``s % 16``, free position ``s // 16``; only the first ``n`` elements take part.  K is the free size of
+    ``val_dst``; result ``j`` goes to partition ``j % 16``, free position ``j // 16`` of the group in ``val_dst``
+    (the value, bf16) and ``idx_dst`` (its snake index, uint32); other positions are left as they were.
+    trnsim writes the results in descending order (ties: lower index first) whether or not ``sorted`` is set:
+    the reference leaves the order of an unsorted result unspecified, so kernels must not depend on it.
+    Cost: ``4 * n + K`` GpSimd cycles (the reference's estimate)."""
+    I = "topk"
+    (s0, p), (v0, _), (i0, _) = _sbuf_operands(core, I, loc, ("src", src), ("val_dst", val_dst),
+                                               ("idx_dst", idx_dst))
+    check_same_partitions(I, (("src", src), ("val_dst", val_dst), ("idx_dst", idx_dst)), loc)
+    _dtypes(I, "src", src, ("bfloat16",), loc)
+    _dtypes(I, "val_dst", val_dst, ("bfloat16",), loc)
+    _dtypes(I, "idx_dst", idx_dst, ("uint32",), loc)
+    if p % PARTITIONS_PER_GPSIMD_CORE:
+        fail(I, "src", f"has {p} partitions; topk works on groups of {PARTITIONS_PER_GPSIMD_CORE} partitions (a "
+             "multiple of 16)", p, "multiple of 16", loc)
+    n = number(I, "n", n, loc, integer=True, lo=TOPK_N_RANGE[0], hi=TOPK_N_RANGE[1])
+    k = free_size(val_dst)
+    if free_size(idx_dst) != k:
+        fail(I, "idx_dst", f"has {free_size(idx_dst)} elements per partition but 'val_dst' has {k}; they must match",
+             free_size(idx_dst), k, loc)
+    if not 1 <= k <= min(TOPK_K_MAX, n):
+        fail(I, "val_dst", f"asks for K = {k} results (its free size); K must be in [1, min({TOPK_K_MAX}, n = {n})]",
+             k, min(TOPK_K_MAX, n), loc)
+    cols = -(-n // PARTITIONS_PER_GPSIMD_CORE)
+    f = free_size(src)
+    if f < cols:
+        fail(I, "src", f"has {f} elements per partition; n = {n} needs ceil(n / 16) = {cols}", f, cols, loc)
+    sorted = flag(I, "sorted", sorted, loc)
+    if core.execute:
+        g = p // PARTITIONS_PER_GPSIMD_CORE
+        x = as_f32(read(core, src, "src", I, loc)).reshape(g, PARTITIONS_PER_GPSIMD_CORE, f)
+        snake = x[:, :, :cols].transpose(0, 2, 1).reshape(g, -1)[:, :n]           # [group, s]
+        order = np.argsort(-snake, axis=1, kind="stable")[:, :k]
+        vals = np.take_along_axis(snake, order, axis=1)
+        # positions past the K results keep their contents (read raw: they are not operands of the instruction)
+        vv = as_f32(val_dst.np).reshape(g, PARTITIONS_PER_GPSIMD_CORE, k).copy()
+        ii = idx_dst.np.reshape(g, PARTITIONS_PER_GPSIMD_CORE, k).astype(np.int64)
+        j = np.arange(k)
+        vv[:, j % PARTITIONS_PER_GPSIMD_CORE, j // PARTITIONS_PER_GPSIMD_CORE] = vals
+        ii[:, j % PARTITIONS_PER_GPSIMD_CORE, j // PARTITIONS_PER_GPSIMD_CORE] = order
+        write(core, val_dst, vv.reshape(val_dst.shape))
+        write(core, idx_dst, ii.reshape(idx_dst.shape))
+    # NKI reference, nki.isa.topk, "Estimated instruction cost": 4*n + K GpSimd cycles per partition
+    core.record(I, "gpsimd", (val_dst, idx_dst), (src,), float(4 * n + k), loc)
