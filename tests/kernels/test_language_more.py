@@ -131,3 +131,26 @@ def test_legacy_rms_norm_and_gather_flattened():
     ref = _rms_ref(x, w)
     assert np.abs(o - ref).max() <= 2e-6 * np.abs(ref).max()
     np.testing.assert_array_equal(o2, np.take_along_axis(x, idx.astype(np.int64), axis=1))
+
+
+@nki.jit
+def _random(x, seed):
+    o = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    u = nl.ndarray(x.shape, nl.float32, buffer=nl.shared_hbm)
+    nl.random_seed(seed)
+    nl.store(o, nl.dropout(nl.load(x), 0.3))
+    nl.store(u, nl.rand(x.shape))
+    return o, u
+
+
+def test_dropout_rand_random_seed():
+    x = np.ones((128, 512), np.float32)
+    o, u = nki.simulate(_random)(x, 1234)
+    o2, u2 = nki.simulate(_random)(x, 1234)
+    o3, _ = nki.simulate(_random)(x, 99)
+    np.testing.assert_array_equal(o, o2)                # same seed, same mask
+    np.testing.assert_array_equal(u, u2)
+    assert (o != o3).mean() > 0.3                       # another seed, another mask
+    assert set(np.unique(o)) == {0.0, 1.0}
+    assert abs((o == 0).mean() - 0.3) < 5 * np.sqrt(0.21 / o.size)
+    assert u.min() >= 0.0 and u.max() < 1.0 and abs(u.mean() - 0.5) < 5 * np.sqrt(1 / 12 / u.size)

@@ -6,6 +6,7 @@ Each instruction is one function ``name(core, loc, ...)`` in the module of its e
 from .cumulative import tensor_scalar_cumulative
 from .dma import dma_compute, dma_copy, dma_cost_ns, dma_transpose
 from .mx import nc_matmul_mx, quantize_mx
+from .rng import dropout, rand2, rand_get_state, rand_set_state, rng, set_rng_seed
 from .gather import local_gather, nc_n_gather, nonzero_with_count, sequence_bounds, tensor_partition_reduce, topk
 from .errors import NkiValidationError, caller_location
 from .gpsimd import affine_select, iota, max8, nc_find_index8, nc_match_replace8, nc_stream_shuffle
@@ -21,7 +22,8 @@ INSTRUCTIONS = {f.__name__: f for f in (
     activation_reduce, tensor_tensor_scan, tensor_copy_predicated, bn_stats, bn_aggr, max8, nc_find_index8,
     nc_match_replace8, select_reduce, range_select, exponential, nc_stream_shuffle, nonzero_with_count,
     tensor_partition_reduce, sequence_bounds, local_gather, nc_n_gather, tensor_scalar_cumulative, dma_compute,
-    activate2, quantize_mx, nc_matmul_mx, topk)}
+    activate2, quantize_mx, nc_matmul_mx, topk, rng, rand2, dropout, set_rng_seed, rand_set_state,
+    rand_get_state)}
 
 __all__ = ["NkiValidationError", "caller_location", "INSTRUCTIONS", "dma_cost_ns", "matmul_cycles"] + \
     list(INSTRUCTIONS)

@@ -11,7 +11,6 @@ from .. import isa as _isa
 from ..isa.errors import caller_location
 from ..memory import HBM, PSUM, SBUF, DynSlice, Tensor, dtype_of
 from .context import current
-from .stubs import install_unsupported
 from .tensor import NkiTensor
 
 # -- dtypes (strings, as in NKI v2) -------------------------------------------------------------------
@@ -646,5 +645,39 @@ def while_loop(init, body_fun):
                             "must return the next condition register")
 
 
-install_unsupported(globals(), "nki.language", ("dropout", "random_seed", "rand"))
+def dropout(x, rate, dtype=None):
+    """``x`` with each element zeroed with probability ``rate`` (a number or a [P, 1] tile): Vector Engine
+    ``dropout`` into a new tile (kept elements are not rescaled, as the instruction)."""
+    core = current().core
+    loc = caller_location()
+    out = ndarray(x.shape, x.dtype.name, buffer=sbuf)
+    _isa.dropout(core, loc, out, x, rate)
+    if dtype is None or dtype_of(dtype) == x.dtype:
+        return out
+    cast = ndarray(x.shape, dtype, buffer=sbuf)
+    _isa.tensor_copy(core, loc, cast, out)
+    return cast
+
+
+def random_seed(seed):
+    """Seed the Vector Engine's generator: ``seed`` is a [1, 1] 32-bit tile or an int."""
+    core = current().core
+    loc = caller_location()
+    if not isinstance(seed, Tensor):
+        t = ndarray((1, 1), "uint32", buffer=sbuf)
+        _isa.memset(core, loc, t, seed)
+        seed = t
+    _isa.set_rng_seed(core, loc, seed)
+
+
+def rand(shape, dtype="float32", **kwargs):
+    """Uniform random values in [0, 1) in a new SBUF tile: 16 random bits per element (``nisa.rng`` as
+    uint16) scaled by 2**-16, the recipe the NKI reference gives for rng."""
+    core = current().core
+    loc = caller_location()
+    bits = ndarray(shape, "uint16", buffer=sbuf)
+    _isa.rng(core, loc, bits)
+    out = ndarray(shape, dtype, buffer=sbuf)
+    _isa.tensor_scalar(core, loc, out, bits, "multiply", 2.0 ** -16)
+    return out
 del _n

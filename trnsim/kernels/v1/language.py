@@ -677,8 +677,30 @@ def device_print(prefix, x, *, mask=None, **kwargs):
         print(prefix, materialize(x, caller_location()).np)
 
 
+def dropout(x, rate, *, dtype=None, mask=None, **kwargs):
+    """``x`` with elements zeroed with probability ``rate``: the v2 ``nl.dropout``."""
+    loc = caller_location()
+    if mask is not None:
+        raise NotImplementedError("nl.dropout with mask= is not supported by trnsim yet; index the operands")
+    rate = _operand(rate, loc) if isinstance(rate, (Tensor, Tile)) else rate
+    return _v2.dropout(_operand(x, loc), rate, dtype=dtype)
+
+
+def random_seed(seed, *, mask=None, **kwargs):
+    """Seed the Vector Engine's generator from a [1, 1] 32-bit tile or an int: the v2 ``nl.random_seed``."""
+    loc = caller_location()
+    if mask is not None:
+        raise NotImplementedError("nl.random_seed with mask= is not supported by trnsim yet")
+    _v2.random_seed(_operand(seed, loc) if isinstance(seed, (Tensor, Tile)) else seed)
+
+
+def rand(shape, dtype=np.float32, **kwargs):
+    """Uniform [0, 1) values in a new SBUF tile: the v2 ``nl.rand``."""
+    return _v2.rand(tuple(shape), dtype)
+
+
 install_unsupported(globals(), "neuronxcc.nki.language", (
-    "dropout", "random_seed", "rand", "all_reduce", "atomic_rmw", "loop_reduce", "gemm_grid",
+    "all_reduce", "atomic_rmw", "loop_reduce", "gemm_grid",
     "gemm_stationary_grid"))
 
 bind_language(sys.modules[__name__])     # the tile operators issue this module's functions
