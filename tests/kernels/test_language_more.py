@@ -154,3 +154,20 @@ def test_dropout_rand_random_seed():
     assert set(np.unique(o)) == {0.0, 1.0}
     assert abs((o == 0).mean() - 0.3) < 5 * np.sqrt(0.21 / o.size)
     assert u.min() >= 0.0 and u.max() < 1.0 and abs(u.mean() - 0.5) < 5 * np.sqrt(1 / 12 / u.size)
+
+
+def test_legacy_isa_dropout():
+    import neuronxcc.nki as nki1
+    import neuronxcc.nki.isa as nisa1
+    import neuronxcc.nki.language as nl1
+
+    @nki1.jit
+    def k(x):
+        out = nl1.ndarray(x.shape, x.dtype, buffer=nl1.shared_hbm)
+        nl1.store(out, nisa1.dropout(nl1.load(x), 0.5))
+        return out
+    x = RNG.uniform(1, 2, (128, 256)).astype(np.float32)
+    o = nki1.simulate_kernel(k, x)
+    kept = o != 0
+    np.testing.assert_array_equal(o[kept], x[kept])
+    assert abs(kept.mean() - 0.5) < 5 * np.sqrt(0.25 / x.size)

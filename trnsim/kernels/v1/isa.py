@@ -326,6 +326,23 @@ def bn_aggr(data, *, mask=None, dtype=None, **kwargs):
     return out
 
 
+def dropout(data, prob, *, mask=None, dtype=None, **kwargs):
+    """``data`` with each element zeroed with probability ``prob`` (Vector Engine), in a new tile."""
+    loc = caller_location()
+    data = materialize(data, loc)
+    if not isinstance(prob, (int, float, np.integer, np.floating)):
+        prob = materialize(prob, loc)
+    out = _out(data.shape, data.dtype)
+    box = _prep(mask, data.shape, "dropout", loc)
+    if not box_empty(box):
+        _isa.dropout(current().core, loc, _r(out, box, loc, "dropout", "dst"), _r(data, box, loc, "dropout", "data"),
+                     prob if box is None or not hasattr(prob, "buf") else _r(prob, (box[0], (0, 1)), loc, "dropout",
+                                                                             "prob"))
+    if dtype is None or np.dtype(dtype) == np.dtype(out.dtype.name):
+        return out
+    return _nl.copy(out, dtype=dtype)
+
+
 def max8(*, src, mask=None, dtype=None, **kwargs):
     loc = caller_location()
     src = materialize(src, loc)
@@ -485,4 +502,4 @@ def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, 
 
 
 install_unsupported(globals(), "neuronxcc.nki.isa", (
-    "dropout", "builtin_custom_op", "tensor_copy_dynamic_src", "tensor_copy_dynamic_dst"))
+    "builtin_custom_op", "tensor_copy_dynamic_src", "tensor_copy_dynamic_dst"))
