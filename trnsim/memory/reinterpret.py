@@ -19,13 +19,15 @@ a plain NumPy view of the storage's bytes (zero copy, writes go through) and no 
 
 Views of a different element size count offsets in other units than the buffer, so the scheduler (which tracks
 dependencies by buffer element ranges) is given the range of buffer elements the view's bytes touch, as a
-conservative access pattern (:meth:`Reinterp.sched`).  Limitation: a NaN of a shadow-stored fp16/fp8 buffer whose
-bits are reinterpreted comes back as that dtype's canonical NaN (NumPy's conversions do not keep NaN payloads).
+conservative access pattern (:meth:`Reinterp.sched`).  NaN payloads are kept (``dtypes.to_real`` /
+``from_real``), so any byte pattern survives a trip through a shadow-stored buffer.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from .dtypes import from_real, to_real
 
 __all__ = ["Reinterp", "reinterp", "is_real"]
 
@@ -39,10 +41,7 @@ def _encode(dt, vals: np.ndarray) -> np.ndarray:
     """A fresh, writable, contiguous uint8 array: the real bytes of storage values ``vals`` of dtype ``dt``."""
     if is_real(dt):
         return np.ascontiguousarray(vals, dtype=dt.storage).copy().view(np.uint8)
-    if dt.name == "bfloat16":
-        return (np.ascontiguousarray(vals, dtype=np.float32).view(np.uint32) >> np.uint32(16)).astype(
-            np.uint16).view(np.uint8)
-    return np.ascontiguousarray(vals, dtype=np.float32).astype(dt.np).view(np.uint8)
+    return np.ascontiguousarray(to_real(dt, vals)).view(np.uint8)
 
 
 def _decode(dt, arr: np.ndarray) -> np.ndarray:
@@ -50,9 +49,7 @@ def _decode(dt, arr: np.ndarray) -> np.ndarray:
     real NumPy dtype of ``dt``, or its storage when that is the real encoding)."""
     if is_real(dt):
         return np.array(arr, dtype=dt.storage)
-    if dt.name == "bfloat16":
-        return (np.asarray(arr).view(np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
-    return np.asarray(arr).astype(np.float32)
+    return from_real(dt, arr)
 
 
 def _real_np(dt):
@@ -121,11 +118,9 @@ class Reinterp:
         v = np.broadcast_to(np.asarray(values), t.shape)
         if is_real(self.dt):
             dst[...] = v
-        elif self.dt.name == "bfloat16":
-            dst.view(np.uint16)[...] = (np.asarray(v, dtype=np.float32).view(np.uint32) >> np.uint32(16)).astype(
-                np.uint16)
         else:
-            dst[...] = np.asarray(v, dtype=np.float32).astype(self.dt.np)
+            dst.view(np.uint8 if self.nsz == 1 else np.uint16)[...] = to_real(self.dt, v).view(
+                np.uint8 if self.nsz == 1 else np.uint16)
         t.buf.data[bl:bh] = _decode(self.bt, raw.view(_real_np(self.bt)))
 
     def zero_copy(self, t) -> np.ndarray:
