@@ -206,6 +206,8 @@ def write(core, t: Tensor, values):
     else:
         v = round_to(dt, v)
     np.copyto(dst, v, casting="unsafe")
+    if t._rv is not None:
+        t.store_back()               # a view converting between dtypes (bit reinterpretation) writes through
     if t.buf.written is not None:
         mark_written(t)
 
@@ -216,6 +218,8 @@ def write_same_dtype(core, t: Tensor, values):
     if values.shape != dst.shape:
         values = values.reshape(dst.shape)
     np.copyto(dst, values, casting="unsafe")
+    if t._rv is not None:
+        t.store_back()
     if t.buf.written is not None:
         mark_written(t)
 
@@ -223,7 +227,7 @@ def write_same_dtype(core, t: Tensor, values):
 def mark_written(t: Tensor):
     w = t.buf.written
     if w is not None and not t.buf.all_written:
-        t.written_view()[...] = True
+        t.mark_written()
 
 
 def scalar_or_vector(instr, name, v, p, loc, optional=False):

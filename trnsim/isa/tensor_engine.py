@@ -174,6 +174,8 @@ def psum_accumulate(core, dst, r, M, N, acc):
             np.copyto(cur, r.reshape(cur.shape))
         else:
             np.copyto(cur, np.where(acc_mask, cur.reshape(M, N) + r, r).reshape(cur.shape))
+        if dst._rv is not None:
+            dst.store_back()
         mark_written(dst)
     else:
         c2 = cur.reshape(M, N)
@@ -217,6 +219,8 @@ def nc_transpose(core, loc, dst, data, engine=None):
     if core.execute:
         v = read(core, data, "data", I, loc).reshape(P, F)
         dst.np[...] = np.ascontiguousarray(v.T).reshape(dst.shape)
+        if dst._rv is not None:
+            dst.store_back()
         mark_written(dst)
     if eng == "tensor":
         cyc = float(max(P, min(64, F)))

@@ -133,7 +133,10 @@ def dma_copy(dst, src, *args, name=None, **kwargs):
     gather or scatter, :class:`GatheredView`) is copied one row per index, each row paired with the same row
     (first-dimension step) of the other side."""
     if not isinstance(dst, GatheredView) and not isinstance(src, GatheredView):
-        return _plain_dma_copy(dst, src, *args, **kwargs)
+        if (getattr(dst, "_bad", None) is None and getattr(src, "_bad", None) is None) or \
+                getattr(kwargs.get("oob_mode"), "name", kwargs.get("oob_mode")) != "skip":
+            return _plain_dma_copy(dst, src, *args, **kwargs)
+        return _dma_copy_skip_oob(dst, src, *args, **kwargs)
     loc = caller_location()
     core = current().core
     g = dst if isinstance(dst, GatheredView) else src
@@ -158,6 +161,34 @@ def dma_copy(dst, src, *args, name=None, **kwargs):
                 continue
             raise bad
         _isa.dma_copy(core, loc, d, s_, *args, **kwargs)
+
+
+def _dma_copy_skip_oob(dst, src, *args, **kwargs):
+    """``dma_copy(oob_mode=skip)`` where a side is an access pattern reaching outside its tensor (formed by
+    ``ap()``, e.g. with a ``scalar_offset`` past the last expert): the DMA engine drops the out-of-range
+    descriptors.  Modelled as one descriptor per step of the first dimension when both sides have the same first
+    dimension (as for a gathered view); a side wholly out of range drops the whole copy."""
+    loc = caller_location()
+    core = current().core
+    bad = [t for t in (dst, src) if t._bad is not None]
+    if all(_wholly_outside(t) for t in bad):
+        return None
+    if not dst.shape or not src.shape or dst.shape[0] != src.shape[0]:
+        raise NkiValidationError(
+            f"dma_copy(oob_mode=skip): a side reaches partly outside its tensor ({bad[0]._bad}); trnsim drops "
+            f"out-of-range rows only when dst and src have the same first dimension, got {list(dst.shape)} and "
+            f"{list(src.shape)}", "dma_copy", "dst" if dst._bad is not None else "src", None, None, loc)
+    for b in range(dst.shape[0]):
+        d, s_ = dst[b:b + 1], src[b:b + 1]
+        if d._bad is not None or s_._bad is not None:
+            continue
+        _isa.dma_copy(core, loc, d, s_, *args, **kwargs)
+    return None
+
+
+def _wholly_outside(t):
+    lo, hi = t._extent()
+    return hi <= 0 or lo >= t._limit()
 
 
 def core_barrier(data, cores, engine=None, name=None):

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..machine import Chip, NeuronCore
 from ..memory import Tensor, dtype_of
+from ..memory.dtypes import from_real, to_real
 from ..targets import get_target
 from . import context, hooks, launch
 from .tensor import NkiTensor
@@ -33,7 +34,8 @@ def _to_input(core, x, name):
         arr = t.float().numpy() if dt.is_float and t.dtype != torch.float32 else t.numpy()
     else:
         return x, None
-    src = arr.astype(np.float32) if dt.is_float and arr.dtype != np.float32 else arr
+    src = from_real(dt, arr) if dt.is_float and arr.dtype == dt.np and arr.dtype != np.float32 else (
+        arr.astype(np.float32) if dt.is_float and arr.dtype != np.float32 else arr)   # bit patterns kept
     buf = core.wrap_input(src, arr.shape, dt, name=name)
     return NkiTensor.whole(buf, name), (kind, x)
 
@@ -44,7 +46,7 @@ def _to_output(t, kind):
     if t.buf.data is None:
         return None
     a = np.ascontiguousarray(t.np)
-    real = a.astype(t.dtype.np) if t.dtype.np != a.dtype else a.copy()
+    real = to_real(t.dtype, a) if t.dtype.np != a.dtype else a.copy()     # bit patterns kept (NaN payloads)
     if kind == "torch":
         import torch
         if t.dtype.name == "bfloat16":

@@ -59,7 +59,7 @@ def _ranges(tensors, views, cols=None):
     :class:`RecordColumns`) each operand is also appended to its operand columns."""
     out = []
     for t in tensors:
-        v = (t.offset, t.shape, t.strides)
+        v = (t.offset, t.shape, t.strides) if t._rv is None else t._rv.sched(t)
         v = views.setdefault(v, v)
         bid = t.buf.id
         e = t._ext
@@ -182,7 +182,7 @@ class NeuronCore:
             cb, clo, chi, cv = cols.b, cols.lo, cols.hi, cols.v
             w = []
             for t in writes:
-                v = (t.offset, t.shape, t.strides)
+                v = (t.offset, t.shape, t.strides) if t._rv is None else t._rv.sched(t)
                 v = views.setdefault(v, v)
                 bid = t.buf.id
                 lo, hi = t._ext or t.extent()
@@ -193,7 +193,7 @@ class NeuronCore:
                 cv.append(v)
             r = []
             for t in reads:
-                v = (t.offset, t.shape, t.strides)
+                v = (t.offset, t.shape, t.strides) if t._rv is None else t._rv.sched(t)
                 v = views.setdefault(v, v)
                 bid = t.buf.id
                 lo, hi = t._ext or t.extent()
@@ -248,7 +248,7 @@ class NeuronCore:
         and strides (so its extent and its interned access pattern are the same at every replay), else None."""
         if not fixed:
             return None
-        v = (t.offset, t.shape, t.strides)
+        v = (t.offset, t.shape, t.strides) if t._rv is None else t._rv.sched(t)
         v = self._views.setdefault(v, v)
         lo, hi = t._ext or t.extent()
         return (lo, hi, v)
@@ -289,7 +289,7 @@ class NeuronCore:
                             rg[1] = s
                             rg[3] = loc
                 if tm is None:
-                    v = (t.offset, t.shape, t.strides)
+                    v = (t.offset, t.shape, t.strides) if t._rv is None else t._rv.sched(t)
                     v = views.setdefault(v, v)
                     lo, hi = t._ext or t.extent()
                 else:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-__all__ = ["DType", "dtype_of", "DTYPES", "round_to", "UnsupportedDTypeError", "unpack_x4", "pack_x4"]
+__all__ = ["DType", "dtype_of", "DTYPES", "round_to", "UnsupportedDTypeError", "unpack_x4", "pack_x4", "to_real",
+           "from_real"]
 
 
 class UnsupportedDTypeError(TypeError):
@@ -162,6 +163,51 @@ def pack_x4(dt: DType, values: np.ndarray) -> np.ndarray:
     for j in range(dt.packed):
         out |= codes[..., j] << np.uint32(w * j)
     return out.astype(dt.np)
+
+
+# mantissa bits of the fp8 formats with several NaN encodings, whose NaN payloads ml_dtypes' conversions to and from
+# float32 do not keep (e4m3fn and e8m0 have one NaN per sign; fp16 goes through NumPy, which keeps them)
+_NAN_MBITS = {"float8_e4m3": 3, "float8_e5m2": 2}
+
+
+def to_real(dt: DType, vals: np.ndarray) -> np.ndarray:
+    """The real-dtype array (bit patterns) of storage values ``vals`` of ``dt``: exact, NaN payloads included (a
+    NaN's payload rides in the top mantissa bits of its float32, as a widening conversion puts it)."""
+    if not dt.is_float or dt.storage == dt.np:
+        return np.asarray(vals).astype(dt.np)
+    v = np.ascontiguousarray(vals, dtype=np.float32)
+    if dt.name == "bfloat16":
+        return (v.view(np.uint32) >> np.uint32(16)).astype(np.uint16).view(dt.np)
+    out = v.astype(dt.np)
+    m = _NAN_MBITS.get(dt.name)
+    if m is not None:
+        nan = np.isnan(v)
+        if nan.any():
+            b = v.view(np.uint32)[nan]
+            pay = (b >> np.uint32(23 - m)) & np.uint32((1 << m) - 1)
+            code = ((b >> np.uint32(31)) << np.uint32(7)) | np.uint32(0x7F ^ ((1 << m) - 1)) | pay
+            ob = out.view(np.uint8)
+            ob[nan] = np.where(pay != 0, code, ob[nan]).astype(np.uint8)
+    return out
+
+
+def from_real(dt: DType, arr: np.ndarray) -> np.ndarray:
+    """Storage values of the real-dtype array ``arr`` of ``dt`` (the inverse of :func:`to_real`, exact)."""
+    if not dt.is_float or dt.storage == dt.np:
+        return np.asarray(arr).astype(dt.storage)
+    a = np.ascontiguousarray(arr, dtype=dt.np)
+    if dt.name == "bfloat16":
+        return (a.view(np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
+    out = a.astype(np.float32)
+    m = _NAN_MBITS.get(dt.name)
+    if m is not None:
+        nan = np.isnan(out)
+        if nan.any():
+            b = a.view(np.uint8)[nan].astype(np.uint32)
+            pay = b & np.uint32((1 << m) - 1)
+            out.view(np.uint32)[nan] = ((b >> np.uint32(7)) << np.uint32(31)) | np.uint32(0x7F800000) | (
+                pay << np.uint32(23 - m))
+    return out
 
 
 def dtype_of(x) -> DType:

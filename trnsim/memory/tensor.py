@@ -10,9 +10,13 @@ the partition dimension; its stride is a multiple of the buffer's per-partition 
 
 from __future__ import annotations
 
+import os
+import sys
+
 import numpy as np
 
 from .dtypes import DType, dtype_of
+from .reinterpret import reinterp
 from .space import ON_CHIP, Buffer
 
 __all__ = ["Tensor", "DynSlice", "ViewError", "IndexOutOfBounds", "GatheredView"]
@@ -76,7 +80,10 @@ class DynSlice:
 class Tensor:
     """A strided view of a :class:`Buffer`."""
 
-    __slots__ = ("buf", "offset", "shape", "strides", "dtype", "name", "_np", "_ext")
+    # _rv: how the view reinterprets its buffer's bytes (reinterpret.Reinterp) when its dtype differs from the
+    # buffer's, else None; _bad: why an access pattern formed out of range cannot be accessed (None: in range);
+    # _last: the array the last `.np` of a converting view gave (what `store_back` writes)
+    __slots__ = ("buf", "offset", "shape", "strides", "dtype", "name", "_np", "_ext", "_rv", "_bad", "_last")
 
     def __init__(self, buf: Buffer, offset: int, shape: tuple, strides: tuple, dtype: DType | None = None,
                  name: str | None = None):
@@ -88,6 +95,9 @@ class Tensor:
         self.name = name if name is not None else buf.name
         self._np = None
         self._ext = None
+        self._rv = None if self.dtype is buf.dtype else reinterp(buf.dtype, self.dtype)
+        self._bad = None
+        self._last = None
 
     # -- construction -------------------------------------------------------------------------------
     @classmethod
@@ -106,11 +116,40 @@ class Tensor:
         t.offset = offset
         t.shape = tuple(shape)
         t.strides = tuple(strides)
-        t.dtype = dtype if dtype is not None else self.dtype
+        if dtype is None or dtype is self.dtype:
+            t.dtype = self.dtype
+            t._rv = self._rv
+        else:
+            t.dtype = dtype
+            t._rv = reinterp(self.buf.dtype, dtype)
         t.name = self.name
         t._np = None
         t._ext = None
+        t._last = None
+        t._bad = None if self._bad is None else t._still_bad(self._bad)
         return t
+
+    # -- views of another dtype and views out of range ----------------------------------------------
+    def _limit(self) -> int:
+        """How many elements of this view's dtype the buffer holds."""
+        rv = self._rv
+        if rv is None or rv.osz == rv.nsz:
+            return self.buf.nelem
+        return self.buf.nelem * rv.osz // rv.nsz
+
+    def _still_bad(self, why):
+        lo, hi = self._extent()
+        return why if self.size and (lo < 0 or hi > self._limit()) else None
+
+    def _refuse_bad(self):
+        raise IndexOutOfBounds(self._bad)
+
+    def store_back(self):
+        """After an instruction wrote into the array ``.np`` gave: a view converting between dtypes writes it
+        through to its buffer (a no-op for every other view, whose ``.np`` is the storage itself)."""
+        rv = self._rv
+        if rv is not None and rv.conv and self._last is not None:
+            rv.store(self, self._last)
 
     # -- basic properties ---------------------------------------------------------------------------
     @property
@@ -164,25 +203,58 @@ class Tensor:
             data = self.buf.data
             if data is None:
                 raise RuntimeError("tensor data is not available in shape-only mode")
+            if self._bad is not None:
+                self._refuse_bad()
+            rv = self._rv
+            if rv is not None:
+                if rv.conv:                  # converted on every access: never cached
+                    self._last = a = rv.read(self)
+                    return a
+                self._np = a = rv.zero_copy(self)
+                return a
             isz = data.itemsize
-            a = np.ndarray(self.shape, dtype=data.dtype, buffer=data, offset=self.offset * isz,
-                           strides=tuple(st * isz for st in self.strides))
+            a = np.ndarray(self.shape, dtype=data.dtype if self.dtype is self.buf.dtype else self.dtype.storage,
+                           buffer=data, offset=self.offset * isz, strides=tuple(st * isz for st in self.strides))
             self._np = a
         return a
 
     def written_view(self):
+        """Per element, whether it was written (None when the buffer does not track it).  For a view converting
+        between dtypes of different sizes this is a copy (an element counts as written when all its bytes were);
+        :meth:`mark_written` marks them."""
         w = self.buf.written
         if w is None:
             return None
+        if self._bad is not None:
+            self._refuse_bad()
+        rv = self._rv
+        if rv is not None and rv.osz != rv.nsz:
+            return rv.written(self, w)
         return np.ndarray(self.shape, dtype=np.bool_, buffer=w, offset=self.offset,
                           strides=tuple(self.strides))
+
+    def mark_written(self):
+        w = self.buf.written
+        if w is None or self.buf.all_written:
+            return
+        rv = self._rv
+        if rv is not None and rv.osz != rv.nsz:
+            rv.mark_written(self, w)
+        else:
+            self.written_view()[...] = True
 
     def extent(self):
         """``(lo, hi)`` element range of the buffer this view can touch (hi exclusive)."""
         e = self._ext
         if e is not None:
             return e
-        self._ext = e = self._extent()
+        if self._bad is not None:
+            self._refuse_bad()
+        e = self._extent()
+        rv = self._rv
+        if rv is not None and rv.osz != rv.nsz:         # in buffer elements: those the view's bytes touch
+            e = rv.buffer_range(*e) if e[1] > e[0] else (e[0] * rv.nsz // rv.osz,) * 2
+        self._ext = e
         return e
 
     def _extent(self):
@@ -201,6 +273,11 @@ class Tensor:
         """``(start_partition, num_partitions, partition_step)`` of an on-chip view, or ``None`` when the
         view's first dimension does not map to whole partitions."""
         pf = self.buf.pfree
+        rv = self._rv
+        if rv is not None and rv.osz != rv.nsz:
+            pf = rv.pfree(self.buf)
+            if pf is None:
+                return None
         if not self.shape:
             return (self.offset // pf, 1, 1)
         st = self.strides[0]
@@ -473,9 +550,22 @@ class Tensor:
 
     def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None):
         """A view given by an explicit access pattern ``[[stride, count], ...]`` (outermost first) and an
-        element offset from the start of this tensor."""
+        element offset from the start of this tensor.  With ``dtype`` of another element size, the pattern and
+        the offset count elements of ``dtype`` over the tensor's bytes (a bit reinterpretation, see
+        ``reinterpret.py``).  A pattern reaching outside the buffer is refused when it is accessed, not when it
+        is formed (kernels form patterns they use only under a condition, or only for their ``.shape``)."""
         dt = self.dtype if dtype is None else dtype_of(dtype)
-        base = self.offset + (0 if offset is None else int(offset))
+        isz, nsz = self.dtype.itemsize, dt.itemsize
+        start = self.offset
+        if isz != nsz:
+            b = self.offset * isz
+            if b % nsz:
+                raise ViewError(
+                    f"ap(dtype={dt.name}): tensor `{self.name}` ({self.dtype.name}, shape {list(self.shape)}) "
+                    f"starts at byte {b} of its buffer, not a multiple of {dt.name}'s {nsz} bytes"
+                    f"{_where()}")
+        start = start * isz // nsz
+        base = start + (0 if offset is None else int(offset))
         shape = []
         strides = []
         for entry in pattern:
@@ -486,37 +576,43 @@ class Tensor:
                 raise ViewError(f"ap(): negative count {n} in pattern {pattern}")
             strides.append(st)
             shape.append(n)
+        limit = self.buf.nelem if isz == nsz == self.buf.dtype.itemsize else \
+            self.buf.nelem * self.buf.dtype.itemsize // nsz
         if scalar_offset is not None or vector_offset is not None:
-            r = self._dynamic_offset(base, strides, shape, scalar_offset, vector_offset, indirect_dim)
+            r = self._dynamic_offset(base, strides, shape, scalar_offset, vector_offset, indirect_dim,
+                                     units=(isz, nsz, dt))
             if len(r) == 2 and vector_offset is not None:
                 v = self._view(r[0], shape, r[1], dt)
-                lo, hi = v.extent()
-                if v.size and (lo < 0 or hi > self.buf.nelem):       # some index out of range: per-row view
-                    r = self._dynamic_offset(base, strides, shape, None, vector_offset, indirect_dim, rows=True)
+                lo, hi = v._extent()
+                if v.size and (lo < 0 or hi > limit):       # some index out of range: per-row view
+                    r = self._dynamic_offset(base, strides, shape, None, vector_offset, indirect_dim, rows=True,
+                                             units=(isz, nsz, dt))
             if len(r) == 3:                                   # indices not evenly spaced: one row view per index
                 base, strides, offs = r
                 rows = []
                 for o in offs:
                     row = self._view(base + int(o), [1] + shape[1:], [0] + strides[1:], dt)
-                    lo, hi = row.extent()
-                    if row.size and (lo < 0 or hi > self.buf.nelem):
+                    lo, hi = row._extent()
+                    if row.size and (lo < 0 or hi > limit):
                         # kept as the error: dma_copy(oob_mode=skip) skips the row, any other use raises it
                         row = IndexOutOfBounds(
                             f"ap(): vector_offset row at element {row.offset} with pattern {pattern} reaches "
                             f"elements [{lo}, {hi - 1}] of tensor `{self.name}`, whose buffer holds "
-                            f"{self.buf.nelem} elements")
+                            f"{limit} {dt.name} elements")
                     rows.append(row)
                 return GatheredView(rows, shape, dt, self.name)
             base, strides = r
         v = self._view(base, shape, strides, dt)
-        lo, hi = v.extent()
-        if v.size and (lo < 0 or hi > self.buf.nelem):
-            raise IndexOutOfBounds(
-                f"ap(): access pattern {pattern} with offset {base} reaches elements [{lo}, {hi - 1}] of "
-                f"tensor `{self.name}`, whose buffer holds {self.buf.nelem} elements")
+        lo, hi = v._extent()
+        if v.size and (lo < 0 or hi > limit):
+            # formed, not accessed yet: any access (an instruction's read or write, its extent) raises this
+            v._bad = (f"ap(): access pattern {pattern} with offset {base} reaches elements [{lo}, {hi - 1}] of "
+                      f"tensor `{self.name}`, whose buffer holds {limit} {dt.name} elements (pattern formed"
+                      f"{_where()}; it is out of range when accessed)")
         return v
 
-    def _dynamic_offset(self, base, strides, shape, scalar_offset, vector_offset, indirect_dim, rows=False):
+    def _dynamic_offset(self, base, strides, shape, scalar_offset, vector_offset, indirect_dim, rows=False,
+                        units=None):
         """Resolve ``ap(scalar_offset=, vector_offset=, indirect_dim=)``: the offset value(s), read from the tensor
         given (trnsim runs kernels eagerly, so the value the DMA engine would read is there), step along this
         tensor's dimension ``indirect_dim`` (``value * strides[indirect_dim]``).  A scalar offset (an int or a
@@ -530,6 +626,12 @@ class Tensor:
             raise ViewError(f"ap(): indirect_dim={indirect_dim!r} is not a dimension of the {nd}-D tensor "
                             f"`{self.name}` (shape {tuple(self.shape)})")
         step = self.strides[int(indirect_dim)]
+        if units is not None and units[0] != units[1]:        # ap(dtype=) of another size: step in its units
+            if (step * units[0]) % units[1]:
+                raise ViewError(f"ap(dtype={units[2].name}): dimension {indirect_dim} of tensor `{self.name}` "
+                                f"steps {step * units[0]} bytes, not a multiple of {units[2].name}'s "
+                                f"{units[1]} bytes{_where()}")
+            step = step * units[0] // units[1]
 
         def values(t, what):
             if isinstance(t, (int, np.integer)) and not isinstance(t, bool):
@@ -563,16 +665,31 @@ class Tensor:
         return base + int(v[0]) * step, strides
 
     def view(self, dtype):
-        """Reinterpret the same bytes as another dtype of the same size."""
+        """The same bytes read as another dtype (a bit reinterpretation, ``reinterpret.py``).  Between dtypes of
+        different sizes the last dimension scales by the size ratio and must be contiguous (stride 1); the other
+        strides and the offset must fall on whole elements of the new dtype."""
         dt = dtype_of(dtype)
-        if dt.itemsize != self.dtype.itemsize:
-            raise ViewError(f"view({dt.name}): trnsim reinterprets only between dtypes of equal size "
-                            f"({self.dtype.name} is {self.dtype.itemsize} bytes, {dt.name} {dt.itemsize})")
-        if dt.storage != self.buf.dtype.storage:
-            raise NotImplementedError(
-                f"view({dt.name}) of a {self.buf.dtype.name} tensor: trnsim stores {self.buf.dtype.name} as "
-                f"{self.buf.dtype.storage} values, so reinterpreting its bits is not supported yet")
-        return self._view(self.offset, self.shape, self.strides, dt)
+        isz, nsz = self.dtype.itemsize, dt.itemsize
+        if isz == nsz:
+            return self._view(self.offset, self.shape, self.strides, dt)
+        what = (f"view({dt.name}) of tensor `{self.name}` ({self.dtype.name}, shape {list(self.shape)}, "
+                f"strides {list(self.strides)})")
+        if not self.shape:
+            raise ViewError(f"{what}: a 0-d tensor cannot change element size{_where()}")
+        last = self.shape[-1]
+        if self.strides[-1] != 1 and last != 1:
+            raise ViewError(f"{what}: the last dimension must be contiguous (stride 1) to change element size"
+                            f"{_where()}")
+        if (last * isz) % nsz:
+            raise ViewError(f"{what}: the last dimension holds {last * isz} bytes, not a multiple of "
+                            f"{dt.name}'s {nsz} bytes{_where()}")
+        bad = [st for st in self.strides[:-1] if (st * isz) % nsz] + ([0] if (self.offset * isz) % nsz else [])
+        if bad:
+            raise ViewError(f"{what}: its offset ({self.offset}) or an outer stride does not fall on a whole "
+                            f"{dt.name} element ({nsz} bytes){_where()}")
+        shape = list(self.shape[:-1]) + [last * isz // nsz]
+        strides = [st * isz // nsz for st in self.strides[:-1]] + [1]
+        return self._view(self.offset * isz // nsz, shape, strides, dt)
 
     reinterpret_cast = view
 
@@ -592,6 +709,22 @@ class Tensor:
 
     def __iter__(self):
         raise TypeError("NKI tensors are not iterable; index them with slices or nl.ds")
+
+
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_LIB_DIR = os.path.join(_PKG_DIR, "kernels", "library")
+
+
+def _where():
+    """`` at file:line`` of the kernel line (the innermost frame outside trnsim, or in trnsim's own kernel
+    library), for error messages; only called when refusing or marking a view."""
+    f = sys._getframe(1)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(_PKG_DIR) or fn.startswith(_LIB_DIR):
+            return f" at {fn}:{f.f_lineno}"
+        f = f.f_back
+    return ""
 
 
 def _nocopy_strides(old_shape, old_strides, new_shape):
