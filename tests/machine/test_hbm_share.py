@@ -117,3 +117,21 @@ def hbm_share_rounds_changes(res):
     cap = tg.hbm_peak_bytes_per_s * 1e-9
     first = scheduler._schedule_pass(res.cores, cap, "python", None, None, 0)
     return scheduler.hbm_share_rounds(res.cores, first, cap, lambda ov: pytest.fail("rescheduled"))
+
+
+def test_the_findings_name_the_chip_hbm_peak(eight_cores):
+    from trnsim.profiler.findings import findings, hbm_peak_share
+    tl = schedule(eight_cores.cores)
+    share, span = hbm_peak_share(tl)
+    # the launch's HBM bytes over the time transfers were in flight, against 2,900 GB/s: the cores' loads and
+    # stores keep the peak busy (8 x 368 GB/s asked), so the share is close to 1 and never above it
+    assert 0.9 <= share <= 1.0 + 1e-9
+    assert 0 < span <= tl.total_ns
+    assert any("HBM at the chip's peak" in f for f in findings(tl))
+    one = schedule(run_kernel(stream_big, (np.zeros((128, 4096), np.float32),), {"n": 6}, (1,), "trn2",
+                              execute=False).cores)
+    # one core's 368 GB/s is an eighth of the peak: no such finding
+    assert hbm_peak_share(one)[0] == pytest.approx(
+        sum(one.hbm_bytes) / (hbm_peak_share(one)[1] * TRN2.hbm_peak_bytes_per_s * 1e-9))
+    assert hbm_peak_share(one)[0] < 0.2
+    assert not any("HBM at the chip's peak" in f for f in findings(one))
