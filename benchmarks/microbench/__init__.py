@@ -402,5 +402,5 @@ def table(claims):
     lines = ["| claim | document | trnsim | error | within | source |", "|---|---|---|---|---|---|"]
     for c in claims:
         lines.append(f"| {c.name} | {c.document:g} {c.unit} | {c.simulated:.4g} {c.unit} | {100 * c.error:+.1f}% | "
-                     f"{'yes' if c.ok else 'NO'} (±{100 * c.tolerance:.0f}%) | {c.source} |")
+                     f"{'yes' if c.ok else 'NO'} (±{100 * c.tolerance:g}%) | {c.source} |")
     return "\n".join(lines)
