@@ -292,6 +292,24 @@ def engine_cost_claims(F=2048):
         r = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
         nisa.activation_reduce(_tile(src, F), nl.exp, a, nl.add, r)
 
+    def sbuf_psum(src):            # one input in SBUF, one in PSUM
+        a = _tile(src, F)
+        nisa.memset(a, 1.0)
+        b = _tile(src, F, nl.psum)
+        nisa.memset(b, 1.0)
+        return a, b
+
+    def tt_psum(src, ab):
+        nisa.tensor_tensor(_tile(src, F), ab[0], ab[1], op=nl.add)
+
+    def tt_op(op):
+        def body(src, a):
+            nisa.tensor_tensor(_tile(src, F), a, a, op=op)
+        return body
+
+    def tt_strided(src, a):        # inner stride 2 elements (4 B of bf16: under 16 B, so only non-contiguous)
+        nisa.tensor_tensor(_tile(src, F), a[:, ::2], a[:, ::2], op=nl.add)
+
     def tiny(src, a):
         nisa.tensor_scalar(_tile(src, 16), a, nl.multiply, 2.0, engine=nisa.vector_engine)
 
@@ -309,6 +327,14 @@ def engine_cost_claims(F=2048):
          "trn1", 0.5, src_isa + ": N/2 for BF16 in and out with add/max"),
         ("trn1 vector tensor_reduce add float32", (_filled(F), reduce_add), np.float32, "vector", "tensor_reduce",
          "trn1", 1.0, src_isa + ": N otherwise"),
+        ("trn1 vector tensor_tensor float32, one input in PSUM", (sbuf_psum, tt_psum), np.float32, "vector",
+         "tensor_tensor", "trn1", 1.0, src_isa + ": max(MIN_II, N) if one input is in PSUM"),
+        ("trn2 vector tensor_tensor float32, one input in PSUM", (sbuf_psum, tt_psum), np.float32, "vector",
+         "tensor_tensor", "trn2", 1.0, src_isa + ": max(MIN_II, N) if one input is in PSUM"),
+        ("trn1 vector tensor_tensor bfloat16 maximum, both in SBUF", (_filled(F), tt_op(nl.maximum)), bf16,
+         "vector", "tensor_tensor", "trn1", 2.0, src_isa + ": N only for add/mul/sub; otherwise 2N"),
+        ("trn1 vector tensor_tensor bfloat16 add, non-contiguous", (_filled(2 * F), tt_strided), bf16, "vector",
+         "tensor_tensor", "trn1", 2.0, src_isa + ": N only when contiguous; otherwise 2N"),
         ("trn1 vector reciprocal float32", (_filled(F), recip(nisa.vector_engine)), np.float32, "vector",
          "reciprocal", "trn1", 8.0, src_isa + ": Vector Engine max(MIN_II, 8N)"),
         ("trn1 scalar reciprocal float32", (_filled(F), recip(nisa.scalar_engine)), np.float32, "scalar",
