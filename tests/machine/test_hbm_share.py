@@ -89,9 +89,9 @@ def test_eight_streaming_cores_share_the_chip_peak(eight_cores):
     # transfer's fixed cost
     assert tl.total_ns >= hbm / cap + TRN2.dma_fixed_ns
     # each core's loads and stores are HBM-bound at 368 GB/s alone; 8 x 368 = 2,944 GB/s asked of 2,900 GB/s
-    # slows them all by 2,944 / 2,900 (the ideal sharing; rescheduling rounds leave it within 2%)
+    # slows them all by 2,944 / 2,900 (the ideal sharing; the rescheduling rounds leave it within 1%)
     ideal = one.total_ns * 8 * TRN2.dma_bytes_per_ns_per_core / cap
-    assert ideal <= tl.total_ns <= 1.02 * ideal
+    assert ideal <= tl.total_ns <= 1.01 * ideal
     # deterministic
     assert schedule(eight_cores.cores, impl="python") == tl
 

@@ -7,8 +7,9 @@ its descriptors and DMA engines allow, ``isa/dma_timing.py``, never above the ch
 shares the bandwidth among the transfers that overlap in simulated time, across the DMA queues of one core and
 across the cores (programs) of the launch:
 
-* each transfer in flight asks for its own rate (its HBM bytes over the time its engines took, the slowdown of
-  an earlier round divided out);
+* each transfer asks for its own rate (its HBM bytes over its DMA engines' busy time for it, before any
+  slowdown) and is in flight from its data start for that time (stretched by the slowdown an earlier round
+  applied; not to its end, which may include gaps that the core's other transfers filled);
 * a fluid processor-sharing model over the in-flight set hands out the chip's bandwidth: when the rates asked
   sum to more than the peak, each transfer gets the peak in proportion to its rate (HBM serves the DMA engines
   moving data in turn, each engine an equal share: trnsim's assumption, no document states the arbitration);
@@ -109,8 +110,8 @@ def share(starts, nbytes, rates, capacity, group=None, group_cap=None):
 def slowdowns(starts, ends, nbytes, prev, capacity, group=None, group_cap=None):
     """Each transfer's slowdown under sharing (>= 1): its completion under processor sharing of ``capacity``
     over its completion with the HBM unlimited (both with each core's own limit, ``share``).  ``starts``/``ends``:
-    the transfers' data intervals in the last schedule; ``prev``: the slowdowns that schedule applied (divided
-    out to recover each transfer's own rate)."""
+    the transfers' data starts in the last schedule and those plus their engine time there; ``prev``: the
+    slowdowns that schedule applied (divided out to recover each transfer's own rate)."""
     s = np.asarray(starts, float)
     dur = (np.asarray(ends, float) - s) / np.asarray(prev, float)
     b = np.asarray(nbytes, float)

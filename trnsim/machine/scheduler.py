@@ -131,7 +131,9 @@ def hbm_share_rounds(cores, results, cap, reschedule):
                         w, f = base.setdefault((i, k), (cols["work"][k], 1.0))
                         key.append((i, k))
                         st.append(cols["data_start"][k])
-                        en.append(cols["end"][k])
+                        # in flight from its data start for its own engine time (stretched by the slowdown
+                        # applied): not to its end, which may include gaps the core's other transfers filled
+                        en.append(cols["data_start"][k] + w * f)
                         hb.append(h)
                         prev.append(f)
                         grp.append(gi)
