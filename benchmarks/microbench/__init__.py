@@ -112,6 +112,69 @@ def dma_rate_claims():
     return out
 
 
+# -- HBM shared over time by the transfers in flight on a chip ------------------------------------------
+def _stream_per_program(src, ntransfers, hbm_to_hbm, active):
+    """Each of the launch's programs (cores) streams its own block of ``src`` in ``ntransfers`` loads of
+    [128, F] (to SBUF, or to an HBM output when ``hbm_to_hbm``); only programs below ``active`` move data."""
+    pid = nl.program_id(0)
+    if pid >= active:
+        t = nl.ndarray((128, 1), dtype=src.dtype, buffer=nl.sbuf)
+        nisa.memset(t, 0.0)
+        return None
+    P = 128
+    F = src.shape[1] // (nl.num_programs() * ntransfers)
+    for i in range(ntransfers):
+        c0 = (pid * ntransfers + i) * F
+        dst = nl.ndarray((P, F), dtype=src.dtype, buffer=nl.private_hbm if hbm_to_hbm else nl.sbuf)
+        nisa.dma_copy(dst, src[:, c0:c0 + F])
+    return None
+
+
+def hbm_shared_throughput(target, nprog, active=None, hbm_to_hbm=False, ntransfers=16, F=8192):
+    """HBM bytes per ns (GB/s) that ``active`` of ``nprog`` programs of one launch on one chip move together when
+    each streams ``ntransfers`` large transfers (32 KiB per partition), from the first data start to the last end."""
+    from trnsim.kernels.jit import run_kernel
+    from trnsim.machine import schedule
+    active = nprog if active is None else active
+    src = np.empty((128, F * nprog * ntransfers), np.float32)
+    res = run_kernel(lambda s: _stream_per_program(s, ntransfers, hbm_to_hbm, active), (src,), {}, (nprog,),
+                     target, execute=False)
+    tl = schedule(res.cores)
+    rows = [r for r in tl.rows() if r.engine == "dma"]
+    return sum(r.hbm_bytes for r in rows) / (max(r.end for r in rows) - min(r.data_start for r in rows))
+
+
+def hbm_sharing_claims():
+    """The chip's HBM peak (hardware.md, "Per chip and instance") shared over time by the transfers in flight:
+    the aggregate of many streaming cores is the peak; a core streaming alone while the others compute gets its
+    full practical rate (not a fixed share per launched core)."""
+    chip = "hardware.md per chip: HBM {} (chip page); DMA practical rate {} GB/s per core (dma-bandwidth-guide)"
+    out = []
+    # trn2: 8 cores x 368 GB/s = 2,944 GB/s asked of 2,900 GB/s
+    sim = hbm_shared_throughput("trn2", 8)
+    out.append(Claim("trn2: 8 cores streaming HBM->SBUF together, aggregate HBM traffic", 2900.0, sim, "GB/s",
+                     0.02, chip.format("2.9 TB/s", 368) + ": min(8 x 368, 2,900)"))
+    # trn1: 2 cores x 2 x 272 GB/s of HBM traffic (read and write) = 1,088 GB/s asked of 820 GB/s
+    sim = hbm_shared_throughput("trn1", 2, hbm_to_hbm=True)
+    out.append(Claim("trn1: 2 cores copying HBM->HBM together, aggregate HBM traffic", 820.0, sim, "GB/s", 0.02,
+                     chip.format("820 GB/s", 272) + ": min(2 x 2 x 272, 820)"))
+    # trn2: 1 of 8 launched cores streams, the others compute: its own 16 engines' 368 GB/s (a fixed 1/8 share of
+    # the peak would give 362.5)
+    sim = hbm_shared_throughput("trn2", 8, active=1)
+    out.append(Claim("trn2: 1 of 8 launched cores streaming alone, its HBM traffic", 368.0, sim, "GB/s", 0.005,
+                     chip.format("2.9 TB/s", 368) + ": a lone transfer gets its full rate"))
+    # trn2: 4 of 8 launched cores copying HBM->HBM: 4 x 2 x 368 = 2,944 GB/s asked of 2,900 (a fixed 1/8 share of
+    # the peak per launched core would give 4 x 362.5 = 1,450)
+    sim = hbm_shared_throughput("trn2", 8, active=4, hbm_to_hbm=True)
+    out.append(Claim("trn2: 4 of 8 launched cores copying HBM->HBM, aggregate HBM traffic", 2900.0, sim, "GB/s",
+                     0.02, chip.format("2.9 TB/s", 368) + ": min(4 x 2 x 368, 2,900)"))
+    # trn3: 8 cores x 528 GB/s = 4,224 GB/s, below 4,900 GB/s: nothing is shared away
+    sim = hbm_shared_throughput("trn3", 8)
+    out.append(Claim("trn3: 8 cores streaming HBM->SBUF together, aggregate HBM traffic", 8 * 528.0, sim, "GB/s",
+                     0.02, chip.format("4.9 TB/s", 528) + ": 8 x 528 < 4,900"))
+    return out
+
+
 # -- engines -------------------------------------------------------------------------------------------
 def _vector_op(kind, n_instr):
     def k(src):
@@ -229,6 +292,24 @@ def engine_cost_claims(F=2048):
         r = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
         nisa.activation_reduce(_tile(src, F), nl.exp, a, nl.add, r)
 
+    def sbuf_psum(src):            # one input in SBUF, one in PSUM
+        a = _tile(src, F)
+        nisa.memset(a, 1.0)
+        b = _tile(src, F, nl.psum)
+        nisa.memset(b, 1.0)
+        return a, b
+
+    def tt_psum(src, ab):
+        nisa.tensor_tensor(_tile(src, F), ab[0], ab[1], op=nl.add)
+
+    def tt_op(op):
+        def body(src, a):
+            nisa.tensor_tensor(_tile(src, F), a, a, op=op)
+        return body
+
+    def tt_strided(src, a):        # inner stride 2 elements (4 B of bf16: under 16 B, so only non-contiguous)
+        nisa.tensor_tensor(_tile(src, F), a[:, ::2], a[:, ::2], op=nl.add)
+
     def tiny(src, a):
         nisa.tensor_scalar(_tile(src, 16), a, nl.multiply, 2.0, engine=nisa.vector_engine)
 
@@ -246,6 +327,14 @@ def engine_cost_claims(F=2048):
          "trn1", 0.5, src_isa + ": N/2 for BF16 in and out with add/max"),
         ("trn1 vector tensor_reduce add float32", (_filled(F), reduce_add), np.float32, "vector", "tensor_reduce",
          "trn1", 1.0, src_isa + ": N otherwise"),
+        ("trn1 vector tensor_tensor float32, one input in PSUM", (sbuf_psum, tt_psum), np.float32, "vector",
+         "tensor_tensor", "trn1", 1.0, src_isa + ": max(MIN_II, N) if one input is in PSUM"),
+        ("trn2 vector tensor_tensor float32, one input in PSUM", (sbuf_psum, tt_psum), np.float32, "vector",
+         "tensor_tensor", "trn2", 1.0, src_isa + ": max(MIN_II, N) if one input is in PSUM"),
+        ("trn1 vector tensor_tensor bfloat16 maximum, both in SBUF", (_filled(F), tt_op(nl.maximum)), bf16,
+         "vector", "tensor_tensor", "trn1", 2.0, src_isa + ": N only for add/mul/sub; otherwise 2N"),
+        ("trn1 vector tensor_tensor bfloat16 add, non-contiguous", (_filled(2 * F), tt_strided), bf16, "vector",
+         "tensor_tensor", "trn1", 2.0, src_isa + ": N only when contiguous; otherwise 2N"),
         ("trn1 vector reciprocal float32", (_filled(F), recip(nisa.vector_engine)), np.float32, "vector",
          "reciprocal", "trn1", 8.0, src_isa + ": Vector Engine max(MIN_II, 8N)"),
         ("trn1 scalar reciprocal float32", (_filled(F), recip(nisa.scalar_engine)), np.float32, "scalar",
@@ -326,6 +415,7 @@ def all_claims():
     out.append(dma_example1_claim())
     out.append(dma_fixed_cost_claim())
     out += dma_rate_claims()
+    out += hbm_sharing_claims()
     out += vector_claims()
     out += engine_cost_claims()
     out.append(matmul_throughput_claim())
@@ -338,5 +428,5 @@ def table(claims):
     lines = ["| claim | document | trnsim | error | within | source |", "|---|---|---|---|---|---|"]
     for c in claims:
         lines.append(f"| {c.name} | {c.document:g} {c.unit} | {c.simulated:.4g} {c.unit} | {100 * c.error:+.1f}% | "
-                     f"{'yes' if c.ok else 'NO'} (±{100 * c.tolerance:.0f}%) | {c.source} |")
+                     f"{'yes' if c.ok else 'NO'} (±{100 * c.tolerance:g}%) | {c.source} |")
     return "\n".join(lines)

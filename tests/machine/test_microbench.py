@@ -23,5 +23,7 @@ def test_the_table_covers_every_document_statement():
     for what in ("DMA throughput at 32 B", "DMA throughput at 32768 B", "4 partitions x 8 KiB", "tiny transfer",
                  "practical rate", "cycles/element", "matmul throughput", "dependent 1-element chain",
                  "inner stride 32 B", "PSUM to SBUF", "non-contiguous", "tensor_reduce add bfloat16", "reciprocal",
-                 "memset zero", "activation_reduce", "of 16 elements", "bf16 / fp32"):
+                 "memset zero", "activation_reduce", "of 16 elements", "bf16 / fp32",
+                 "8 cores streaming", "HBM->HBM together", "streaming alone", "4 of 8 launched cores",
+                 "one input in PSUM", "maximum, both in SBUF", "add, non-contiguous"):
         assert what in names

@@ -105,10 +105,20 @@ def _onchip_operands(core, instr, engine, loc, *named):
 _LOW = ("bfloat16", "float16")
 
 
-def elementwise_cycles(core, engine, n, dst, srcs, kind):
+# tensor_tensor's fast path, the instruction cost model (hardware.md, "Instruction cost model", from the NKI ISA
+# cost notes): "max(MIN_II, N) if one input is in PSUM, or both in SBUF, all BF16, add/mul/sub, contiguous;
+# otherwise max(MIN_II, 2N)".  Two inputs may never both be in PSUM, so "one in PSUM or both in SBUF" would hold
+# for every legal call: the sentence is read as (one input in PSUM) or (both in SBUF, all BF16, one of these
+# operators, contiguous) -- an input in PSUM comes through its own port, so the two inputs are not read over one
+# SBUF interface.
+_TT_FAST_OPS = frozenset(("add", "multiply", "subtract"))
+
+
+def elementwise_cycles(core, engine, n, dst, srcs, kind, op=None):
     """Engine cycles of an elementwise instruction over ``n`` elements per partition (shared/hardware.md):
-    max(MIN_II, N), or 2N for tensor_tensor off its fast path; trn2's Vector performance mode runs bf16/fp16
-    SBUF-to-SBUF copies and tensor_scalar 4x (2x when strided or touching PSUM)."""
+    max(MIN_II, N), or 2N for tensor_tensor off its fast path (``op``: its ALU operator's name); trn2's Vector
+    performance mode runs bf16/fp16 SBUF-to-SBUF copies and tensor_scalar 4x (2x when strided or touching
+    PSUM)."""
     tg = core.target
     srcs_sbuf = True
     any_psum = False
@@ -143,7 +153,8 @@ def elementwise_cycles(core, engine, n, dst, srcs, kind):
             wide = True
     cyc = float(n)
     if kind == "tensor_tensor":
-        fast = (srcs_sbuf or any_psum) and srcs_bf16 and ddn == "bfloat16"
+        fast = any_psum or (srcs_sbuf and srcs_bf16 and ddn == "bfloat16" and contiguous
+                            and (op is None or op in _TT_FAST_OPS))
         cyc = float(n) if fast else 2.0 * n
         if engine == "vector" and tg.vector_perf_mode and srcs_sbuf and srcs_low and ddn in _LOW:
             cyc = n / 2.0
@@ -200,7 +211,7 @@ def tensor_tensor(core, loc, dst, data1, data2, op, engine=None):
         _check_bitvec(I, name, loc, ("dst", dst), ("data1", data1), ("data2", data2))
     core.compute(_tensor_tensor_values, core, loc, dst, data1, data2, fn, bitvec)
     core.record(I, eng, (dst,), (data1, data2),
-                elementwise_cycles(core, eng, free_size(dst), dst, [data1, data2], "tensor_tensor"), loc,
+                elementwise_cycles(core, eng, free_size(dst), dst, [data1, data2], "tensor_tensor", name), loc,
                 flops=dst.size)
 
 

@@ -215,9 +215,10 @@ def encode(core):
     return arrs, emap, rec_cols
 
 
-def schedule_core_fast(core, hbm_bytes_per_ns):
+def schedule_core_fast(core, hbm_bytes_per_ns, ns_over=None):
     """``(columns, counters)`` of one core, as ``scheduler._schedule_core`` returns them, or None when the record
-    needs the reference loop (a barrier, an unknown memory kind, an empty record)."""
+    needs the reference loop (a barrier, an unknown memory kind, an empty record).  ``ns_over``: DMA row -> the
+    ns it costs instead of its record's (``hbm_share``)."""
     k = _kernels()
     if k is None:
         return None
@@ -226,6 +227,11 @@ def schedule_core_fast(core, hbm_bytes_per_ns):
     except _Unsupported:
         return None
     tg = core.target
+    if ns_over:
+        ns = arrs["ns"].copy()
+        ns[np.fromiter(ns_over.keys(), np.int64, len(ns_over))] = np.fromiter(ns_over.values(), np.float64,
+                                                                               len(ns_over))
+        arrs["ns"] = ns
     try:
         out = k.schedule_arrays(
             arrs["eng"], arrs["dma_code"], arrs["clk"], arrs["cycles"], arrs["ns"], arrs["pre"], arrs["rows"],

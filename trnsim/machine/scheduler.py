@@ -21,8 +21,9 @@ The model (every figure from the target, which takes it from shared/hardware.md)
   cost.  The fixed cost is latency, not occupancy.  An engine interleaves the descriptors of its 16 queues: a
   ready transfer takes the engine's free time from its data start on, filling the gaps between transfers placed
   earlier (the most recent 32 gaps are searched), so a store waiting for compute does not block later loads.
-  A transfer moving HBM bytes (twice for HBM to HBM) takes at least those bytes over the core's share of the
-  chip's HBM bandwidth (the chip peak divided among the cores launched on the chip).
+  A transfer moving HBM bytes (twice for HBM to HBM) moves them no faster than the chip's HBM peak; the
+  transfers in flight on a chip share that peak over time (``hbm_share``: processor sharing across the DMA
+  queues and the cores of the launch; the slowed transfers are stretched and the cores scheduled again).
 * Barriers (``core_barrier`` records, from ``NeuronCore.barrier``): each core is scheduled on its own until it
   reaches a barrier; the barrier starts on every participant when the last one is ready to start it, plus the
   semaphore latency (the remote semaphore update).  Cores without barriers are scheduled independently, as before.
@@ -38,7 +39,7 @@ import gc
 import heapq
 from bisect import bisect_right
 
-from . import sched_fast
+from . import hbm_share, sched_fast
 from .deps import AccessTracker, overlaps
 from .timeline import Timeline
 
@@ -59,26 +60,21 @@ def schedule(cores, *, progress=None, impl=None) -> Timeline:
         return Timeline(get_target(), ())
     tg = cores[0].target
     tl = Timeline(tg, [c.core_id for c in cores], queues_per_core=tg.dma_engines_per_core)
-    per_chip = {}
-    for c in cores:
-        per_chip[id(c.chip)] = per_chip.get(id(c.chip), 0) + 1
+    # each transfer alone moves at most the chip's HBM peak; hbm_share divides the peak among the transfers in
+    # flight on a chip (rescheduling with the slowed transfers) when their rates can sum to more than it
+    cap = tg.hbm_peak_bytes_per_s * 1e-9
     total = sum(len(c.instructions) for c in cores)
-    done = 0
     # the scheduler allocates many small tuples and frees nothing cyclic: the cycle collector's repeated passes
     # over the (large) instruction record would only cost time
     gc_was = gc.isenabled()
     gc.disable()
     try:
-        gens = []
-        for c in cores:
-            share = tg.hbm_peak_bytes_per_s * 1e-9 / per_chip[id(c.chip)]
-            fast = sched_fast.schedule_core_fast(c, share) if sched_fast.use_fast(c, impl) else None
-            if fast is not None:
-                gens.append(_finished(fast))
-            else:
-                gens.append(_schedule_core(c, share, progress, done, total))
-            done += len(c.instructions)
-        for cols, counters in _run_with_barriers(cores, gens):
+        results = _schedule_pass(cores, cap, impl, None, progress, total)
+        over = hbm_share_rounds(cores, results, cap,
+                                lambda ov: _schedule_pass(cores, cap, impl, ov, None, total))
+        if over is not None:
+            results = over
+        for cols, counters in results:
             tl.extend(cols)
             tl.counters.update(counters)
     finally:
@@ -87,6 +83,81 @@ def schedule(cores, *, progress=None, impl=None) -> Timeline:
     if progress is not None:
         progress(total, total)
     return tl
+
+
+def _schedule_pass(cores, cap, impl, overrides, progress, total):
+    """One schedule of every core (``overrides``: per core, DMA row -> its ns, or None); returns each core's
+    ``(columns, counters)``."""
+    gens = []
+    done = 0
+    for i, c in enumerate(cores):
+        ov = overrides[i] if overrides is not None else None
+        fast = sched_fast.schedule_core_fast(c, cap, ov) if sched_fast.use_fast(c, impl) else None
+        if fast is not None:
+            gens.append(_finished(fast))
+        else:
+            gens.append(_schedule_core(c, cap, progress, done, total, ov))
+        done += len(c.instructions)
+    return _run_with_barriers(cores, gens)
+
+
+def hbm_share_rounds(cores, results, cap, reschedule):
+    """Share each chip's HBM bandwidth among the transfers in flight (``hbm_share``): returns the rescheduled
+    ``(columns, counters)`` per core, or None when no transfer is slowed.  ``reschedule(overrides)`` schedules
+    every core again with the DMA rows' ns replaced."""
+    tg = cores[0].target
+    groups = {}
+    for i, c in enumerate(cores):
+        groups.setdefault(id(c.chip), []).append(i)
+    # a chip whose launched cores' DMA engines cannot together exceed its HBM peak (each moves at most twice its
+    # practical rate, HBM to HBM) needs no sharing: every single-core launch on every generation
+    bound = 2 * tg.dma_bytes_per_ns_per_core
+    groups = [g for g in groups.values() if len(g) * bound > cap]
+    if not groups:
+        return None
+    fixed = tg.dma_fixed_ns
+    base = {}                          # (core, row) -> (unshared work, slowdown applied)
+    changed_any = False
+    for _ in range(hbm_share.MAX_ROUNDS):
+        overrides = [None] * len(cores)
+        changed = False
+        for g in groups:
+            key, st, en, hb, prev, grp, gcap = [], [], [], [], [], [], []
+            for gi, i in enumerate(g):
+                cols = results[i][0]
+                nh = 1.0
+                for k, h in enumerate(cols["hbm_bytes"]):
+                    if h:
+                        w, f = base.setdefault((i, k), (cols["work"][k], 1.0))
+                        key.append((i, k))
+                        st.append(cols["data_start"][k])
+                        # in flight from its data start for its own engine time (stretched by the slowdown
+                        # applied): not to its end, which may include gaps the core's other transfers filled
+                        en.append(cols["data_start"][k] + w * f)
+                        hb.append(h)
+                        prev.append(f)
+                        grp.append(gi)
+                        nh = max(nh, h / max(1, cols["nbytes"][k]))
+                # the core's own limit: its DMA engines' practical rate, in HBM bytes (twice for HBM to HBM)
+                gcap.append(tg.dma_bytes_per_ns_per_core * nh)
+            if not key:
+                continue
+            f_new = hbm_share.slowdowns(st, en, hb, prev, cap, grp, gcap)
+            for (i, k), f0, f in zip(key, prev, f_new.tolist()):
+                if abs(f - f0) > 1e-9 * f0:
+                    changed = True
+                    base[(i, k)] = (base[(i, k)][0], f)
+                else:
+                    f = f0
+                if f != 1.0:
+                    if overrides[i] is None:
+                        overrides[i] = {}
+                    overrides[i][k] = fixed + base[(i, k)][0] * f
+        if not changed:
+            break
+        changed_any = True
+        results = reschedule(overrides)
+    return results if changed_any else None
 
 
 def _finished(result):
@@ -145,10 +216,11 @@ def schedule_core(core, *, hbm_bytes_per_ns=None, progress=None, progress_base=0
             return stop.value
 
 
-def _schedule_core(core, hbm_bytes_per_ns=None, progress=None, progress_base=0, progress_total=0):
+def _schedule_core(core, hbm_bytes_per_ns=None, progress=None, progress_base=0, progress_total=0, ns_over=None):
     """The scheduling of one core's record, as a generator: at a ``core_barrier`` record it yields
     ``(participant core ids, the time it is ready to start)`` and is sent the time the barrier completes (the
-    latest arrival of the participants); it returns ``(columns, counters)``."""
+    latest arrival of the participants); it returns ``(columns, counters)``.  ``ns_over``: DMA row -> the ns
+    it costs instead of its record's (the HBM sharing of ``hbm_share``)."""
     tg = core.target
     recs = core.instructions
     binfo = core.buffers
@@ -316,7 +388,7 @@ def _schedule_core(core, hbm_bytes_per_ns=None, progress=None, progress_base=0, 
                 nuse = nq
             q0 = (r.part0 // ppe) % nq
             ds = issue + fixed
-            xfer = r.ns - fixed
+            xfer = (r.ns if ns_over is None else ns_over.get(idx, r.ns)) - fixed
             if xfer < 0.0:
                 xfer = 0.0
             sk = trackers[reads[0][0]].mem if reads else None
@@ -324,7 +396,7 @@ def _schedule_core(core, hbm_bytes_per_ns=None, progress=None, progress_base=0, 
             nh = (sk == "hbm") + (dk == "hbm")
             if nh:
                 hb = r.nbytes * nh
-                hx = hb / hbm_bytes_per_ns          # the core's share of the chip's HBM bandwidth
+                hx = hb / hbm_bytes_per_ns          # no faster than the chip's HBM peak
                 if hx > xfer:
                     xfer = hx
                 hbm[idx] = hb

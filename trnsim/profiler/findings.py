@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..machine.timeline import Timeline
 
-__all__ = ["waits", "findings", "hfu", "descriptor_overhead"]
+__all__ = ["waits", "findings", "hfu", "descriptor_overhead", "hbm_peak_share"]
 
 _COMPUTE = ("tensor", "vector", "scalar", "gpsimd")
 
@@ -74,6 +74,26 @@ def descriptor_overhead(tl: Timeline):
     return over / total, small / total
 
 
+def hbm_peak_share(tl: Timeline):
+    """``(share, in_flight_ns)``: the chip's HBM traffic while any HBM transfer is in flight, as a fraction of the
+    chip's peak (``Target.hbm_peak_bytes_per_s``), and how long transfers were in flight (the union of their data
+    intervals).  Near 1, the cores' transfers were sharing the whole peak (``machine.hbm_share``)."""
+    iv = sorted((s, e) for s, e, h in zip(tl.data_start, tl.end, tl.hbm_bytes) if h and e > s)
+    if not iv:
+        return 0.0, 0.0
+    span = 0.0
+    cs, ce = iv[0]
+    for s, e in iv[1:]:
+        if s > ce:
+            span += ce - cs
+            cs, ce = s, e
+        elif e > ce:
+            ce = e
+    span += ce - cs
+    hb = sum(tl.hbm_bytes)
+    return hb / (span * tl.target.hbm_peak_bytes_per_s * 1e-9), span
+
+
 def findings(tl: Timeline, limit=6):
     """A few sentences on where the time went, most important first."""
     tot = tl.total_ns
@@ -104,6 +124,13 @@ def findings(tl: Timeline, limit=6):
         out.append((over * dma_busy, f"DMAs under 2 KiB per partition: {100 * small:.0f}% of DMA time, and "
                                      f"{100 * over:.0f}% of DMA engine time is descriptor (packet-rate) overhead "
                                      f"beyond what the bytes need; move >= 2-4 KiB per partition per transfer"))
+    hshare, hspan = hbm_peak_share(tl)
+    if hshare >= 0.9:
+        pk = tl.target.hbm_peak_bytes_per_s
+        out.append((hspan, f"HBM at the chip's peak: while transfers were in flight ({100 * hspan / tot:.0f}% of the "
+                           f"time) the cores moved {hshare * pk * 1e-9:.0f} GB/s, {100 * hshare:.0f}% of the chip's "
+                           f"{pk * 1e-12:.1f} TB/s, shared by the transfers in flight: more cores or DMA queues "
+                           f"add nothing; fewer HBM bytes (reuse on chip) would"))
     top = max(((k, v) for k, v in crit.items() if k != "wait"), key=lambda kv: kv[1], default=None)
     if top and top[1] >= 0.5:
         out.append((top[1] * tot, f"{top[0]}-bound: {100 * top[1]:.0f}% of the critical path is on "

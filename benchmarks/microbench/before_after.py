@@ -1,0 +1,110 @@
+"""The same kernels timed by trnsim before and after a timing-model change: the library kernels and the demo's
+kernel on one core, and multi-core launches (SPMD programs on one chip, where the chip's HBM is shared).
+
+Uses only trnsim's public API, so it runs against an older tree too:
+
+    python -m benchmarks.microbench.before_after                       # this tree
+    PYTHONPATH=<old tree>:<this tree's benchmarks parent> python -m benchmarks.microbench.before_after
+
+(with the old tree first on the path, ``trnsim`` is the old one).  Prints one line per kernel: simulated total
+ns, DMA engines' busy ns, and the Timeline's findings (if the tree has ``trnsim.profiler.findings``).
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+import ml_dtypes
+import numpy as np
+
+import trnsim
+from trnsim.kernels.jit import run_kernel
+from trnsim.machine import schedule
+
+nki = trnsim.install_nki()
+import nki.isa as nisa  # noqa: E402
+import nki.language as nl  # noqa: E402
+
+
+def split_stream(x):
+    """Each program loads its share of the rows, scales them, and stores them (the team kernels' scale_lnc shape:
+    DMA-bound, one load and one store per 128 rows)."""
+    R, C = x.shape
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    rows = R // nl.num_programs(0)
+    base = nl.program_id(0) * rows
+    for i in range(rows // 128):
+        t = nl.ndarray((128, C), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(t, x[base + i * 128: base + (i + 1) * 128, :])
+        nisa.tensor_scalar(t, t, nl.multiply, 2.0)
+        nisa.dma_copy(out[base + i * 128: base + (i + 1) * 128, :], t)
+    return out
+
+
+def split_copy(x):
+    """Each program copies its share of the rows HBM to HBM in [128, C] blocks (no compute)."""
+    R, C = x.shape
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    rows = R // nl.num_programs(0)
+    base = nl.program_id(0) * rows
+    for i in range(rows // 128):
+        nisa.dma_copy(out[base + i * 128: base + (i + 1) * 128, :], x[base + i * 128: base + (i + 1) * 128, :])
+    return out
+
+
+def cases():
+    from trnsim.kernels.library import elementwise, normalization, reduction, softmax
+    from trnsim.kernels.library.matmul import tensor_add, tiled_matmul
+    r = np.random.default_rng(0)
+    f = lambda *s: r.standard_normal(s).astype(np.float32)  # noqa: E731
+    b = lambda *s: r.standard_normal(s).astype(ml_dtypes.bfloat16)  # noqa: E731
+    out = {
+        "demo tiled_matmul 256x512x1024 bf16 (trnsim demo defaults)": (tiled_matmul, (b(512, 256), b(512, 1024)),
+                                                                       (1,), "trn2"),
+        "tiled_matmul 1024^3 bf16": (tiled_matmul, (b(1024, 1024), b(1024, 1024)), (1,), "trn2"),
+        "tensor_add 4096x512": (tensor_add, (f(4096, 512), f(4096, 512)), (1,), "trn2"),
+        "unary 4096x512": (elementwise.unary, (f(4096, 512),), (1,), "trn2"),
+        "rms_norm 4096x512": (normalization.rms_norm, (f(4096, 512), f(4096, 512)), (1,), "trn2"),
+        "layer_norm 4096x512": (normalization.layer_norm, (f(4096, 512), f(4096, 512), f(4096, 512)), (1,), "trn2"),
+        "row_reduce 4096x512": (reduction.row_reduce, (f(4096, 512),), (1,), "trn2"),
+        "row_softmax 4096x512": (softmax.row_softmax, (f(4096, 512),), (1,), "trn2"),
+    }
+    # the same library kernels on trn1 (no Vector performance mode: tensor_tensor's fast path shows) in bf16
+    lib = [(k, v) for k, v in out.items() if "4096x512" in k]
+    for k, (fn, args, grid, _) in lib:
+        out[k + " bf16, trn1"] = (fn, tuple(a.astype(ml_dtypes.bfloat16) for a in args), grid, "trn1")
+        out[k + " fp32, trn1"] = (fn, args, grid, "trn1")
+    for g in (2, 4, 8):
+        out[f"split_stream 8192x2048 fp32, {g} programs, trn2"] = (split_stream, (f(8192, 2048),), (g,), "trn2")
+    for g in (2, 4, 8):
+        out[f"split_copy 8192x2048 fp32 HBM->HBM, {g} programs, trn2"] = (split_copy, (f(8192, 2048),), (g,), "trn2")
+    out["split_copy 4096x2048 fp32 HBM->HBM, 2 programs, trn1"] = (split_copy, (f(4096, 2048),), (2,), "trn1")
+    return out
+
+
+def main():
+    try:
+        from trnsim.profiler.findings import findings
+    except ImportError:
+        findings = None
+    print(f"trnsim from {trnsim.__file__}")
+    for name, (fn, args, grid, tg) in cases().items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                res = run_kernel(fn, args, {}, grid, tg, execute=False)
+            except Exception as exc:         # a kernel that does not take this dtype or target
+                print(f"| {name} | refused: {type(exc).__name__} | |")
+                continue
+            tl = schedule(res.cores)
+        dma = sum(w * q for e, w, q in zip(tl.engine, tl.work, tl.nqueues) if e == "dma")
+        print(f"| {name} | {tl.total_ns:.1f} | {dma:.1f} |")
+        if findings is not None:
+            for f in findings(tl, limit=3):
+                print(f"|   | finding: {f} | |")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
