@@ -70,7 +70,9 @@ def test_overlapping_live_ranges_over_capacity_are_refused_with_line_live_set_an
     assert f"capacity {SBUF_CAP} bytes per partition" in msg and e.limit == SBUF_CAP
     assert "SBUF allocation of 102400 bytes per partition for tensor `big_b`" in msg
     assert f"{(32 + 25) * KiB * 4} bytes per partition would be live" in msg
-    assert f"`big_a` 131072 B (test_capacity.py:{_line(fn, 'a')} .. test_capacity.py:{_line(fn, 'last')})" in msg
+    assert (f"`big_a` 131072 B on 128 partitions (test_capacity.py:{_line(fn, 'a')} .. "
+            f"test_capacity.py:{_line(fn, 'last')})") in msg
+    assert "2 tiles, 233472 bytes per partition, are live" in msg
     assert "never_used" not in msg
 
 
@@ -202,3 +204,32 @@ def test_modulo_placement_formula():
     assert f((1, 1), 64, 512) == (64, 4096 + (1 * 3 + 1) * 512)
     assert f((2, 4), 64, 512) == (0, 4096 + (0 * 3 + 1) * 512)
     assert modulo_placement(100)((7,), 128, 64) == (0, 100)          # no tile counts: every block on one tile
+
+
+@nki.jit
+def narrow_tiles(x, n):
+    """``n`` tiles of 13 partitions x 7 KiB, all read by the last instruction (the weight tiles of a projection
+    whose heads are all accumulated into one PSUM tile): every one is live at the end, whatever the order."""
+    out = nl.ndarray((13, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((13, 512), dtype=nl.float32, buffer=nl.sbuf, name="acc")
+    nisa.memset(acc, 0.0)
+    ws = [nl.ndarray((13, 7 * KiB // 2), dtype=nl.bfloat16, buffer=nl.sbuf, name=f"w{i}") for i in range(n)]
+    for w in ws:
+        nisa.memset(w, 1.0)
+    for w in ws:
+        nisa.tensor_tensor(acc, acc, w[:, 0:512], op=nl.add)
+    nisa.dma_copy(out, acc)
+    return out
+
+
+def test_narrow_tiles_hold_their_bytes_on_all_their_partitions():
+    """Tiles of 13 partitions are counted at full bytes per partition (no stacking of narrow tiles in a byte range,
+    as the compiler's documented allocation); the refusal says so and lists the tiles' partitions."""
+    fit = SBUF_CAP // (7 * KiB) - 1                    # with the 2 KiB accumulator
+    np.testing.assert_array_equal(narrow_tiles(np.zeros(1, np.float32), fit), float(fit))
+    with pytest.raises(CapacityError) as ei:
+        narrow_tiles(np.zeros(1, np.float32), fit + 1)
+    msg = str(ei.value)
+    assert "7168 B on 13 partitions" in msg
+    assert "tiles of few partitions do not share a byte range" in msg
+    assert f"{(fit + 1) * 7 * KiB + 2 * KiB} bytes per partition would be live" in msg

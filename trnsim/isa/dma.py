@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..memory import HBM, PSUM, SBUF
+from ..memory.tensor import GatheredView
 from .common import as_f32, flag, int_tuple, number, read, require_space, write, write_same_dtype
 from .dma_timing import contiguous_run, descriptors_per_row, engine_time_ns, transfer_engines
 from .errors import fail
@@ -74,6 +75,8 @@ _TRANSPOSE_RUN = 16       # elements contiguous per write of a DMA transpose (tr
 
 def dma_transpose(core, loc, dst, src, axes=None, priority=None, dge_mode=None, oob_mode=None):
     I = "dma_transpose"
+    if isinstance(src, GatheredView):
+        return _dma_transpose_gathered(core, loc, dst, src, axes, dge_mode, oob_mode)
     require_space(I, "dst", dst, (SBUF,), loc)
     require_space(I, "src", src, (SBUF, HBM), loc)
     # the DMA engines cast as dma_copy does (the reference states no dtype rule for dma_transpose), but packed MX
@@ -117,6 +120,92 @@ def dma_transpose(core, loc, dst, src, axes=None, priority=None, dge_mode=None, 
     # hardware.md): a descriptor per 16-element run of each row
     descs = descriptors_per_row(max(1, dst.size // max(1, rows)), _TRANSPOSE_RUN)
     core.record_dma(I, (dst,), (src,), src.nbytes, rows, dma_cost_ns(core.target, src.nbytes, rows, descs), loc,
+                    _part0(dst))
+
+
+def _dma_transpose_gathered(core, loc, dst, src, axes, dge_mode, oob_mode):
+    """The indirect form: ``src`` is ``ap(vector_offset=...)`` with indices that are not evenly spaced (a
+    :class:`GatheredView`, one row view per index).  The source tile is the gathered rows stacked along dimension 0;
+    it is transposed as the direct form does (so gathered row ``i`` lands at index ``i`` of dst's last dimension).
+    The NKI reference's "DMA Indirect Transpose Constraints" (software DGE) are checked where trnsim can see them:
+    src in HBM, a 2-byte dtype, ``src.shape[-1] <= 128``, ``src.shape[0]`` a multiple of 16, a 4-D src with
+    ``shape[1]`` or ``shape[2]`` equal to 1, dge_mode unknown or swdge.  The index tensor itself was resolved by
+    ``ap()`` and is not checked here (its 2-D uint32 SBUF layout).  A row whose index is out of range raises, or
+    with ``oob_mode=skip`` leaves its dst column unwritten (as ``dma_copy`` skips the row).  Cost: one transfer of
+    the gathered bytes with a descriptor per 16-element run, as the direct form; the read of the index tensor is not
+    a dependency (as for ``dma_copy``'s gathers)."""
+    I = "dma_transpose"
+    require_space(I, "dst", dst, (SBUF,), loc)
+    shape = tuple(src.shape)
+    nd = len(shape)
+    what = f"(gathered `{src.name}`)"
+    if nd not in _AXES:
+        fail(I, "src", f"{what} has rank {nd}; dma_transpose supports rank 2, 3 or 4", nd, (2, 3, 4), loc)
+    axes = int_tuple(I, "axes", axes, loc) if axes is not None else _AXES[nd]
+    if axes != _AXES[nd]:
+        fail(I, "axes", f"{axes} is not supported for rank {nd}; the supported permutation is {_AXES[nd]}",
+             axes, _AXES[nd], loc)
+    mode = getattr(dge_mode, "name", dge_mode)
+    if isinstance(mode, str) and mode not in ("unknown", "swdge"):
+        fail(I, "dge_mode", f"is {mode}; an indirect (vector_offset) transpose runs on the software DGE only "
+             "(unknown or swdge)", mode, ("unknown", "swdge"), loc)
+    if src.dtype.itemsize != 2:
+        fail(I, "src", f"{what} has dtype {src.dtype.name}; an indirect transpose moves 2-byte dtypes only",
+             src.dtype.name, "2 bytes", loc)
+    if shape[-1] > 128:
+        fail(I, "src", f"{what} has last dimension {shape[-1]}; an indirect transpose takes at most 128",
+             shape[-1], 128, loc)
+    if shape[0] % 16:
+        fail(I, "src", f"{what} gathers {shape[0]} rows; an indirect transpose needs a multiple of 16",
+             shape[0], 16, loc)
+    if nd == 4 and shape[1] != 1 and shape[2] != 1:
+        fail(I, "src", f"{what} has shape {list(shape)}; a 4-D indirect transpose needs shape[1] or shape[2] "
+             "equal to 1", list(shape), 1, loc)
+    rows = src.rows
+    good = [r for r in rows if not isinstance(r, Exception)]
+    if good and good[0].buf.kind != HBM:
+        fail(I, "src", f"{what} is in {good[0].buf.kind.upper()}; an indirect transpose reads HBM",
+             good[0].buf.kind, (HBM,), loc)
+    size = 1
+    for n in shape:
+        size *= n
+    out_shape = tuple(shape[a] for a in axes)
+    if dst.size != size:
+        fail(I, "dst", f"has shape {list(dst.shape)}; the transposed source has shape {list(out_shape)}",
+             list(dst.shape), list(out_shape), loc)
+    skip = getattr(oob_mode, "name", oob_mode) == "skip"
+    bad = [i for i, r in enumerate(rows) if isinstance(r, Exception)]
+    if bad and not skip:
+        raise rows[bad[0]]
+    if bad and tuple(dst.shape) != out_shape:
+        fail(I, "dst", f"has shape {list(dst.shape)}; with rows skipped (oob_mode=skip) trnsim needs dst in the "
+             f"transposed source's shape {list(out_shape)}", list(dst.shape), list(out_shape), loc)
+    if core.execute and good:
+        row_shape = (1,) + shape[1:]
+        full = np.zeros(shape, dtype=np.asarray(good[0].np).dtype)
+        for i, r in enumerate(rows):
+            if not isinstance(r, Exception):
+                full[i:i + 1] = np.asarray(read(core, r, "src", I, loc)).reshape(row_shape)
+        v = np.transpose(full, axes)
+        same = dst.dtype.name == src.dtype.name
+
+        def put(t, a):
+            a = np.ascontiguousarray(a)
+            if same:
+                write_same_dtype(core, t, a.reshape(t.shape))
+            else:
+                write(core, t, (as_f32(a) if t.dtype.is_float else a).reshape(t.shape))
+        if not bad:
+            put(dst, v)
+        else:                               # only the gathered rows' columns of dst are written
+            lead = (slice(None),) * (len(out_shape) - 1)
+            for i, r in enumerate(rows):
+                if not isinstance(r, Exception):
+                    put(dst[lead + (slice(i, i + 1),)], v[lead + (slice(i, i + 1),)])
+    nbytes = len(good) * (size // max(1, shape[0])) * src.dtype.itemsize
+    prow = _rows(dst)
+    descs = descriptors_per_row(max(1, dst.size // max(1, prow)), _TRANSPOSE_RUN)
+    core.record_dma(I, (dst,), tuple(good), nbytes, prow, dma_cost_ns(core.target, nbytes, prow, descs), loc,
                     _part0(dst))
 
 

@@ -59,7 +59,7 @@ def modulo_placement(base_addr, base_partition=0, num_par_tiles=(), num_free_til
 class Occupancy:
     """Live ranges of one core's on-chip tiles, in program order (instruction sequence numbers)."""
 
-    __slots__ = ("seq", "ranges", "tiles")
+    __slots__ = ("seq", "ranges", "tiles", "parts")
 
     def __init__(self):
         self.seq = 0
@@ -67,6 +67,8 @@ class Occupancy:
         self.ranges: dict = {}
         # key -> (kind, bytes per partition, name, (partition0, partitions, byte addr) or None)
         self.tiles: dict = {}
+        # key -> partitions of the tile (for the refusal's listing)
+        self.parts: dict = {}
 
     def touch(self, t, loc):
         """Instruction ``self.seq`` touches on-chip tensor view ``t``."""
@@ -96,6 +98,7 @@ class Occupancy:
             isz = buf.dtype.itemsize
             size = buf.block * isz if block >= 0 else buf.bytes_pp
             self.tiles[key] = (buf.kind, size, buf.name or f"tile#{buf.id}", _placement(buf, block, size))
+            self.parts[key] = buf.shape[0] if buf.shape else 1
         else:
             r[1] = s
             r[3] = loc
@@ -151,13 +154,19 @@ class Occupancy:
         for sz, q in here[:_SHOW]:
             rr = self.ranges[q]
             blk = f" block {q[1]}" if q[1] >= 0 else ""
-            items.append(f"`{self.tiles[q][2]}`{blk} {sz} B ({_where(rr[2])} .. {_where(rr[3])})")
+            items.append(f"`{self.tiles[q][2]}`{blk} {sz} B on {self.parts.get(q, '?')} partitions "
+                         f"({_where(rr[2])} .. {_where(rr[3])})")
         more = f", and {len(here) - _SHOW} more" if len(here) > _SHOW else ""
         blk = f" (block {key[1]})" if key[1] >= 0 else ""
+        total = sum(sz for sz, _ in here)
         raise CapacityError(
             f"{kind.upper()} allocation of {size} bytes per partition for tensor `{name}`{blk} does not fit: at this "
-            f"line {live} bytes per partition would be live in program order, capacity {cap} bytes per partition. "
-            f"Live tiles (first access .. last access): {'; '.join(items)}{more}",
+            f"line {live} bytes per partition would be live in program order, capacity {cap} bytes per partition "
+            f"({len(here)} tiles, {total} bytes per partition, are live from their first write to their last read "
+            "across this line; as in the compiler's allocation (nki.compiler.Allocation: an address from a tile's "
+            "first write to its last read), each tile holds its bytes on every partition it spans, so tiles of few "
+            "partitions do not share a byte range). Live tiles (first access .. last access): "
+            f"{'; '.join(items)}{more}",
             "ndarray", "shape", live, cap, r[2])
 
     def _check_overlaps(self, kind):
