@@ -75,6 +75,24 @@ def test_classify_counts_mismatches_failures_outside_and_negatives():
     assert "abc1234" in md and "| runnable positive tests" in md and "| core/mlp | 3 | 2 | 1 | 0 |" in md
 
 
+def test_mismatches_traced_to_a_golden_stay_counted_and_are_listed_with_the_reason():
+    bad = dict(chain=["ValidationException", "AssertionError"], type="AssertionError",
+               message="Validation failed for ['out']")
+    recs = [rec("moe", 0, "failed", **bad), rec("moe", 1, "failed", **bad), rec("moe", 2, "passed")]
+    golden = {F.format("moe", 1): {"nodeid": F.format("moe", 1), "reason": "fp32 router input in the golden",
+                                   "evidence": "tools/x.py"}}
+    s = runner.classify(recs, golden=golden)
+    assert s["mismatches"] == 2                                  # still counted
+    assert [g["nodeid"] for g in s["mismatches_golden"]] == [F.format("moe", 1)]
+    md = runner.render_md({"snapshot": "/s", "snapshot_commit": "abc1234", "platform": "trn2", "every": 10,
+                           "limit": 0, "jobs": 2, "command": "c", "standins": [], "wall_s": 1.0, "summary": s})
+    assert "| numeric mismatches | 2 (1 traced to the test's golden, below) |" in md
+    assert "fp32 router input in the golden (evidence: tools/x.py)" in md
+    # the committed data file names real tests with a reason and evidence
+    entries = runner.golden_defects()
+    assert entries and all(e["reason"] and e["evidence"] and "::" in n for n, e in entries.items())
+
+
 def test_runner_refuses_a_path_that_is_not_a_snapshot(tmp_path, capsys):
     assert runner.main(["--snapshot", str(tmp_path), "--out", str(tmp_path / "r")]) == 2
     assert "not an nki-library checkout" in capsys.readouterr().err

@@ -34,6 +34,15 @@ SUPPORT = os.path.join(REPO, "tests", "support", "nki_library")
 STANDINS = os.path.join(SUPPORT, "standins")
 DEFAULT_SNAPSHOT = os.environ.get("NKI_LIBRARY_PATH", "/work/ext/nki-library")
 DEFAULT_OUT = os.path.join(REPO, "conformance", "reports", "nki-library")
+GOLDEN_DEFECTS = os.path.join(SUPPORT, "golden_defects.json")
+
+
+def golden_defects(path=GOLDEN_DEFECTS):
+    """{nodeid: entry} of mismatches traced to a defective golden (data in tests/support/nki_library)."""
+    if not os.path.exists(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        return {d["nodeid"]: d for d in json.load(f)["defects"]}
 
 
 def snapshot_commit(path, given):
@@ -119,8 +128,10 @@ def not_simulated(r):
     return None
 
 
-def classify(recs):
-    """Per-test records (last phase wins for failures) -> summary dict."""
+def classify(recs, golden=None):
+    """Per-test records (last phase wins for failures) -> summary dict.  ``golden``: {nodeid: entry} of
+    mismatches traced to the test's golden (still counted as mismatches, listed apart with the reason)."""
+    golden = golden_defects() if golden is None else golden
     tests = {}
     collect_errors = []
     for r in recs:
@@ -192,6 +203,7 @@ def classify(recs):
         "negative_failures": [{"cause": k, "count": len(v), "examples": v[:3]}
                               for k, v in sorted(neg_causes.items(), key=lambda kv: -len(kv[1]))],
         "mismatch_tests": mismatches,
+        "mismatches_golden": [dict(golden[n], nodeid=n) for n in mismatches if n in golden],
         "skips": [{"reason": k, "count": n} for k, n in skips.most_common()],
         "collect_errors": [{"file": r["nodeid"], "message": r.get("message", "")} for r in collect_errors],
     }
@@ -222,7 +234,9 @@ def render_md(rep):
            f"| runnable positive tests (collected, not skipped, not negative) | {s['runnable']} |",
            f"| passed (outputs equal to their goldens within the harness tolerances) | {s['passed']} "
            f"({_pct(s['passed'], s['runnable'])}) |",
-           f"| numeric mismatches | {s['mismatches']} |",
+           f"| numeric mismatches | {s['mismatches']}"
+           + (f" ({len(s.get('mismatches_golden', []))} traced to the test's golden, below)"
+              if s.get("mismatches_golden") else "") + " |",
            f"| other failures (refusals, missing APIs, errors) | {s['failed']} |",
            f"| negative tests (kernel must refuse) passed / run | {s['negative_passed']} / {s['negative']} |",
            f"| failed outside the simulator (harness limits, snapshot test errors; listed below) | "
@@ -247,6 +261,10 @@ def render_md(rep):
         note = rep.get("notes", {}).get(c["cause"])
         out.append(f"{i}. **{c['count']}** x `{c['cause']}`" + (f" ({loc})" if loc else "")
                    + (f"  \n   {note}" if note else "") + f"  \n   e.g. `{c['examples'][0]}`")
+    if s.get("mismatches_golden"):
+        out += ["", "## Mismatches traced to the test's golden (counted above as mismatches)", ""]
+        for g in s["mismatches_golden"]:
+            out.append(f"- `{g['nodeid']}`: {g['reason']} (evidence: {g['evidence']})")
     if s["not_simulated_causes"]:
         out += ["", "## Positive tests that failed outside the simulator (not counted as runnable)", ""]
         for c in s["not_simulated_causes"]:
