@@ -85,29 +85,10 @@ class NeuronTensor(torch.Tensor):
                             found = a
                             break
                 if out.__class__ is _TENSOR:
-                    # the charge of this op on this many elements of this dtype: per op, dtype, then numel (no
-                    # tuple built per call)
-                    by_numel = costs.get(out.dtype)
-                    if by_numel is None:
-                        by_numel = costs[out.dtype] = {}
-                    n = out.numel()
-                    r = by_numel.get(n)
-                    if r is None:
-                        r = by_numel[n] = (_fast_charge(name, ua, out), n * out.element_size())
-                    STATE.now_ns += r[0]
-                    if found is not None:
-                        return found
-                    # a fresh dense result (never a conj or neg view): wrap() without those checks
-                    t = _make(NeuronTensor, out.size(), out.stride(), out.storage_offset(), None, out.dtype,
-                              device=DEVICE, storage_size=_WRAPPER_STORAGE)
-                    t._p = out
-                    st = out.untyped_storage()
-                    if id(st) not in _LIVE:
-                        if st.nbytes() == r[1]:     # a storage of its own (the usual case): bytes known
-                            _track_new(st, r[1])
-                        else:
-                            _track(st)
-                    return t
+                    if found is None:
+                        return _fresh_result(name, costs, ua, out)
+                    STATE.now_ns += _memo_charge(name, costs, ua, out)[0]
+                    return found
                 ns, kind, flops, nbytes = charging.op_time(name, TABLE[name], ua, out)
                 if ns:
                     charging.advance(name, ns, kind, flops, nbytes, ua, out)
@@ -489,6 +470,37 @@ _EW = {"copy", "unary", "binary"}
 _FAST = {}   # (op, numel, dtype) -> charge of a single-output elementwise op (dispatch())
 _FAST_OPS = []   # the fast path's per-op memos {dtype: {numel: (ns, result bytes)}} (cleared with _FAST: clear_charges)
 _TENSOR = torch.Tensor
+
+
+def _memo_charge(name, costs, ua, out):
+    """``(ns, result bytes)`` of an elementwise op's result ``out``, memoised per op (``costs``), dtype, then numel
+    (no tuple built per call)."""
+    by_numel = costs.get(out.dtype)
+    if by_numel is None:
+        by_numel = costs[out.dtype] = {}
+    n = out.numel()
+    r = by_numel.get(n)
+    if r is None:
+        r = by_numel[n] = (_fast_charge(name, ua, out), n * out.element_size())
+    return r
+
+
+def _fresh_result(name, costs, ua, out):
+    """Charge an elementwise op whose result ``out`` is a fresh dense CPU tensor (never an input, a conj or a neg
+    view) and wrap it: ``wrap()`` without those checks, the storage tracked with its memoised byte count.  Shared by
+    ``__torch_dispatch__``'s fast path and the dispatcher-free operators (``operators.py``)."""
+    r = _memo_charge(name, costs, ua, out)
+    STATE.now_ns += r[0]
+    t = _make(NeuronTensor, out.size(), out.stride(), out.storage_offset(), None, out.dtype,
+              device=DEVICE, storage_size=_WRAPPER_STORAGE)
+    t._p = out
+    st = out.untyped_storage()
+    if id(st) not in _LIVE:
+        if st.nbytes() == r[1]:     # a storage of its own (the usual case): bytes known
+            _track_new(st, r[1])
+        else:
+            _track(st)
+    return t
 
 
 def _fast_charge(name, ua, out):
