@@ -45,6 +45,11 @@ def _operator(method, aten_op):
     fresh = _t._fresh_result
 
     def op(self, other):
+        # modes first: under a TorchFunctionMode even reading .requires_grad is an observable call
+        if (_function_modes() or _dispatch_modes() or self.__class__ is not NT or not _t.FAST_PATH
+                or STATE.profilers or _fwad._current_level >= 0 or _profiling() or _functorch()
+                or self.requires_grad):
+            return base(self, other)
         oc = other.__class__
         if oc is NT:
             if other.requires_grad:
@@ -53,10 +58,6 @@ def _operator(method, aten_op):
         elif oc in _NUMBERS:
             u1 = other
         else:
-            return base(self, other)
-        if (self.requires_grad or self.__class__ is not NT or not _t.FAST_PATH or STATE.profilers
-                or _dispatch_modes() or _function_modes() or _fwad._current_level >= 0 or _profiling()
-                or _functorch()):
             return base(self, other)
         u0 = self._p
         out = fn(u0, u1)
