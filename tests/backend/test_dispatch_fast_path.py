@@ -96,3 +96,82 @@ def test_fast_path_layouts_and_memory_as_user_code():
     assert torch.neuron.memory_allocated() - base == 96      # so does the storage object
     del s
     assert torch.neuron.memory_allocated() - base == 0
+
+
+def _operator_cases():
+    torch.manual_seed(0)
+    cases = []
+    for dt in (torch.float32, torch.bfloat16, torch.int64, torch.bool):
+        a, b = (torch.randn(3, 4) * 5).to(dt), (torch.randn(4) * 5).to(dt)
+        cases += [(a, b), (a, 2), (a, 2.5), (a, True), (b, a)]
+    return cases
+
+
+def _run_operators():
+    out = []
+    for a, b in _operator_cases():
+        x = a.to("neuron")
+        y = b.to("neuron") if isinstance(b, torch.Tensor) else b
+        for name in ("__add__", "__sub__", "__mul__", "__truediv__"):
+            t0 = backend.simulated_time_ns()
+            try:
+                r = getattr(x, name)(y)
+                got = (r.cpu(), r.dtype, r.shape, r.stride(), str(r.device))
+            except Exception as e:         # e.g. bool - bool: the same error either way
+                got = (type(e).__name__, str(e))
+            out.append((name, backend.simulated_time_ns() - t0, got))
+    return out
+
+
+def test_python_operators_match_torchs_own_operator_path():
+    """a + b, -, *, / on neuron tensors skip torch's C++ dispatcher when nothing can observe it (operators.py); the
+    results, errors, simulated time and memory equal torch's own operator (through __torch_dispatch__)."""
+    from trnsim.backend import operators
+    runs = {}
+    for installed in (True, False):
+        (operators.install if installed else operators.uninstall)()
+        bt.clear_charges()
+        m0 = torch.neuron.memory_allocated()
+        runs[installed] = (_run_operators(), torch.neuron.memory_allocated() - m0)
+    operators.install()
+    (fast, mem_f), (slow, mem_s) = runs[True], runs[False]
+    assert mem_f == mem_s
+    assert len(fast) == len(slow) == 80
+    for (n1, t1, g1), (n2, t2, g2) in zip(fast, slow):
+        assert n1 == n2 and t1 == pytest.approx(t2, rel=1e-12, abs=1e-6)
+        if isinstance(g1[0], torch.Tensor):
+            torch.testing.assert_close(g1[0], g2[0], rtol=0, atol=0, equal_nan=True)
+            assert g1[1:] == g2[1:]
+        else:
+            assert g1 == g2
+    kinds = {type(g[0]) for _, _, g in fast}
+    assert kinds == {torch.Tensor, str}          # both results and errors were compared
+
+
+def test_python_operators_keep_autograd_modes_and_profiler_as_user_code():
+    """What the shortcut must not hide: gradients, dispatch modes and the torch profiler see the op exactly as for
+    any other device.  (Forward-mode AD is not tested: make_dual on neuron tensors crashes the process with or
+    without the shortcut; see docs/notes/s12.md.)"""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    xc, yc = torch.randn(5), torch.randn(5)
+    x, y = xc.to("neuron").requires_grad_(), yc.to("neuron")
+    ((x * y + x) / 2 - y).sum().backward()
+    torch.testing.assert_close(x.grad.cpu(), (yc + 1) / 2)
+
+    seen = []
+
+    class Spy(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    a, b = xc.to("neuron"), yc.to("neuron")
+    with Spy():
+        a + b
+        a * 3
+    assert seen == ["aten.add.Tensor", "aten.mul.Tensor"]
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        a - b
+    assert any(e.key == "aten::sub" for e in prof.key_averages())

@@ -66,6 +66,7 @@ def register(force=False):
     tensor.DEVICE = torch.device("neuron", 0)
     factories.register()
     patches.apply(tensor.NeuronTensor, mod)
+    from . import operators; operators.install()  # noqa: E702  a + b without the C++ dispatcher when unobservable
     from . import autocast
     autocast.register()
     from . import distributed; distributed.register()  # noqa: E702  torch.distributed backend "neuron"

@@ -85,29 +85,10 @@ class NeuronTensor(torch.Tensor):
                             found = a
                             break
                 if out.__class__ is _TENSOR:
-                    # the charge of this op on this many elements of this dtype: per op, dtype, then numel (no
-                    # tuple built per call)
-                    by_numel = costs.get(out.dtype)
-                    if by_numel is None:
-                        by_numel = costs[out.dtype] = {}
-                    n = out.numel()
-                    r = by_numel.get(n)
-                    if r is None:
-                        r = by_numel[n] = (_fast_charge(name, ua, out), n * out.element_size())
-                    STATE.now_ns += r[0]
-                    if found is not None:
-                        return found
-                    # a fresh dense result (never a conj or neg view): wrap() without those checks
-                    t = _make(NeuronTensor, out.size(), out.stride(), out.storage_offset(), None, out.dtype,
-                              device=DEVICE, storage_size=_WRAPPER_STORAGE)
-                    t._p = out
-                    st = out.untyped_storage()
-                    if id(st) not in _LIVE:
-                        if st.nbytes() == r[1]:     # a storage of its own (the usual case): bytes known
-                            _track_new(st, r[1])
-                        else:
-                            _track(st)
-                    return t
+                    if found is None:
+                        return _fresh_result(name, costs, ua, out)
+                    STATE.now_ns += _memo_charge(name, costs, ua, out)[0]
+                    return found
                 ns, kind, flops, nbytes = charging.op_time(name, TABLE[name], ua, out)
                 if ns:
                     charging.advance(name, ns, kind, flops, nbytes, ua, out)
@@ -453,12 +434,53 @@ def _accumulate_fp32(func, uargs, ukw):
             low = next(a.dtype for a in uargs if _is_low(a))
             dts = (low,)
         _OUT_DTYPES[key] = dts
-    out = func(*_up(uargs), **{k: _up(v) for k, v in ukw.items()})
+    up_args = _up(uargs)
+    up_kw = {k: _up(v) for k, v in ukw.items()}
+    out = func(*up_args, **up_kw)
+    # arguments the op writes (out=, an in-place self) were upcast copies: round the result once into the caller's
+    # tensors, and hand those back where the op returned the copy
+    back = {}
+    for i, name, kwarg_only in _written(func):
+        if name in ukw:
+            orig, up = ukw[name], up_kw[name]
+        elif not kwarg_only and i < len(uargs):
+            orig, up = uargs[i], up_args[i]
+        else:
+            continue
+        if isinstance(orig, torch.Tensor) and up is not orig:
+            if orig.shape != up.shape:
+                orig.resize_(up.shape)
+            orig.copy_(up)
+            back[id(up)] = orig
     if isinstance(out, (list, tuple)):
-        return type(out)(o.to(d) if isinstance(o, torch.Tensor) and d is not None and o.dtype != d else o
+        return type(out)(back[id(o)] if id(o) in back else
+                         o.to(d) if isinstance(o, torch.Tensor) and d is not None and o.dtype != d else o
                          for o, d in zip(out, dts + (None,) * (len(out) - len(dts))))
+    if id(out) in back:
+        return back[id(out)]
     d = dts[0]
     return out.to(d) if isinstance(out, torch.Tensor) and d is not None and out.dtype != d else out
+
+
+_WRITES = {}   # id(OpOverload) -> ((position, name, keyword-only), ...) of the arguments the op writes
+
+
+def _written(func):
+    r = _WRITES.get(id(func))
+    if r is None:
+        r = _WRITES[id(func)] = tuple((i, a.name, a.kwarg_only) for i, a in enumerate(func._schema.arguments)
+                                      if a.alias_info is not None and a.alias_info.is_write)
+    return r
+
+
+def _sync_written(func, args, kwargs):
+    """An op that wrote an argument may have resized it (``out=`` of the wrong size): give its wrapper the payload's
+    sizes and strides, and account the storage's new size."""
+    for i, name, kwarg_only in _written(func):
+        w = kwargs.get(name) if name in kwargs else (args[i] if not kwarg_only and i < len(args) else None)
+        if type(w) is NeuronTensor and w.shape != w._p.shape:
+            _sync_meta(w)
+            MEMORY.resized(w._p.untyped_storage())
 
 
 def _dropout(x, p, train):
@@ -489,6 +511,37 @@ _EW = {"copy", "unary", "binary"}
 _FAST = {}   # (op, numel, dtype) -> charge of a single-output elementwise op (dispatch())
 _FAST_OPS = []   # the fast path's per-op memos {dtype: {numel: (ns, result bytes)}} (cleared with _FAST: clear_charges)
 _TENSOR = torch.Tensor
+
+
+def _memo_charge(name, costs, ua, out):
+    """``(ns, result bytes)`` of an elementwise op's result ``out``, memoised per op (``costs``), dtype, then numel
+    (no tuple built per call)."""
+    by_numel = costs.get(out.dtype)
+    if by_numel is None:
+        by_numel = costs[out.dtype] = {}
+    n = out.numel()
+    r = by_numel.get(n)
+    if r is None:
+        r = by_numel[n] = (_fast_charge(name, ua, out), n * out.element_size())
+    return r
+
+
+def _fresh_result(name, costs, ua, out):
+    """Charge an elementwise op whose result ``out`` is a fresh dense CPU tensor (never an input, a conj or a neg
+    view) and wrap it: ``wrap()`` without those checks, the storage tracked with its memoised byte count.  Shared by
+    ``__torch_dispatch__``'s fast path and the dispatcher-free operators (``operators.py``)."""
+    r = _memo_charge(name, costs, ua, out)
+    STATE.now_ns += r[0]
+    t = _make(NeuronTensor, out.size(), out.stride(), out.storage_offset(), None, out.dtype,
+              device=DEVICE, storage_size=_WRAPPER_STORAGE)
+    t._p = out
+    st = out.untyped_storage()
+    if id(st) not in _LIVE:
+        if st.nbytes() == r[1]:     # a storage of its own (the usual case): bytes known
+            _track_new(st, r[1])
+        else:
+            _track(st)
+    return t
 
 
 def _fast_charge(name, ua, out):
@@ -610,7 +663,10 @@ def dispatch(func, args, kwargs):
     if ctx.cpu is not None and ctx.neuron and not transfer:
         _cross_device(func, ctx)
     if cat is None:
-        return _fallback(func, name, uargs, ukw, ctx, host_out)
+        out = _fallback(func, name, uargs, ukw, ctx, host_out)
+        if _written(func):
+            _sync_written(func, args, kwargs)
+        return out
     if cat == "random" and _generator_index(func) >= 0:
         gi = _generator_index(func)
         if (len(uargs) <= gi or uargs[gi] is None) and ukw.get("generator") is None:
@@ -630,6 +686,8 @@ def dispatch(func, args, kwargs):
             _sync_meta(args[0])
             if name in ("set_", "resize_"):
                 MEMORY.resized(args[0]._p.untyped_storage())
+    if _written(func):
+        _sync_written(func, args, kwargs)
     if cat in _EW and type(out) is torch.Tensor:
         key = (name, out.numel(), out.dtype)
         r = _FAST.get(key)
