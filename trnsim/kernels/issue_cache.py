@@ -198,7 +198,7 @@ def _resolve(spec, core, loc, leaves):
 
 
 def _operands(core, ts, leaves, fixed):
-    return tuple((i, core.operand_template(leaves[i], fixed[i])) for i in _index(ts, leaves))
+    return tuple((i,) + core.operand_template(leaves[i], fixed[i]) for i in _index(ts, leaves))
 
 
 def _compile(calls, leaves, loc, probe, fixed):

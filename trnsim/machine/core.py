@@ -56,34 +56,23 @@ class InstrRecord:
 def _ranges(tensors, views, cols=None):
     """The recorded operands; equal access patterns are one tuple object (``views`` interns them per core), so
     the scheduler tells distinct patterns apart by identity (``sched_fast.encode``).  With ``cols`` (a
-    :class:`RecordColumns`) each operand is also appended to its operand columns."""
+    :class:`RecordColumns`) the operands are also appended to its operand column ``ops``."""
     out = []
     for t in tensors:
         v = (t.offset, t.shape, t.strides)
         v = views.setdefault(v, v)
-        bid = t.buf.id
         e = t._ext
         if e is None:
             e = t.extent()
-        lo, hi = e
-        out.append((bid, lo, hi, v))
-        if cols is not None:
-            cols.b.append(bid)
-            cols.lo.append(lo)
-            cols.hi.append(hi)
-            cols.v.append(v)
-    return tuple(out)
+        out.append((t.buf.id, e[0], e[1], v))
+    out = tuple(out)
+    if cols is not None:
+        cols.ops += out
+    return out
 
 
 def _cols_add(c, engine, cost, pre, opcode, flops, loc, nw, nr):
-    c.eng.append(engine)
-    c.cost.append(cost)
-    c.pre.append(pre)
-    c.opcode.append(opcode)
-    c.flops.append(flops)
-    c.loc.append(loc)
-    c.nw.append(nw)
-    c.nops.append(nw + nr)
+    c.head.append((engine, cost, pre, opcode, flops, loc, nw, nw + nr))
 
 
 _LIVE: "weakref.WeakSet[NeuronCore]" = weakref.WeakSet()   # cores alive, for progress reporting
@@ -175,44 +164,31 @@ class NeuronCore:
         cycles, which the scheduler overlaps with the previous multiply)."""
         self._occupy(writes, reads, loc)
         if self._record:
-            # _ranges and _cols_add inline: this is the hot path of every instruction
+            # _ranges inline: this is the hot path of every instruction
             ins = self.instructions
             cols = self.columns
             views = self._views
-            cb, clo, chi, cv = cols.b, cols.lo, cols.hi, cols.v
             w = []
             for t in writes:
                 v = (t.offset, t.shape, t.strides)
                 v = views.setdefault(v, v)
-                bid = t.buf.id
                 lo, hi = t._ext or t.extent()
-                w.append((bid, lo, hi, v))
-                cb.append(bid)
-                clo.append(lo)
-                chi.append(hi)
-                cv.append(v)
+                w.append((t.buf.id, lo, hi, v))
             r = []
             for t in reads:
                 v = (t.offset, t.shape, t.strides)
                 v = views.setdefault(v, v)
-                bid = t.buf.id
                 lo, hi = t._ext or t.extent()
-                r.append((bid, lo, hi, v))
-                cb.append(bid)
-                clo.append(lo)
-                chi.append(hi)
-                cv.append(v)
+                r.append((t.buf.id, lo, hi, v))
+            w = tuple(w)
+            r = tuple(r)
+            ops = cols.ops
+            ops += w
+            ops += r
             nw = len(w)
-            rec = InstrRecord(len(ins), opcode, engine, tuple(w), tuple(r), cycles, None, loc, flops, 0, 0, 0, pre)
+            rec = InstrRecord(len(ins), opcode, engine, w, r, cycles, None, loc, flops, 0, 0, 0, pre)
             ins.append(rec)
-            cols.eng.append(engine)
-            cols.cost.append(cycles)
-            cols.pre.append(pre)
-            cols.opcode.append(opcode)
-            cols.flops.append(flops)
-            cols.loc.append(loc)
-            cols.nw.append(nw)
-            cols.nops.append(nw + len(r))
+            cols.head.append((engine, cycles, pre, opcode, flops, loc, nw, nw + len(r)))
             if self.programs is not None:
                 self.programs.issued(self, rec, writes, reads)
         elif self.programs is not None:
@@ -244,23 +220,27 @@ class NeuronCore:
 
     # -- replaying a recorded layout (the kernel front end's issue cache) -------------------------------
     def operand_template(self, t, fixed):
-        """``(lo, hi, view)`` of operand ``t`` for :meth:`replay` when the cached layout fixes its offset, shape
-        and strides (so its extent and its interned access pattern are the same at every replay), else None."""
+        """``(occupancy code, (lo, hi, view) or None)`` of operand ``t`` for :meth:`replay`: the code says how
+        the operand touches the on-chip live ranges (0: not on chip, 1: a plain tile, 2: a block tensor; the
+        layout fixes the buffer's memory and blocks), the triple is its extent and interned access pattern when
+        the cached layout fixes its offset, shape and strides (so they are the same at every replay)."""
+        buf = t.buf
+        oc = (2 if buf.block else 1) if buf.kind in ON_CHIP else 0
         if not fixed:
-            return None
+            return (oc, None)
         v = (t.offset, t.shape, t.strides)
         v = self._views.setdefault(v, v)
         lo, hi = t._ext or t.extent()
-        return (lo, hi, v)
+        return (oc, (lo, hi, v))
 
     def replay(self, opcode, engine, wl, rl, cost, loc, flops, pre, leaves, dma):
         """:meth:`record` (``dma`` None) or :meth:`record_dma` (``dma = (nbytes, rows, part0)``, ``cost`` in ns)
-        of an instruction whose operands are ``leaves[i]`` for the ``(i, template)`` pairs of ``wl`` (writes) and
-        ``rl`` (reads), templates from :meth:`operand_template`: the same occupancy, record and columns as the
-        call it stands for."""
+        of an instruction whose operands are ``leaves[i]`` for the ``(i, occupancy code, template)`` triples of
+        ``wl`` (writes) and ``rl`` (reads), from :meth:`operand_template`: the same occupancy, record and columns
+        as the call it stands for."""
         if not self._record or self.programs is not None:
-            writes = tuple([leaves[i] for i, _ in wl])
-            reads = tuple([leaves[i] for i, _ in rl])
+            writes = tuple([leaves[x[0]] for x in wl])
+            reads = tuple([leaves[x[0]] for x in rl])
             if dma is None:
                 self.record(opcode, engine, writes, reads, cost, loc, flops, pre)
             else:
@@ -270,58 +250,43 @@ class NeuronCore:
         ranges = occ.ranges
         s = occ.seq
         cols = self.columns
-        views = self._views
-        cb, clo, chi, cv = cols.b, cols.lo, cols.hi, cols.v
-        w = []
-        r = []
-        for out, lst in ((w, wl), (r, rl)):
-            for i, tm in lst:
+        out = []
+        for lst in (wl, rl):
+            for i, oc, tm in lst:
                 t = leaves[i]
-                buf = t.buf
-                if buf.kind in ON_CHIP:
-                    if buf.block:
+                bid = t.buf.id
+                if oc == 1:
+                    rg = ranges.get((bid, -1))
+                    if rg is None:
                         occ.touch(t, loc)
                     else:
-                        rg = ranges.get((buf.id, -1))
-                        if rg is None:
-                            occ.touch(t, loc)
-                        else:
-                            rg[1] = s
-                            rg[3] = loc
+                        rg[1] = s
+                        rg[3] = loc
+                elif oc:
+                    occ.touch(t, loc)
                 if tm is None:
                     v = (t.offset, t.shape, t.strides)
-                    v = views.setdefault(v, v)
+                    v = self._views.setdefault(v, v)
                     lo, hi = t._ext or t.extent()
+                    out.append((bid, lo, hi, v))
                 else:
-                    lo, hi, v = tm
-                bid = buf.id
-                out.append((bid, lo, hi, v))
-                cb.append(bid)
-                clo.append(lo)
-                chi.append(hi)
-                cv.append(v)
+                    out.append((bid, tm[0], tm[1], tm[2]))
         occ.seq = s + 1
+        nw = len(wl)
+        w = tuple(out[:nw])
+        r = tuple(out[nw:])
+        cols.ops += out
         ins = self.instructions
-        nw = len(w)
+        rid = len(ins)
         if dma is None:
-            ins.append(InstrRecord(len(ins), opcode, engine, tuple(w), tuple(r), cost, None, loc, flops, 0, 0, 0,
-                                   pre))
+            ins.append(InstrRecord(rid, opcode, engine, w, r, cost, None, loc, flops, 0, 0, 0, pre))
         else:
-            rid = len(ins)
-            ins.append(InstrRecord(rid, opcode, "dma", tuple(w), tuple(r), None, cost, loc, 0, dma[0], dma[1],
-                                   dma[2]))
+            ins.append(InstrRecord(rid, opcode, "dma", w, r, None, cost, loc, 0, dma[0], dma[1], dma[2]))
             cols.dma.append(rid)
             cols.rows.append(dma[1])
             cols.part0.append(dma[2])
             cols.nbytes.append(dma[0])
-        cols.eng.append(engine)
-        cols.cost.append(cost)
-        cols.pre.append(pre)
-        cols.opcode.append(opcode)
-        cols.flops.append(flops)
-        cols.loc.append(loc)
-        cols.nw.append(nw)
-        cols.nops.append(nw + len(r))
+        cols.head.append((engine, cost, pre, opcode, flops, loc, nw, len(out)))
 
     def _occupy(self, writes, reads, loc):
         """The instruction touches its on-chip operands (their live ranges, ``capacity.Occupancy``); a plain

@@ -73,6 +73,9 @@ class DynSlice:
         return f"ds({self.start}, {self.size})"
 
 
+_ROW_MAJOR: dict = {}      # a buffer shape (a tuple of ints) -> its row-major strides in elements
+
+
 class Tensor:
     """A strided view of a :class:`Buffer`."""
 
@@ -93,12 +96,26 @@ class Tensor:
     @classmethod
     def whole(cls, buf: Buffer, name: str | None = None):
         shape = buf.shape
-        strides = []
-        acc = 1
-        for s in reversed(shape):
-            strides.append(acc)
-            acc *= s
-        return cls(buf, 0, shape, tuple(reversed(strides)), buf.dtype, name)
+        strides = _ROW_MAJOR.get(shape)
+        if strides is None:
+            st = []
+            acc = 1
+            for s in reversed(shape):
+                st.append(acc)
+                acc *= s
+            strides = tuple(reversed(st))
+            if len(_ROW_MAJOR) < 4096:
+                _ROW_MAJOR[shape] = strides
+        t = object.__new__(cls)
+        t.buf = buf
+        t.offset = 0
+        t.shape = shape
+        t.strides = strides
+        t.dtype = buf.dtype
+        t.name = name if name is not None else buf.name
+        t._np = None
+        t._ext = None
+        return t
 
     def _view(self, offset, shape, strides, dtype=None):
         t = object.__new__(type(self))
