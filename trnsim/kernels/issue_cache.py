@@ -51,6 +51,7 @@ _enabled = os.environ.get("TRNSIM_ISSUE_CACHE", "1") not in ("0", "false", "Fals
 # instructions whose rules and cost do not read an HBM operand's offset (checked in trnsim/isa/dma.py)
 _HBM_OFFSET_FREE = frozenset(("dma_copy", "dma_transpose"))
 
+_TENSORS: set = set()        # classes of tensor views (Tensor and its subclasses), filled as they are met
 _PLAIN = frozenset((int, float, bool, str, type(None), complex, types.FunctionType, types.BuiltinFunctionType,
                     np.ufunc, DType, np.dtype))
 _SAFE_ATTRS = frozenset(("target", "execute", "precise", "strict"))
@@ -89,6 +90,7 @@ def _buf_key(buf):
 
 def _arg_key(a, leaves, hbm_off):
     if isinstance(a, Tensor):
+        _TENSORS.add(type(a))
         buf = a.buf
         alias = -1
         i = 0
@@ -222,19 +224,43 @@ def _compile(calls, leaves, loc, probe, fixed):
         else:
             _, values_fn, args = c
             if core.execute:          # shape-only replays skip the numerics
-                prog.append((2, values_fn, tuple(_arg_spec(a, probe, leaves, loc) for a in args)))
+                spec = [_arg_spec(a, probe, leaves, loc) for a in args]
+                # (kept values, (position, tensor index) pairs, (position, code, value) of the rest)
+                consts = tuple(v if code == _CONST else None for code, v in spec)
+                tens = tuple((pos, v) for pos, (code, v) in enumerate(spec) if code == _LEAF)
+                rest = tuple((pos, code, v) for pos, (code, v) in enumerate(spec) if code not in (_CONST, _LEAF))
+                prog.append((2, values_fn, consts, tens, rest))
     return tuple(prog)
+
+
+_HBM_OFF: dict = {}          # instruction function -> whether HBM offsets are in its layouts
 
 
 def issue(fn, core, loc, args, kwargs):
     """Run instruction ``fn(core, loc, *args, **kwargs)`` through the cache."""
     cache = core.issue_cache
     leaves = []
-    hbm_off = fn.__name__ not in _HBM_OFFSET_FREE
+    hbm_off = _HBM_OFF.get(fn)
+    if hbm_off is None:
+        hbm_off = _HBM_OFF[fn] = fn.__name__ not in _HBM_OFFSET_FREE
     try:
         parts = [fn]
         for a in args:
-            parts.append(_arg_key(a, leaves, hbm_off))
+            if type(a) in _TENSORS:         # _arg_key's tensor case inline (most arguments are tensors)
+                buf = a.buf
+                alias = -1
+                i = 0
+                for x in leaves:
+                    if x.buf is buf:
+                        alias = i
+                        break
+                    i += 1
+                leaves.append(a)
+                bk = buf.layout_key or _buf_key(buf)
+                parts.append((type(a), bk[0], a.dtype.name, a.shape, a.strides,
+                              a.offset if (hbm_off or not bk[1]) else None, alias))
+            else:
+                parts.append(_arg_key(a, leaves, hbm_off))
         if kwargs:
             for k in sorted(kwargs):
                 parts.append(k)
@@ -253,7 +279,14 @@ def issue(fn, core, loc, args, kwargs):
             if p[0] == 0:
                 replay(p[1], p[2], p[3], p[4], p[5], loc, p[6], p[7], leaves, p[8])
             else:
-                p[1](*_resolve(p[2], core, loc, leaves))
+                # the numerics' arguments: the kept values with the call's tensors, core and line put in
+                fa = list(p[2])
+                for pos, i in p[3]:
+                    fa[pos] = leaves[i]
+                for pos, code, v in p[4]:
+                    fa[pos] = core if code == _CORE else loc if code == _LOC else \
+                        v[0](_resolve(v[1], core, loc, leaves))
+                p[1](*fa)
         return None
     probe = _Probe(core)
     out = fn(probe, loc, *args, **kwargs)
