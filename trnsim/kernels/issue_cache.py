@@ -54,7 +54,9 @@ _HBM_OFFSET_FREE = frozenset(("dma_copy", "dma_transpose"))
 _TENSORS: set = set()        # classes of tensor views (Tensor and its subclasses), filled as they are met
 _PLAIN = frozenset((int, float, bool, str, type(None), complex, types.FunctionType, types.BuiltinFunctionType,
                     np.ufunc, DType, np.dtype))
-_SAFE_ATTRS = frozenset(("target", "execute", "precise", "strict"))
+# what a cached instruction may read of the core: its fixed settings, and ``matmul_f32`` (a method of the class,
+# the same for every call)
+_SAFE_ATTRS = frozenset(("target", "execute", "precise", "strict", "matmul_f32"))
 
 
 def enabled() -> bool:
