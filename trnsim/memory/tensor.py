@@ -229,6 +229,30 @@ class Tensor:
 
     # -- indexing -----------------------------------------------------------------------------------
     def __getitem__(self, key):
+        if type(key) is tuple and len(key) == len(self.shape):
+            # the common case first: a plain slice ``[a:b]`` (int or omitted bounds, within the dimension, no step)
+            # on every dimension; anything else (and every error) takes the general path below
+            offset = self.offset
+            shape = []
+            for k, size, st in zip(key, self.shape, self.strides):
+                if type(k) is not slice or k.step is not None:
+                    break
+                start = k.start
+                stop = k.stop
+                if start is None:
+                    start = 0
+                elif type(start) is not int or start < 0:
+                    break
+                if stop is None:
+                    stop = size
+                elif type(stop) is not int or stop < 0:
+                    break
+                if stop > size or start > stop:
+                    break
+                offset += start * st
+                shape.append(stop - start)
+            else:
+                return self._view(offset, shape, self.strides)
         if not isinstance(key, tuple):
             key = (key,)
         # expand Ellipsis
