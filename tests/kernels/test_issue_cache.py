@@ -10,7 +10,6 @@ import pytest
 import trnsim
 from trnsim.isa.errors import NkiValidationError
 from trnsim.kernels import issue_cache
-from trnsim.machine.record_cols import HEAD_FIELDS, OP_FIELDS
 from trnsim.kernels.jit import run_kernel
 from trnsim.machine import schedule
 
@@ -75,9 +74,7 @@ def _columns(res):
     for c in res.cores:
         cols = c.columns
         ids = _canon(c)
-        fields = HEAD_FIELDS + OP_FIELDS + ("dma", "rows", "part0", "nbytes")
-        d = {f: list(getattr(cols, f)) for f in fields}
-        d["barrier"] = cols.barrier
+        d = {f: list(getattr(cols, f)) if f != "barrier" else cols.barrier for f in cols.__slots__}
         d["b"] = [ids[b] for b in d["b"]]
         out.append(d)
     return out

@@ -56,23 +56,34 @@ class InstrRecord:
 def _ranges(tensors, views, cols=None):
     """The recorded operands; equal access patterns are one tuple object (``views`` interns them per core), so
     the scheduler tells distinct patterns apart by identity (``sched_fast.encode``).  With ``cols`` (a
-    :class:`RecordColumns`) the operands are also appended to its operand column ``ops``."""
+    :class:`RecordColumns`) each operand is also appended to its operand columns."""
     out = []
     for t in tensors:
         v = (t.offset, t.shape, t.strides)
         v = views.setdefault(v, v)
+        bid = t.buf.id
         e = t._ext
         if e is None:
             e = t.extent()
-        out.append((t.buf.id, e[0], e[1], v))
-    out = tuple(out)
-    if cols is not None:
-        cols.ops += out
-    return out
+        lo, hi = e
+        out.append((bid, lo, hi, v))
+        if cols is not None:
+            cols.b.append(bid)
+            cols.lo.append(lo)
+            cols.hi.append(hi)
+            cols.v.append(v)
+    return tuple(out)
 
 
 def _cols_add(c, engine, cost, pre, opcode, flops, loc, nw, nr):
-    c.head.append((engine, cost, pre, opcode, flops, loc, nw, nw + nr))
+    c.eng.append(engine)
+    c.cost.append(cost)
+    c.pre.append(pre)
+    c.opcode.append(opcode)
+    c.flops.append(flops)
+    c.loc.append(loc)
+    c.nw.append(nw)
+    c.nops.append(nw + nr)
 
 
 _LIVE: "weakref.WeakSet[NeuronCore]" = weakref.WeakSet()   # cores alive, for progress reporting
@@ -164,31 +175,44 @@ class NeuronCore:
         cycles, which the scheduler overlaps with the previous multiply)."""
         self._occupy(writes, reads, loc)
         if self._record:
-            # _ranges inline: this is the hot path of every instruction
+            # _ranges and _cols_add inline: this is the hot path of every instruction
             ins = self.instructions
             cols = self.columns
             views = self._views
+            cb, clo, chi, cv = cols.b, cols.lo, cols.hi, cols.v
             w = []
             for t in writes:
                 v = (t.offset, t.shape, t.strides)
                 v = views.setdefault(v, v)
+                bid = t.buf.id
                 lo, hi = t._ext or t.extent()
-                w.append((t.buf.id, lo, hi, v))
+                w.append((bid, lo, hi, v))
+                cb.append(bid)
+                clo.append(lo)
+                chi.append(hi)
+                cv.append(v)
             r = []
             for t in reads:
                 v = (t.offset, t.shape, t.strides)
                 v = views.setdefault(v, v)
+                bid = t.buf.id
                 lo, hi = t._ext or t.extent()
-                r.append((t.buf.id, lo, hi, v))
-            w = tuple(w)
-            r = tuple(r)
-            ops = cols.ops
-            ops += w
-            ops += r
+                r.append((bid, lo, hi, v))
+                cb.append(bid)
+                clo.append(lo)
+                chi.append(hi)
+                cv.append(v)
             nw = len(w)
-            rec = InstrRecord(len(ins), opcode, engine, w, r, cycles, None, loc, flops, 0, 0, 0, pre)
+            rec = InstrRecord(len(ins), opcode, engine, tuple(w), tuple(r), cycles, None, loc, flops, 0, 0, 0, pre)
             ins.append(rec)
-            cols.head.append((engine, cycles, pre, opcode, flops, loc, nw, nw + len(r)))
+            cols.eng.append(engine)
+            cols.cost.append(cycles)
+            cols.pre.append(pre)
+            cols.opcode.append(opcode)
+            cols.flops.append(flops)
+            cols.loc.append(loc)
+            cols.nw.append(nw)
+            cols.nops.append(nw + len(r))
             if self.programs is not None:
                 self.programs.issued(self, rec, writes, reads)
         elif self.programs is not None:
@@ -250,6 +274,7 @@ class NeuronCore:
         ranges = occ.ranges
         s = occ.seq
         cols = self.columns
+        cb, clo, chi, cv = cols.b, cols.lo, cols.hi, cols.v
         out = []
         for lst in (wl, rl):
             for i, oc, tm in lst:
@@ -268,14 +293,17 @@ class NeuronCore:
                     v = (t.offset, t.shape, t.strides)
                     v = self._views.setdefault(v, v)
                     lo, hi = t._ext or t.extent()
-                    out.append((bid, lo, hi, v))
                 else:
-                    out.append((bid, tm[0], tm[1], tm[2]))
+                    lo, hi, v = tm
+                out.append((bid, lo, hi, v))
+                cb.append(bid)
+                clo.append(lo)
+                chi.append(hi)
+                cv.append(v)
         occ.seq = s + 1
         nw = len(wl)
         w = tuple(out[:nw])
         r = tuple(out[nw:])
-        cols.ops += out
         ins = self.instructions
         rid = len(ins)
         if dma is None:
@@ -286,7 +314,14 @@ class NeuronCore:
             cols.rows.append(dma[1])
             cols.part0.append(dma[2])
             cols.nbytes.append(dma[0])
-        cols.head.append((engine, cost, pre, opcode, flops, loc, nw, len(out)))
+        cols.eng.append(engine)
+        cols.cost.append(cost)
+        cols.pre.append(pre)
+        cols.opcode.append(opcode)
+        cols.flops.append(flops)
+        cols.loc.append(loc)
+        cols.nw.append(nw)
+        cols.nops.append(len(out))
 
     def _occupy(self, writes, reads, loc):
         """The instruction touches its on-chip operands (their live ranges, ``capacity.Occupancy``); a plain

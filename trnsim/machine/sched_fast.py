@@ -87,13 +87,12 @@ def _columns(core):
     recs = core.instructions
     n = len(recs)
     c = getattr(core, "columns", None)
-    if c is not None and len(c) == n:
+    if c is not None and len(c) == n and len(c.nops) == n:
         if c.barrier:
             raise _Unsupported("core_barrier")
-        eng, cost, pre, opcode, flops, loc, nw, nops = c.heads()
-        b, lo, hi, v = c.operands()
-        return dict(eng=eng, cost=cost, pre=pre, opcode=opcode, flops=flops, loc=loc, nw=nw,
-                    nops=nops, dma=c.dma, rows=c.rows, part0=c.part0, nbytes=c.nbytes, b=b, lo=lo, hi=hi, v=v)
+        return dict(eng=c.eng, cost=c.cost, pre=c.pre, opcode=c.opcode, flops=c.flops, loc=c.loc, nw=c.nw,
+                    nops=c.nops, dma=c.dma, rows=c.rows, part0=c.part0, nbytes=c.nbytes, b=c.b, lo=c.lo, hi=c.hi,
+                    v=c.v)
     eng, cyc, ns, pre, rows, part0, nbytes, parts, reads, writes, ids, opcodes, flops, locs = \
         zip(*map(_FIELDS, recs))
     if parts.count(None) != n:
