@@ -90,6 +90,30 @@ def _buf_key(buf):
     return k
 
 
+_VIEW_KEYS: dict = {}        # a view's layout (class, buffer geometry number, dtype, shape, strides, offset) -> number
+_VIEW_IDS = itertools.count()   # never reused: forgetting _VIEW_KEYS (past a million) only costs a new number
+
+
+def _view_id(k):
+    v = _VIEW_KEYS.get(k)
+    if v is None:
+        if len(_VIEW_KEYS) >= 1 << 20:
+            _VIEW_KEYS.clear()
+        v = _VIEW_KEYS[k] = next(_VIEW_IDS)
+    return v
+
+
+def _view_key(a):
+    """``(number with the offset, number without it)`` of tensor view ``a``'s layout (the same number for an
+    on-chip view, whose offset is always in the layout), kept on the view (``Tensor._lk``)."""
+    buf = a.buf
+    bk = buf.layout_key or _buf_key(buf)
+    base = (type(a), bk[0], a.dtype.name, a.shape, a.strides)
+    k1 = _view_id(base + (a.offset,))
+    lk = a._lk = (k1, _view_id(base + (None,)) if bk[1] else k1)
+    return lk
+
+
 def _arg_key(a, leaves, hbm_off):
     if isinstance(a, Tensor):
         _TENSORS.add(type(a))
@@ -248,7 +272,9 @@ def issue(fn, core, loc, args, kwargs):
     try:
         parts = [fn]
         for a in args:
-            if type(a) in _TENSORS:         # _arg_key's tensor case inline (most arguments are tensors)
+            if type(a) in _TENSORS:
+                # a positional tensor: its layout as the view's number (made once per view) and its alias, two
+                # ints (no other argument adds an int to the key: the rest are (type, value) tuples)
                 buf = a.buf
                 alias = -1
                 i = 0
@@ -258,9 +284,12 @@ def issue(fn, core, loc, args, kwargs):
                         break
                     i += 1
                 leaves.append(a)
-                bk = buf.layout_key or _buf_key(buf)
-                parts.append((type(a), bk[0], a.dtype.name, a.shape, a.strides,
-                              a.offset if (hbm_off or not bk[1]) else None, alias))
+                try:
+                    lk = a._lk or _view_key(a)
+                except AttributeError:      # a view made without the slot set
+                    lk = _view_key(a)
+                parts.append(lk[0] if hbm_off else lk[1])
+                parts.append(alias)
             else:
                 parts.append(_arg_key(a, leaves, hbm_off))
         if kwargs:

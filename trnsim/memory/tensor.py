@@ -79,7 +79,9 @@ _ROW_MAJOR: dict = {}      # a buffer shape (a tuple of ints) -> its row-major s
 class Tensor:
     """A strided view of a :class:`Buffer`."""
 
-    __slots__ = ("buf", "offset", "shape", "strides", "dtype", "name", "_np", "_ext")
+    # _lk: the view's part of an issue-cache layout key (kernels/issue_cache.py), made on first use (views are
+    # never changed once made)
+    __slots__ = ("buf", "offset", "shape", "strides", "dtype", "name", "_np", "_ext", "_lk")
 
     def __init__(self, buf: Buffer, offset: int, shape: tuple, strides: tuple, dtype: DType | None = None,
                  name: str | None = None):
@@ -91,6 +93,7 @@ class Tensor:
         self.name = name if name is not None else buf.name
         self._np = None
         self._ext = None
+        self._lk = None
 
     # -- construction -------------------------------------------------------------------------------
     @classmethod
@@ -115,6 +118,7 @@ class Tensor:
         t.name = name if name is not None else buf.name
         t._np = None
         t._ext = None
+        t._lk = None
         return t
 
     def _view(self, offset, shape, strides, dtype=None):
@@ -127,6 +131,7 @@ class Tensor:
         t.name = self.name
         t._np = None
         t._ext = None
+        t._lk = None
         return t
 
     # -- basic properties ---------------------------------------------------------------------------

@@ -221,6 +221,7 @@ def as_tile(t):
     v.buf, v.offset, v.shape, v.strides, v.dtype, v.name = t.buf, t.offset, t.shape, t.strides, t.dtype, t.name
     v._np = None
     v._ext = None
+    v._lk = None
     return v
 
 
