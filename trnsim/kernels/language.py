@@ -181,23 +181,27 @@ def is_on_chip(buffer):
 
 # -- creation -----------------------------------------------------------------------------------------
 # (shape, dtype, buffer) as a kernel passes them -> (shape as a tuple of ints, DType, memory kind, shared HBM):
-# the arguments' normal form, worked out once per spelling (every tile allocation of a loop body repeats one)
+# the arguments' normal form, worked out once per spelling (every tile allocation of a loop body repeats one).
+# Keyed by the shape and the identities of the dtype and buffer objects (nl.sbuf and DType hash in Python, which
+# would cost more than the rest); each entry keeps those objects, so their ids cannot be reused while it lives,
+# and a hit checks them.
 _ND_ARGS: dict = {}
 
 
 def _nd_args(shape, dtype, buffer):
     try:
-        key = (shape, dtype, buffer)
-        out = _ND_ARGS.get(key)
+        key = (shape, id(dtype), id(buffer))
+        hit = _ND_ARGS.get(key)
     except TypeError:                      # an unhashable spelling (a list shape): normalised every time
-        key = out = None
-    if out is None:
-        shp = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
-        kind = _kind(buffer)
-        out = (shp, dtype_of(dtype), kind,
-               kind == HBM and str(getattr(buffer, "value", buffer)) in ("shared_hbm", "hbm"))
-        if key is not None and len(_ND_ARGS) < 4096:
-            _ND_ARGS[key] = out
+        key = hit = None
+    if hit is not None and hit[0] is dtype and hit[1] is buffer:
+        return hit[2]
+    shp = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+    kind = _kind(buffer)
+    out = (shp, dtype_of(dtype), kind,
+           kind == HBM and str(getattr(buffer, "value", buffer)) in ("shared_hbm", "hbm"))
+    if key is not None and len(_ND_ARGS) < 4096:
+        _ND_ARGS[key] = (dtype, buffer, out)
     return out
 
 
