@@ -5,7 +5,7 @@ import gc
 import numpy as np
 
 import trnsim
-from trnsim.kernels import jit as jit_mod
+from trnsim.kernels.jit import GC_YOUNG
 
 trnsim.install_nki()
 import nki.isa as nisa  # noqa: E402
@@ -29,7 +29,7 @@ def test_threshold_raised_during_the_launch_and_restored():
         x = np.arange(8 * 4, dtype=np.float32).reshape(8, 4)
         res = trnsim.jit(k).run(x)
         assert np.array_equal(np.asarray(res.outputs), x)
-        assert seen == [jit_mod.GC_YOUNG]
+        assert seen == [GC_YOUNG]
         assert gc.get_threshold() == (700, old[1], old[2])
         gc.set_threshold(0, old[1], old[2])         # a disabled threshold stays disabled
         trnsim.jit(k).run(x)
