@@ -225,9 +225,13 @@ def write_same_dtype(core, t: Tensor, values):
 
 
 def mark_written(t: Tensor):
-    w = t.buf.written
-    if w is not None and not t.buf.all_written:
+    buf = t.buf
+    w = buf.written
+    if w is not None and not buf.all_written:
         t.mark_written()
+        if t.size == buf.nelem and w.all():
+            # every element written: later writes need no marking and reads no check (``all_written``)
+            buf.all_written = True
 
 
 def scalar_or_vector(instr, name, v, p, loc, optional=False):

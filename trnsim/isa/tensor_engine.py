@@ -134,23 +134,28 @@ def nc_matmul(core, loc, dst, stationary, moving, is_stationary_onezero=False, i
         fail(I, "dst", f"has shape {list(dst.shape)}; stationary [{K}, {M}] x moving [{K}, {N}] gives [{M}, {N}]",
              list(dst.shape), [M, N], loc)
     _psum_bank_check(I, dst, tg, loc)
-    if core.execute:
-        s = as_f32(read(core, stationary, "stationary", I, loc))
-        m = as_f32(read(core, moving, "moving", I, loc))
-        if double:
-            s = s.transpose(1, 0, 2).reshape(2 * K, M)
-            m = m.transpose(1, 0, 2).reshape(2 * K, N)
-        else:
-            s = s.reshape(K, M)
-            m = m.reshape(K, N)
-        r = core.matmul_f32(s.T, m)
-        if is_transpose:
-            write(core, dst, r)
-        else:
-            psum_accumulate(core, dst, r, M, N, acc_arg)
+    core.compute(_matmul_values, core, loc, dst, stationary, moving, K, M, N, double, is_transpose, acc_arg)
     cyc = matmul_cycles(tg, K, M, N, s32)
     core.record(I, "tensor", (dst,), (stationary, moving), cyc, loc, flops=2 * K * M * N * (2 if double else 1),
                 pre=stationary_load_cycles(tg, M, s32))
+
+
+def _matmul_values(core, loc, dst, stationary, moving, K, M, N, double, is_transpose, acc_arg):
+    """nc_matmul's numerics (the rules and shapes checked by ``nc_matmul``)."""
+    I = "nc_matmul"
+    s = as_f32(read(core, stationary, "stationary", I, loc))
+    m = as_f32(read(core, moving, "moving", I, loc))
+    if double:
+        s = s.transpose(1, 0, 2).reshape(2 * K, M)
+        m = m.transpose(1, 0, 2).reshape(2 * K, N)
+    else:
+        s = s.reshape(K, M)
+        m = m.reshape(K, N)
+    r = core.matmul_f32(s.T, m)
+    if is_transpose:
+        write(core, dst, r)
+    else:
+        psum_accumulate(core, dst, r, M, N, acc_arg)
 
 
 def psum_accumulate(core, dst, r, M, N, acc):

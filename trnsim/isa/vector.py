@@ -6,7 +6,7 @@ import numpy as np
 
 from ..memory import PSUM, SBUF, Tensor
 from ..memory.dtypes import dtype_of, round_to
-from .common import (as_f32, check_free_match, check_same_partitions, flag, free_size, number, operand_value, part,
+from .common import (as_f32, mark_written, check_free_match, check_same_partitions, flag, free_size, number, operand_value, part,
                      pick_engine, read, require_space, scalar_or_vector, write, write_same_dtype)
 from .errors import fail
 from .ops import REDUCE_OPS, alu, reduce_fn
@@ -187,11 +187,24 @@ def tensor_copy(core, loc, dst, src, engine=None):
     core.record(I, eng, (dst,), (src,), elementwise_cycles(core, eng, free_size(dst), dst, [src], "copy"), loc)
 
 
+# ufuncs whose float32 result written through ``out=`` into a float32 tile is bit for bit what ``write`` stores
+_F32_OUT = frozenset((np.add, np.subtract, np.multiply, np.maximum, np.minimum))
+_F32 = np.dtype(np.float32)
+
+
 def _tensor_tensor_values(core, loc, dst, data1, data2, fn, bitvec):
     a = read(core, data1, "data1", "tensor_tensor", loc)
     b = read(core, data2, "data2", "tensor_tensor", loc)
     if a.shape != b.shape:
         b = b.reshape(a.shape)
+    if fn in _F32_OUT and a.dtype is _F32 and b.dtype is _F32 and dst.dtype._round is None:
+        d = dst.np
+        if d.dtype is _F32 and d.shape == a.shape:
+            # fp32 in, fp32 out, no rounding: the result goes straight into the tile (no temporary, no copy)
+            fn(a, b, out=d)
+            if dst.buf.written is not None:
+                mark_written(dst)
+            return
     r = fn(a, b) if bitvec else fn(as_f32(a), as_f32(b))
     write(core, dst, r)
 

@@ -51,9 +51,12 @@ _enabled = os.environ.get("TRNSIM_ISSUE_CACHE", "1") not in ("0", "false", "Fals
 # instructions whose rules and cost do not read an HBM operand's offset (checked in trnsim/isa/dma.py)
 _HBM_OFFSET_FREE = frozenset(("dma_copy", "dma_transpose"))
 
+_TENSORS: set = set()        # classes of tensor views (Tensor and its subclasses), filled as they are met
 _PLAIN = frozenset((int, float, bool, str, type(None), complex, types.FunctionType, types.BuiltinFunctionType,
                     np.ufunc, DType, np.dtype))
-_SAFE_ATTRS = frozenset(("target", "execute", "precise", "strict"))
+# what a cached instruction may read of the core: its fixed settings, and ``matmul_f32`` (a method of the class,
+# the same for every call)
+_SAFE_ATTRS = frozenset(("target", "execute", "precise", "strict", "matmul_f32"))
 
 
 def enabled() -> bool:
@@ -87,8 +90,33 @@ def _buf_key(buf):
     return k
 
 
+_VIEW_KEYS: dict = {}        # a view's layout (class, buffer geometry number, dtype, shape, strides, offset) -> number
+_VIEW_IDS = itertools.count()   # never reused: forgetting _VIEW_KEYS (past a million) only costs a new number
+
+
+def _view_id(k):
+    v = _VIEW_KEYS.get(k)
+    if v is None:
+        if len(_VIEW_KEYS) >= 1 << 20:
+            _VIEW_KEYS.clear()
+        v = _VIEW_KEYS[k] = next(_VIEW_IDS)
+    return v
+
+
+def _view_key(a):
+    """``(number with the offset, number without it)`` of tensor view ``a``'s layout (the same number for an
+    on-chip view, whose offset is always in the layout), kept on the view (``Tensor._lk``)."""
+    buf = a.buf
+    bk = buf.layout_key or _buf_key(buf)
+    base = (type(a), bk[0], a.dtype.name, a.shape, a.strides)
+    k1 = _view_id(base + (a.offset,))
+    lk = a._lk = (k1, _view_id(base + (None,)) if bk[1] else k1)
+    return lk
+
+
 def _arg_key(a, leaves, hbm_off):
     if isinstance(a, Tensor):
+        _TENSORS.add(type(a))
         buf = a.buf
         alias = -1
         i = 0
@@ -198,7 +226,7 @@ def _resolve(spec, core, loc, leaves):
 
 
 def _operands(core, ts, leaves, fixed):
-    return tuple((i, core.operand_template(leaves[i], fixed[i])) for i in _index(ts, leaves))
+    return tuple((i,) + core.operand_template(leaves[i], fixed[i]) for i in _index(ts, leaves))
 
 
 def _compile(calls, leaves, loc, probe, fixed):
@@ -222,19 +250,48 @@ def _compile(calls, leaves, loc, probe, fixed):
         else:
             _, values_fn, args = c
             if core.execute:          # shape-only replays skip the numerics
-                prog.append((2, values_fn, tuple(_arg_spec(a, probe, leaves, loc) for a in args)))
+                spec = [_arg_spec(a, probe, leaves, loc) for a in args]
+                # (kept values, (position, tensor index) pairs, (position, code, value) of the rest)
+                consts = tuple(v if code == _CONST else None for code, v in spec)
+                tens = tuple((pos, v) for pos, (code, v) in enumerate(spec) if code == _LEAF)
+                rest = tuple((pos, code, v) for pos, (code, v) in enumerate(spec) if code not in (_CONST, _LEAF))
+                prog.append((2, values_fn, consts, tens, rest))
     return tuple(prog)
+
+
+_HBM_OFF: dict = {}          # instruction function -> whether HBM offsets are in its layouts
 
 
 def issue(fn, core, loc, args, kwargs):
     """Run instruction ``fn(core, loc, *args, **kwargs)`` through the cache."""
     cache = core.issue_cache
     leaves = []
-    hbm_off = fn.__name__ not in _HBM_OFFSET_FREE
+    hbm_off = _HBM_OFF.get(fn)
+    if hbm_off is None:
+        hbm_off = _HBM_OFF[fn] = fn.__name__ not in _HBM_OFFSET_FREE
     try:
         parts = [fn]
         for a in args:
-            parts.append(_arg_key(a, leaves, hbm_off))
+            if type(a) in _TENSORS:
+                # a positional tensor: its layout as the view's number (made once per view) and its alias, two
+                # ints (no other argument adds an int to the key: the rest are (type, value) tuples)
+                buf = a.buf
+                alias = -1
+                i = 0
+                for x in leaves:
+                    if x.buf is buf:
+                        alias = i
+                        break
+                    i += 1
+                leaves.append(a)
+                try:
+                    lk = a._lk or _view_key(a)
+                except AttributeError:      # a view made without the slot set
+                    lk = _view_key(a)
+                parts.append(lk[0] if hbm_off else lk[1])
+                parts.append(alias)
+            else:
+                parts.append(_arg_key(a, leaves, hbm_off))
         if kwargs:
             for k in sorted(kwargs):
                 parts.append(k)
@@ -253,7 +310,14 @@ def issue(fn, core, loc, args, kwargs):
             if p[0] == 0:
                 replay(p[1], p[2], p[3], p[4], p[5], loc, p[6], p[7], leaves, p[8])
             else:
-                p[1](*_resolve(p[2], core, loc, leaves))
+                # the numerics' arguments: the kept values with the call's tensors, core and line put in
+                fa = list(p[2])
+                for pos, i in p[3]:
+                    fa[pos] = leaves[i]
+                for pos, code, v in p[4]:
+                    fa[pos] = core if code == _CORE else loc if code == _LOC else \
+                        v[0](_resolve(v[1], core, loc, leaves))
+                p[1](*fa)
         return None
     probe = _Probe(core)
     out = fn(probe, loc, *args, **kwargs)

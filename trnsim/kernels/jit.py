@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import gc
 import inspect
 
 import numpy as np
@@ -77,6 +78,9 @@ class SimulationResult:
         return [r for c in self.cores for r in c.instructions]
 
 
+GC_YOUNG = 10_000       # allocations between collections of the youngest generation while a launch runs
+
+
 def run_kernel(fn, args, kwargs, grid=(1,), target=None, execute=True, precise=None, strict=None,
                strict_races=None):
     """Simulate one launch of ``fn`` over ``grid`` programs (run interleaved: ``launch.py``); returns a
@@ -111,10 +115,20 @@ def run_kernel(fn, args, kwargs, grid=(1,), target=None, execute=True, precise=N
         wkw[k_] = t
     ctx = context.KernelContext(cores, grid)
     prev = context.push(ctx)
+    # the cycle collector's youngest generation collected every GC_YOUNG allocations instead of every 700 during
+    # the launch: an instruction allocates a dozen small objects (its record, operand tuples), all freed by
+    # reference counting or kept in the record, so frequent passes only cost time (~15% of a functional
+    # small-tile run); cycles are still collected, later
+    thr = gc.get_threshold()
+    raised = 0 < thr[0] < GC_YOUNG
+    if raised:
+        gc.set_threshold(GC_YOUNG, *thr[1:])
     try:
         out = launch.run_programs(fn, wrapped, wkw, ctx, cores, strict_races)
     finally:
         context.pop(prev)
+        if raised and gc.get_threshold()[0] == GC_YOUNG:     # (unless the kernel set it meanwhile)
+            gc.set_threshold(*thr)
     result = SimulationResult(_convert(out, kind), cores)
     if execute and hooks._OBSERVERS:
         hooks.notify_launch(fn, args, kwargs, params, result.outputs)

@@ -179,23 +179,45 @@ def is_on_chip(buffer):
 
 
 # -- creation -----------------------------------------------------------------------------------------
+# (shape, dtype, buffer) as a kernel passes them -> (shape as a tuple of ints, DType, memory kind, shared HBM):
+# the arguments' normal form, worked out once per spelling (every tile allocation of a loop body repeats one).
+# Keyed by the shape and the identities of the dtype and buffer objects (nl.sbuf and DType hash in Python, which
+# would cost more than the rest); each entry keeps those objects, so their ids cannot be reused while it lives,
+# and a hit checks them.
+_ND_ARGS: dict = {}
+
+
+def _nd_args(shape, dtype, buffer):
+    try:
+        key = (shape, id(dtype), id(buffer))
+        hit = _ND_ARGS.get(key)
+    except TypeError:                      # an unhashable spelling (a list shape): normalised every time
+        key = hit = None
+    if hit is not None and hit[0] is dtype and hit[1] is buffer:
+        return hit[2]
+    shp = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+    kind = _kind(buffer)
+    out = (shp, dtype_of(dtype), kind,
+           kind == HBM and str(getattr(buffer, "value", buffer)) in ("shared_hbm", "hbm"))
+    if key is not None and len(_ND_ARGS) < 4096:
+        _ND_ARGS[key] = (dtype, buffer, out)
+    return out
+
+
 def ndarray(shape, dtype, buffer=sbuf, name="", address=None):
     """A new tensor in ``buffer`` (filled with the sentinel: NaN for floats, 4 for integers)."""
     ctx = current()
     core = ctx.core
-    shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
-    dt = dtype_of(dtype)
-    kind = _kind(buffer)
-    loc = caller_location()
-    if kind in (SBUF, PSUM):
+    shape, dt, kind, shared = _nd_args(shape, dtype, buffer)
+    if kind != HBM:
         pmax = core.target.pmax
         if not shape or shape[0] > pmax:
             from ..isa.errors import NkiValidationError
             raise NkiValidationError(
                 f"ndarray: number of partitions {shape[0] if shape else 0} exceed architecture limitation of "
                 f"{pmax} for {kind.upper()} tensor `{name}`", "ndarray", "shape", shape[0] if shape else 0, pmax,
-                loc)
-    if kind == HBM and str(getattr(buffer, "value", buffer)) in ("shared_hbm", "hbm") and len(ctx.cores) > 1:
+                caller_location())
+    if shared and len(ctx.cores) > 1:
         i = ctx._shared_index
         ctx._shared_index += 1
         if i < len(ctx.shared_outputs):
@@ -208,7 +230,7 @@ def ndarray(shape, dtype, buffer=sbuf, name="", address=None):
         buf = core.allocate(shape, dt, kind, name)
     except MemoryError as e:
         from ..isa.errors import NkiValidationError
-        raise NkiValidationError(f"ndarray: {e}", "ndarray", "shape", shape, None, loc) from None
+        raise NkiValidationError(f"ndarray: {e}", "ndarray", "shape", shape, None, caller_location()) from None
     return NkiTensor.whole(buf)
 
 

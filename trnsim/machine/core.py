@@ -244,23 +244,27 @@ class NeuronCore:
 
     # -- replaying a recorded layout (the kernel front end's issue cache) -------------------------------
     def operand_template(self, t, fixed):
-        """``(lo, hi, view)`` of operand ``t`` for :meth:`replay` when the cached layout fixes its offset, shape
-        and strides (so its extent and its interned access pattern are the same at every replay), else None."""
+        """``(occupancy code, (lo, hi, view) or None)`` of operand ``t`` for :meth:`replay`: the code says how
+        the operand touches the on-chip live ranges (0: not on chip, 1: a plain tile, 2: a block tensor; the
+        layout fixes the buffer's memory and blocks), the triple is its extent and interned access pattern when
+        the cached layout fixes its offset, shape and strides (so they are the same at every replay)."""
+        buf = t.buf
+        oc = (2 if buf.block else 1) if buf.kind in ON_CHIP else 0
         if not fixed:
-            return None
+            return (oc, None)
         v = (t.offset, t.shape, t.strides) if t._rv is None else t._rv.sched(t)
         v = self._views.setdefault(v, v)
         lo, hi = t._ext or t.extent()
-        return (lo, hi, v)
+        return (oc, (lo, hi, v))
 
     def replay(self, opcode, engine, wl, rl, cost, loc, flops, pre, leaves, dma):
         """:meth:`record` (``dma`` None) or :meth:`record_dma` (``dma = (nbytes, rows, part0)``, ``cost`` in ns)
-        of an instruction whose operands are ``leaves[i]`` for the ``(i, template)`` pairs of ``wl`` (writes) and
-        ``rl`` (reads), templates from :meth:`operand_template`: the same occupancy, record and columns as the
-        call it stands for."""
+        of an instruction whose operands are ``leaves[i]`` for the ``(i, occupancy code, template)`` triples of
+        ``wl`` (writes) and ``rl`` (reads), from :meth:`operand_template`: the same occupancy, record and columns
+        as the call it stands for."""
         if not self._record or self.programs is not None:
-            writes = tuple([leaves[i] for i, _ in wl])
-            reads = tuple([leaves[i] for i, _ in rl])
+            writes = tuple([leaves[x[0]] for x in wl])
+            reads = tuple([leaves[x[0]] for x in rl])
             if dma is None:
                 self.record(opcode, engine, writes, reads, cost, loc, flops, pre)
             else:
@@ -270,46 +274,42 @@ class NeuronCore:
         ranges = occ.ranges
         s = occ.seq
         cols = self.columns
-        views = self._views
         cb, clo, chi, cv = cols.b, cols.lo, cols.hi, cols.v
-        w = []
-        r = []
-        for out, lst in ((w, wl), (r, rl)):
-            for i, tm in lst:
+        out = []
+        for lst in (wl, rl):
+            for i, oc, tm in lst:
                 t = leaves[i]
-                buf = t.buf
-                if buf.kind in ON_CHIP:
-                    if buf.block:
+                bid = t.buf.id
+                if oc == 1:
+                    rg = ranges.get((bid, -1))
+                    if rg is None:
                         occ.touch(t, loc)
                     else:
-                        rg = ranges.get((buf.id, -1))
-                        if rg is None:
-                            occ.touch(t, loc)
-                        else:
-                            rg[1] = s
-                            rg[3] = loc
+                        rg[1] = s
+                        rg[3] = loc
+                elif oc:
+                    occ.touch(t, loc)
                 if tm is None:
                     v = (t.offset, t.shape, t.strides) if t._rv is None else t._rv.sched(t)
-                    v = views.setdefault(v, v)
+                    v = self._views.setdefault(v, v)
                     lo, hi = t._ext or t.extent()
                 else:
                     lo, hi, v = tm
-                bid = buf.id
                 out.append((bid, lo, hi, v))
                 cb.append(bid)
                 clo.append(lo)
                 chi.append(hi)
                 cv.append(v)
         occ.seq = s + 1
+        nw = len(wl)
+        w = tuple(out[:nw])
+        r = tuple(out[nw:])
         ins = self.instructions
-        nw = len(w)
+        rid = len(ins)
         if dma is None:
-            ins.append(InstrRecord(len(ins), opcode, engine, tuple(w), tuple(r), cost, None, loc, flops, 0, 0, 0,
-                                   pre))
+            ins.append(InstrRecord(rid, opcode, engine, w, r, cost, None, loc, flops, 0, 0, 0, pre))
         else:
-            rid = len(ins)
-            ins.append(InstrRecord(rid, opcode, "dma", tuple(w), tuple(r), None, cost, loc, 0, dma[0], dma[1],
-                                   dma[2]))
+            ins.append(InstrRecord(rid, opcode, "dma", w, r, None, cost, loc, 0, dma[0], dma[1], dma[2]))
             cols.dma.append(rid)
             cols.rows.append(dma[1])
             cols.part0.append(dma[2])
@@ -321,7 +321,7 @@ class NeuronCore:
         cols.flops.append(flops)
         cols.loc.append(loc)
         cols.nw.append(nw)
-        cols.nops.append(nw + len(r))
+        cols.nops.append(len(out))
 
     def _occupy(self, writes, reads, loc):
         """The instruction touches its on-chip operands (their live ranges, ``capacity.Occupancy``); a plain

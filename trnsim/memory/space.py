@@ -27,6 +27,7 @@ HBM = "hbm"
 ON_CHIP = (SBUF, PSUM)
 
 _ids = itertools.count(1)
+_SHAPES: dict = {}     # a shape as given -> (the shape as a tuple of ints, its element count), worked out once
 
 
 class OutOfMemory(MemoryError):
@@ -146,10 +147,19 @@ class Buffer:
         self.space = space
         self.kind = space.kind if space is not None else HBM
         self.dtype = dtype
-        self.shape = tuple(int(s) for s in shape)
-        n = 1
-        for s in self.shape:
-            n *= s
+        try:
+            sn = _SHAPES.get(shape)
+        except TypeError:          # an unhashable spelling (a list)
+            sn = None
+        if sn is None:
+            shp = tuple(int(s) for s in shape)
+            n = 1
+            for s in shp:
+                n *= s
+            sn = (shp, n)
+            if type(shape) is tuple and len(_SHAPES) < 4096:
+                _SHAPES[shape] = sn
+        self.shape, n = sn
         self.nelem = n
         self.name = name
         on_chip = self.kind in ON_CHIP

@@ -77,13 +77,18 @@ class DynSlice:
         return f"ds({self.start}, {self.size})"
 
 
+_ROW_MAJOR: dict = {}      # a buffer shape (a tuple of ints) -> its row-major strides in elements
+
+
 class Tensor:
     """A strided view of a :class:`Buffer`."""
 
     # _rv: how the view reinterprets its buffer's bytes (reinterpret.Reinterp) when its dtype differs from the
     # buffer's, else None; _bad: why an access pattern formed out of range cannot be accessed (None: in range);
-    # _last: the array the last `.np` of a converting view gave (what `store_back` writes)
-    __slots__ = ("buf", "offset", "shape", "strides", "dtype", "name", "_np", "_ext", "_rv", "_bad", "_last")
+    # _last: the array the last `.np` of a converting view gave (what `store_back` writes);
+    # _lk: the view's part of an issue-cache layout key (kernels/issue_cache.py), made on first use (views are
+    # never changed once made)
+    __slots__ = ("buf", "offset", "shape", "strides", "dtype", "name", "_np", "_ext", "_rv", "_bad", "_last", "_lk")
 
     def __init__(self, buf: Buffer, offset: int, shape: tuple, strides: tuple, dtype: DType | None = None,
                  name: str | None = None):
@@ -98,17 +103,36 @@ class Tensor:
         self._rv = None if self.dtype is buf.dtype else reinterp(buf.dtype, self.dtype)
         self._bad = None
         self._last = None
+        self._lk = None
 
     # -- construction -------------------------------------------------------------------------------
     @classmethod
     def whole(cls, buf: Buffer, name: str | None = None):
         shape = buf.shape
-        strides = []
-        acc = 1
-        for s in reversed(shape):
-            strides.append(acc)
-            acc *= s
-        return cls(buf, 0, shape, tuple(reversed(strides)), buf.dtype, name)
+        strides = _ROW_MAJOR.get(shape)
+        if strides is None:
+            st = []
+            acc = 1
+            for s in reversed(shape):
+                st.append(acc)
+                acc *= s
+            strides = tuple(reversed(st))
+            if len(_ROW_MAJOR) < 4096:
+                _ROW_MAJOR[shape] = strides
+        t = object.__new__(cls)
+        t.buf = buf
+        t.offset = 0
+        t.shape = shape
+        t.strides = strides
+        t.dtype = buf.dtype
+        t.name = name if name is not None else buf.name
+        t._np = None
+        t._ext = None
+        t._rv = None
+        t._bad = None
+        t._last = None
+        t._lk = None
+        return t
 
     def _view(self, offset, shape, strides, dtype=None):
         t = object.__new__(type(self))
@@ -127,6 +151,7 @@ class Tensor:
         t._ext = None
         t._last = None
         t._bad = None if self._bad is None else t._still_bad(self._bad)
+        t._lk = None
         return t
 
     # -- views of another dtype and views out of range ----------------------------------------------
@@ -289,6 +314,30 @@ class Tensor:
 
     # -- indexing -----------------------------------------------------------------------------------
     def __getitem__(self, key):
+        if type(key) is tuple and len(key) == len(self.shape):
+            # the common case first: a plain slice ``[a:b]`` (int or omitted bounds, within the dimension, no step)
+            # on every dimension; anything else (and every error) takes the general path below
+            offset = self.offset
+            shape = []
+            for k, size, st in zip(key, self.shape, self.strides):
+                if type(k) is not slice or k.step is not None:
+                    break
+                start = k.start
+                stop = k.stop
+                if start is None:
+                    start = 0
+                elif type(start) is not int or start < 0:
+                    break
+                if stop is None:
+                    stop = size
+                elif type(stop) is not int or stop < 0:
+                    break
+                if stop > size or start > stop:
+                    break
+                offset += start * st
+                shape.append(stop - start)
+            else:
+                return self._view(offset, shape, self.strides)
         if not isinstance(key, tuple):
             key = (key,)
         # expand Ellipsis

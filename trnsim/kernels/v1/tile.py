@@ -222,6 +222,7 @@ def as_tile(t):
     v._np = None
     v._ext = None
     v._rv, v._bad, v._last = t._rv, t._bad, None
+    v._lk = None
     return v
 
 
