@@ -31,6 +31,17 @@ CASES = {
         assert s2.device.type == DEV
         print("ok", s.device.type)
     """, None),
+    # forward-mode AD: a dual tensor times a plain device tensor segfaulted inside torch's CPU kernel
+    "forward_ad_make_dual": ("""
+        import torch
+        import torch.autograd.forward_ad as fwad
+        y = torch.randn(5, device=DEV)
+        with fwad.dual_level():
+            d = fwad.make_dual(torch.randn(5, device=DEV), torch.ones(5, device=DEV))
+            t = fwad.unpack_dual(d * y + d).tangent
+        assert torch.allclose(t.cpu(), y.cpu() + 1)
+        print("ok")
+    """, "NotImplementedError"),
     # nn.Embedding(sparse=True) backward aborted (SIGABRT)
     "sparse_embedding_backward": ("""
         import torch, torch.nn as nn

@@ -13,6 +13,7 @@ import warnings
 from collections import OrderedDict
 
 import torch
+import torch.autograd.forward_ad as _fwad
 
 from . import charging
 from .device_state import STATE
@@ -23,6 +24,7 @@ from .op_table import ACCUMULATING, TABLE, TRANSFER
 
 DEVICE = torch.device("privateuseone", 0)   # replaced by torch.device("neuron", 0) at registration
 _make = torch.Tensor._make_wrapper_subclass
+_MAKE_DUAL_CHECK = torch.ops.aten._has_same_storage_numel.default     # called by make_dual, by little else
 _LOW = (torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.float8_e5m2)
 
 
@@ -37,6 +39,12 @@ class NeuronTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        if func is _MAKE_DUAL_CHECK and _fwad._current_level >= 0:
+            # forward-mode AD on device tensors ends in a segfault inside torch's CPU kernels for some ops
+            # (a dual tensor times a plain one); refuse it where it starts, in make_dual, with a Python error
+            raise NotImplementedError(
+                "forward-mode AD (torch.autograd.forward_ad.make_dual) is not supported on the neuron device yet; "
+                "use reverse mode (backward / torch.autograd.grad), or run the forward-AD part on the CPU")
         try:
             ew = _EWOPS.get(id(func), _UNSEEN)
             if ew is _UNSEEN:
