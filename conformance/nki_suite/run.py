@@ -40,6 +40,7 @@ def _ensure():
     _setup()
     if not _DEFINED:
         from . import mx  # noqa: F401  (registers the issue-13 instructions' cases)
+        from . import random_search  # noqa: F401  (topk and the random-number instructions)
         _define_rules()
         for name, reason in _discover_unsupported().items():
             _REG.setdefault(name, {})["skip"] = reason
