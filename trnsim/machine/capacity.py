@@ -215,7 +215,7 @@ def _reorder_hint(here, tiles, ranges):
     if len(sizes) < 2:
         return ""
     return (f" {len(sizes)} of them ({sum(sizes)} bytes per partition) are first accessed at {first} and last "
-            f"accessed at {last}: all are kept live from the first of those loops to the second; reading each "
+            f"accessed at {last}: all are live together between those lines (made in one loop, read in a later one?); reading each "
             "(e.g. copying it out) right after its last write would free it early.")
 
 
