@@ -114,6 +114,7 @@ def test_standin_x4_names_are_numpy_dtypes_as_the_snapshot_uses_them():
                               ("float8_e5m2_x4", np.uint32, [0.5, -1.0, 1.5, 2.0, -3.0, 4.0, 57344.0, 0.0])):
         npd = np.dtype(name)
         assert npd == getattr(ndt, name) and npd.itemsize == np.dtype(store).itemsize
+        assert str(npd) == name and repr(npd) == f"dtype('{name}')"     # the snapshot matches str(dtype)
         assert dtype_of(npd).name == name and ndt.sizeinbytes(npd) == npd.itemsize
         vals = rng.choice(np.array(grid, np.float32), size=(3, 16))   # exactly representable values
         w = np.zeros((2, 3, 4), dtype=name)
@@ -124,6 +125,7 @@ def test_standin_x4_names_are_numpy_dtypes_as_the_snapshot_uses_them():
             w + np.float32(1)                   # packed bits have no arithmetic
         with pytest.raises(TypeError):
             w.astype(np.float32)                # nor a value cast (the snapshot's validator relies on the TypeError)
+    assert str(np.dtype([("a", "<f4")])) == "[('a', '<f4')]" and str(np.dtype(ml_dtypes.bfloat16)) == "bfloat16"
     with pytest.raises(TypeError, match="is not a conversion between packed formats"):
         ndt.static_cast(np.zeros(2, "float8_e5m2_x4"), ndt.float8_e4m3fn_x4)
 

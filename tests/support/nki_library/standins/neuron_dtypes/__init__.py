@@ -26,7 +26,7 @@ _X4_NAMES = ("float8_e4m3fn_x4", "float8_e5m2_x4", "float4_e2m1fn_x4")
 
 def _make_x4(name):
     dt = dtype_of(name)                    # trnsim's packed format: storage integer and packing
-    scalar = type(name, (np.void,), {"__module__": __name__})
+    scalar = type(name, (np.void,), {"__module__": __name__, "_trnsim_x4": True})
     # two fields over the same bytes: ``bits`` (the packed integer) and ``low`` (its low byte, written with the same
     # value's low byte).  A one-field structured dtype would cast silently to float32 (giving the bit pattern as a
     # number); with two, NumPy refuses the cast with TypeError, as the real package does for x4 arrays, which sends
@@ -40,6 +40,29 @@ def _make_x4(name):
     return npd
 
 
+def _name_x4_dtypes_as_numpy_prints_registered_ones():
+    """``str(dtype)`` of an x4 dtype is its name, ``repr`` is ``dtype('<name>')``, as NumPy prints a dtype
+    registered in C (ml_dtypes' ``bfloat16``): the snapshot matches ``str(out.dtype)`` against the names
+    (mx_torch_common.quantize_to_mx, output_validator's x4 unpackers).  NumPy formats dtypes with the Python
+    functions of ``numpy._core._dtype``; they are wrapped once, and every other dtype prints as before."""
+    try:
+        from numpy._core import _dtype as fmt
+    except ImportError:                       # NumPy 1.x
+        from numpy.core import _dtype as fmt
+    if getattr(fmt, "_trnsim_x4_names", False):
+        return
+    plain_str, plain_repr = fmt.__str__, fmt.__repr__
+
+    def name(dtype):
+        t = getattr(dtype, "type", None)
+        return t.__name__ if getattr(t, "_trnsim_x4", False) else None
+
+    fmt.__str__ = lambda dtype: name(dtype) or plain_str(dtype)
+    fmt.__repr__ = lambda dtype: f"dtype('{name(dtype)}')" if name(dtype) else plain_repr(dtype)
+    fmt._trnsim_x4_names = True
+
+
+_name_x4_dtypes_as_numpy_prints_registered_ones()
 float8_e4m3fn_x4 = _make_x4("float8_e4m3fn_x4")
 float8_e5m2_x4 = _make_x4("float8_e5m2_x4")
 float4_e2m1fn_x4 = _make_x4("float4_e2m1fn_x4")
