@@ -115,10 +115,60 @@ def test_standin_x4_cast_packs_four_values():
     from trnsim.memory.dtypes import dtype_of, unpack_x4
     v = np.array([[0.5, -1.0, 2.0, 448.0, 0.0, 1.5, -2.5, 3.0]], dtype=np.float32)
     packed = ndt.static_cast(v, ndt.float8_e4m3fn_x4)
-    assert packed.shape == (1, 2)
-    np.testing.assert_array_equal(unpack_x4(dtype_of("float8_e4m3fn_x4"), packed).reshape(1, 8), v)
+    assert packed.shape == (1, 2) and packed.dtype == ndt.float8_e4m3fn_x4
+    np.testing.assert_array_equal(unpack_x4(dtype_of("float8_e4m3fn_x4"), packed.view(np.uint32)).reshape(1, 8), v)
+    np.testing.assert_array_equal(ndt.static_cast(packed, np.float32), v)     # back: last axis times four
     with pytest.raises(ValueError, match="multiple of 4"):
         ndt.static_cast(v[:, :6], ndt.float8_e4m3fn_x4)
+
+
+def test_standin_x4_names_are_numpy_dtypes_as_the_snapshot_uses_them():
+    """The snapshot allocates MX weights with ``np.zeros(shape, dtype=nl.float4_e2m1fn_x4)`` (an NKI dtype name),
+    fills slices with static_cast results and reinterprets them with ``.view(np.uint16)``."""
+    from trnsim.memory.dtypes import dtype_of
+    rng = np.random.default_rng(1)
+    for name, store, grid in (("float4_e2m1fn_x4", np.uint16, [0.5, -1.0, 1.5, 2.0, -3.0, 4.0, 6.0, 0.0]),
+                              ("float8_e4m3fn_x4", np.uint32, [0.5, -1.0, 1.5, 2.0, -3.0, 4.0, 448.0, 0.0]),
+                              ("float8_e5m2_x4", np.uint32, [0.5, -1.0, 1.5, 2.0, -3.0, 4.0, 57344.0, 0.0])):
+        npd = np.dtype(name)
+        assert npd == getattr(ndt, name) and npd.itemsize == np.dtype(store).itemsize
+        assert str(npd) == name and repr(npd) == f"dtype('{name}')"     # the snapshot matches str(dtype)
+        assert dtype_of(npd).name == name and ndt.sizeinbytes(npd) == npd.itemsize
+        vals = rng.choice(np.array(grid, np.float32), size=(3, 16))   # exactly representable values
+        w = np.zeros((2, 3, 4), dtype=name)
+        w[1] = ndt.static_cast(vals, getattr(ndt, name))
+        np.testing.assert_array_equal(ndt.static_cast(w[1], np.float32), vals)
+        assert not w.view(store)[0].any() and w.view(store)[1].any()
+        with pytest.raises(TypeError):
+            w + np.float32(1)                   # packed bits have no arithmetic
+        with pytest.raises(TypeError):
+            w.astype(np.float32)                # nor a value cast (the snapshot's validator relies on the TypeError)
+    assert str(np.dtype([("a", "<f4")])) == "[('a', '<f4')]" and str(np.dtype(ml_dtypes.bfloat16)) == "bfloat16"
+    with pytest.raises(TypeError, match="is not a conversion between packed formats"):
+        ndt.static_cast(np.zeros(2, "float8_e5m2_x4"), ndt.float8_e4m3fn_x4)
+
+
+def test_x4_numpy_dtype_reaches_a_kernel_as_the_packed_format():
+    """A kernel given an array of the stand-in's x4 dtype sees an MX tensor holding those bits."""
+    import trnsim.kernels.language as nl
+    from trnsim.kernels.jit import jit
+    from trnsim.memory.dtypes import dtype_of, unpack_x4
+    vals = np.array([[0.5, -1.0, 2.0, 448.0, 0.0, 1.5, -2.5, 3.0]] * 4, dtype=np.float32)
+    x = ndt.static_cast(vals, ndt.float8_e4m3fn_x4)
+    seen = {}
+
+    @jit
+    def k(a):
+        seen["dtype"] = a.dtype
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(a))
+        return out
+
+    got = k(x)
+    assert seen["dtype"] == "float8_e4m3fn_x4" and got.dtype == np.uint32     # x4 outputs return their bits
+    np.testing.assert_array_equal(unpack_x4(dtype_of("float8_e4m3fn_x4"), got).reshape(4, 8), vals)
+    with pytest.raises(TypeError, match="is 2 bytes"):
+        dtype_of(np.dtype((type("float8_e4m3fn_x4", (np.void,), {}), 2)))
 
 
 def test_standin_allpairs_covers_every_allowed_pair():

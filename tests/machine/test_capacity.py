@@ -84,12 +84,12 @@ def psum_tiles(x, live_together):
     nisa.memset(acc, 0.0)
     ps = [nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum, name=f"ps{i}") for i in range(9)]
     for p in ps:
-        nisa.memset(p, 1.0)
+        nisa.memset(p, 1.0)                                                  # <ps-set>
         if not live_together:
             nisa.tensor_tensor(acc, acc, p, op=nl.add)
     if live_together:
         for p in ps:
-            nisa.tensor_tensor(acc, acc, p, op=nl.add)
+            nisa.tensor_tensor(acc, acc, p, op=nl.add)                       # <ps-read>
     nisa.dma_copy(out, acc)
     return out
 
@@ -99,6 +99,17 @@ def test_psum_live_ranges():
     with pytest.raises(CapacityError, match=rf"PSUM allocation of 2048 bytes per partition for tensor `ps8`.*"
                                             rf"{9 * 2048} bytes per partition would be live.*capacity {PSUM_CAP}"):
         psum_tiles(np.zeros(1, np.float32), True)
+
+
+def test_psum_refusal_names_the_tiles_made_in_one_loop_and_read_in_another():
+    fn = psum_tiles.fn
+    first, last = _line(fn, "ps-set"), _line(fn, "ps-read")
+    with pytest.raises(CapacityError) as e:
+        psum_tiles(np.zeros(1, np.float32), True)
+    msg = str(e.value)
+    assert (f"9 of them ({9 * 2048} bytes per partition) are first accessed at test_capacity.py:{first} and last "
+            f"accessed at test_capacity.py:{last}") in msg
+    assert "Allocation.LINEAR" in msg and "default flow" in msg
 
 
 def test_a_tile_larger_than_the_memory_is_refused_at_once():

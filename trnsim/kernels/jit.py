@@ -25,6 +25,8 @@ def _to_input(core, x, name):
         kind = "numpy"
         arr = x
         dt = dtype_of(arr.dtype)
+        if dt.packed and arr.dtype != dt.np:
+            arr = arr.view(dt.np)      # a NumPy dtype standing for an MX format: its packed integers
     elif type(x).__module__.startswith("torch") and hasattr(x, "detach"):
         import torch
         kind = "torch"

@@ -549,6 +549,8 @@ def shared_constant(constant, name=""):
         raise NkiValidationError(f"shared_constant: the constant must have at least one element and one "
                                  f"dimension, got shape {arr.shape}", "shared_constant", "constant", arr.shape,
                                  None, loc)
+    if dt.packed and arr.dtype != dt.np:
+        arr = arr.view(dt.np)          # a NumPy dtype standing for an MX format: its packed integers
     core = current().core
     src = arr.astype(np.float32) if dt.is_float and arr.dtype != np.float32 else arr
     buf = core.wrap_input(src, arr.shape, dt, name=name or "shared_constant")

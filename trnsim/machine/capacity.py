@@ -166,7 +166,10 @@ class Occupancy:
             "across this line; as in the compiler's allocation (nki.compiler.Allocation: an address from a tile's "
             "first write to its last read), each tile holds its bytes on every partition it spans, so tiles of few "
             "partitions do not share a byte range). Live tiles (first access .. last access): "
-            f"{'; '.join(items)}{more}",
+            f"{'; '.join(items)}{more}.{_reorder_hint(here, self.tiles, self.ranges)} trnsim keeps the kernel's "
+            "program order, as NKI allocation (CompileConfig(allocation=Allocation.LINEAR)) does; neuronx-cc's "
+            "default flow schedules instructions before it allocates and may interleave independent ones, so "
+            "it can accept an order this check refuses",
             "ndarray", "shape", live, cap, r[2])
 
     def _check_overlaps(self, kind):
@@ -197,6 +200,23 @@ class Occupancy:
                     f"from {_where(r1[2])} to {_where(r1[3])}, `{n2}` first written at {_where(r2[2])}; on hardware "
                     "the second would overwrite the first (give them different addresses or more tiles in "
                     "mod_alloc)", "ndarray", "address", (lo, hi), None, r2[2])
+
+
+def _reorder_hint(here, tiles, ranges):
+    """A sentence naming the largest group of live tiles with the same first and last access lines (tiles made in
+    one loop and all read in a later one), the usual cause of a refusal that reordering would avoid."""
+    groups = {}
+    for sz, q in here:
+        r = ranges[q]
+        groups.setdefault((_where(r[2]), _where(r[3])), []).append(sz)
+    if not groups:
+        return ""
+    (first, last), sizes = max(groups.items(), key=lambda kv: sum(kv[1]))
+    if len(sizes) < 2:
+        return ""
+    return (f" {len(sizes)} of them ({sum(sizes)} bytes per partition) are first accessed at {first} and last "
+            f"accessed at {last}: all are live together between those lines (made in one loop, read in a later one?); reading each "
+            "(e.g. copying it out) right after its last write would free it early.")
 
 
 def _placement(buf, block, size):

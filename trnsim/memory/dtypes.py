@@ -210,6 +210,21 @@ def from_real(dt: DType, arr: np.ndarray) -> np.ndarray:
     return out
 
 
+def _packed_void(npd: np.dtype):
+    """The packed MX format of a NumPy void dtype that stands for one: its scalar type is named after the format
+    (``float8_e4m3fn_x4`` ...) and it has the format's size, as NumPy dtypes registered from Python for the MX
+    formats are (a registered C dtype is named after its type and matched by name already).  Otherwise None."""
+    if npd.kind != "V":
+        return None
+    dt = DTYPES.get(getattr(npd.type, "__name__", ""))
+    if dt is None or not dt.packed:
+        return None
+    if npd.itemsize != dt.itemsize:
+        raise TypeError(f"dtype {npd!r} is named {dt.name} but is {npd.itemsize} bytes; {dt.name} packs "
+                        f"{dt.packed} values into {dt.itemsize} bytes")
+    return dt
+
+
 def dtype_of(x) -> DType:
     """The :class:`DType` for an NKI dtype string, a NumPy/ml_dtypes dtype, a torch dtype or a DType."""
     if isinstance(x, DType):
@@ -230,6 +245,9 @@ def dtype_of(x) -> DType:
         raise TypeError(f"unknown dtype {x!r}") from None
     if npd.name in DTYPES:
         return DTYPES[npd.name]
+    packed = _packed_void(npd)
+    if packed is not None:
+        return packed
     dt = _BY_NP.get(npd)
     if dt is None:
         raise TypeError(f"dtype {npd} is not a NeuronCore dtype; supported: {', '.join(sorted(DTYPES))}")
