@@ -11,7 +11,8 @@ from .harness import _M, _ld, _new, _numerics, _sim, _st
 
 
 def _xorwow_ref(state, n):
-    """Marsaglia's xorwow on Python ints: ``n`` outputs of one generator (state: x, y, z, w, v, d)."""
+    """Marsaglia's xorwow on Python ints: ``n`` outputs of one generator and its state after them (state: x, y,
+    z, w, v, d)."""
     x, y, z, w, v, d = (int(s) for s in state)
     out = []
     for _ in range(n):
@@ -20,7 +21,7 @@ def _xorwow_ref(state, n):
         v = (v ^ (v << 4) ^ t ^ (t << 1)) & 0xFFFFFFFF
         d = (d + 362437) & 0xFFFFFFFF
         out.append((v + d) & 0xFFFFFFFF)
-    return out
+    return out, [x, y, z, w, v, d]
 
 
 def _states(rng, p):
@@ -85,16 +86,7 @@ def _get_state(dt, rng):
             nisa.rand_get_state(out)
             return (_st(out),)
         got, = _sim(body, st, target="trn2")
-        # the state after 10 draws: run the reference 10 steps and rebuild (x..v are the last five outputs' v)
-        ref = []
-        for lane in st:
-            x, y, z, w, v, d = (int(s) for s in lane)
-            for _ in range(10):
-                t = (x ^ (x >> 2)) & 0xFFFFFFFF
-                x, y, z, w = y, z, w, v
-                v = (v ^ (v << 4) ^ t ^ (t << 1)) & 0xFFFFFFFF
-                d = (d + 362437) & 0xFFFFFFFF
-            ref.append([x, y, z, w, v, d])
+        ref = [_xorwow_ref(lane, 10)[1] for lane in st]             # the state after 10 draws
         return [("state after 10 draws", got, np.array(ref, np.float64), 0.0)]
     return [("16 lanes", thunk)]
 
@@ -112,7 +104,7 @@ def _rng(dt, rng):
             return (_st(bits),)
         got, = _sim(body, st, target="trn2")
         width = np.dtype(dt).itemsize * 8
-        ref = np.array([_xorwow_ref(lane, 20) for lane in st], np.uint64) & ((1 << width) - 1)
+        ref = np.array([_xorwow_ref(lane, 20)[0] for lane in st], np.uint64) & ((1 << width) - 1)
         ref = ref.astype(np.int64)
         if dt.startswith("int"):
             ref = np.where(ref >= 2 ** (width - 1), ref - 2 ** width, ref)

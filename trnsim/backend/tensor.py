@@ -24,7 +24,6 @@ from .op_table import ACCUMULATING, TABLE, TRANSFER
 
 DEVICE = torch.device("privateuseone", 0)   # replaced by torch.device("neuron", 0) at registration
 _make = torch.Tensor._make_wrapper_subclass
-_MAKE_DUAL_CHECK = torch.ops.aten._has_same_storage_numel.default     # called by make_dual, by little else
 _LOW = (torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.float8_e5m2)
 
 
@@ -39,12 +38,6 @@ class NeuronTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        if func is _MAKE_DUAL_CHECK and _fwad._current_level >= 0:
-            # forward-mode AD on device tensors ends in a segfault inside torch's CPU kernels for some ops
-            # (a dual tensor times a plain one); refuse it where it starts, in make_dual, with a Python error
-            raise NotImplementedError(
-                "forward-mode AD (torch.autograd.forward_ad.make_dual) is not supported on the neuron device yet; "
-                "use reverse mode (backward / torch.autograd.grad), or run the forward-AD part on the CPU")
         try:
             ew = _EWOPS.get(id(func), _UNSEEN)
             if ew is _UNSEEN:
@@ -646,6 +639,12 @@ def dispatch(func, args, kwargs):
     name, cat, transfer, accumulating = info
     if name in _SPARSE_GRAD_OPS:
         _check_sparse_grad(func, name, args, kwargs)
+    elif name == "_has_same_storage_numel" and _fwad._current_level >= 0:
+        # make_dual's check: forward-mode AD on device tensors ends in a segfault inside torch's CPU kernels for
+        # some ops (a dual tensor times a plain one); refuse it where it starts, with a Python error
+        raise NotImplementedError(
+            "forward-mode AD (torch.autograd.forward_ad.make_dual) is not supported on the neuron device yet; "
+            "use reverse mode (backward / torch.autograd.grad), or run the forward-AD part on the CPU")
     elif name == "set_" and len(args) > 1 and isinstance(args[1], torch.UntypedStorage) \
             and not MEMORY.is_device_storage(args[1]):
         raise RuntimeError(f"Attempted to set the storage of a tensor on device \"{DEVICE}\" to a storage on "

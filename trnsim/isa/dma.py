@@ -85,12 +85,7 @@ def dma_transpose(core, loc, dst, src, axes=None, priority=None, dge_mode=None, 
         fail(I, "dst", f"has dtype {dst.dtype.name} but 'src' has {src.dtype.name}; packed MX data is moved only "
              "to the same dtype", dst.dtype.name, src.dtype.name, loc)
     nd = src.ndim
-    if nd not in _AXES:
-        fail(I, "src", f"has rank {nd}; dma_transpose supports rank 2, 3 or 4", nd, (2, 3, 4), loc)
-    axes = int_tuple(I, "axes", axes, loc) if axes is not None else _AXES[nd]
-    if axes != _AXES[nd]:
-        fail(I, "axes", f"{axes} is not supported for rank {nd}; the supported permutation is {_AXES[nd]}",
-             axes, _AXES[nd], loc)
+    axes = _transpose_axes(I, nd, axes, loc)
     mode = getattr(dge_mode, "name", dge_mode)
     if isinstance(mode, str) and mode == "hwdge":
         # NKI reference, dma_transpose, "DMA Direct Transpose Constraints" of the hardware DGE
@@ -123,6 +118,17 @@ def dma_transpose(core, loc, dst, src, axes=None, priority=None, dge_mode=None, 
                     _part0(dst))
 
 
+def _transpose_axes(I, nd, axes, loc, what=""):
+    """The permutation of a rank-``nd`` transpose: the one trnsim supports for that rank, checked if given."""
+    if nd not in _AXES:
+        fail(I, "src", f"{what}has rank {nd}; dma_transpose supports rank 2, 3 or 4", nd, (2, 3, 4), loc)
+    axes = int_tuple(I, "axes", axes, loc) if axes is not None else _AXES[nd]
+    if axes != _AXES[nd]:
+        fail(I, "axes", f"{axes} is not supported for rank {nd}; the supported permutation is {_AXES[nd]}",
+             axes, _AXES[nd], loc)
+    return axes
+
+
 def _dma_transpose_gathered(core, loc, dst, src, axes, dge_mode, oob_mode):
     """The indirect form: ``src`` is ``ap(vector_offset=...)`` with indices that are not evenly spaced (a
     :class:`GatheredView`, one row view per index).  The source tile is the gathered rows stacked along dimension 0;
@@ -139,12 +145,7 @@ def _dma_transpose_gathered(core, loc, dst, src, axes, dge_mode, oob_mode):
     shape = tuple(src.shape)
     nd = len(shape)
     what = f"(gathered `{src.name}`)"
-    if nd not in _AXES:
-        fail(I, "src", f"{what} has rank {nd}; dma_transpose supports rank 2, 3 or 4", nd, (2, 3, 4), loc)
-    axes = int_tuple(I, "axes", axes, loc) if axes is not None else _AXES[nd]
-    if axes != _AXES[nd]:
-        fail(I, "axes", f"{axes} is not supported for rank {nd}; the supported permutation is {_AXES[nd]}",
-             axes, _AXES[nd], loc)
+    axes = _transpose_axes(I, nd, axes, loc, what + " ")
     mode = getattr(dge_mode, "name", dge_mode)
     if isinstance(mode, str) and mode not in ("unknown", "swdge"):
         fail(I, "dge_mode", f"is {mode}; an indirect (vector_offset) transpose runs on the software DGE only "

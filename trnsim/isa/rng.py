@@ -34,7 +34,6 @@ WORDS_PER_GENERATOR = 6                               # XORWOW: five xorshift wo
 STATE_WORDS = {"gpsimd": 6, "vector": 24}             # NKI reference, rand_set_state: "6 elements (GpSimd) or
                                                       # 24 elements (Vector)" per compute lane
 WEYL_STEP = 362437                                    # Marsaglia 2003, xorwow: d += 362437
-LANES = 128                                           # one generator set per SBUF partition (compute lane)
 DEFAULT_SEED = 0                                      # trnsim's: the state before any seed instruction
 _INT_DTYPES = ("int8", "int16", "int32", "uint8", "uint16", "uint32")
 _RAND2_DTYPES = ("float8_e4m3", "float8_e5m2", "float16", "bfloat16", "float32", "tfloat32") + _INT_DTYPES
@@ -63,7 +62,7 @@ def _states(core, engine):
         st = {}
         core.rng_states = st
     if engine not in st:
-        st[engine] = _expand_seed(DEFAULT_SEED, LANES, STATE_WORDS[engine])
+        st[engine] = _expand_seed(DEFAULT_SEED, core.target.pmax, STATE_WORDS[engine])     # a set per lane
     return st[engine]
 
 
@@ -214,8 +213,22 @@ def set_rng_seed(core, loc, src_seeds):
     if core.execute:
         raw = np.ascontiguousarray(read(core, src_seeds, "src_seeds", I, loc).reshape(1))
         seed = int(raw.view(np.uint32)[0]) if raw.dtype.itemsize == 4 else int(raw[0]) & 0xFFFFFFFF
-        _states(core, "vector")[...] = _expand_seed(seed, LANES, STATE_WORDS["vector"])
+        _states(core, "vector")[...] = _expand_seed(seed, core.target.pmax, STATE_WORDS["vector"])
     core.record(I, "vector", (), (src_seeds,), float(core.target.min_ii_cycles), loc)
+
+
+def _state_engine(core, I, engine, loc):
+    """The engine holding the state (GpSimd by default; NeuronCore-v3+, the Vector Engine's from v4)."""
+    _need_version(core, I, 3, loc)
+    eng = pick_engine(I, engine, "gpsimd", ("gpsimd", "vector"), loc)
+    if eng == "vector":
+        _need_version(core, I, 4, loc, "the Vector engine's state ")
+    return eng
+
+
+def _state_cycles(core, eng):
+    """Moving a lane's state words: a GpSimd instruction over them, or one minimal Vector instruction."""
+    return gpsimd_cycles(core.target, STATE_WORDS[eng]) if eng == "gpsimd" else float(core.target.min_ii_cycles)
 
 
 def _state_operand(core, I, name, t, eng, loc):
@@ -233,10 +246,7 @@ def _state_operand(core, I, name, t, eng, loc):
 def rand_set_state(core, loc, src_seeds, engine=None):
     """Load the state words of lanes ``p0 ..`` of the engine's generators from ``src_seeds`` [lanes, 6 | 24]."""
     I = "rand_set_state"
-    _need_version(core, I, 3, loc)
-    eng = pick_engine(I, engine, "gpsimd", ("gpsimd", "vector"), loc)
-    if eng == "vector":
-        _need_version(core, I, 4, loc, "the Vector engine's state ")
+    eng = _state_engine(core, I, engine, loc)
     p0, p = _state_operand(core, I, "src_seeds", src_seeds, eng, loc)
     if core.execute:
         words = read(core, src_seeds, "src_seeds", I, loc).reshape(p, -1).astype(np.uint32)
@@ -246,19 +256,14 @@ def rand_set_state(core, loc, src_seeds, engine=None):
             fail(I, "src_seeds", f"gives lane {p0 + lane} an all-zero xorshift state (words 0-4 of a generator), "
                  "which XORWOW never leaves", 0, "nonzero", loc)
         _states(core, eng)[p0:p0 + p] = words
-    core.record(I, eng, (), (src_seeds,), gpsimd_cycles(core.target, STATE_WORDS[eng]) if eng == "gpsimd" else
-                float(core.target.min_ii_cycles), loc)
+    core.record(I, eng, (), (src_seeds,), _state_cycles(core, eng), loc)
 
 
 def rand_get_state(core, loc, dst, engine=None):
     """Store the state words of lanes ``p0 ..`` of the engine's generators into ``dst`` [lanes, 6 | 24]."""
     I = "rand_get_state"
-    _need_version(core, I, 3, loc)
-    eng = pick_engine(I, engine, "gpsimd", ("gpsimd", "vector"), loc)
-    if eng == "vector":
-        _need_version(core, I, 4, loc, "the Vector engine's state ")
+    eng = _state_engine(core, I, engine, loc)
     p0, p = _state_operand(core, I, "dst", dst, eng, loc)
     if core.execute:
         write(core, dst, _states(core, eng)[p0:p0 + p].astype(np.int64).reshape(dst.shape))
-    core.record(I, eng, (dst,), (), gpsimd_cycles(core.target, STATE_WORDS[eng]) if eng == "gpsimd" else
-                float(core.target.min_ii_cycles), loc)
+    core.record(I, eng, (dst,), (), _state_cycles(core, eng), loc)

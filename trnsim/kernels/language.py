@@ -651,10 +651,15 @@ def gather_flattened(data, indices, axis=0, dtype=None):
                                       "axis", axis, 0, loc)
     g = ndarray(indices.shape, data.dtype.name, buffer=sbuf)
     _isa.nc_n_gather(core, loc, g, data, indices)
-    if dtype is None or dtype_of(dtype) == data.dtype:
-        return g
-    out = ndarray(indices.shape, dtype, buffer=sbuf)
-    _isa.tensor_copy(core, loc, out, g)
+    return _cast_to(core, loc, g, dtype)
+
+
+def _cast_to(core, loc, t, dtype):
+    """``t`` itself, or (for another ``dtype``) a new SBUF tile with ``t`` converted by tensor_copy."""
+    if dtype is None or dtype_of(dtype) == t.dtype:
+        return t
+    out = ndarray(t.shape, dtype, buffer=sbuf)
+    _isa.tensor_copy(core, loc, out, t)
     return out
 
 
@@ -676,11 +681,7 @@ def dropout(x, rate, dtype=None):
     loc = caller_location()
     out = ndarray(x.shape, x.dtype.name, buffer=sbuf)
     _isa.dropout(core, loc, out, x, rate)
-    if dtype is None or dtype_of(dtype) == x.dtype:
-        return out
-    cast = ndarray(x.shape, dtype, buffer=sbuf)
-    _isa.tensor_copy(core, loc, cast, out)
-    return cast
+    return _cast_to(core, loc, out, dtype)
 
 
 def random_seed(seed):
