@@ -220,7 +220,8 @@ def render_md(rep):
            f"Snapshot: aws-neuron/nki-library at commit `{rep['snapshot_commit']}` (Apache-2.0), run from "
            f"`{rep['snapshot']}` with `--test-mode simulation --platform-target {rep['platform']}`.",
            f"Command: `{rep['command']}`",
-           f"Selection: every {rep['every']}th collected test" + (f", at most {rep['limit']}" if rep['limit'] else "")
+           f"Selection: every {rep['every']}th collected test"
+           + (f" from offset {rep['offset']}" if rep.get("offset") else "") + (f", at most {rep['limit']}" if rep['limit'] else "")
            + f" ({s['tests']} tests); {rep['jobs']} worker(s); {rep['wall_s']:.0f} s wall."
            + (" **Partial run**: stopped at the time budget; only the tests that finished are counted."
               if rep.get("partial") else ""),
@@ -293,6 +294,9 @@ def build_parser():
                    help="commit of the snapshot, for the report (default: git rev-parse, else $NKI_LIBRARY_COMMIT)")
     p.add_argument("-j", "--jobs", type=int, default=1, help="pytest-xdist workers (default 1: no xdist)")
     p.add_argument("--every", type=int, default=1, help="keep every N-th collected test (sorted node ids)")
+    p.add_argument("--offset", type=int, default=0,
+                   help="start the every-N-th selection at this collected test (0 <= offset < every); another "
+                        "offset draws a disjoint sample")
     p.add_argument("--limit", type=int, default=0, help="keep at most this many of those")
     p.add_argument("--platform", default="trn2", help="--platform-target given to the harness (default trn2)")
     p.add_argument("-k", dest="keyword", default=None, help="pytest -k expression")
@@ -325,6 +329,9 @@ def run(args, argv):
         if v < 1:
             print(f"run_nki_library: {what} must be >= 1, got {v}", file=sys.stderr)
             return 2
+    if not 0 <= args.offset < args.every:
+        print(f"run_nki_library: --offset must be in [0, --every={args.every}), got {args.offset}", file=sys.stderr)
+        return 2
     if args.limit < 0 or args.time_budget < 0:
         print("run_nki_library: --limit and --time-budget must be >= 0", file=sys.stderr)
         return 2
@@ -338,7 +345,8 @@ def run(args, argv):
         env["PYTHONPATH"] = os.pathsep.join([sdir, SUPPORT, os.path.join(snap, "src"), snap]
                                             + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         env.update(PYTHONDONTWRITEBYTECODE="1", TRNSIM_NKILIB_RESULTS=results,
-                   TRNSIM_NKILIB_EVERY=str(args.every), TRNSIM_NKILIB_LIMIT=str(args.limit))
+                   TRNSIM_NKILIB_EVERY=str(args.every), TRNSIM_NKILIB_LIMIT=str(args.limit),
+                   TRNSIM_NKILIB_OFFSET=str(args.offset))
         cmd = [sys.executable, "-m", "pytest", *[os.path.join(snap, p) for p in args.paths],
                "--test-mode", "simulation", "--platform-target", args.platform,
                "--output-directory", os.path.join(tmp, "out"), "-p", "trnsim_nkilib_plugin",
@@ -372,7 +380,7 @@ def run(args, argv):
             return 1
         summary = classify(recs)
         rep = {"snapshot": snap, "snapshot_commit": snapshot_commit(snap, args.snapshot_commit),
-               "platform": args.platform, "every": args.every, "limit": args.limit, "jobs": args.jobs,
+               "platform": args.platform, "every": args.every, "offset": args.offset, "limit": args.limit, "jobs": args.jobs,
                "command": "python tools/run_nki_library.py " + " ".join(argv),
                "standins": used, "wall_s": wall, "partial": partial, "summary": summary,
                "tail": output.strip().splitlines()[-1:] if output.strip() else []}

@@ -376,6 +376,20 @@ def test_quantize_mx_then_matmul_mx(x4, emax, big, ml, p):
     np.testing.assert_allclose(dst.np, 2 * ref, rtol=1e-5, atol=1e-6 * np.abs(ref).max())
 
 
+@pytest.mark.parametrize("p", [32, 64])
+def test_quantize_mx_zeroes_the_padding_partitions_of_the_quadrants_it_spans(p):
+    core = NeuronCore("trn3")
+    xs = np.random.default_rng(3).standard_normal((p, 8)).astype(np.float32)
+    q = empty(core, (p, 2), "float8_e4m3fn_x4")
+    sc = tile(core, np.full((128, 2), 77), "uint8")       # a 128-partition scale tile holding older values
+    isa.quantize_mx(core, LOC, q, tile(core, xs, "bfloat16"), sc)
+    rows = 32 * (np.arange(p // 8) // 4) + np.arange(p // 8) % 4
+    pad = np.setdiff1d(np.arange(p), rows)
+    assert (sc.np[pad] == 0).all()                        # the 28 padding rows of each quadrant written with 0
+    assert (sc.np[rows] != 0).all() and (sc.np[rows] != 77).all()
+    assert (sc.np[p:] == 77).all()                        # quadrants the data does not span are left as they were
+
+
 def test_mx_rules():
     core = NeuronCore("trn3")
     q = empty(core, (32, 4), "float8_e4m3fn_x4")

@@ -83,7 +83,7 @@ def quantize_mx(core, loc, dst, src, dst_scale):
     The scale is the one nki-library's hardware-validated goldens use (test/utils/mx_utils.py at the snapshot
     d2ad3a5 compares quantize_mx's bits with absolute accuracy 0).  The NKI 2.32 reference text describes a
     scale twice as large (Emax - 1); trnsim follows the goldens.  An all-zero group gets 2^-127 (biased 0), as the
-    reference says."""
+    reference says.  The other partitions of each 32-partition quadrant of the scale tile are written with 0."""
     I = "quantize_mx"
     _need_v4(core, I, loc)
     pmax = core.target.pmax
@@ -117,6 +117,11 @@ def quantize_mx(core, loc, dst, src, dst_scale):
         write(core, dst, pack_x4(dst.dtype, q.astype(np.float32)).reshape(dst.shape))
         sc = dst_scale.np.reshape(dst_scale.shape[0], -1).copy()
         rows = scale_rows(p)
+        # The 28 partitions after the 4 scale rows of each 32-partition quadrant the data spans are written as
+        # zeros: nki-library's quantize_to_mx kernel documents quantize_mx's scale output as "remaining 28 rows
+        # are zero padding" (test/integration/nkilib/core/utils/test_quantize_to_mx.py at d2ad3a5), and its
+        # golden (mx_torch_common.quantize_mx_golden) expects 0 there.  The NKI reference does not say.
+        sc[:p] = 0
         if dst_scale.dtype.name == "uint8":
             sc[rows] = (sexp + _E8M0_BIAS).astype(sc.dtype)
             write(core, dst_scale, sc)
