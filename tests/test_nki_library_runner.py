@@ -191,7 +191,7 @@ def test_standin_allpairs_covers_every_allowed_pair():
 @pytest.mark.skipif(not os.path.isfile(os.path.join(SNAPSHOT, "test", "conftest.py")),
                     reason="AWS nki-library snapshot not present (set NKI_LIBRARY_PATH)")
 @pytest.mark.skipif(bool(runner.missing_harness_requirements()),
-                    reason="nki-library's harness needs boto3, botocore and attrs (pip install boto3 attrs)")
+                    reason="nki-library's harness needs boto3, botocore, attrs and scipy (pip install boto3 attrs scipy)")
 def test_a_slice_of_nki_library_passes_through_the_runner(tmp_path):
     out = tmp_path / "nki-library"
     code = runner.main(["--snapshot", SNAPSHOT, "--limit", "1", "--out", str(out), "--snapshot-commit", "test",

@@ -405,7 +405,8 @@ def run(args, argv):
 
 # third-party packages nki-library's own harness (test/conftest.py, test/utils/) imports at start-up and that no
 # stand-in replaces here (distribution name for pip beside each)
-HARNESS_REQUIREMENTS = {"boto3": "boto3", "botocore": "botocore", "attr": "attrs"}
+HARNESS_REQUIREMENTS = {"boto3": "boto3", "botocore": "botocore", "attr": "attrs",
+                        "scipy": "scipy"}   # scipy: test/integration/nkilib/utils/test_kernel_common.py
 
 
 def missing_harness_requirements():
