@@ -143,6 +143,9 @@ def test_standin_x4_names_are_numpy_dtypes_as_the_snapshot_uses_them():
             w + np.float32(1)                   # packed bits have no arithmetic
         with pytest.raises(TypeError):
             w.astype(np.float32)                # nor a value cast (the snapshot's validator relies on the TypeError)
+        both = np.concatenate([w[1], w[1]], axis=1)          # goldens concatenate x4 blocks, then .view(np.float32)
+        assert both.dtype == npd and both.view(store).shape == (3, 2 * w.shape[2])
+        np.testing.assert_array_equal(ndt.static_cast(both, np.float32), np.concatenate([vals, vals], axis=1))
     assert str(np.dtype([("a", "<f4")])) == "[('a', '<f4')]" and str(np.dtype(ml_dtypes.bfloat16)) == "bfloat16"
     with pytest.raises(TypeError, match="is not a conversion between packed formats"):
         ndt.static_cast(np.zeros(2, "float8_e5m2_x4"), ndt.float8_e4m3fn_x4)

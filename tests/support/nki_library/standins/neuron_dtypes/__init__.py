@@ -7,7 +7,7 @@ The MX ``*_x4`` formats (four FP8 or FP4 values packed into one 32-bit or 16-bit
 trnsim's ``pack_x4``) are NumPy dtypes here, as the real package registers them: the snapshot's tests allocate
 ``np.zeros(shape, dtype=nl.float4_e2m1fn_x4)`` (an NKI dtype *name*), fill it with ``static_cast`` results, and
 reinterpret it with ``.view(np.uint16)``.  Pure Python cannot register a new NumPy scalar kind, so each x4 dtype is a
-structured dtype (field ``bits``, the packed integer; see ``_make_x4``) whose scalar type is an ``np.void`` subclass named
+structured dtype of the format's size (see ``_make_x4``) whose scalar type is an ``np.void`` subclass named
 after the format, and the name is entered in NumPy's type-name table (``np.sctypeDict``) when this module is
 imported, so ``np.dtype("float8_e4m3fn_x4")`` resolves to it.  trnsim's ``dtype_of`` recognises such a dtype by its
 scalar type's name and size.  ``static_cast`` from an x4 array unpacks it (last axis times four).
@@ -27,12 +27,15 @@ _X4_NAMES = ("float8_e4m3fn_x4", "float8_e5m2_x4", "float4_e2m1fn_x4")
 def _make_x4(name):
     dt = dtype_of(name)                    # trnsim's packed format: storage integer and packing
     scalar = type(name, (np.void,), {"__module__": __name__, "_trnsim_x4": True})
-    # two fields over the same bytes: ``bits`` (the packed integer) and ``low`` (its low byte, written with the same
-    # value's low byte).  A one-field structured dtype would cast silently to float32 (giving the bit pattern as a
+    # two fields, the low and the high half of the packed integer (the layout is only for NumPy: data is reached
+    # through ``.view``).  A one-field structured dtype would cast silently to float32 (giving the bit pattern as a
     # number); with two, NumPy refuses the cast with TypeError, as the real package does for x4 arrays, which sends
-    # the snapshot's output validator to its packed-format comparison instead of a tolerance on bit patterns.
-    npd = np.dtype((scalar, {"names": ["bits", "low"], "formats": [np.dtype(dt.np).newbyteorder("<"), np.uint8],
-                             "offsets": [0, 0], "itemsize": dt.itemsize}))
+    # the snapshot's output validator to its packed-format comparison instead of a tolerance on bit patterns.  The
+    # fields must not overlap: NumPy's promotion (np.concatenate, np.stack) rebuilds a structured dtype with
+    # overlapping fields as a packed one of another size, losing the scalar type.
+    half = np.dtype(f"<u{dt.itemsize // 2}")
+    npd = np.dtype((scalar, {"names": ["lo", "hi"], "formats": [half, half], "offsets": [0, dt.itemsize // 2],
+                             "itemsize": dt.itemsize}))
     registered = np.sctypeDict.get(name)
     if registered is not None and np.dtype(registered).kind == "V" and np.dtype(registered).type.__name__ == name:
         return np.dtype(registered)        # loaded twice (trnsim's tests load this file under another name)
