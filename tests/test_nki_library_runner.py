@@ -50,6 +50,9 @@ def test_classify_counts_mismatches_failures_outside_and_negatives():
             message="'PerRankLazyInputGenerator' object has no attribute 'items'"),
         rec("qkv", 4, "failed", chain=["ValidationException", "RuntimeError"], type="RuntimeError",
             message="The size of tensor a (4) must match"),
+        rec("qkv", 5, "failed", chain=["InferenceException", "TypeError"], type="TypeError",
+            message="Cannot cast array data from dtype('float8_e4m3fn_x4') to dtype('float32') according to the "
+                    "rule 'unsafe'"),
         rec("topk", 0, "passed", negative=True),
         rec("topk", 1, "failed", negative=True, chain=["AssertionError"], type="AssertionError",
             message="Test case was expected to fail, but it hasn't!"),
@@ -59,7 +62,7 @@ def test_classify_counts_mismatches_failures_outside_and_negatives():
     ]
     s = runner.classify(recs)
     assert (s["runnable"], s["passed"], s["mismatches"], s["failed"]) == (5, 2, 1, 2)
-    assert (s["negative"], s["negative_passed"], s["skipped"], s["not_simulated"]) == (2, 1, 1, 3)
+    assert (s["negative"], s["negative_passed"], s["skipped"], s["not_simulated"]) == (2, 1, 1, 4)
     assert s["mismatch_tests"] == [F.format("mlp", 2)]
     # the two refusals differ only in numbers and paths: one cause, counted twice, ranked first
     top = s["causes"][0]
@@ -69,6 +72,7 @@ def test_classify_counts_mismatches_failures_outside_and_negatives():
     assert len(s["collect_errors"]) == 1
     whys = " ".join(c["cause"] for c in s["not_simulated_causes"])
     assert "per-rank" in whys and "golden reference" in whys and "before its kernel ran" in whys
+    assert "converts each output to its golden's dtype" in whys
     md = runner.render_md({"snapshot": "/s", "snapshot_commit": "abc1234", "platform": "trn2", "every": 10,
                            "limit": 0, "jobs": 2, "command": "python tools/run_nki_library.py", "standins": [],
                            "wall_s": 1.0, "summary": s})
@@ -151,7 +155,7 @@ def test_standin_x4_names_are_numpy_dtypes_as_the_snapshot_uses_them():
         ndt.static_cast(np.zeros(2, "float8_e5m2_x4"), ndt.float8_e4m3fn_x4)
 
 
-def test_x4_numpy_dtype_reaches_a_kernel_as_the_packed_format():
+def test_x4_numpy_dtype_reaches_a_kernel_as_the_packed_format(monkeypatch):
     """A kernel given an array of the stand-in's x4 dtype sees an MX tensor holding those bits."""
     import trnsim.kernels.language as nl
     from trnsim.kernels.jit import jit
@@ -168,8 +172,15 @@ def test_x4_numpy_dtype_reaches_a_kernel_as_the_packed_format():
         return out
 
     got = k(x)
-    assert seen["dtype"] == "float8_e4m3fn_x4" and got.dtype == np.uint32     # x4 outputs return their bits
-    np.testing.assert_array_equal(unpack_x4(dtype_of("float8_e4m3fn_x4"), got).reshape(4, 8), vals)
+    # with the format's NumPy dtype registered (the stand-in, as AWS's neuron_dtypes), the output has that dtype
+    assert seen["dtype"] == "float8_e4m3fn_x4" and got.dtype == ndt.float8_e4m3fn_x4
+    np.testing.assert_array_equal(ndt.static_cast(got, np.float32), vals)
+    with pytest.raises(TypeError):
+        got.astype(np.float32)                   # so the snapshot's validator unpacks it instead of casting bits
+    monkeypatch.delitem(np.sctypeDict, "float8_e4m3fn_x4")
+    bits = k(x)                                  # no such dtype registered: the packed integers
+    assert bits.dtype == np.uint32
+    np.testing.assert_array_equal(unpack_x4(dtype_of("float8_e4m3fn_x4"), bits).reshape(4, 8), vals)
     with pytest.raises(TypeError, match="is 2 bytes"):
         dtype_of(np.dtype((type("float8_e4m3fn_x4", (np.void,), {}), 2)))
 

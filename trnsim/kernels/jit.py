@@ -43,12 +43,27 @@ def _to_input(core, x, name):
     return NkiTensor.whole(buf, name), (kind, x)
 
 
+def _registered_packed(dt):
+    """The NumPy dtype registered under an MX packed format's name (AWS's ``neuron_dtypes`` registers them, as
+    does the nki-library stand-in), if one of the format's size is; else None."""
+    try:
+        npd = np.dtype(dt.name)
+    except TypeError:
+        return None
+    return npd if npd.itemsize == dt.itemsize and npd.kind == "V" else None
+
+
 def _to_output(t, kind):
     if not isinstance(t, Tensor):
         return t
     if t.buf.data is None:
         return None
     a = np.ascontiguousarray(t.np)
+    if t.dtype.packed and kind != "torch":
+        # an MX output comes back in the format's NumPy dtype where one is registered (as the Neuron runtime's
+        # outputs are), else as its packed integers
+        npd = _registered_packed(t.dtype)
+        return a.copy().view(npd) if npd is not None else a.copy()
     real = to_real(t.dtype, a) if t.dtype.np != a.dtype else a.copy()     # bit patterns kept (NaN payloads)
     if kind == "torch":
         import torch
