@@ -148,7 +148,10 @@ def unpack_x4(dt: DType, bits: np.ndarray) -> np.ndarray:
     """The float32 values of packed-format elements: shape ``bits.shape + (4,)``, value ``j`` from bits
     ``[j*w, (j+1)*w)`` (w = 8 for FP8, 4 for FP4)."""
     w = dt.itemsize * 8 // dt.packed
-    b = np.asarray(bits).astype(np.uint32)
+    b = np.asarray(bits)
+    if b.dtype.kind == "V" and b.dtype.itemsize == dt.itemsize:
+        b = b.view(dt.np)                      # the format's registered NumPy dtype (neuron_dtypes): same bytes
+    b = b.astype(np.uint32)
     parts = np.stack([(b >> np.uint32(w * j)) & np.uint32((1 << w) - 1) for j in range(dt.packed)], axis=-1)
     return parts.astype(np.uint8).view(_ELEMENT_NP[dt.element]).astype(np.float32)
 
