@@ -233,14 +233,46 @@ def narrow_tiles(x, n):
     return out
 
 
-def test_narrow_tiles_hold_their_bytes_on_all_their_partitions():
-    """Tiles of 13 partitions are counted at full bytes per partition (no stacking of narrow tiles in a byte range,
-    as the compiler's documented allocation); the refusal says so and lists the tiles' partitions."""
-    fit = SBUF_CAP // (7 * KiB) - 1                    # with the 2 KiB accumulator
+def test_narrow_tiles_share_byte_ranges_in_different_quadrants():
+    """Tiles of 13 partitions may start at partition 0, 32, 64 or 96 (hardware.md "Memory rules"), so four of
+    them can hold the same bytes per partition in different quadrants: the check counts bytes per quadrant.  The
+    accumulator (2 KiB) and the 7 KiB weight tiles are spread over the four quadrants; one tile more than fits in
+    the emptiest quadrant is refused, and the refusal lists the tiles' partitions."""
+    fit = (SBUF_CAP - 2 * KiB) // (7 * KiB) + 3 * (SBUF_CAP // (7 * KiB))
+    assert fit > 3 * (SBUF_CAP // (7 * KiB))           # far more than the ~31 a whole-partition count allows
     np.testing.assert_array_equal(narrow_tiles(np.zeros(1, np.float32), fit), float(fit))
     with pytest.raises(CapacityError) as ei:
         narrow_tiles(np.zeros(1, np.float32), fit + 1)
     msg = str(ei.value)
     assert "7168 B on 13 partitions" in msg
-    assert "tiles of few partitions do not share a byte range" in msg
-    assert f"{(fit + 1) * 7 * KiB + 2 * KiB} bytes per partition would be live" in msg
+    assert "tiles of 32 or fewer partitions may share a byte range in different quadrants" in msg
+    # the emptiest quadrant is the accumulator's: 2 KiB + (fit // 4 + 1) weight tiles
+    assert f"{2 * KiB + (SBUF_CAP - 2 * KiB) // (7 * KiB) * 7 * KiB + 7 * KiB} bytes per partition would be live" in msg
+
+
+@pytest.mark.parametrize("parts,per_range", [(40, 2), (64, 2), (65, 1), (128, 1)])
+def test_wider_tiles_share_only_what_their_start_partitions_allow(parts, per_range):
+    """33-64 partitions start at 0 or 64 (two per byte range); more than 64 start at 0 (one per byte range)."""
+    from trnsim.machine.capacity import Occupancy
+
+    def live_together(n):                          # n tiles touched by one instruction
+        occ = Occupancy()
+        for i in range(n):
+            occ._touch_key((i, -1), _FakeBuf(i, parts, size), -1, None)
+        occ._check_kind("sbuf", SBUF_CAP, 128)
+    size = SBUF_CAP // 4
+    live_together(4 * per_range)                   # exactly fills the memory
+    with pytest.raises(CapacityError, match=f"{SBUF_CAP + size} bytes per partition would be live"):
+        live_together(4 * per_range + 1)
+
+
+class _FakeBuf:
+    """The fields of a Buffer that Occupancy reads."""
+
+    def __init__(self, i, parts, size):
+        self.id, self.shape, self.block, self.bytes_pp, self.kind = i, (parts, size), 0, size, "sbuf"
+        self.name, self.placement = f"t{i}", None
+
+        class _D:
+            itemsize = 1
+        self.dtype = _D()

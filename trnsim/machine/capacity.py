@@ -9,7 +9,9 @@ F]``) is B tiles, each with its own live range (the front end marks the block si
 :class:`Occupancy` records, for each tile (or block), its first and last instruction and their source lines, as
 the core records instructions.  When the kernel has run, :meth:`Occupancy.check` sweeps the live ranges: the
 first instruction at which the bytes per partition live exceed the memory's capacity is refused with
-:class:`CapacityError`, naming that line, the live set there and the limit.  Tiles placed at explicit addresses
+:class:`CapacityError`, naming that line, the live set there and the limit.  Bytes are counted per 32-partition
+quadrant: a tile of 32 or fewer partitions may start at partition 0, 32, 64 or 96 and one of 33-64 at 0 or 64
+(hardware.md "Memory rules"), so narrow tiles can share a byte range in different quadrants (:class:`_Quadrants`).  Tiles placed at explicit addresses
 (``ncc.sbuf.mod_alloc(base_addr=...)``, ``nl.ndarray(..., address=...)``) are checked for overlap instead: two
 placements sharing bytes of a partition while both are live would corrupt each other on hardware.
 """
@@ -110,7 +112,7 @@ class Occupancy:
         for kind, cap, nparts in ((SBUF, target.sbuf_partition_bytes, target.sbuf_partitions),
                                   (PSUM, target.psum_partition_bytes, target.psum_partitions)):
             self._check_bounds(kind, cap, nparts)
-            self._check_kind(kind, cap)
+            self._check_kind(kind, cap, nparts)
             self._check_overlaps(kind)
 
     def _check_bounds(self, kind, cap, nparts):
@@ -125,7 +127,7 @@ class Occupancy:
                     f"partitions [{p0}, {p0 + np_}) is outside the memory: {cap} bytes per partition, {nparts} "
                     "partitions", "ndarray", "address", (p0, addr), (nparts, cap), self.ranges[key][2])
 
-    def _check_kind(self, kind, cap):
+    def _check_kind(self, kind, cap, nparts=128):
         ev = []
         for key, (k, size, _, _) in self.tiles.items():
             if k == kind:
@@ -135,12 +137,12 @@ class Occupancy:
         if not ev:
             return
         ev.sort(key=lambda e: (e[0], e[1]))
-        live = 0
+        quads = _Quadrants(nparts)
         for s, add, size, key in ev:
             if not add:
-                live -= size
+                quads.free(key)
                 continue
-            live += size
+            live = quads.place(key, size, self.parts.get(key, nparts), self.tiles[key][3])
             if live > cap:
                 self._refuse(kind, cap, key, s, live)
 
@@ -161,11 +163,12 @@ class Occupancy:
         total = sum(sz for sz, _ in here)
         raise CapacityError(
             f"{kind.upper()} allocation of {size} bytes per partition for tensor `{name}`{blk} does not fit: at this "
-            f"line {live} bytes per partition would be live in program order, capacity {cap} bytes per partition "
-            f"({len(here)} tiles, {total} bytes per partition, are live from their first write to their last read "
-            "across this line; as in the compiler's allocation (nki.compiler.Allocation: an address from a tile's "
-            "first write to its last read), each tile holds its bytes on every partition it spans, so tiles of few "
-            "partitions do not share a byte range). Live tiles (first access .. last access): "
+            f"line {live} bytes per partition would be live in program order in the fullest 32-partition quadrant, "
+            f"capacity {cap} bytes per partition ({len(here)} tiles, {total} bytes per partition, are live from "
+            "their first write to their last read across this line; as in the compiler's allocation "
+            "(nki.compiler.Allocation: an address from a tile's first write to its last read), each tile holds its "
+            "bytes on every quadrant it spans; tiles of 32 or fewer partitions may share a byte range in different "
+            "quadrants, 33-64 partitions in the two halves). Live tiles (first access .. last access): "
             f"{'; '.join(items)}{more}.{_reorder_hint(here, self.tiles, self.ranges)} trnsim keeps the kernel's "
             "program order, as NKI allocation (CompileConfig(allocation=Allocation.LINEAR)) does; neuronx-cc's "
             "default flow schedules instructions before it allocates and may interleave independent ones, so "
@@ -200,6 +203,58 @@ class Occupancy:
                     f"from {_where(r1[2])} to {_where(r1[3])}, `{n2}` first written at {_where(r2[2])}; on hardware "
                     "the second would overwrite the first (give them different addresses or more tiles in "
                     "mod_alloc)", "ndarray", "address", (lo, hi), None, r2[2])
+
+
+_QUADRANT = 32     # partitions per SBUF/PSUM quadrant (hardware.md "Memory rules": start partitions 0/32/64/96)
+
+
+def _starts(parts, nparts):
+    """The partitions a tile of ``parts`` partitions may start at.  hardware.md "Memory rules": a tile spanning
+    more than 64 partitions starts at partition 0; 33-64 partitions start at 0 or 64; 32 or fewer at 0, 32, 64
+    or 96."""
+    if parts > 2 * _QUADRANT:
+        return (0,)
+    step = 2 * _QUADRANT if parts > _QUADRANT else _QUADRANT
+    return tuple(range(0, nparts - parts + 1, step))
+
+
+class _Quadrants:
+    """Bytes per partition in use in each 32-partition quadrant.  An automatically placed tile goes to the
+    allowed start partition where the fullest quadrant it spans ends up least full (lowest start on a tie): four
+    tiles of up to 32 partitions can share one byte range in different quadrants.  An explicitly placed tile
+    occupies the quadrants of its own partitions.  Bytes within a quadrant are counted, not laid out (no
+    fragmentation), as in the program-order check before."""
+
+    __slots__ = ("used", "where")
+
+    def __init__(self, nparts):
+        self.used = [0] * max(1, -(-nparts // _QUADRANT))
+        self.where = {}
+
+    def place(self, key, size, parts, placement):
+        """Place the tile; return the bytes per partition then in use in the fullest quadrant it spans."""
+        used = self.used
+        if placement is not None:
+            p0, np_ = placement[0], placement[1]
+            spans = [(p0 // _QUADRANT, (p0 + max(np_, 1) - 1) // _QUADRANT)]
+        else:
+            spans = [(a // _QUADRANT, (a + max(parts, 1) - 1) // _QUADRANT) for a in _starts(parts, len(used) * _QUADRANT)]
+            spans = spans or [(0, len(used) - 1)]
+        best = None
+        for q0, q1 in spans:
+            top = max(used[q0:q1 + 1]) + size
+            if best is None or top < best[0]:
+                best = (top, q0, q1)
+        top, q0, q1 = best
+        for q in range(q0, q1 + 1):
+            used[q] += size
+        self.where[key] = (q0, q1, size)
+        return top
+
+    def free(self, key):
+        q0, q1, size = self.where.pop(key)
+        for q in range(q0, q1 + 1):
+            self.used[q] -= size
 
 
 def _reorder_hint(here, tiles, ranges):
