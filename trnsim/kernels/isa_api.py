@@ -152,6 +152,9 @@ def dma_copy(dst, src, *args, name=None, **kwargs):
                 f"{list(side.shape) if isinstance(side, Tensor) else type(side).__name__}", "dma_copy", what,
                 getattr(side, "shape", None), n, loc)
     skip = getattr(kwargs.get("oob_mode"), "name", kwargs.get("oob_mode")) == "skip"
+    if len(args) < 3 and getattr(kwargs.get("dge_mode"), "name", kwargs.get("dge_mode")) in (None, "unknown"):
+        # hardware.md (nki-dge): software DGE is the only mode for an indirect gather/scatter (isa/dma_dge.py)
+        kwargs = dict(kwargs, dge_mode="swdge")
     for b in range(n):
         d = dst.rows[b] if isinstance(dst, GatheredView) else dst[b:b + 1]
         s_ = src.rows[b] if isinstance(src, GatheredView) else src[b:b + 1]

@@ -4,7 +4,8 @@ when numba is missing).  Every floating-point operation is done in the same orde
 identical.
 
 Encoding (built by ``sched_arrays.encode``): instruction ``i`` has engine code ``eng[i]`` (``dma_code`` for DMA),
-``cycles``/``ns``/``pre``/``rows``/``part0``/``nbytes``; its operands are ``ptr[i]:ptr[i+1]``, the first ``nw[i]``
+``cycles``/``ns``/``pre``/``rows``/``part0``/``nbytes`` and, for DMA, ``dge_m``/``dge_q``/``dge_c`` (DGE mode,
+queue number or -1, DGE cost: ``InstrRecord.dge``); its operands are ``ptr[i]:ptr[i+1]``, the first ``nw[i]``
 of them written and the rest read (indices into the operand arrays ``op_b`` (dense buffer), ``op_lo``, ``op_hi``,
 ``op_v`` (interned view)).  Per view: ``v_pitch``/``v_c0``/``v_c1`` (row geometry, pitch -1 if none) and
 ``v_size`` (elements).  Per buffer: ``b_mem`` (0 HBM, 1 SBUF, 2 PSUM) and ``b_size`` (bytes per partition).
@@ -305,7 +306,8 @@ def _heap_pop(ht, hs, hz, hp, hn):
 @njit(cache=True)
 def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, ptr, nw,
                     op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, v_size, b_mem, b_size,
-                    static, sema, fixed, nq, ppe, hbm_bytes_per_ns, cap_sbuf, cap_psum, parts_sbuf, parts_psum):
+                    static, sema, fixed, nq, ppe, hbm_bytes_per_ns, cap_sbuf, cap_psum, parts_sbuf, parts_psum,
+                    dge_m, dge_q, dge_c, nqk):
     n = eng.shape[0]
     nb = b_mem.shape[0]
     nop = op_b.shape[0]
@@ -342,6 +344,14 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
     bo = np.zeros((nq, bcap), np.int64)
     bn = np.zeros(nq, np.int64)
     synced = True
+    qend = np.zeros((nq, nqk))
+    qlast = np.full((nq, nqk), -1, np.int64)
+    dge_free = np.zeros(2)
+    dge_last = np.full(2, -1, np.int64)
+    dge_s = np.zeros(n)
+    dge_e = np.zeros(n)
+    dge_u = np.full(n, -1, np.int64)
+    gp = 3                                   # the GpSimd Engine's code (sched_fast._ENG_FIXED)
     p0s = np.empty(2 * _BACKFILL + 8)
     p1s = np.empty(2 * _BACKFILL + 8)
     pe_has = False
@@ -514,7 +524,35 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
             if nuse > nq:
                 nuse = nq
             q0 = (part0[idx] // ppe) % nq
-            ds = issue + fixed
+            dmode = dge_m[idx]
+            qk = dge_q[idx]
+            if dmode == 1:
+                gs = eng_free[gp]
+                if gs > issue:
+                    b = eng_last[gp]
+                else:
+                    gs = issue
+                ge = gs + dge_c[idx] / clk[gp]
+                eng_free[gp] = ge
+                dge_s[idx] = gs
+                dge_e[idx] = ge
+                ds = ge + fixed
+            elif dmode == 2:
+                u = 0 if dge_free[0] <= dge_free[1] else 1
+                gs = dge_free[u]
+                if gs > issue:
+                    b = dge_last[u]
+                else:
+                    gs = issue
+                ge = gs + dge_c[idx]
+                dge_free[u] = ge
+                dge_last[u] = idx
+                dge_s[idx] = gs
+                dge_e[idx] = ge
+                dge_u[idx] = u
+                ds = ge + fixed
+            else:
+                ds = issue + fixed
             xfer = ns[idx] - fixed
             if xfer < 0.0:
                 xfer = 0.0
@@ -550,6 +588,9 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
                             be[q, k] = be[0, k]
                             bo[q, k] = bo[0, k]
                         q_free[q] = q_free[0]
+                        for k in range(nqk):
+                            qend[q, k] = qend[0, k]
+                            qlast[q, k] = qlast[0, k]
                     synced = False
                 nqu = nuse
             first_piece = np.inf
@@ -563,13 +604,23 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
                     q = jq
                 else:
                     q = (q0 + jq) % nq
-                if q_free[q] <= ds:
-                    _append(bs, be, bo, bn, q, ds, ds + xfer, idx)
-                    f0 = ds
-                    f1 = ds + xfer
+                tq = ds
+                oq = -1
+                if qk >= 0 and qend[q, qk] > ds:
+                    tq = qend[q, qk]
+                    oq = qlast[q, qk]
+                if q_free[q] <= tq:
+                    _append(bs, be, bo, bn, q, tq, tq + xfer, idx)
+                    f0 = tq
+                    f1 = tq + xfer
                     ob = -1
                 else:
-                    f0, f1, ob = _fill(bs, be, bo, bn, q, ds, xfer, idx, p0s, p1s)
+                    f0, f1, ob = _fill(bs, be, bo, bn, q, tq, xfer, idx, p0s, p1s)
+                if ob < 0:
+                    ob = oq
+                if qk >= 0:
+                    qend[q, qk] = f1
+                    qlast[q, qk] = idx
                 if f1 > q_free[q]:
                     q_free[q] = f1
                 if not have_first or f0 < first_piece:
@@ -714,7 +765,7 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
                     elif d > tdone[bb]:
                         tdone[bb] = d
     return (start, dstart, end, done, work, queue, nqs, hbm, srcm, dstm, deps, ndeps, bind,
-            lt_kind[:nlt], lt_size[:nlt], lt_t0[:nlt], lt_t1[:nlt])
+            lt_kind[:nlt], lt_size[:nlt], lt_t0[:nlt], lt_t1[:nlt], dge_s, dge_e, dge_u)
 
 
 @njit(cache=True)
