@@ -29,6 +29,9 @@ def test_dge_of_resolves_modes_queues_and_costs():
     c = _Core()
     assert dge_of(c, "dma_copy", None, None, None, 1) == (DGE_NONE, NO_QUEUE, 0.0)
     assert dge_of(c, "dma_copy", None, nisa.dge_mode.unknown, None, 1) == (DGE_NONE, NO_QUEUE, 0.0)
+    # plain ints are nki.isa.dge_mode's values (nki-library passes 3 for none)
+    assert [dge_of(c, "dma_copy", None, v, None, 1)[0] for v in (0, 1, 2, 3)] == [DGE_NONE, DGE_SW, DGE_HW,
+                                                                                   DGE_NONE]
     # unknown on an indirect gather/scatter: swdge, the only mode for it (nki-dge)
     assert dge_of(c, "dma_copy", None, nisa.dge_mode.unknown, None, 3, gathered=True)[0] == DGE_SW
     m, q, cost = dge_of(c, "dma_copy", None, nisa.dge_mode.swdge, None, 3)

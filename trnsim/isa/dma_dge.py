@@ -46,9 +46,16 @@ _TRIGGERS = ("tensor", "vector", "scalar", "gpsimd", "sync", "dma")
 QUEUE_KEYS = 32
 
 
-def _name(x):
+# a plain int dge_mode is nki.isa.dge_mode's value (unknown 0, swdge 1, hwdge 2, none 3; nki-library kernels pass
+# ``3`` for none)
+_DGE_VALUES = {0: "unknown", 1: "swdge", 2: "hwdge", 3: "none"}
+
+
+def _name(x, values=None):
     if x is None:
         return None
+    if values is not None and type(x) is int:
+        return values.get(x)
     n = getattr(x, "name", x)
     return n if isinstance(n, str) else None
 
@@ -57,7 +64,7 @@ def dge_of(core, I, loc, dge_mode, engine, descs_per_row, gathered=False):
     """``(mode, queue, cost)`` of one DMA instruction: the DGE mode (``DGE_NONE``/``DGE_SW``/``DGE_HW``), its queue
     number (``NO_QUEUE`` when the kernel does not name the trigger engine) and the DGE cost (GpSimd cycles for
     swdge, ns for hwdge, 0 for none)."""
-    m = _name(dge_mode)
+    m = _name(dge_mode, _DGE_VALUES)
     if dge_mode is not None and m is None:
         fail(I, "dge_mode", f"is {dge_mode!r}; expected nisa.dge_mode.unknown, none, swdge or hwdge", dge_mode,
              ("unknown", "none", "swdge", "hwdge"), loc)

@@ -211,6 +211,38 @@ def _insert(bs, be, bo, bn, q, s, e, idx):
 
 
 @njit(cache=True)
+def _dge_slot(bs, be, bo, bn, q, t, dur):
+    """scheduler._dge_slot over the arrays of hardware DGE block ``q``: (earliest start, waited-behind row)."""
+    n = bn[q]
+    lo = 0
+    hi = n
+    while lo < hi:                 # bisect_right(ends, t)
+        m = (lo + hi) // 2
+        if t < be[q, m]:
+            hi = m
+        else:
+            lo = m + 1
+    i = lo
+    waited = -1
+    if i < n - _BACKFILL:
+        i = n - _BACKFILL
+        if be[q, i - 1] > t:
+            t = be[q, i - 1]
+            waited = bo[q, i - 1]
+    cur = t
+    while i < n:
+        if be[q, i] <= cur:
+            i += 1
+            continue
+        if bs[q, i] >= cur + dur:
+            break
+        cur = be[q, i]
+        waited = bo[q, i]
+        i += 1
+    return cur, waited
+
+
+@njit(cache=True)
 def _fill(bs, be, bo, bn, q, t, dur, idx, p0s, p1s):
     """scheduler._fill over the arrays of DMA engine ``q``; returns (first start, end, waited-behind row)."""
     n = bn[q]
@@ -346,8 +378,11 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
     synced = True
     qend = np.zeros((nq, nqk))
     qlast = np.full((nq, nqk), -1, np.int64)
-    dge_free = np.zeros(2)
-    dge_last = np.full(2, -1, np.int64)
+    dcap = 64                                # busy intervals of the two hardware DGE blocks
+    dbs = np.zeros((2, dcap))
+    dbe = np.zeros((2, dcap))
+    dbo = np.zeros((2, dcap), np.int64)
+    dbn = np.zeros(2, np.int64)
     dge_s = np.zeros(n)
     dge_e = np.zeros(n)
     dge_u = np.full(n, -1, np.int64)
@@ -538,15 +573,32 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
                 dge_e[idx] = ge
                 ds = ge + fixed
             elif dmode == 2:
-                u = 0 if dge_free[0] <= dge_free[1] else 1
-                gs = dge_free[u]
-                if gs > issue:
-                    b = dge_last[u]
+                if dbn.max() + 2 > dcap:
+                    ncap = dcap * 2
+                    nbs = np.zeros((2, ncap))
+                    nbe = np.zeros((2, ncap))
+                    nbo = np.zeros((2, ncap), np.int64)
+                    nbs[:, :dcap] = dbs
+                    nbe[:, :dcap] = dbe
+                    nbo[:, :dcap] = dbo
+                    dbs = nbs
+                    dbe = nbe
+                    dbo = nbo
+                    dcap = ncap
+                g0, gw0 = _dge_slot(dbs, dbe, dbo, dbn, 0, issue, dge_c[idx])
+                g1, gw1 = _dge_slot(dbs, dbe, dbo, dbn, 1, issue, dge_c[idx])
+                if g0 <= g1:
+                    u = 0
+                    gs = g0
+                    wb = gw0
                 else:
-                    gs = issue
+                    u = 1
+                    gs = g1
+                    wb = gw1
+                if gs > issue:
+                    b = wb
                 ge = gs + dge_c[idx]
-                dge_free[u] = ge
-                dge_last[u] = idx
+                _insert(dbs, dbe, dbo, dbn, u, gs, ge, idx)
                 dge_s[idx] = gs
                 dge_e[idx] = ge
                 dge_u[idx] = u

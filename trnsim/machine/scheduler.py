@@ -267,8 +267,9 @@ def _schedule_core(core, hbm_bytes_per_ns=None, progress=None, progress_base=0, 
     synced = True                          # every transfer so far used all engines: engine 0 stands for all
     qend = [[0.0] * QUEUE_KEYS for _ in range(nq)]     # per DMA engine and queue: end of its last transfer
     qlast = [[-1] * QUEUE_KEYS for _ in range(nq)]     # and that transfer's row
-    dge_free = [0.0, 0.0]                  # the core's two hardware DGE blocks (hardware.md, nki-dge)
-    dge_last = [-1, -1]
+    dge_s = ([], [])                       # busy intervals of the core's two hardware DGE blocks (hardware.md,
+    dge_e = ([], [])                       # nki-dge: two per NeuronCore), with the row of each
+    dge_o = ([], [])
     dge_log = []                           # (row, mode, unit, start, end) of each descriptor generation
     all_q = list(range(nq))
     pe_prev_key = None
@@ -413,16 +414,15 @@ def _schedule_core(core, hbm_bytes_per_ns=None, progress=None, progress_base=0, 
                     eng_free["gpsimd"] = ge
                     dge_log.append((idx, 1, -1, gs, ge))
                     issue_d = ge
-                elif dg[0] == 2:               # hwdge: the DGE block free first
-                    u = 0 if dge_free[0] <= dge_free[1] else 1
-                    gs = dge_free[u]
+                elif dg[0] == 2:               # hwdge: the earliest free slot from its issue on either block
+                    g0, w0 = _dge_slot(dge_s[0], dge_e[0], dge_o[0], issue, dg[2])
+                    g1, w1 = _dge_slot(dge_s[1], dge_e[1], dge_o[1], issue, dg[2])
+                    u = 0 if g0 <= g1 else 1
+                    gs, wb = (g0, w0) if u == 0 else (g1, w1)
                     if gs > issue:
-                        b = dge_last[u]
-                    else:
-                        gs = issue
+                        b = wb
                     ge = gs + dg[2]
-                    dge_free[u] = ge
-                    dge_last[u] = idx
+                    _insert(dge_s[u], dge_e[u], dge_o[u], gs, ge, idx)
                     dge_log.append((idx, 2, u, gs, ge))
                     issue_d = ge
                 else:
@@ -633,6 +633,30 @@ def _insert(starts, ends, owners, s, e, idx):
             ends[i] = ends[j]
             owners[i] = owners[j]
         del starts[j], ends[j], owners[j]
+
+
+def _dge_slot(starts, ends, owners, t, dur):
+    """The earliest start ``>= t`` of ``dur`` ns free on one hardware DGE block (its busy intervals, the most recent
+    ``_BACKFILL`` searched): a descriptor generation is not split.  Returns ``(start, row it waited behind or -1)``."""
+    n = len(starts)
+    i = bisect_right(ends, t)
+    waited = -1
+    if i < n - _BACKFILL:
+        i = n - _BACKFILL
+        if ends[i - 1] > t:
+            t = ends[i - 1]
+            waited = owners[i - 1]
+    cur = t
+    while i < n:
+        if ends[i] <= cur:
+            i += 1
+            continue
+        if starts[i] >= cur + dur:
+            break
+        cur = ends[i]
+        waited = owners[i]
+        i += 1
+    return cur, waited
 
 
 def _fill(starts, ends, owners, t, dur, idx):
