@@ -142,7 +142,13 @@ def test_a_gather_generates_its_descriptors_on_gpsimd():
                                              indirect_dim=0))
         return None
     tl = _timelines(k, np.zeros((12, 4), np.float32), np.array([[9], [1], [4]], np.int32), execute=True)
-    assert [m for _, m, *_ in tl.dge] == [1, 1, 1]        # one per gathered row, each a dma_copy
+    # the front end moves a gather row by row; the one DMA instruction's descriptors (one per partition) are
+    # generated once, on the GpSimd Engine, and the later rows wait for them there
+    assert [m for _, m, *_ in tl.dge] == [1, 1, 1]
+    clk = TG.engine_clock_hz["gpsimd"] * 1e-9
+    spans = [e - s for *_, s, e in tl.dge]
+    assert spans[0] == pytest.approx((TG.gpsimd_fixed_cycles + 1) / clk) and spans[1:] == [0.0, 0.0]
+    assert tl.busy_ns()[(0, "gpsimd")] == pytest.approx(spans[0])
 
 
 def test_compiled_loop_matches_with_queues_dge_and_partial_engines():

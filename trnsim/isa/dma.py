@@ -52,7 +52,10 @@ def _copy_values(core, loc, dst, src):
         write(core, dst, (as_f32(v) if dst.dtype.is_float else v).reshape(dst.shape))
 
 
-def dma_copy(core, loc, dst, src, priority=None, oob_mode=None, dge_mode=None, engine=None):
+def dma_copy(core, loc, dst, src, priority=None, oob_mode=None, dge_mode=None, engine=None, _piece=None):
+    """``_piece=(i, n)``: this transfer is row ``i`` of an ``n``-row indirect gather/scatter that the front end
+    issues row by row (one DMA instruction on the hardware): the first row carries the instruction's descriptor
+    generation for all ``n`` rows, the others none of their own (isa/dma_dge.py)."""
     I = "dma_copy"
     require_space(I, "dst", dst, (SBUF, HBM, PSUM), loc)
     require_space(I, "src", src, (SBUF, HBM, PSUM), loc)
@@ -65,7 +68,14 @@ def dma_copy(core, loc, dst, src, priority=None, oob_mode=None, dge_mode=None, e
     nbytes = max(dst.nbytes, src.nbytes)
     rows = _rows(dst) if dst.on_chip else _rows(src)
     descs = _descs(dst, src, rows)
-    dge = dge_of(core, I, loc, dge_mode, engine, descs)      # descriptor generation and queue (dma_dge.py)
+    if _piece is None:
+        dge = dge_of(core, I, loc, dge_mode, engine, descs)      # descriptor generation and queue (dma_dge.py)
+    else:                    # the whole instruction's descriptors per partition: its rows spread over partitions
+        i, n = _piece
+        dge = dge_of(core, I, loc, dge_mode, engine, descs * -(-n // min(n, core.target.sbuf_partitions)),
+                     gathered=True)
+        if i:
+            dge = (dge[0], dge[1], 0.0)
     core.compute(_copy_values, core, loc, dst, src)
     p0 = _part0(dst) if dst.on_chip else _part0(src)
     core.record_dma(I, (dst,), (src,), nbytes, rows, dma_cost_ns(core.target, nbytes, rows, descs), loc, p0, dge)

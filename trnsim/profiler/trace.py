@@ -122,6 +122,8 @@ def trace_events(tl: Timeline, flows=True, max_flows=200_000):
     # per DGE block
     named = set()
     for r, mode, unit, s, e in tl.dge:
+        if e <= s:           # the later rows of a row-by-row gather: their descriptors came with the first's
+            continue
         c = tl.core[r]
         tid = _tid("gpsimd", 0) if mode == 1 else _DGE_TID0 + unit
         if mode != 1 and (c, tid) not in named:
