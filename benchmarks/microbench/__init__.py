@@ -421,6 +421,9 @@ def all_claims():
     out.append(matmul_throughput_claim())
     out.append(matmul_fp32_claim())
     out.append(dependent_chain_claim())
+    from .dma_queues import dge_claims, queue_order_claims
+    out += queue_order_claims()
+    out += dge_claims()
     return out
 
 

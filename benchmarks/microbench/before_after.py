@@ -53,6 +53,33 @@ def split_copy(x):
     return out
 
 
+def stream_named(x, mode=None, engine=None):
+    """split_stream on one program with every transfer's DGE mode and trigger engine named (``dge_mode``,
+    ``engine``): one DMA queue for all loads and stores when ``engine`` is given (isa/dma_dge.py)."""
+    R, C = x.shape
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in range(R // 128):
+        t = nl.ndarray((128, C), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(t, x[i * 128:(i + 1) * 128, :], dge_mode=mode, engine=engine)
+        nisa.tensor_scalar(t, t, nl.multiply, 2.0)
+        nisa.dma_copy(out[i * 128:(i + 1) * 128, :], t, dge_mode=mode, engine=engine)
+    return out
+
+
+def gather_rows(table, idx):
+    """An embedding lookup: 128 rows of ``table`` at ``idx`` (not evenly spaced: an indirect gather, one
+    dma_copy per row), scaled and stored."""
+    ix = nl.ndarray((128, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(ix, idx)
+    t = nl.ndarray((128, table.shape[1]), dtype=table.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(t, table.ap(pattern=[[table.shape[1], 128], [1, table.shape[1]]], offset=0, vector_offset=ix,
+                              indirect_dim=0))
+    nisa.tensor_scalar(t, t, nl.multiply, 2.0)
+    out = nl.ndarray((128, table.shape[1]), dtype=table.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(out, t)
+    return out
+
+
 def cases():
     from trnsim.kernels.library import elementwise, normalization, reduction, softmax
     from trnsim.kernels.library.matmul import tensor_add, tiled_matmul
@@ -80,6 +107,16 @@ def cases():
     for g in (2, 4, 8):
         out[f"split_copy 8192x2048 fp32 HBM->HBM, {g} programs, trn2"] = (split_copy, (f(8192, 2048),), (g,), "trn2")
     out["split_copy 4096x2048 fp32 HBM->HBM, 2 programs, trn1"] = (split_copy, (f(4096, 2048),), (2,), "trn1")
+    # DGE modes and a named trigger engine (one DMA queue), as nki-library kernels name them
+    x = f(4096, 512)
+    for mode in ("none", "hwdge", "swdge"):
+        out[f"stream 4096x512 fp32, dge_mode={mode}, trn2"] = (
+            lambda a, m=mode: stream_named(a, getattr(nisa.dge_mode, m)), (x,), (1,), "trn2")
+    out["stream 4096x512 fp32, every transfer engine=sync (one queue), trn2"] = (
+        lambda a: stream_named(a, engine=nisa.engine.sync), (x,), (1,), "trn2")
+    idx = r.permutation(4096)[:128].astype(np.int32).reshape(128, 1)
+    out["gather_rows 128 of 4096x512 fp32 (indirect, dge_mode unknown), trn2"] = (
+        gather_rows, (f(4096, 512), idx), (1,), "trn2", True)
     return out
 
 
@@ -89,11 +126,11 @@ def main():
     except ImportError:
         findings = None
     print(f"trnsim from {trnsim.__file__}")
-    for name, (fn, args, grid, tg) in cases().items():
+    for name, (fn, args, grid, tg, *ex) in cases().items():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            try:
-                res = run_kernel(fn, args, {}, grid, tg, execute=False)
+            try:     # shape-only, but a gather needs its indices' values (execute)
+                res = run_kernel(fn, args, {}, grid, tg, execute=bool(ex and ex[0]))
             except Exception as exc:         # a kernel that does not take this dtype or target
                 print(f"| {name} | refused: {type(exc).__name__} | |")
                 continue

@@ -25,5 +25,7 @@ def test_the_table_covers_every_document_statement():
                  "inner stride 32 B", "PSUM to SBUF", "non-contiguous", "tensor_reduce add bfloat16", "reciprocal",
                  "memset zero", "activation_reduce", "of 16 elements", "bf16 / fp32",
                  "8 cores streaming", "HBM->HBM together", "streaming alone", "4 of 8 launched cores",
-                 "one input in PSUM", "maximum, both in SBUF", "add, non-contiguous"):
+                 "one input in PSUM", "maximum, both in SBUF", "add, non-contiguous",
+                 "one DMA queue", "two DMA queues", "hwdge: a lone tiny transfer", "two DGE blocks",
+                 "beside 8 hwdge", "swdge: GpSimd Engine busy", "dge_mode unknown"):
         assert what in names

@@ -7,6 +7,7 @@ import numpy as np
 from ..memory import HBM, PSUM, SBUF
 from ..memory.tensor import GatheredView
 from .common import as_f32, flag, int_tuple, number, read, require_space, write, write_same_dtype
+from .dma_dge import dge_of
 from .dma_timing import contiguous_run, descriptors_per_row, engine_time_ns, transfer_engines
 from .errors import fail
 from .ops import op_name
@@ -51,7 +52,10 @@ def _copy_values(core, loc, dst, src):
         write(core, dst, (as_f32(v) if dst.dtype.is_float else v).reshape(dst.shape))
 
 
-def dma_copy(core, loc, dst, src, priority=None, oob_mode=None, dge_mode=None, engine=None):
+def dma_copy(core, loc, dst, src, priority=None, oob_mode=None, dge_mode=None, engine=None, _piece=None):
+    """``_piece=(i, n)``: this transfer is row ``i`` of an ``n``-row indirect gather/scatter that the front end
+    issues row by row (one DMA instruction on the hardware): the first row carries the instruction's descriptor
+    generation for all ``n`` rows, the others none of their own (isa/dma_dge.py)."""
     I = "dma_copy"
     require_space(I, "dst", dst, (SBUF, HBM, PSUM), loc)
     require_space(I, "src", src, (SBUF, HBM, PSUM), loc)
@@ -61,12 +65,20 @@ def dma_copy(core, loc, dst, src, priority=None, oob_mode=None, dge_mode=None, e
     if (dst.dtype.packed or src.dtype.packed) and dst.dtype != src.dtype:
         fail(I, "dst", f"has dtype {dst.dtype.name} but 'src' has {src.dtype.name}; packed MX data is copied only "
              "to the same dtype (reinterpret with .view())", dst.dtype.name, src.dtype.name, loc)
-    core.compute(_copy_values, core, loc, dst, src)
     nbytes = max(dst.nbytes, src.nbytes)
     rows = _rows(dst) if dst.on_chip else _rows(src)
+    descs = _descs(dst, src, rows)
+    if _piece is None:
+        dge = dge_of(core, I, loc, dge_mode, engine, descs)      # descriptor generation and queue (dma_dge.py)
+    else:                    # the whole instruction's descriptors per partition: its rows spread over partitions
+        i, n = _piece
+        dge = dge_of(core, I, loc, dge_mode, engine, descs * -(-n // min(n, core.target.sbuf_partitions)),
+                     gathered=True)
+        if i:
+            dge = (dge[0], dge[1], 0.0)
+    core.compute(_copy_values, core, loc, dst, src)
     p0 = _part0(dst) if dst.on_chip else _part0(src)
-    core.record_dma(I, (dst,), (src,), nbytes, rows,
-                    dma_cost_ns(core.target, nbytes, rows, _descs(dst, src, rows)), loc, p0)
+    core.record_dma(I, (dst,), (src,), nbytes, rows, dma_cost_ns(core.target, nbytes, rows, descs), loc, p0, dge)
 
 
 _AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
@@ -115,7 +127,7 @@ def dma_transpose(core, loc, dst, src, axes=None, priority=None, dge_mode=None, 
     # hardware.md): a descriptor per 16-element run of each row
     descs = descriptors_per_row(max(1, dst.size // max(1, rows)), _TRANSPOSE_RUN)
     core.record_dma(I, (dst,), (src,), src.nbytes, rows, dma_cost_ns(core.target, src.nbytes, rows, descs), loc,
-                    _part0(dst))
+                    _part0(dst), dge_of(core, I, loc, dge_mode, None, descs))
 
 
 def _transpose_axes(I, nd, axes, loc, what=""):
@@ -207,7 +219,7 @@ def _dma_transpose_gathered(core, loc, dst, src, axes, dge_mode, oob_mode):
     prow = _rows(dst)
     descs = descriptors_per_row(max(1, dst.size // max(1, prow)), _TRANSPOSE_RUN)
     core.record_dma(I, (dst,), tuple(good), nbytes, prow, dma_cost_ns(core.target, nbytes, prow, descs), loc,
-                    _part0(dst))
+                    _part0(dst), dge_of(core, I, loc, dge_mode, None, descs, gathered=True))
 
 
 DMA_COMPUTE_MAX_SRCS = 16    # NKI reference, dma_compute: "The max number of source tensors in srcs is 16"

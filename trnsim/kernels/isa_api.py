@@ -152,6 +152,7 @@ def dma_copy(dst, src, *args, name=None, **kwargs):
                 f"{list(side.shape) if isinstance(side, Tensor) else type(side).__name__}", "dma_copy", what,
                 getattr(side, "shape", None), n, loc)
     skip = getattr(kwargs.get("oob_mode"), "name", kwargs.get("oob_mode")) == "skip"
+    first = None
     for b in range(n):
         d = dst.rows[b] if isinstance(dst, GatheredView) else dst[b:b + 1]
         s_ = src.rows[b] if isinstance(src, GatheredView) else src[b:b + 1]
@@ -160,7 +161,10 @@ def dma_copy(dst, src, *args, name=None, **kwargs):
             if skip:                     # oob_mode=skip: the DMA engine drops the out-of-range descriptor
                 continue
             raise bad
-        _isa.dma_copy(core, loc, d, s_, *args, **kwargs)
+        # one DMA instruction: its descriptor generation (swdge when dge_mode is unknown: the only mode for an
+        # indirect gather/scatter, hardware.md nki-dge) is charged once, on the first row moved (isa/dma_dge.py)
+        first = b if first is None else first
+        _isa.dma_copy(core, loc, d, s_, *args, _piece=(b - first, n), **kwargs)
 
 
 def _dma_copy_skip_oob(dst, src, *args, **kwargs):

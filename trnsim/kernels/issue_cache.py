@@ -172,9 +172,9 @@ class _Probe:
         self._calls.append((0, opcode, engine, writes, reads, cycles, loc, flops, pre))
         self._core.record(opcode, engine, writes, reads, cycles, loc, flops, pre)
 
-    def record_dma(self, opcode, writes, reads, nbytes, rows, ns, loc, part0=0):
-        self._calls.append((1, opcode, writes, reads, nbytes, rows, ns, loc, part0))
-        self._core.record_dma(opcode, writes, reads, nbytes, rows, ns, loc, part0)
+    def record_dma(self, opcode, writes, reads, nbytes, rows, ns, loc, part0=0, dge=None):
+        self._calls.append((1, opcode, writes, reads, nbytes, rows, ns, loc, part0, dge))
+        self._core.record_dma(opcode, writes, reads, nbytes, rows, ns, loc, part0, dge)
 
 
 def _index(ts, leaves):
@@ -242,11 +242,11 @@ def _compile(calls, leaves, loc, probe, fixed):
             prog.append((0, opcode, engine, _operands(core, w, leaves, fixed), _operands(core, r, leaves, fixed),
                          cycles, flops, pre, None))
         elif c[0] == 1:
-            _, opcode, w, r, nbytes, rows, ns, cloc, part0 = c
+            _, opcode, w, r, nbytes, rows, ns, cloc, part0, dge = c
             if cloc is not loc:
                 raise _Uncacheable
             prog.append((0, opcode, "dma", _operands(core, w, leaves, fixed), _operands(core, r, leaves, fixed),
-                         ns, 0, 0.0, (nbytes, rows, part0)))
+                         ns, 0, 0.0, (nbytes, rows, part0, dge)))
         else:
             _, values_fn, args = c
             if core.execute:          # shape-only replays skip the numerics

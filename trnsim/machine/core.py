@@ -28,10 +28,10 @@ class InstrRecord:
     the scheduler tells apart two strided tiles whose extents overlap but whose elements do not."""
 
     __slots__ = ("id", "opcode", "engine", "writes", "reads", "cycles", "ns", "loc", "flops", "nbytes", "rows",
-                 "part0", "pre", "parts")
+                 "part0", "pre", "parts", "dge")
 
     def __init__(self, id, opcode, engine, writes, reads, cycles, ns, loc, flops, nbytes, rows=0, part0=0,
-                 pre=0.0, parts=None):
+                 pre=0.0, parts=None, dge=None):
         self.id = id
         self.opcode = opcode
         self.engine = engine
@@ -46,6 +46,7 @@ class InstrRecord:
         self.part0 = part0      # DMA: first on-chip partition of the transfer
         self.pre = pre          # Tensor Engine: stationary-load cycles (0 for other instructions)
         self.parts = parts      # core_barrier: the core ids it waits for (None for other instructions)
+        self.dge = dge          # DMA: (DGE mode, queue number, DGE cost) from isa/dma_dge.py, or None (none, no queue)
 
     def __repr__(self):
         where = f" @{os.path.basename(self.loc[0])}:{self.loc[1]}" if self.loc else ""
@@ -221,9 +222,10 @@ class NeuronCore:
                               _ranges(reads, views), cycles, None, loc, flops, 0, 0, 0, pre)
             self.programs.issued(self, rec, writes, reads)
 
-    def record_dma(self, opcode, writes, reads, nbytes, rows, ns, loc, part0=0):
+    def record_dma(self, opcode, writes, reads, nbytes, rows, ns, loc, part0=0, dge=None):
         """Record a DMA transfer of ``nbytes`` over ``rows`` partitions starting at partition ``part0``, costing
-        ``ns`` in isolation (``trnsim.isa.dma.dma_cost_ns``)."""
+        ``ns`` in isolation (``trnsim.isa.dma.dma_cost_ns``); ``dge``: its descriptor generation and queue
+        ``(mode, queue, cost)`` (``trnsim.isa.dma_dge.dge_of``), None for none and no queue."""
         self._occupy(writes, reads, loc)
         if self._record or self.programs is not None:
             ins = self.instructions
@@ -231,7 +233,9 @@ class NeuronCore:
             cols = self.columns if self._record else None
             w = _ranges(writes, views, cols)
             r = _ranges(reads, views, cols)
-            rec = InstrRecord(len(ins), opcode, "dma", w, r, None, ns, loc, 0, nbytes, rows, part0)
+            if dge is not None and dge[0] == 0 and dge[1] < 0:
+                dge = None
+            rec = InstrRecord(len(ins), opcode, "dma", w, r, None, ns, loc, 0, nbytes, rows, part0, dge=dge)
             if self._record:
                 ins.append(rec)
                 _cols_add(cols, "dma", ns, 0.0, opcode, 0, loc, len(w), len(r))
@@ -239,6 +243,7 @@ class NeuronCore:
                 cols.rows.append(rows)
                 cols.part0.append(part0)
                 cols.nbytes.append(nbytes)
+                cols.dge.append(dge)
             if self.programs is not None:
                 self.programs.issued(self, rec, writes, reads)
 
@@ -258,7 +263,7 @@ class NeuronCore:
         return (oc, (lo, hi, v))
 
     def replay(self, opcode, engine, wl, rl, cost, loc, flops, pre, leaves, dma):
-        """:meth:`record` (``dma`` None) or :meth:`record_dma` (``dma = (nbytes, rows, part0)``, ``cost`` in ns)
+        """:meth:`record` (``dma`` None) or :meth:`record_dma` (``dma = (nbytes, rows, part0, dge)``, ``cost`` in ns)
         of an instruction whose operands are ``leaves[i]`` for the ``(i, occupancy code, template)`` triples of
         ``wl`` (writes) and ``rl`` (reads), from :meth:`operand_template`: the same occupancy, record and columns
         as the call it stands for."""
@@ -268,7 +273,7 @@ class NeuronCore:
             if dma is None:
                 self.record(opcode, engine, writes, reads, cost, loc, flops, pre)
             else:
-                self.record_dma(opcode, writes, reads, dma[0], dma[1], cost, loc, dma[2])
+                self.record_dma(opcode, writes, reads, dma[0], dma[1], cost, loc, dma[2], dma[3])
             return
         occ = self.occupancy
         ranges = occ.ranges
@@ -309,8 +314,12 @@ class NeuronCore:
         if dma is None:
             ins.append(InstrRecord(rid, opcode, engine, w, r, cost, None, loc, flops, 0, 0, 0, pre))
         else:
-            ins.append(InstrRecord(rid, opcode, "dma", w, r, None, cost, loc, 0, dma[0], dma[1], dma[2]))
+            dge = dma[3]
+            if dge is not None and dge[0] == 0 and dge[1] < 0:
+                dge = None
+            ins.append(InstrRecord(rid, opcode, "dma", w, r, None, cost, loc, 0, dma[0], dma[1], dma[2], dge=dge))
             cols.dma.append(rid)
+            cols.dge.append(dge)
             cols.rows.append(dma[1])
             cols.part0.append(dma[2])
             cols.nbytes.append(dma[0])

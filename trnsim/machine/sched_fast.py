@@ -19,6 +19,7 @@ from operator import attrgetter
 
 import numpy as np
 
+from ..isa.dma_dge import QUEUE_KEYS
 from .deps import _geo
 
 __all__ = ["fast_available", "use_fast", "schedule_core_fast", "FAST_MIN"]
@@ -30,7 +31,7 @@ _ENG_FIXED = ("tensor", "vector", "scalar", "gpsimd", "sync")
 _MEM = {"hbm": 0, "sbuf": 1, "psum": 2}
 _MEM_OBJ = np.array([None, "hbm", "sbuf", "psum"], dtype=object)     # index: mem code + 1
 _FIELDS = attrgetter("engine", "cycles", "ns", "pre", "rows", "part0", "nbytes", "parts", "reads", "writes", "id",
-                     "opcode", "flops", "loc")
+                     "opcode", "flops", "loc", "dge")
 
 
 def _kernels():
@@ -91,9 +92,9 @@ def _columns(core):
         if c.barrier:
             raise _Unsupported("core_barrier")
         return dict(eng=c.eng, cost=c.cost, pre=c.pre, opcode=c.opcode, flops=c.flops, loc=c.loc, nw=c.nw,
-                    nops=c.nops, dma=c.dma, rows=c.rows, part0=c.part0, nbytes=c.nbytes, b=c.b, lo=c.lo, hi=c.hi,
-                    v=c.v)
-    eng, cyc, ns, pre, rows, part0, nbytes, parts, reads, writes, ids, opcodes, flops, locs = \
+                    nops=c.nops, dma=c.dma, rows=c.rows, part0=c.part0, nbytes=c.nbytes, dge=c.dge, b=c.b, lo=c.lo,
+                    hi=c.hi, v=c.v)
+    eng, cyc, ns, pre, rows, part0, nbytes, parts, reads, writes, ids, opcodes, flops, locs, dges = \
         zip(*map(_FIELDS, recs))
     if parts.count(None) != n:
         raise _Unsupported("core_barrier")
@@ -106,7 +107,7 @@ def _columns(core):
     return dict(eng=eng, cost=[ns[i] if e == "dma" else cyc[i] for i, e in enumerate(eng)], pre=pre,
                 opcode=opcodes, flops=flops, loc=locs, nw=nw, nops=[a + len(r) for a, r in zip(nw, reads)],
                 dma=dma, rows=[rows[i] for i in dma], part0=[part0[i] for i in dma],
-                nbytes=[nbytes[i] for i in dma], b=b, lo=lo, hi=hi, v=v)
+                nbytes=[nbytes[i] for i in dma], dge=[dges[i] for i in dma], b=b, lo=lo, hi=hi, v=v)
 
 
 def _distinct(seq):
@@ -203,9 +204,15 @@ def encode(core):
     rows[dma] = c["rows"]
     part0[dma] = c["part0"]
     nbytes[dma] = c["nbytes"]
+    dge_m = np.zeros(n, np.int64)             # DGE mode, queue and cost of each DMA row (isa/dma_dge.py)
+    dge_q = np.full(n, -1, np.int64)
+    dge_c = np.zeros(n, f64)
+    for i, dg in zip(c["dma"], c["dge"]):
+        if dg is not None:
+            dge_m[i], dge_q[i], dge_c[i] = dg
     arrs = dict(
         eng=eng, dma_code=dma_code, clk=clk, cycles=cost, ns=cost, pre=np.array(c["pre"], f64),
-        rows=rows, part0=part0, nbytes=nbytes,
+        rows=rows, part0=part0, nbytes=nbytes, dge_m=dge_m, dge_q=dge_q, dge_c=dge_c,
         ptr=ptr, nw=np.array(c["nw"], np.int64), op_b=op_b.astype(np.int64), op_lo=np.array(c["lo"], np.int64),
         op_hi=np.array(c["hi"], np.int64),
         op_v=op_v, v_pitch=v_pitch, v_c0=v_c0, v_c1=v_c1, v_size=v_size, b_mem=b_mem, b_size=b_size,
@@ -240,7 +247,7 @@ def schedule_core_fast(core, hbm_bytes_per_ns, ns_over=None):
             arrs["b_size"], float(tg.static_overhead_cycles), float(tg.semaphore_ns), float(tg.dma_fixed_ns),
             int(tg.dma_engines_per_core), int(tg.dma_partitions_per_engine), float(hbm_bytes_per_ns),
             int(tg.sbuf_partition_bytes), int(tg.psum_partition_bytes), int(tg.sbuf_partitions),
-            int(tg.psum_partitions))
+            int(tg.psum_partitions), arrs["dge_m"], arrs["dge_q"], arrs["dge_c"], QUEUE_KEYS)
     except Exception as exc:          # a numba compile error: use the reference loop from now on
         _STATE["kernels"] = None
         _STATE["failed"] = f"{type(exc).__name__}: {exc}"
@@ -248,17 +255,23 @@ def schedule_core_fast(core, hbm_bytes_per_ns, ns_over=None):
                       "scheduler", RuntimeWarning, stacklevel=3)
         return None
     (start, dstart, end, done, work, queue, nqs, hbm, srcm, dstm, deps, ndeps, bind,
-     lt_kind, lt_size, lt_t0, lt_t1) = out
+     lt_kind, lt_size, lt_t0, lt_t1, dge_s, dge_e, dge_u) = out
     n = len(rec_cols["id"])
     mem = _MEM_OBJ
     cols = dict(rec_cols, core=[core.core_id] * n, queue=queue.tolist(), nqueues=nqs.tolist(),
                 start=start.tolist(), data_start=dstart.tolist(), end=end.tolist(), done=done.tolist(),
                 work=work.tolist(), hbm_bytes=hbm.tolist(), src=mem[srcm + 1].tolist(), dst=mem[dstm + 1].tolist(),
                 deps=_dep_tuples(deps, ndeps),
-                bind=bind.tolist())
+                bind=bind.tolist(), dge=_dge_spans(arrs["dge_m"], dge_u, dge_s, dge_e))
     cid = core.core_id
     counters = _counters(k, cid, lt_kind, lt_size, lt_t0, lt_t1, dstart, end, hbm)
     return cols, counters
+
+
+def _dge_spans(mode, unit, s, e):
+    """The ``dge`` list ``(row, mode, unit, start, end)`` of the rows with descriptor generation."""
+    rows = np.flatnonzero(mode > 0)
+    return list(zip(rows.tolist(), mode[rows].tolist(), unit[rows].tolist(), s[rows].tolist(), e[rows].tolist()))
 
 
 def _dep_tuples(deps, ndeps):

@@ -4,7 +4,8 @@ when numba is missing).  Every floating-point operation is done in the same orde
 identical.
 
 Encoding (built by ``sched_arrays.encode``): instruction ``i`` has engine code ``eng[i]`` (``dma_code`` for DMA),
-``cycles``/``ns``/``pre``/``rows``/``part0``/``nbytes``; its operands are ``ptr[i]:ptr[i+1]``, the first ``nw[i]``
+``cycles``/``ns``/``pre``/``rows``/``part0``/``nbytes`` and, for DMA, ``dge_m``/``dge_q``/``dge_c`` (DGE mode,
+queue number or -1, DGE cost: ``InstrRecord.dge``); its operands are ``ptr[i]:ptr[i+1]``, the first ``nw[i]``
 of them written and the rest read (indices into the operand arrays ``op_b`` (dense buffer), ``op_lo``, ``op_hi``,
 ``op_v`` (interned view)).  Per view: ``v_pitch``/``v_c0``/``v_c1`` (row geometry, pitch -1 if none) and
 ``v_size`` (elements).  Per buffer: ``b_mem`` (0 HBM, 1 SBUF, 2 PSUM) and ``b_size`` (bytes per partition).
@@ -18,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-_BACKFILL = 32
+from .sched_intervals import _BACKFILL, _append, _dge_slot, _fill, _insert  # noqa: F401
 
 
 @njit(cache=True, inline="always")
@@ -153,110 +154,6 @@ def _drop_covered(pool, off, cnt, b, op, dense, op_lo, op_hi, op_v):
 
 
 @njit(cache=True)
-def _append(bs, be, bo, bn, q, s, e, idx):
-    n = bn[q]
-    if n > 0 and be[q, n - 1] >= s:
-        if e > be[q, n - 1]:
-            be[q, n - 1] = e
-            bo[q, n - 1] = idx
-    else:
-        bs[q, n] = s
-        be[q, n] = e
-        bo[q, n] = idx
-        bn[q] = n + 1
-
-
-@njit(cache=True)
-def _insert(bs, be, bo, bn, q, s, e, idx):
-    n = bn[q]
-    if n == 0 or s >= be[q, n - 1]:
-        _append(bs, be, bo, bn, q, s, e, idx)
-        return
-    # bisect_right(starts, s)
-    lo = 0
-    hi = n
-    while lo < hi:
-        m = (lo + hi) // 2
-        if s < bs[q, m]:
-            hi = m
-        else:
-            lo = m + 1
-    i = lo
-    if i > 0 and be[q, i - 1] >= s - 1e-9:
-        i -= 1
-        if e > be[q, i]:
-            be[q, i] = e
-            bo[q, i] = idx
-    else:
-        for j in range(n, i, -1):
-            bs[q, j] = bs[q, j - 1]
-            be[q, j] = be[q, j - 1]
-            bo[q, j] = bo[q, j - 1]
-        bs[q, i] = s
-        be[q, i] = e
-        bo[q, i] = idx
-        n += 1
-        bn[q] = n
-    j = i + 1
-    if j < n and bs[q, j] <= be[q, i] + 1e-9:
-        if be[q, j] > be[q, i]:
-            be[q, i] = be[q, j]
-            bo[q, i] = bo[q, j]
-        for k in range(j, n - 1):
-            bs[q, k] = bs[q, k + 1]
-            be[q, k] = be[q, k + 1]
-            bo[q, k] = bo[q, k + 1]
-        bn[q] = n - 1
-
-
-@njit(cache=True)
-def _fill(bs, be, bo, bn, q, t, dur, idx, p0s, p1s):
-    """scheduler._fill over the arrays of DMA engine ``q``; returns (first start, end, waited-behind row)."""
-    n = bn[q]
-    lo = 0
-    hi = n
-    while lo < hi:                 # bisect_right(ends, t)
-        m = (lo + hi) // 2
-        if t < be[q, m]:
-            hi = m
-        else:
-            lo = m + 1
-    i = lo
-    if i < n - _BACKFILL:
-        i = n - _BACKFILL
-        if be[q, i - 1] > t:
-            t = be[q, i - 1]
-    cur = t
-    rem = dur
-    npc = 0
-    waited = -1
-    while rem > 1e-9:
-        if i < n and bs[q, i] <= cur:
-            if be[q, i] > cur:
-                cur = be[q, i]
-                waited = bo[q, i]
-            i += 1
-            continue
-        gap_end = bs[q, i] if i < n else cur + rem
-        take = gap_end - cur
-        if take > rem:
-            take = rem
-        if take > 0.0:
-            p0s[npc] = cur
-            p1s[npc] = cur + take
-            npc += 1
-            rem -= take
-            cur += take
-        elif i >= n:
-            break
-    first = p0s[0] if npc else t
-    last = p1s[npc - 1] if npc else t
-    for k in range(npc):
-        _insert(bs, be, bo, bn, q, p0s[k], p1s[k], idx)
-    return first, last, waited
-
-
-@njit(cache=True)
 def _heap_push(ht, hs, hz, hp, hn, t, s, z, p):
     k = hn
     ht[k] = t
@@ -305,7 +202,8 @@ def _heap_pop(ht, hs, hz, hp, hn):
 @njit(cache=True)
 def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, ptr, nw,
                     op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, v_size, b_mem, b_size,
-                    static, sema, fixed, nq, ppe, hbm_bytes_per_ns, cap_sbuf, cap_psum, parts_sbuf, parts_psum):
+                    static, sema, fixed, nq, ppe, hbm_bytes_per_ns, cap_sbuf, cap_psum, parts_sbuf, parts_psum,
+                    dge_m, dge_q, dge_c, nqk):
     n = eng.shape[0]
     nb = b_mem.shape[0]
     nop = op_b.shape[0]
@@ -342,6 +240,17 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
     bo = np.zeros((nq, bcap), np.int64)
     bn = np.zeros(nq, np.int64)
     synced = True
+    qend = np.zeros((nq, nqk))
+    qlast = np.full((nq, nqk), -1, np.int64)
+    dcap = 64                                # busy intervals of the two hardware DGE blocks
+    dbs = np.zeros((2, dcap))
+    dbe = np.zeros((2, dcap))
+    dbo = np.zeros((2, dcap), np.int64)
+    dbn = np.zeros(2, np.int64)
+    dge_s = np.zeros(n)
+    dge_e = np.zeros(n)
+    dge_u = np.full(n, -1, np.int64)
+    gp = 3                                   # the GpSimd Engine's code (sched_fast._ENG_FIXED)
     p0s = np.empty(2 * _BACKFILL + 8)
     p1s = np.empty(2 * _BACKFILL + 8)
     pe_has = False
@@ -514,7 +423,52 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
             if nuse > nq:
                 nuse = nq
             q0 = (part0[idx] // ppe) % nq
-            ds = issue + fixed
+            dmode = dge_m[idx]
+            qk = dge_q[idx]
+            if dmode == 1:
+                gs = eng_free[gp]
+                if gs > issue:
+                    b = eng_last[gp]
+                else:
+                    gs = issue
+                ge = gs + dge_c[idx] / clk[gp]
+                eng_free[gp] = ge
+                dge_s[idx] = gs
+                dge_e[idx] = ge
+                ds = ge + fixed
+            elif dmode == 2:
+                if dbn.max() + 2 > dcap:
+                    ncap = dcap * 2
+                    nbs = np.zeros((2, ncap))
+                    nbe = np.zeros((2, ncap))
+                    nbo = np.zeros((2, ncap), np.int64)
+                    nbs[:, :dcap] = dbs
+                    nbe[:, :dcap] = dbe
+                    nbo[:, :dcap] = dbo
+                    dbs = nbs
+                    dbe = nbe
+                    dbo = nbo
+                    dcap = ncap
+                g0, gw0 = _dge_slot(dbs, dbe, dbo, dbn, 0, issue, dge_c[idx])
+                g1, gw1 = _dge_slot(dbs, dbe, dbo, dbn, 1, issue, dge_c[idx])
+                if g0 <= g1:
+                    u = 0
+                    gs = g0
+                    wb = gw0
+                else:
+                    u = 1
+                    gs = g1
+                    wb = gw1
+                if gs > issue:
+                    b = wb
+                ge = gs + dge_c[idx]
+                _insert(dbs, dbe, dbo, dbn, u, gs, ge, idx)
+                dge_s[idx] = gs
+                dge_e[idx] = ge
+                dge_u[idx] = u
+                ds = ge + fixed
+            else:
+                ds = issue + fixed
             xfer = ns[idx] - fixed
             if xfer < 0.0:
                 xfer = 0.0
@@ -550,6 +504,9 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
                             be[q, k] = be[0, k]
                             bo[q, k] = bo[0, k]
                         q_free[q] = q_free[0]
+                        for k in range(nqk):
+                            qend[q, k] = qend[0, k]
+                            qlast[q, k] = qlast[0, k]
                     synced = False
                 nqu = nuse
             first_piece = np.inf
@@ -563,13 +520,23 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
                     q = jq
                 else:
                     q = (q0 + jq) % nq
-                if q_free[q] <= ds:
-                    _append(bs, be, bo, bn, q, ds, ds + xfer, idx)
-                    f0 = ds
-                    f1 = ds + xfer
+                tq = ds
+                oq = -1
+                if qk >= 0 and qend[q, qk] > ds:
+                    tq = qend[q, qk]
+                    oq = qlast[q, qk]
+                if q_free[q] <= tq:
+                    _append(bs, be, bo, bn, q, tq, tq + xfer, idx)
+                    f0 = tq
+                    f1 = tq + xfer
                     ob = -1
                 else:
-                    f0, f1, ob = _fill(bs, be, bo, bn, q, ds, xfer, idx, p0s, p1s)
+                    f0, f1, ob = _fill(bs, be, bo, bn, q, tq, xfer, idx, p0s, p1s)
+                if ob < 0:
+                    ob = oq
+                if qk >= 0:
+                    qend[q, qk] = f1
+                    qlast[q, qk] = idx
                 if f1 > q_free[q]:
                     q_free[q] = f1
                 if not have_first or f0 < first_piece:
@@ -714,7 +681,7 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
                     elif d > tdone[bb]:
                         tdone[bb] = d
     return (start, dstart, end, done, work, queue, nqs, hbm, srcm, dstm, deps, ndeps, bind,
-            lt_kind[:nlt], lt_size[:nlt], lt_t0[:nlt], lt_t1[:nlt])
+            lt_kind[:nlt], lt_size[:nlt], lt_t0[:nlt], lt_t1[:nlt], dge_s, dge_e, dge_u)
 
 
 @njit(cache=True)

@@ -21,6 +21,12 @@ The model (every figure from the target, which takes it from shared/hardware.md)
   cost.  The fixed cost is latency, not occupancy.  An engine interleaves the descriptors of its 16 queues: a
   ready transfer takes the engine's free time from its data start on, filling the gaps between transfers placed
   earlier (the most recent 32 gaps are searched), so a store waiting for compute does not block later loads.
+  Transfers on one DMA queue (a trigger engine and DGE mode the kernel named, ``isa/dma_dge.py``) move their
+  data on each DMA engine in program order ("DMA transfers within a queue on the same DMA engine are executed in
+  order", dma-overview): a transfer starts on an engine no sooner than the previous transfer of its queue ended
+  there.  Descriptor generation comes first: ``swdge`` occupies the GpSimd Engine (in its program order) and
+  ``hwdge`` one of the core's two hardware DGE blocks (600 ns) before the semaphore-to-start cost; the spans are
+  the Timeline's ``dge`` list.
   A transfer moving HBM bytes (twice for HBM to HBM) moves them no faster than the chip's HBM peak; the
   transfers in flight on a chip share that peak over time (``hbm_share``: processor sharing across the DMA
   queues and the cores of the launch; the slowed transfers are stretched and the cores scheduled again).
@@ -39,6 +45,7 @@ import gc
 import heapq
 from bisect import bisect_right
 
+from ..isa.dma_dge import QUEUE_KEYS
 from . import hbm_share, sched_fast
 from .deps import AccessTracker, overlaps
 from .timeline import Timeline
@@ -258,6 +265,12 @@ def _schedule_core(core, hbm_bytes_per_ns=None, progress=None, progress_base=0, 
     busy_e = [[] for _ in range(nq)]
     busy_o = [[] for _ in range(nq)]
     synced = True                          # every transfer so far used all engines: engine 0 stands for all
+    qend = [[0.0] * QUEUE_KEYS for _ in range(nq)]     # per DMA engine and queue: end of its last transfer
+    qlast = [[-1] * QUEUE_KEYS for _ in range(nq)]     # and that transfer's row
+    dge_s = ([], [])                       # busy intervals of the core's two hardware DGE blocks (hardware.md,
+    dge_e = ([], [])                       # nki-dge: two per NeuronCore), with the row of each
+    dge_o = ([], [])
+    dge_log = []                           # (row, mode, unit, start, end) of each descriptor generation
     all_q = list(range(nq))
     pe_prev_key = None
     pe_prev_start = 0.0
@@ -387,7 +400,36 @@ def _schedule_core(core, hbm_bytes_per_ns=None, progress=None, progress_base=0, 
             if nuse > nq:
                 nuse = nq
             q0 = (r.part0 // ppe) % nq
-            ds = issue + fixed
+            dg = r.dge
+            qk = -1
+            if dg is not None:
+                qk = dg[1]
+                if dg[0] == 1:                 # swdge: a GpSimd instruction in the GpSimd program order
+                    gs = eng_free["gpsimd"]
+                    if gs > issue:
+                        b = eng_last["gpsimd"]
+                    else:
+                        gs = issue
+                    ge = gs + dg[2] / clock["gpsimd"]
+                    eng_free["gpsimd"] = ge
+                    dge_log.append((idx, 1, -1, gs, ge))
+                    issue_d = ge
+                elif dg[0] == 2:               # hwdge: the earliest free slot from its issue on either block
+                    g0, w0 = _dge_slot(dge_s[0], dge_e[0], dge_o[0], issue, dg[2])
+                    g1, w1 = _dge_slot(dge_s[1], dge_e[1], dge_o[1], issue, dg[2])
+                    u = 0 if g0 <= g1 else 1
+                    gs, wb = (g0, w0) if u == 0 else (g1, w1)
+                    if gs > issue:
+                        b = wb
+                    ge = gs + dg[2]
+                    _insert(dge_s[u], dge_e[u], dge_o[u], gs, ge, idx)
+                    dge_log.append((idx, 2, u, gs, ge))
+                    issue_d = ge
+                else:
+                    issue_d = issue
+                ds = issue_d + fixed
+            else:
+                ds = issue + fixed
             xfer = (r.ns if ns_over is None else ns_over.get(idx, r.ns)) - fixed
             if xfer < 0.0:
                 xfer = 0.0
@@ -409,17 +451,29 @@ def _schedule_core(core, hbm_bytes_per_ns=None, progress=None, progress_base=0, 
                         busy_e[q] = busy_e[0][:]
                         busy_o[q] = busy_o[0][:]
                         q_free[q] = q_free[0]
+                        qend[q] = qend[0][:]
+                        qlast[q] = qlast[0][:]
                     synced = False
                 qs = all_q if nuse == nq else [(q0 + j) % nq for j in range(nuse)]
             first_piece = None
             fin = ds
             delayed_by = -1
             for q in qs:
-                if q_free[q] <= ds:        # the engine is idle from ds: append (fast path)
-                    _append(busy_s[q], busy_e[q], busy_o[q], ds, ds + xfer, idx)
-                    f0, f1, ob = ds, ds + xfer, -1
+                t0 = ds
+                oq = -1
+                if qk >= 0 and qend[q][qk] > ds:       # in order behind its queue's last transfer on this engine
+                    t0 = qend[q][qk]
+                    oq = qlast[q][qk]
+                if q_free[q] <= t0:        # the engine is idle from t0: append (fast path)
+                    _append(busy_s[q], busy_e[q], busy_o[q], t0, t0 + xfer, idx)
+                    f0, f1, ob = t0, t0 + xfer, -1
                 else:
-                    f0, f1, ob = _fill(busy_s[q], busy_e[q], busy_o[q], ds, xfer, idx)
+                    f0, f1, ob = _fill(busy_s[q], busy_e[q], busy_o[q], t0, xfer, idx)
+                if ob < 0:
+                    ob = oq
+                if qk >= 0:
+                    qend[q][qk] = f1
+                    qlast[q][qk] = idx
                 if f1 > q_free[q]:
                     q_free[q] = f1
                 if first_piece is None or f0 < first_piece:
@@ -510,7 +564,8 @@ def _schedule_core(core, hbm_bytes_per_ns=None, progress=None, progress_base=0, 
     cols = {"core": [cid] * n, "id": [r.id for r in recs], "engine": engs, "queue": queue, "nqueues": nqs,
             "opcode": [r.opcode for r in recs], "start": start, "data_start": dstart, "end": end, "done": done, "work": work,
             "flops": [r.flops for r in recs], "nbytes": [r.nbytes for r in recs], "hbm_bytes": hbm,
-            "src": srcm, "dst": dstm, "loc": [r.loc for r in recs], "deps": deps_col, "bind": bind}
+            "src": srcm, "dst": dstm, "loc": [r.loc for r in recs], "deps": deps_col, "bind": bind,
+            "dge": dge_log}
     counters = _counters(cid, lifetimes, dstart, end, hbm, engs)
     return cols, counters
 
@@ -578,6 +633,30 @@ def _insert(starts, ends, owners, s, e, idx):
             ends[i] = ends[j]
             owners[i] = owners[j]
         del starts[j], ends[j], owners[j]
+
+
+def _dge_slot(starts, ends, owners, t, dur):
+    """The earliest start ``>= t`` of ``dur`` ns free on one hardware DGE block (its busy intervals, the most recent
+    ``_BACKFILL`` searched): a descriptor generation is not split.  Returns ``(start, row it waited behind or -1)``."""
+    n = len(starts)
+    i = bisect_right(ends, t)
+    waited = -1
+    if i < n - _BACKFILL:
+        i = n - _BACKFILL
+        if ends[i - 1] > t:
+            t = ends[i - 1]
+            waited = owners[i - 1]
+    cur = t
+    while i < n:
+        if ends[i] <= cur:
+            i += 1
+            continue
+        if starts[i] >= cur + dur:
+            break
+        cur = ends[i]
+        waited = owners[i]
+        i += 1
+    return cur, waited
 
 
 def _fill(starts, ends, owners, t, dur, idx):

@@ -38,6 +38,9 @@ class Timeline:
         self.queues_per_core = queues_per_core
         for f in _FIELDS:
             setattr(self, f, [])
+        # descriptor generation of DMA transfers (isa/dma_dge.py): (row, mode, unit, start, end), mode 1 swdge (on
+        # the GpSimd Engine, unit -1) or 2 hwdge (hardware DGE block ``unit``, 0 or 1 per core)
+        self.dge = []
         # counters: {(core, name): [(t_ns, value), ...]}; names "sbuf_bytes", "psum_bytes" (live bytes, all
         # partitions), "hbm_bytes_per_s" (HBM traffic binned over time)
         self.counters: dict = {}
@@ -47,7 +50,8 @@ class Timeline:
     # -- building ---------------------------------------------------------------------------------
     def extend(self, cols: dict):
         """Append rows given as ``{field: list}`` with every field of :class:`Row` but ``index`` (``work`` may be
-        left out); ``deps`` and ``bind`` are indices into these rows."""
+        left out; ``dge``, the descriptor generations as ``(row, mode, unit, start, end)``, is optional);
+        ``deps``, ``bind`` and the rows of ``dge`` are indices into these rows."""
         base = len(self.start)
         if "work" not in cols:          # optional: the engine time, by default end - data_start
             cols = dict(cols, work=[e - s for s, e in zip(cols["data_start"], cols["end"])])
@@ -60,6 +64,9 @@ class Timeline:
             elif f == "bind":
                 v = [b + base if b >= 0 else -1 for b in v]
             getattr(self, f).extend(v)
+        dge = cols.get("dge")
+        if dge:
+            self.dge.extend([(r + base,) + tuple(x) for r, *x in dge] if base else [tuple(x) for x in dge])
         self._cache.clear()
 
     # -- reading ----------------------------------------------------------------------------------
@@ -78,7 +85,7 @@ class Timeline:
         if not isinstance(other, Timeline):
             return NotImplemented
         return (self.target.name == other.target.name and self.core_ids == other.core_ids
-                and all(getattr(self, f) == getattr(other, f) for f in _FIELDS)
+                and all(getattr(self, f) == getattr(other, f) for f in _FIELDS) and self.dge == other.dge
                 and self.counters == other.counters)
 
     __hash__ = None
@@ -107,6 +114,10 @@ class Timeline:
                 out[(c, e)] = out.get((c, e), 0.0) + (en - s)
         for c, iv in dma_iv.items():
             out[(c, "dma")] = _union_length(iv)
+        for r, mode, _, s, en in self.dge:          # software DGE occupies the GpSimd Engine
+            if mode == 1:
+                k = (self.core[r], "gpsimd")
+                out[k] = out.get(k, 0.0) + (en - s)
         self._cache["busy"] = out
         return out
 

@@ -24,11 +24,17 @@ def waits(tl: Timeline):
     dma = [0.0] * n
     free = {}
     fixed = tl.target.dma_fixed_ns
+    dge = {r: (mode, en) for r, mode, _, _, en in tl.dge}
     for i in range(n):
         e = tl.engine[i]
         if e == "dma":
-            # after its fixed cost, a transfer waits only for the DMA engines it shares with earlier transfers
-            dma[i] = max(0.0, tl.data_start[i] - (tl.start[i] + fixed))
+            # after its descriptor generation (isa/dma_dge.py) and fixed cost, a transfer waits only for the DMA
+            # engines it shares with earlier transfers or for its queue
+            g = dge.get(i)
+            t0 = tl.start[i] if g is None else max(tl.start[i], g[1])
+            dma[i] = max(0.0, tl.data_start[i] - (t0 + fixed))
+            if g is not None and g[0] == 1:          # swdge ran on the GpSimd Engine
+                free[(tl.core[i], "gpsimd")] = g[1]
             continue
         key = (tl.core[i], e)
         f = free.get(key, 0.0)

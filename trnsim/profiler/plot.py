@@ -71,6 +71,9 @@ def plot_timeline(tl: Timeline, path, title=None, width_px=1600):
                 ivs.setdefault((cc, ee, qq), []).append([ds, en])
         else:
             ivs.setdefault((cc, ee, None), []).append([ds, en])
+    for r, mode, _, ds, en in tl.dge:       # software descriptor generation occupies the GpSimd Engine
+        if mode == 1:
+            ivs.setdefault((tl.core[r], "gpsimd", None), []).append([ds, en])
     ys, y = [], 0.0
     for h in reversed(heights):
         ys.append(y + h / 2)

@@ -6,6 +6,8 @@
   source line, flops, bytes, dependencies, and the time it waited on another engine's semaphore (``evt_wait_ns``)
   or on DMA (``dma_wait_ns``), as Neuron Explorer names them;
 * flow arrows (``ph: "s"`` / ``"f"``) from each dependency to its dependent;
+* descriptor generation (``Timeline.dge``): a software-DGE span on the GpSimd Engine's track, a hardware-DGE span
+  on the track of its DGE block ("hardware DGE 0/1");
 * counter tracks (``ph: "C"``): SBUF and PSUM bytes live, HBM bandwidth.
 
 Times in the file are microseconds (the format's unit) with ns precision.
@@ -24,6 +26,7 @@ __all__ = ["trace_events", "write_trace", "ENGINE_TRACKS"]
 
 ENGINE_TRACKS = ("tensor", "vector", "scalar", "gpsimd")
 _DMA_TID0 = 10
+_DGE_TID0 = 7   # the two hardware DGE blocks of a core (tids 7 and 8)
 _LANES = 16     # each DMA engine has 16 queues: transfers overlapping on an engine are drawn on its extra lanes
 
 
@@ -115,6 +118,24 @@ def trace_events(tl: Timeline, flows=True, max_flows=200_000):
         else:
             ev.append({"ph": "X", "name": r.opcode, "cat": r.engine, "pid": r.core, "tid": _tid(r.engine, 0),
                        "ts": ts, "dur": dur, "args": args})
+    # descriptor generation (isa/dma_dge.py): software DGE on the GpSimd Engine's track, hardware DGE on a track
+    # per DGE block
+    named = set()
+    for r, mode, unit, s, e in tl.dge:
+        if e <= s:           # the later rows of a row-by-row gather: their descriptors came with the first's
+            continue
+        c = tl.core[r]
+        tid = _tid("gpsimd", 0) if mode == 1 else _DGE_TID0 + unit
+        if mode != 1 and (c, tid) not in named:
+            named.add((c, tid))
+            ev.append({"ph": "M", "name": "thread_name", "pid": c, "tid": tid,
+                       "args": {"name": f"hardware DGE {unit}"}})
+            ev.append({"ph": "M", "name": "thread_sort_index", "pid": c, "tid": tid,
+                       "args": {"sort_index": 5 + unit / 10}})
+        ev.append({"ph": "X", "name": f"dge {('swdge', 'hwdge')[mode - 1]} ({tl.opcode[r]})", "cat": "dge",
+                   "pid": c, "tid": tid, "ts": s / 1000.0, "dur": max(e - s, 0.0) / 1000.0,
+                   "args": {"dma_row": r, "id": tl.id[r], "source": _loc(tl.loc[r]), "start_ns": round(s, 3),
+                            "end_ns": round(e, 3)}})
     if flows:
         nf = 0
         for r in tl.rows():

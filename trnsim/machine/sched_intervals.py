@@ -1,0 +1,146 @@
+"""The busy intervals of one DMA engine or hardware DGE block, for the compiled scheduler (``sched_kernels``):
+numba versions of ``scheduler._append``, ``_insert``, ``_fill`` and ``_dge_slot``, step for step (the same
+floating-point operations in the same order).  Row ``q`` of the arrays ``bs``/``be``/``bo`` holds an engine's
+merged intervals (starts, ends, the row of the transfer ending each), ``bn[q]`` how many."""
+
+from __future__ import annotations
+
+from numba import njit
+
+_BACKFILL = 32   # busy intervals searched per engine (scheduler._BACKFILL)
+
+
+@njit(cache=True)
+def _append(bs, be, bo, bn, q, s, e, idx):
+    n = bn[q]
+    if n > 0 and be[q, n - 1] >= s:
+        if e > be[q, n - 1]:
+            be[q, n - 1] = e
+            bo[q, n - 1] = idx
+    else:
+        bs[q, n] = s
+        be[q, n] = e
+        bo[q, n] = idx
+        bn[q] = n + 1
+
+
+@njit(cache=True)
+def _insert(bs, be, bo, bn, q, s, e, idx):
+    n = bn[q]
+    if n == 0 or s >= be[q, n - 1]:
+        _append(bs, be, bo, bn, q, s, e, idx)
+        return
+    # bisect_right(starts, s)
+    lo = 0
+    hi = n
+    while lo < hi:
+        m = (lo + hi) // 2
+        if s < bs[q, m]:
+            hi = m
+        else:
+            lo = m + 1
+    i = lo
+    if i > 0 and be[q, i - 1] >= s - 1e-9:
+        i -= 1
+        if e > be[q, i]:
+            be[q, i] = e
+            bo[q, i] = idx
+    else:
+        for j in range(n, i, -1):
+            bs[q, j] = bs[q, j - 1]
+            be[q, j] = be[q, j - 1]
+            bo[q, j] = bo[q, j - 1]
+        bs[q, i] = s
+        be[q, i] = e
+        bo[q, i] = idx
+        n += 1
+        bn[q] = n
+    j = i + 1
+    if j < n and bs[q, j] <= be[q, i] + 1e-9:
+        if be[q, j] > be[q, i]:
+            be[q, i] = be[q, j]
+            bo[q, i] = bo[q, j]
+        for k in range(j, n - 1):
+            bs[q, k] = bs[q, k + 1]
+            be[q, k] = be[q, k + 1]
+            bo[q, k] = bo[q, k + 1]
+        bn[q] = n - 1
+
+
+@njit(cache=True)
+def _dge_slot(bs, be, bo, bn, q, t, dur):
+    """scheduler._dge_slot over the arrays of hardware DGE block ``q``: (earliest start, waited-behind row)."""
+    n = bn[q]
+    lo = 0
+    hi = n
+    while lo < hi:                 # bisect_right(ends, t)
+        m = (lo + hi) // 2
+        if t < be[q, m]:
+            hi = m
+        else:
+            lo = m + 1
+    i = lo
+    waited = -1
+    if i < n - _BACKFILL:
+        i = n - _BACKFILL
+        if be[q, i - 1] > t:
+            t = be[q, i - 1]
+            waited = bo[q, i - 1]
+    cur = t
+    while i < n:
+        if be[q, i] <= cur:
+            i += 1
+            continue
+        if bs[q, i] >= cur + dur:
+            break
+        cur = be[q, i]
+        waited = bo[q, i]
+        i += 1
+    return cur, waited
+
+
+@njit(cache=True)
+def _fill(bs, be, bo, bn, q, t, dur, idx, p0s, p1s):
+    """scheduler._fill over the arrays of DMA engine ``q``; returns (first start, end, waited-behind row)."""
+    n = bn[q]
+    lo = 0
+    hi = n
+    while lo < hi:                 # bisect_right(ends, t)
+        m = (lo + hi) // 2
+        if t < be[q, m]:
+            hi = m
+        else:
+            lo = m + 1
+    i = lo
+    if i < n - _BACKFILL:
+        i = n - _BACKFILL
+        if be[q, i - 1] > t:
+            t = be[q, i - 1]
+    cur = t
+    rem = dur
+    npc = 0
+    waited = -1
+    while rem > 1e-9:
+        if i < n and bs[q, i] <= cur:
+            if be[q, i] > cur:
+                cur = be[q, i]
+                waited = bo[q, i]
+            i += 1
+            continue
+        gap_end = bs[q, i] if i < n else cur + rem
+        take = gap_end - cur
+        if take > rem:
+            take = rem
+        if take > 0.0:
+            p0s[npc] = cur
+            p1s[npc] = cur + take
+            npc += 1
+            rem -= take
+            cur += take
+        elif i >= n:
+            break
+    first = p0s[0] if npc else t
+    last = p1s[npc - 1] if npc else t
+    for k in range(npc):
+        _insert(bs, be, bo, bn, q, p0s[k], p1s[k], idx)
+    return first, last, waited
