@@ -17,8 +17,8 @@ from ...isa.errors import NkiValidationError, caller_location
 from ...memory import HBM, PSUM, SBUF, DynSlice, Tensor, ViewError, dtype_of
 from .. import language as _v2
 from ..context import current
-from ..stubs import install_unsupported
 from .index import arange, mgrid  # noqa: F401  (nl.arange, nl.mgrid)
+from .dynamic import IndirectRows
 from .tile import (PendingMatmul, Tile, as_tile, bind_language, box_empty, mask_box, materialize, partition_views,
                    resolve)
 
@@ -205,8 +205,21 @@ def _range(*args, **kwargs):
 affine_range = _range
 sequential_range = _range
 static_range = _range
-program_id = _v2.program_id
 program_ndim = _v2.program_ndim
+
+
+class ProgramId(int):
+    """``nl.program_id(axis)``: the program's index along ``axis`` (an int), remembering the axis, so that
+    ``nl.all_reduce(..., program_axes=[nl.program_id(0)])`` names axis 0 as kernels written that way mean."""
+
+    def __new__(cls, value, axis):
+        v = super().__new__(cls, int(value))
+        v.axis = int(axis)
+        return v
+
+
+def program_id(axis=0):
+    return ProgramId(_v2.program_id(axis), axis)
 
 
 def num_programs(axes=None):
@@ -699,8 +712,55 @@ def rand(shape, dtype=np.float32, **kwargs):
     return _v2.rand(tuple(shape), dtype)
 
 
-install_unsupported(globals(), "neuronxcc.nki.language", (
-    "all_reduce", "atomic_rmw", "loop_reduce", "gemm_grid",
-    "gemm_stationary_grid"))
+from .reductions import all_reduce, loop_reduce  # noqa: E402,F401  (they build on this module's functions)
+
+
+# -- atomic read-modify-write ------------------------------------------------------------------------------
+def _rmw(dst, value, op, mask, loc, what):
+    """``dst = op(dst, value)`` by the DMA engines (``trnsim.isa.dma_copy_rmw``); ``dst`` an HBM tensor view or
+    the indirect rows of ``tensor[indices_tile, ...]``."""
+    core = current().core
+    if mask is not None:
+        raise NotImplementedError(f"nl.{what} with mask= is not supported by trnsim yet; index the operands")
+    if isinstance(dst, IndirectRows):
+        rows, index, shape, dt = dst.rows, dst.index, dst.shape, dst.dtype
+    elif isinstance(dst, Tensor):
+        d = resolve(materialize(dst, loc), None, loc, what, "dst")
+        rows, index, shape, dt = d, None, tuple(d.shape), d.dtype
+    else:
+        raise NkiValidationError(f"{what}: dst must be a tensor (e.g. hbm_tensor[indices_tile, i_f]), got "
+                                 f"{type(dst).__name__}", what, "dst", type(dst).__name__, None, loc)
+    if _is_tile(value):
+        v = resolve(materialize(value, loc), None, loc, what, "value")
+    else:
+        v = _new(shape, dt, SBUF, "", loc)
+        _isa.memset(core, loc, v, value)
+    _isa.dma_copy_rmw(core, loc, rows, v, op, index=index)
+
+
+def atomic_rmw(dst, value, op, *, mask=None, **kwargs):
+    """``dst = op(dst, value)`` on HBM, atomically per row (only ``np.add``): ``dst`` is usually an HBM tensor
+    indexed by a tile of row indices (``t[indices_tile, i_f]``, one index per partition of ``value``); partitions
+    naming the same row all add into it."""
+    _rmw(dst, value, op, mask, caller_location(), "atomic_rmw")
+
+
+def gemm_grid():
+    """Not runnable: legacy NKI documents it only as the tile definition of a matmul result / moving operand, with
+    no arguments, return value or use that a kernel could rely on (a compiler-internal description)."""
+    raise NotImplementedError(
+        "nl.gemm_grid(): trnsim cannot run it: legacy NKI documents it only as 'the tile definition' of a matmul "
+        "result and moving operand, with no return value or behaviour that a kernel can rely on.  Write the tile "
+        "shapes explicitly: the moving operand and the result take up to nl.tile_size.pmax (128) partitions and "
+        "nl.tile_size.gemm_moving_fmax (512) elements per partition.")
+
+
+def gemm_stationary_grid():
+    """Not runnable: documented only as the tile definition of a matmul's stationary operand (see gemm_grid)."""
+    raise NotImplementedError(
+        "nl.gemm_stationary_grid(): trnsim cannot run it: legacy NKI documents it only as 'the tile definition' of "
+        "a matmul's stationary operand, with no return value or behaviour that a kernel can rely on.  Write the "
+        "tile shape explicitly: the stationary operand takes up to nl.tile_size.pmax (128) partitions and "
+        "nl.tile_size.gemm_stationary_fmax (128) elements per partition.")
 
 bind_language(sys.modules[__name__])     # the tile operators issue this module's functions
