@@ -199,6 +199,19 @@ def ds(start, size):
 
 # -- loops and launch -----------------------------------------------------------------------------------
 def _range(*args, **kwargs):
+    """``range`` of the loop; ``start``/``stop``/``step`` may be given by keyword (``affine_range(0, n, step=T)``);
+    other keywords (``multi_buffer=``, ``loop_type=``, hints to the compiler) change nothing here."""
+    if any(k in kwargs for k in ("start", "stop", "step")):
+        pos = list(args) + [None] * (3 - len(args))
+        start, stop, step = pos[:3]
+        if len(args) == 1:                     # affine_range(n, step=2): n is the stop
+            start, stop = 0, args[0]
+        start = kwargs.get("start", 0 if start is None else start)
+        stop = kwargs.get("stop", stop)
+        step = kwargs.get("step", 1 if step is None else step)
+        if stop is None:
+            start, stop = 0, start
+        return range(start, stop, step)
     return range(*args)
 
 
@@ -712,7 +725,8 @@ def rand(shape, dtype=np.float32, **kwargs):
     return _v2.rand(tuple(shape), dtype)
 
 
-from .reductions import all_reduce, loop_reduce  # noqa: E402,F401  (they build on this module's functions)
+# nl.loop_reduce and nl.all_reduce live in reductions.py, which builds on this module; the package (__init__) adds
+# them to this namespace, so the dependency runs one way, reductions -> language.
 
 
 # -- atomic read-modify-write ------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from ..context import current
 from ..tensor import NkiTensor
 from . import index as _index
 from .dynamic import DynIndex, indirect_rows, is_dynamic_key, resolve_dynamic_keys
-from .index import IndexExpr, MaskError, Predicate, broadcast_shapes
+from .index import IndexExpr, MaskError, Predicate, _MGrid, broadcast_shapes
 
 __all__ = ["Tile", "PendingMatmul", "as_tile", "resolve", "mask_box", "materialize", "bind_language"]
 
@@ -50,6 +50,8 @@ class Tile(NkiTensor):
 
     # -- indexing -----------------------------------------------------------------------------------
     def __getitem__(self, key):
+        if isinstance(key, _MGrid.Grid):          # t[nl.mgrid[0:128, 0:1]]: one expression per dimension
+            key = tuple(key.exprs)
         keys = key if isinstance(key, tuple) else (key,)
         if any(is_dynamic_key(k) for k in keys):
             return _dynamic_view(self, keys)
