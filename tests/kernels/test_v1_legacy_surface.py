@@ -259,35 +259,58 @@ def test_loop_reduce_into_a_name_and_into_a_subscript():
     def k(x):
         o1 = nl.ndarray((64, 32), dtype=nl.float32, buffer=nl.shared_hbm)
         o2 = nl.ndarray((64, 32), dtype=nl.float32, buffer=nl.shared_hbm)
-        b = nl.zeros((64, 32), dtype=nl.float32)
-        acc = nl.ndarray((2, nl.par_dim(64), 32), dtype=nl.float32, buffer=nl.sbuf)
-        acc[1] = nl.full((64, 32), -np.inf, dtype=nl.float32)
+        o3 = nl.ndarray((3, 64, 32), dtype=nl.float32, buffer=nl.shared_hbm)
+        b = nl.zeros((64, 32), dtype=nl.float32)                    # the reference's example: zeroed first
+        acc = nl.ndarray((2, nl.par_dim(64), 32), dtype=nl.float32, buffer=nl.sbuf)   # never written before
+        per = nl.ndarray((3, nl.par_dim(64), 32), dtype=nl.float32, buffer=nl.sbuf)
         for i in nl.affine_range(5):
             a = nl.load(x[i])
             b = nl.loop_reduce(a, op=np.add, loop_indices=[i], dtype=nl.float32)
             acc[1] = nl.loop_reduce(a, np.maximum, loop_indices=[i])
+        for t in nl.affine_range(3):                   # an inner reduction restarts at each outer iteration
+            for i in nl.affine_range(1, 5, 2):
+                per[t] = nl.loop_reduce(nl.load(x[i + t - t]), np.add, loop_indices=[i])
         nl.store(o1, b)
         nl.store(o2, acc[1])
-        return o1, o2
+        for t in nl.affine_range(3):
+            nl.store(o3[t], per[t])
+        return o1, o2, o3
 
     res = k.run(x)
-    s, m = res.outputs
+    s, m, p = res.outputs
     np.testing.assert_allclose(f64(s), f64(x).sum(0), rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(f64(m), f64(x).max(0))
-    # each iteration is one tensor_tensor (the subscript form folds in place)
-    assert len(_records(res, "tensor_tensor")) == 10
+    for t in range(3):
+        np.testing.assert_allclose(f64(p[t]), f64(x[1]) + f64(x[3]), rtol=1e-6, atol=1e-6)
+    # the first iteration of each reduction copies, every later one is one tensor_tensor (in place when assigned)
+    assert len(_records(res, "tensor_tensor")) == 4 + 4 + 3 * 1
 
 
-def test_loop_reduce_needs_an_initialised_accumulator_and_an_assignment():
+def test_loop_reduce_first_iteration_sets_the_destination():
+    # trnsim's reading (see reductions.py): an accumulator holding something else is overwritten at the start
+    x = RNG.standard_normal((3, 16, 8)).astype(np.float32)
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((16, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        acc = nl.full((16, 8), 100.0, dtype=nl.float32)
+        for i in nl.affine_range(3):
+            acc[...] = nl.loop_reduce(nl.load(x[i]), op=np.minimum, loop_indices=[i])
+        nl.store(out, acc)
+        return out
+
+    np.testing.assert_array_equal(f64(k(x)), f64(x).min(0))
+
+
+def test_loop_reduce_needs_an_accumulator_and_an_assignment():
     @nki.jit
     def k(x):
         out = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.shared_hbm)
-        for i in nl.affine_range(2):
-            a = nl.load(x)
-            acc = nl.loop_reduce(a, op=np.add, loop_indices=[i])   # noqa: F841
+        a = nl.load(x)
+        acc = nl.loop_reduce(a, op=np.add, loop_indices=[1])   # noqa: F841  (not a first iteration)
         return out
 
-    with pytest.raises(trnsim.NkiValidationError, match="accumulator `acc` holds no tile yet"):
+    with pytest.raises(trnsim.NkiValidationError, match="accumulator `acc` holds no tile"):
         k(np.ones((8, 8), np.float32))
 
     @nki.jit

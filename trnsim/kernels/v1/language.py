@@ -211,8 +211,43 @@ def _range(*args, **kwargs):
         step = kwargs.get("step", 1 if step is None else step)
         if stop is None:
             start, stop = 0, start
-        return range(start, stop, step)
-    return range(*args)
+        return _loop(range(start, stop, step))
+    return _loop(range(*args))
+
+
+class LoopIndex(int):
+    """A loop index of ``nl.affine_range`` & co.: an int that knows whether it is its loop's first iteration
+    (``nl.loop_reduce`` starts its reduction there)."""
+
+    def __new__(cls, value, first):
+        v = super().__new__(cls, value)
+        v.first = first
+        return v
+
+
+class _Loop:
+    """The iteration space of a loop: a ``range`` whose iteration yields :class:`LoopIndex` values."""
+
+    __slots__ = ("r",)
+
+    def __init__(self, r):
+        self.r = r
+
+    def __iter__(self):
+        r0 = self.r.start
+        return (LoopIndex(i, i == r0) for i in self.r)
+
+    def __len__(self):
+        return len(self.r)
+
+    def __getitem__(self, i):
+        return self.r[i]
+
+    def __repr__(self):
+        return f"affine_range({self.r.start}, {self.r.stop}, {self.r.step})"
+
+
+_loop = _Loop
 
 
 affine_range = _range

@@ -1,11 +1,16 @@
 """Legacy reductions across loop iterations and across SPMD programs: ``nl.loop_reduce`` and ``nl.all_reduce``.
 
-``nl.loop_reduce(x, op, loop_indices)`` folds ``x`` into the tile its result is assigned to: the destination is
-also the left operand, so ``b = nl.loop_reduce(a, np.add, [k])`` is ``b = nisa.tensor_tensor(b, a, np.add)`` (the
-NKI reference gives this equivalence) and ``acc[i] = nl.loop_reduce(a, ...)`` is ``acc[i] = acc[i] + a``.  The
-``loop_indices`` only tell the compiler across which loops it may reorder the reduction; trnsim runs the loop as
-written.  To find the destination, the call looks at the statement it is part of: an assignment to a name reads
-that name's current tile; an assignment to a subscript returns a pending value that the tile assignment completes.
+``nl.loop_reduce(x, op, loop_indices)`` reduces ``x`` over the iterations of the loops ``loop_indices`` into the
+tile its result is assigned to: the destination is also the left operand, so inside the loop
+``b = nl.loop_reduce(a, np.add, [k])`` is ``b = nisa.tensor_tensor(b, a, np.add)`` (the NKI reference gives this
+equivalence) and ``acc[i] = nl.loop_reduce(a, ...)`` is ``acc[i] = acc[i] + a``.  On the first iteration of the
+loops (every index in ``loop_indices`` at its loop's first value) the destination is set to ``x`` instead: the
+reduction starts there, as the hardware's accumulate-with-reset does.  That is trnsim's reading, not a sentence of
+the reference: AWS's own kernels (the blockwise MoE backward) reduce into a freshly allocated, never written tile,
+which only works if the first iteration initialises it; with the reference's example (``b`` zeroed before an add
+reduction) both readings agree.  To find the destination, the call looks at the statement it is part of: an
+assignment to a name reads that name's current tile; an assignment to a subscript returns a pending value that the
+tile assignment completes.
 
 ``nl.all_reduce(x, op, program_axes)`` reduces ``x`` over the programs of the launch grid that differ only along
 ``program_axes``.  trnsim runs a launch's programs concurrently (``trnsim.machine.programs``), so it is built the
@@ -80,16 +85,23 @@ class PendingLoopReduce:
     """``acc[...] = nl.loop_reduce(x, op, ...)`` before the assignment: completed by the tile assignment, which
     folds ``x`` into the assigned region."""
 
-    __slots__ = ("x", "op", "dtype", "loc", "done")
+    __slots__ = ("x", "op", "dtype", "loc", "first", "done")
 
-    def __init__(self, x, op, dtype, loc):
-        self.x, self.op, self.dtype, self.loc, self.done = x, op, dtype, loc, False
+    def __init__(self, x, op, dtype, loc, first):
+        self.x, self.op, self.dtype, self.loc, self.first, self.done = x, op, dtype, loc, first, False
 
     def _assign_to(self, dst, loc):
         if self.done:
             raise NkiValidationError("loop_reduce: this result was already assigned; assign nl.loop_reduce's result "
                                      "once", "loop_reduce", None, None, None, loc)
         self.done = True
+        core = current().core
+        x = self.x
+        if self.first:                         # the reduction starts: dst takes x (in dtype, if one is given)
+            if self.dtype is not None and np.dtype(self.dtype) != dst.dtype.np:
+                x = _nl.copy(x, dtype=self.dtype)
+            _isa.tensor_copy(core, self.loc, dst, resolve(x, None, self.loc, "loop_reduce", "x"))
+            return
         if self.dtype is None or np.dtype(self.dtype) == dst.dtype.np:
             _nl._binary_into(dst, dst, self.x, self.op, self.loc)          # in place: one instruction
             return
@@ -105,9 +117,9 @@ class PendingLoopReduce:
 
 
 def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, **kwargs):
-    """Fold ``x`` into the tile the result is assigned to with ``op`` (the destination is the left operand):
-    ``b = nl.loop_reduce(a, np.add, [k])`` is ``b = nisa.tensor_tensor(b, a, np.add)``.  ``loop_indices`` (the loops
-    the reduction runs over) are accepted as a compiler hint; the loop runs as written."""
+    """Reduce ``x`` with ``op`` over the iterations of the loops ``loop_indices`` into the tile the result is
+    assigned to: the first iteration sets it to ``x``, each later one folds ``x`` in (the destination is the left
+    operand: ``b = nisa.tensor_tensor(b, a, op)``).  See the module docstring."""
     loc = caller_location()
     if mask is not None:
         raise NotImplementedError("nl.loop_reduce with mask= is not supported by trnsim yet; index the operands")
@@ -115,15 +127,20 @@ def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, **kwargs):
     if not isinstance(x, Tensor):
         raise NkiValidationError(f"loop_reduce: x must be a tile, got {type(x).__name__}", "loop_reduce", "x",
                                  type(x).__name__, None, loc)
+    first = _first_iteration(loop_indices, loc)
     kind, target = _assignment_target(sys._getframe(1))
     if kind == "subscript":
-        return PendingLoopReduce(x, op, dtype, loc)
+        return PendingLoopReduce(x, op, dtype, loc, first)
     if kind == "name":
         name, acc = target
+        if first:
+            return _nl.copy(x, dtype=dtype)
         if isinstance(acc, KeyError) or not isinstance(acc, Tensor):
             raise NkiValidationError(
-                f"loop_reduce: the accumulator `{name}` holds no tile yet; the reduction reads it, so give it its "
-                f"initial value before the loop (e.g. {name} = nl.zeros(shape, dtype))", "loop_reduce", name,
+                f"loop_reduce: the accumulator `{name}` holds no tile, and this is not the first iteration of "
+                f"loop_indices={list(loop_indices) if isinstance(loop_indices, (list, tuple)) else loop_indices} "
+                f"(which would start the reduction); the reduction reads it, so give it a tile first (e.g. {name} = "
+                "nl.zeros(shape, dtype)) or name the loop's own index", "loop_reduce", name,
                 None if isinstance(acc, KeyError) else type(acc).__name__, None, loc)
         if tuple(acc.shape) != tuple(x.shape) and not _nl._is_col(x, acc):
             raise NkiValidationError(f"loop_reduce: x has shape {list(x.shape)} but the accumulator `{name}` has "
@@ -133,6 +150,26 @@ def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, **kwargs):
                              "nl.loop_reduce(a, op, loop_indices=[i]) or acc[...] = nl.loop_reduce(...)); the "
                              "destination is also the reduction's left operand", "loop_reduce", None, None, None,
                              loc)
+
+
+def _first_iteration(loop_indices, loc):
+    """Whether every loop index is at its loop's first value (``nl.affine_range`` & co. yield indices that know;
+    a plain int counts as first when it is 0)."""
+    items = loop_indices if isinstance(loop_indices, (list, tuple)) else (loop_indices,)
+    if not items:
+        raise NkiValidationError("loop_reduce: loop_indices names no loop; give the index (or indices) of the "
+                                 "loop(s) the reduction runs over", "loop_reduce", "loop_indices", loop_indices,
+                                 None, loc)
+    first = True
+    for i in items:
+        f = getattr(i, "first", None)
+        if f is None:
+            if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+                raise NkiValidationError(f"loop_reduce: loop_indices entries must be loop indices, got "
+                                         f"{type(i).__name__} {i!r}", "loop_reduce", "loop_indices", i, None, loc)
+            f = int(i) == 0
+        first = first and f
+    return first
 
 
 def _axes(program_axes, grid, loc):
