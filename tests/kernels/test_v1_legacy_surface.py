@@ -369,6 +369,25 @@ def test_all_reduce_max_with_program_id_as_axis_and_dtype():
         np.testing.assert_array_equal(f64(got[p]), ref)
 
 
+def test_all_reduce_with_a_mask_as_aws_moe_kernels_use_it():
+    x = RNG.standard_normal((2, 128, 64)).astype(np.float32)
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((2, 128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        shard_id = nl.program_id(axis=0)
+        i_p, i_f = nl.mgrid[0:128, 0:64]
+        t = nl.load(x[shard_id])
+        r = nl.zeros((128, 64), dtype=nl.float32)
+        r[i_p, i_f] = nl.all_reduce(t[i_p, i_f], op=np.add, program_axes=[shard_id], mask=(i_p < 100))
+        nl.store(out[shard_id], r)
+        return out
+
+    got = k[2](x)
+    for p in range(2):
+        np.testing.assert_allclose(f64(got[p, :100]), f64(x[:, :100]).sum(0), rtol=1e-6, atol=1e-6)
+
+
 def test_all_reduce_rules():
     @nki.jit
     def k(x):
@@ -388,6 +407,31 @@ def test_all_reduce_rules():
 
     with pytest.raises(trnsim.NkiValidationError, match="must reduce a tile of the same shape"):
         k2[2](np.ones((8, 8), np.float32))
+
+
+def test_shape_only_runs_all_reduce_with_the_same_timeline_and_refuses_tile_held_indices():
+    from trnsim.kernels.jit import run_kernel
+    from trnsim.machine import schedule
+
+    def k(x):
+        out = nl.ndarray((2, 32, 40), dtype=nl.float32, buffer=nl.shared_hbm)
+        i = nl.program_id(0)
+        nl.store(out[i], nl.all_reduce(nl.load(x[i]), op=np.add, program_axes=[0]))
+        return out
+
+    x = np.ones((2, 32, 40), np.float32)
+    full = schedule(run_kernel(k, (x,), {}, grid=(2,)).cores).total_ns
+    assert schedule(run_kernel(k, (x,), {}, grid=(2,), execute=False).cores).total_ns == full
+
+    def k2(src, offsets):
+        out = nl.ndarray((16, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+        s, o = nl.load(src), nl.load(offsets)
+        ix, iy = nl.mgrid[0:16, 0:4]
+        nl.store(out, nisa.tensor_copy_dynamic_src(s[ix, o[0, 0] + iy]))
+        return out
+
+    with pytest.raises(NotImplementedError, match="shape-only run does not compute"):
+        run_kernel(k2, (np.zeros((16, 32), np.float32), np.array([[3]], np.int32)), {}, execute=False)
 
 
 # -- names with no runnable meaning -------------------------------------------------------------------------------

@@ -83,26 +83,30 @@ def is_dynamic_key(k):
     return isinstance(k, DynIndex) or (isinstance(k, Tensor) and k.buf.kind != "hbm")
 
 
+def _nm(t):
+    return f"tile `{t.name}`" if t.name else f"an unnamed {t.buf.kind.upper()} tile of shape {list(t.shape)}"
+
+
 def dynamic_value(t, loc, what="index"):
     """The integer held by the one-element on-chip tile ``t`` (read eagerly, as the engine reads its offset)."""
     if t.size != 1:
-        raise NkiValidationError(f"{what}: a dynamic offset must be one element (e.g. offsets[0, i]); tile `{t.name}` "
+        raise NkiValidationError(f"{what}: a dynamic offset must be one element (e.g. offsets[0, i]); {_nm(t)} "
                                  f"has shape {list(t.shape)}", what, "index", list(t.shape), [1, 1], loc)
     if t.buf.kind != SBUF:
-        raise NkiValidationError(f"{what}: a dynamic offset must be in SBUF; tile `{t.name}` is in "
+        raise NkiValidationError(f"{what}: a dynamic offset must be in SBUF; {_nm(t)} is in "
                                  f"{t.buf.kind.upper()}", what, "index", t.buf.kind, SBUF, loc)
     return _int_values(t, loc, what)[0]
 
 
 def _int_values(t, loc, what):
     if t.buf.data is None:
-        raise NotImplementedError(f"{what}: the index held in tile `{t.name}` is a value a shape-only run does not "
+        raise NotImplementedError(f"{what}: the index held in {_nm(t)} is a value a shape-only run does not "
                                   "compute; run with data (execute=True) to place the dynamic access")
     v = np.asarray(t.np).reshape(-1)
     if not t.dtype.is_int:
         if t.dtype.is_float and np.all(np.isfinite(v)) and np.all(v == np.round(v)):
             return v.astype(np.int64)
-        raise NkiValidationError(f"{what}: index tile `{t.name}` must hold integers (dtype {t.dtype.name})", what,
+        raise NkiValidationError(f"{what}: index {_nm(t)} must hold integers (dtype {t.dtype.name})", what,
                                  "index", t.dtype.name, "int32", loc)
     return v.astype(np.int64)
 
