@@ -450,3 +450,29 @@ def test_refused_names_say_why():
         assert not getattr(getattr(nisa, n), "_trnsim_unsupported", False)
     for n in ("atomic_rmw", "loop_reduce", "all_reduce"):
         assert not getattr(getattr(nl, n), "_trnsim_unsupported", False)
+
+
+# -- indirect rows in nl.load / nl.store (the tile-indexed HBM access atomic_rmw's kernels use) -------------------
+def test_load_and_store_indirect_rows():
+    table = RNG.standard_normal((20, 3, 8)).astype(np.float32)
+    idx = RNG.integers(0, 20, size=(64, 1)).astype(np.int32)
+    perm = RNG.permutation(40)[:64 // 2]
+
+    @nki.jit
+    def k(table, indices, where):
+        out = nl.ndarray((64, 3, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        sc = nl.ndarray((40, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        it = nl.load(indices)
+        ia, ib = nl.mgrid[0:1, 0:3, 0:8][1:]
+        g = nl.load(table[it, ia, ib])                       # [64, 3, 8] gathered rows
+        nl.store(out, g)
+        nl.store(sc, nl.zeros((40, 8), dtype=nl.float32))
+        w = nl.load(where)
+        nl.store(sc[w, nl.arange(8)[None, :]], value=g[0:32, 1, :])   # scatter to distinct rows
+        return out, sc
+
+    out, sc = k(table, idx, perm.reshape(32, 1).astype(np.int32))
+    np.testing.assert_array_equal(f64(out), f64(table)[idx[:, 0]])
+    ref = np.zeros((40, 8))
+    ref[perm] = f64(table)[idx[:32, 0], 1, :]
+    np.testing.assert_array_equal(f64(sc), ref)

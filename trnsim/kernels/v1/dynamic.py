@@ -115,8 +115,14 @@ def resolve_dynamic_keys(keys, loc):
     """``keys`` with every dynamic key replaced by its static index expression (the tile values read now), and
     the one-element tiles read."""
     out, tiles = [], []
-    for k in keys:
-        if isinstance(k, Tensor) and not isinstance(k, DynIndex):
+    for d, k in enumerate(keys):
+        if isinstance(k, Tensor) and k.size != 1:
+            raise NkiValidationError(
+                f"index: {_nm(k)} indexes dimension {d} with {k.size} values; trnsim takes a tile of several "
+                "indices only on the first dimension (indirect rows, one index per partition: t[indices, ...]), and "
+                "elsewhere a one-element tile (a dynamic offset, e.g. offsets[0, i])", "index", None, list(k.shape),
+                1, loc)
+        if isinstance(k, Tensor):
             k = DynIndex.of(k)
         if isinstance(k, DynIndex):
             e = k.expr
@@ -181,8 +187,11 @@ def indirect_rows(base, keys, loc, view_of):
                                  f"`{idx.name}` holds {bad[0]}, outside [0, {n0 - 1}]", "index", "indices", bad[0],
                                  n0, loc)
     rows = []
+    free = None
     for v in vals:
         r = view_of(base, (int(v),) + tuple(keys[1:]))
-        rows.append(r.reshape((1, r.size)) if tuple(r.shape) != (1, r.size) else r)
-    f = rows[0].size if rows else 0
-    return IndirectRows(rows, (len(rows), f), base.dtype, base.name, idx, base)
+        # an expression view keeps the indexed dimension (size 1); a plain index drops it
+        f = tuple(r.shape[1:]) if r.ndim == base.ndim and r.shape and r.shape[0] == 1 else tuple(r.shape)
+        free = f if free is None else free
+        rows.append(r if tuple(r.shape) == (1,) + f else r.reshape((1,) + f))
+    return IndirectRows(rows, (len(rows),) + (free or ()), base.dtype, base.name, idx, base)

@@ -653,6 +653,8 @@ def _space_error(op, operand, t, want, loc):
 def load(src, *, mask=None, dtype=None, **kwargs):
     """Copy an HBM region into a new SBUF tile."""
     core, loc = _ctx()
+    if isinstance(src, IndirectRows):
+        return _load_rows(core, loc, src, mask, dtype)
     if not isinstance(src, Tensor):
         raise NkiValidationError(f"load: operand 'src' must be an HBM tensor, got {type(src).__name__}", "load",
                                  "src", src, None, loc)
@@ -665,9 +667,39 @@ def load(src, *, mask=None, dtype=None, **kwargs):
     return out
 
 
+def _load_rows(core, loc, src, mask, dtype):
+    """``nl.load(t[indices_tile, ...])``: a gather, one DMA per index (the DMA's indirect mode moves a descriptor
+    per index; as for the v2 gathers, the read of the index tile is not recorded as a dependency)."""
+    if mask is not None:
+        raise NotImplementedError("nl.load of indirect rows (t[indices_tile, ...]) with mask= is not supported by "
+                                  "trnsim yet")
+    out = _new(src.shape, src.dtype if dtype is None else dtype, SBUF, "", loc)
+    for p, r in enumerate(src.rows):
+        _isa.dma_copy(core, loc, out[p:p + 1], r)
+    return out
+
+
+def _store_rows(core, loc, dst, value, mask):
+    """``nl.store(t[indices_tile, ...], value)``: a scatter, one DMA per index (rows named twice: the later
+    partition's value lands last, as the DMA moves them in order)."""
+    if mask is not None:
+        raise NotImplementedError("nl.store to indirect rows (t[indices_tile, ...]) with mask= is not supported by "
+                                  "trnsim yet")
+    value = materialize(value, loc)
+    if not isinstance(value, Tensor) or value.size != dst.size:
+        raise NkiValidationError(f"store: value must be a tile of {dst.size} elements (shape {list(dst.shape)}) for "
+                                 f"{len(dst.rows)} indirect rows, got {getattr(value, 'shape', type(value).__name__)}",
+                                 "store", "value", getattr(value, "shape", None), list(dst.shape), loc)
+    v = resolve(value, None, loc, "store", "value")
+    for p, r in enumerate(dst.rows):
+        _isa.dma_copy(core, loc, r, v[p:p + 1])
+
+
 def store(dst, value, *, mask=None, **kwargs):
     """Copy a tile into an HBM region."""
     core, loc = _ctx()
+    if isinstance(dst, IndirectRows):
+        return _store_rows(core, loc, dst, value, mask)
     if not isinstance(dst, Tensor):
         raise NkiValidationError(f"store: operand 'dst' must be an HBM tensor, got {type(dst).__name__}", "store",
                                  "dst", dst, None, loc)
