@@ -17,6 +17,8 @@ from ...memory import PSUM, SBUF, Tensor
 from ..context import current
 from ..isa_api import get_nc_version as _v2_nc_version
 from . import language as _nl
+from .atomic import rmw
+from .refused import builtin_custom_op  # noqa: F401  (nisa.builtin_custom_op)
 from .index import IndexExpr, Predicate
 from .tile import PendingMatmul, box_empty, mask_box, materialize, resolve, partition_views
 
@@ -441,7 +443,7 @@ def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None, **kwargs
 def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown):
     loc = caller_location()
     if dst_rmw_op is not None:
-        _nl._rmw(dst, src, dst_rmw_op, mask, loc, "dma_copy")
+        rmw(dst, src, dst_rmw_op, mask, loc, "nisa.dma_copy(dst_rmw_op=)")
         return
     dst_m = materialize(dst, loc)
     box = _prep(mask, dst_m.shape, "dma_copy", loc)
@@ -537,14 +539,3 @@ def tensor_copy_dynamic_dst(*, dst, src, mask=None, dtype=None, engine=engine.un
         w = "tensor_copy_dynamic_dst"
         _isa.tensor_copy_dynamic_dst(current().core, loc, _r(dst, box, loc, w, "dst"), _r(src, box, loc, w, "src"),
                                      offs, engine=_eng(engine))
-
-
-def builtin_custom_op(function_name, lib_file_name, ulib_to_ucode_version, ulib_to_isa_version, srcs, dsts,
-                      **kwargs):
-    """Not runnable in trnsim: it calls ``function_name`` of a precompiled GpSimd custom-op library
-    (``lib_file_name``, machine code for the GpSimd cores), whose behaviour and cost only that binary defines."""
-    raise NotImplementedError(
-        f"nisa.builtin_custom_op({function_name!r}, {lib_file_name!r}): trnsim cannot run it: the operator is "
-        "machine code of a compiled GpSimd custom-op library, which trnsim neither has nor executes, and whose "
-        "results and cost nothing published describes.  Write the operator with nki.isa / nki.language "
-        "instructions (trnsim runs those), or compute it outside the kernel.")

@@ -18,7 +18,10 @@ from ...memory import HBM, PSUM, SBUF, DynSlice, Tensor, ViewError, dtype_of
 from .. import language as _v2
 from ..context import current
 from .index import arange, mgrid  # noqa: F401  (nl.arange, nl.mgrid)
+from .atomic import atomic_rmw  # noqa: F401  (nl.atomic_rmw)
 from .dynamic import IndirectRows
+from .loops import LoopIndex, _range  # noqa: F401  (nl.affine_range & co. yield LoopIndex values)
+from .refused import gemm_grid, gemm_stationary_grid  # noqa: F401  (names with no runnable meaning)
 from .tile import (PendingMatmul, Tile, as_tile, bind_language, box_empty, mask_box, materialize, partition_views,
                    resolve)
 
@@ -198,58 +201,6 @@ def ds(start, size):
 
 
 # -- loops and launch -----------------------------------------------------------------------------------
-def _range(*args, **kwargs):
-    """``range`` of the loop; ``start``/``stop``/``step`` may be given by keyword (``affine_range(0, n, step=T)``);
-    other keywords (``multi_buffer=``, ``loop_type=``, hints to the compiler) change nothing here."""
-    if any(k in kwargs for k in ("start", "stop", "step")):
-        pos = list(args) + [None] * (3 - len(args))
-        start, stop, step = pos[:3]
-        if len(args) == 1:                     # affine_range(n, step=2): n is the stop
-            start, stop = 0, args[0]
-        start = kwargs.get("start", 0 if start is None else start)
-        stop = kwargs.get("stop", stop)
-        step = kwargs.get("step", 1 if step is None else step)
-        if stop is None:
-            start, stop = 0, start
-        return _loop(range(start, stop, step))
-    return _loop(range(*args))
-
-
-class LoopIndex(int):
-    """A loop index of ``nl.affine_range`` & co.: an int that knows whether it is its loop's first iteration
-    (``nl.loop_reduce`` starts its reduction there)."""
-
-    def __new__(cls, value, first):
-        v = super().__new__(cls, value)
-        v.first = first
-        return v
-
-
-class _Loop:
-    """The iteration space of a loop: a ``range`` whose iteration yields :class:`LoopIndex` values."""
-
-    __slots__ = ("r",)
-
-    def __init__(self, r):
-        self.r = r
-
-    def __iter__(self):
-        r0 = self.r.start
-        return (LoopIndex(i, i == r0) for i in self.r)
-
-    def __len__(self):
-        return len(self.r)
-
-    def __getitem__(self, i):
-        return self.r[i]
-
-    def __repr__(self):
-        return f"affine_range({self.r.start}, {self.r.stop}, {self.r.step})"
-
-
-_loop = _Loop
-
-
 affine_range = _range
 sequential_range = _range
 static_range = _range
@@ -795,53 +746,5 @@ def rand(shape, dtype=np.float32, **kwargs):
 # nl.loop_reduce and nl.all_reduce live in reductions.py, which builds on this module; the package (__init__) adds
 # them to this namespace, so the dependency runs one way, reductions -> language.
 
-
-# -- atomic read-modify-write ------------------------------------------------------------------------------
-def _rmw(dst, value, op, mask, loc, what):
-    """``dst = op(dst, value)`` by the DMA engines (``trnsim.isa.dma_copy_rmw``); ``dst`` an HBM tensor view or
-    the indirect rows of ``tensor[indices_tile, ...]``."""
-    core = current().core
-    if mask is not None:
-        raise NotImplementedError(f"nl.{what} with mask= is not supported by trnsim yet; index the operands")
-    if isinstance(dst, IndirectRows):
-        rows, index, shape, dt = dst.rows, dst.index, dst.shape, dst.dtype
-    elif isinstance(dst, Tensor):
-        d = resolve(materialize(dst, loc), None, loc, what, "dst")
-        rows, index, shape, dt = d, None, tuple(d.shape), d.dtype
-    else:
-        raise NkiValidationError(f"{what}: dst must be a tensor (e.g. hbm_tensor[indices_tile, i_f]), got "
-                                 f"{type(dst).__name__}", what, "dst", type(dst).__name__, None, loc)
-    if _is_tile(value):
-        v = resolve(materialize(value, loc), None, loc, what, "value")
-    else:
-        v = _new(shape, dt, SBUF, "", loc)
-        _isa.memset(core, loc, v, value)
-    _isa.dma_copy_rmw(core, loc, rows, v, op, index=index)
-
-
-def atomic_rmw(dst, value, op, *, mask=None, **kwargs):
-    """``dst = op(dst, value)`` on HBM, atomically per row (only ``np.add``): ``dst`` is usually an HBM tensor
-    indexed by a tile of row indices (``t[indices_tile, i_f]``, one index per partition of ``value``); partitions
-    naming the same row all add into it."""
-    _rmw(dst, value, op, mask, caller_location(), "atomic_rmw")
-
-
-def gemm_grid():
-    """Not runnable: legacy NKI documents it only as the tile definition of a matmul result / moving operand, with
-    no arguments, return value or use that a kernel could rely on (a compiler-internal description)."""
-    raise NotImplementedError(
-        "nl.gemm_grid(): trnsim cannot run it: legacy NKI documents it only as 'the tile definition' of a matmul "
-        "result and moving operand, with no return value or behaviour that a kernel can rely on.  Write the tile "
-        "shapes explicitly: the moving operand and the result take up to nl.tile_size.pmax (128) partitions and "
-        "nl.tile_size.gemm_moving_fmax (512) elements per partition.")
-
-
-def gemm_stationary_grid():
-    """Not runnable: documented only as the tile definition of a matmul's stationary operand (see gemm_grid)."""
-    raise NotImplementedError(
-        "nl.gemm_stationary_grid(): trnsim cannot run it: legacy NKI documents it only as 'the tile definition' of "
-        "a matmul's stationary operand, with no return value or behaviour that a kernel can rely on.  Write the "
-        "tile shape explicitly: the stationary operand takes up to nl.tile_size.pmax (128) partitions and "
-        "nl.tile_size.gemm_stationary_fmax (128) elements per partition.")
 
 bind_language(sys.modules[__name__])     # the tile operators issue this module's functions
