@@ -17,7 +17,7 @@ from ...memory import PSUM, SBUF, Tensor
 from ..context import current
 from ..isa_api import get_nc_version as _v2_nc_version
 from . import language as _nl
-from .atomic import rmw
+from .atomic import rmw as _rmw
 from .refused import builtin_custom_op  # noqa: F401  (nisa.builtin_custom_op)
 from .index import IndexExpr, Predicate
 from .tile import PendingMatmul, box_empty, mask_box, materialize, resolve, partition_views
@@ -443,7 +443,7 @@ def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None, **kwargs
 def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown):
     loc = caller_location()
     if dst_rmw_op is not None:
-        rmw(dst, src, dst_rmw_op, mask, loc, "nisa.dma_copy(dst_rmw_op=)")
+        _rmw(dst, src, dst_rmw_op, mask, loc, "nisa.dma_copy(dst_rmw_op=)")
         return
     dst_m = materialize(dst, loc)
     box = _prep(mask, dst_m.shape, "dma_copy", loc)
