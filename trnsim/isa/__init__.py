@@ -5,6 +5,8 @@ Each instruction is one function ``name(core, loc, ...)`` in the module of its e
 
 from .cumulative import tensor_scalar_cumulative
 from .dma import dma_compute, dma_copy, dma_cost_ns, dma_transpose
+from .dma_rmw import dma_copy_rmw
+from .dynamic import tensor_copy_dynamic_dst, tensor_copy_dynamic_src
 from .mx import nc_matmul_mx, quantize_mx
 from .rng import dropout, rand2, rand_get_state, rand_set_state, rng, set_rng_seed
 from .gather import local_gather, nc_n_gather, nonzero_with_count, sequence_bounds, tensor_partition_reduce, topk
@@ -25,5 +27,8 @@ INSTRUCTIONS = {f.__name__: f for f in (
     activate2, quantize_mx, nc_matmul_mx, topk, rng, rand2, dropout, set_rng_seed, rand_set_state,
     rand_get_state)}
 
-__all__ = ["NkiValidationError", "caller_location", "INSTRUCTIONS", "dma_cost_ns", "matmul_cycles"] + \
-    list(INSTRUCTIONS)
+# legacy-only instructions (neuronxcc.nki): not in INSTRUCTIONS, whose names are also the v2 ``nki.isa`` API
+LEGACY_INSTRUCTIONS = {f.__name__: f for f in (tensor_copy_dynamic_src, tensor_copy_dynamic_dst, dma_copy_rmw)}
+
+__all__ = ["NkiValidationError", "caller_location", "INSTRUCTIONS", "LEGACY_INSTRUCTIONS", "dma_cost_ns",
+           "matmul_cycles"] + list(INSTRUCTIONS) + list(LEGACY_INSTRUCTIONS)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import warnings
 
+from ..isa.dma_rmw import ATOMIC_OPCODES
 from ..isa.errors import NkiValidationError
 from .deps import AccessTracker
 
@@ -113,6 +114,8 @@ class RaceDetector:
                         tr.readers(lo, hi, view, found)
                     for ent in found:
                         epoch, loc, opcode, kind = ent[3]
+                        if opcode in ATOMIC_OPCODES and rec.opcode in ATOMIC_OPCODES:
+                            continue              # two atomic read-modify-writes: both land, in either order
                         if epoch > vcp[q]:
                             self._report(bid, max(lo, ent[0]), min(hi, ent[1]), (q, opcode, kind, loc),
                                          (p, rec.opcode, "write" if is_write else "read", rec.loc))

@@ -104,6 +104,8 @@ class IndexExpr:
 
     # -- affine arithmetic --------------------------------------------------------------------------
     def _combine(self, other, sign):
+        if _DEFER and isinstance(other, _DEFER):
+            return NotImplemented           # a tile (dynamic offset) + an expression: the tile side builds it
         if isinstance(other, IndexExpr):
             shape = broadcast_shapes(self.shape, other.shape)
             r = len(shape)
@@ -177,6 +179,15 @@ class IndexExpr:
     def __repr__(self):
         terms = [f"{c}*j{a}" for a, c in enumerate(self.coefs) if c and self.shape[a] > 1]
         return f"IndexExpr({' + '.join(terms + [str(self.const)])}, shape={list(self.shape)})"
+
+
+_DEFER = ()      # types whose operators build a mixed index (set by the modules that define them)
+
+
+def defer_to(*types):
+    """Let ``types`` (tiles, dynamic indices) handle ``expr + x`` / ``expr - x`` themselves."""
+    global _DEFER
+    _DEFER = tuple(dict.fromkeys(_DEFER + tuple(types)))
 
 
 def _as_int(v, op):

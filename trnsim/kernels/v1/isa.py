@@ -16,8 +16,9 @@ from ...isa.errors import NkiValidationError, caller_location
 from ...memory import PSUM, SBUF, Tensor
 from ..context import current
 from ..isa_api import get_nc_version as _v2_nc_version
-from ..stubs import install_unsupported
 from . import language as _nl
+from .atomic import rmw as _rmw
+from .refused import builtin_custom_op  # noqa: F401  (nisa.builtin_custom_op)
 from .index import IndexExpr, Predicate
 from .tile import PendingMatmul, box_empty, mask_box, materialize, resolve, partition_views
 
@@ -442,8 +443,8 @@ def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None, **kwargs
 def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown):
     loc = caller_location()
     if dst_rmw_op is not None:
-        raise NotImplementedError("nisa.dma_copy with dst_rmw_op= (read-modify-write DMA) is not supported by "
-                                  "trnsim yet")
+        _rmw(dst, src, dst_rmw_op, mask, loc, "nisa.dma_copy(dst_rmw_op=)")
+        return
     dst_m = materialize(dst, loc)
     box = _prep(mask, dst_m.shape, "dma_copy", loc)
     if box_empty(box):
@@ -501,5 +502,40 @@ def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, 
     return out
 
 
-install_unsupported(globals(), "neuronxcc.nki.isa", (
-    "builtin_custom_op", "tensor_copy_dynamic_src", "tensor_copy_dynamic_dst"))
+# -- copies at a dynamic offset ------------------------------------------------------------------------
+def _dyn_of(t):
+    """The one-element offset tiles a dynamically indexed view read (``src[ix, offsets[0, i] + iy]``)."""
+    return tuple(getattr(t, "_dyn", None) or ())
+
+
+def tensor_copy_dynamic_src(src, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):
+    """A copy of ``src`` in a new SBUF tile, where ``src`` sits at a dynamic offset within each partition: index it
+    with a one-element SBUF tile, alone or added to an index expression (``src[ix, offsets[0, i] + iy]``).  The
+    offset is read when the call runs; the instruction records reading the offset tile."""
+    loc = caller_location()
+    src = materialize(src, loc)
+    offs = _dyn_of(src)
+    out = _out(src.shape, src.dtype if dtype is None else dtype)
+    box = _prep(mask, src.shape, "tensor_copy_dynamic_src", loc)
+    if not box_empty(box):
+        w = "tensor_copy_dynamic_src"
+        _isa.tensor_copy_dynamic_src(current().core, loc, _r(out, box, loc, w, "dst"), _r(src, box, loc, w, "src"),
+                                     offs, engine=_eng(engine))
+    return out
+
+
+def tensor_copy_dynamic_dst(*, dst, src, mask=None, dtype=None, engine=engine.unknown, **kwargs):
+    """Copy ``src`` into ``dst``, where ``dst`` sits at a dynamic offset within each partition (indexed with a
+    one-element SBUF tile, as for :func:`tensor_copy_dynamic_src`)."""
+    loc = caller_location()
+    src = materialize(src, loc)
+    offs = _dyn_of(dst)
+    if dtype is not None and np.dtype(dtype) != np.dtype(dst.dtype.np):
+        raise NkiValidationError(f"tensor_copy_dynamic_dst: dtype={np.dtype(dtype)} differs from dst's dtype "
+                                 f"{dst.dtype.name}; the copy writes dst's dtype", "tensor_copy_dynamic_dst",
+                                 "dtype", str(np.dtype(dtype)), dst.dtype.name, loc)
+    box = _prep(mask, dst.shape, "tensor_copy_dynamic_dst", loc)
+    if not box_empty(box):
+        w = "tensor_copy_dynamic_dst"
+        _isa.tensor_copy_dynamic_dst(current().core, loc, _r(dst, box, loc, w, "dst"), _r(src, box, loc, w, "src"),
+                                     offs, engine=_eng(engine))

@@ -17,8 +17,11 @@ from ...isa.errors import NkiValidationError, caller_location
 from ...memory import HBM, PSUM, SBUF, DynSlice, Tensor, ViewError, dtype_of
 from .. import language as _v2
 from ..context import current
-from ..stubs import install_unsupported
 from .index import arange, mgrid  # noqa: F401  (nl.arange, nl.mgrid)
+from .atomic import atomic_rmw  # noqa: F401  (nl.atomic_rmw)
+from .dynamic import IndirectRows
+from .loops import LoopIndex, _range  # noqa: F401  (nl.affine_range & co. yield LoopIndex values)
+from .refused import gemm_grid, gemm_stationary_grid  # noqa: F401  (names with no runnable meaning)
 from .tile import (PendingMatmul, Tile, as_tile, bind_language, box_empty, mask_box, materialize, partition_views,
                    resolve)
 
@@ -198,15 +201,24 @@ def ds(start, size):
 
 
 # -- loops and launch -----------------------------------------------------------------------------------
-def _range(*args, **kwargs):
-    return range(*args)
-
-
 affine_range = _range
 sequential_range = _range
 static_range = _range
-program_id = _v2.program_id
 program_ndim = _v2.program_ndim
+
+
+class ProgramId(int):
+    """``nl.program_id(axis)``: the program's index along ``axis`` (an int), remembering the axis, so that
+    ``nl.all_reduce(..., program_axes=[nl.program_id(0)])`` names axis 0 as kernels written that way mean."""
+
+    def __new__(cls, value, axis):
+        v = super().__new__(cls, int(value))
+        v.axis = int(axis)
+        return v
+
+
+def program_id(axis=0):
+    return ProgramId(_v2.program_id(axis), axis)
 
 
 def num_programs(axes=None):
@@ -592,6 +604,8 @@ def _space_error(op, operand, t, want, loc):
 def load(src, *, mask=None, dtype=None, **kwargs):
     """Copy an HBM region into a new SBUF tile."""
     core, loc = _ctx()
+    if isinstance(src, IndirectRows):
+        return _load_rows(core, loc, src, mask, dtype)
     if not isinstance(src, Tensor):
         raise NkiValidationError(f"load: operand 'src' must be an HBM tensor, got {type(src).__name__}", "load",
                                  "src", src, None, loc)
@@ -604,9 +618,39 @@ def load(src, *, mask=None, dtype=None, **kwargs):
     return out
 
 
+def _load_rows(core, loc, src, mask, dtype):
+    """``nl.load(t[indices_tile, ...])``: a gather, one DMA per index (the DMA's indirect mode moves a descriptor
+    per index; as for the v2 gathers, the read of the index tile is not recorded as a dependency)."""
+    if mask is not None:
+        raise NotImplementedError("nl.load of indirect rows (t[indices_tile, ...]) with mask= is not supported by "
+                                  "trnsim yet")
+    out = _new(src.shape, src.dtype if dtype is None else dtype, SBUF, "", loc)
+    for p, r in enumerate(src.rows):
+        _isa.dma_copy(core, loc, out[p:p + 1], r)
+    return out
+
+
+def _store_rows(core, loc, dst, value, mask):
+    """``nl.store(t[indices_tile, ...], value)``: a scatter, one DMA per index (rows named twice: the later
+    partition's value lands last, as the DMA moves them in order)."""
+    if mask is not None:
+        raise NotImplementedError("nl.store to indirect rows (t[indices_tile, ...]) with mask= is not supported by "
+                                  "trnsim yet")
+    value = materialize(value, loc)
+    if not isinstance(value, Tensor) or value.size != dst.size:
+        raise NkiValidationError(f"store: value must be a tile of {dst.size} elements (shape {list(dst.shape)}) for "
+                                 f"{len(dst.rows)} indirect rows, got {getattr(value, 'shape', type(value).__name__)}",
+                                 "store", "value", getattr(value, "shape", None), list(dst.shape), loc)
+    v = resolve(value, None, loc, "store", "value")
+    for p, r in enumerate(dst.rows):
+        _isa.dma_copy(core, loc, r, v[p:p + 1])
+
+
 def store(dst, value, *, mask=None, **kwargs):
     """Copy a tile into an HBM region."""
     core, loc = _ctx()
+    if isinstance(dst, IndirectRows):
+        return _store_rows(core, loc, dst, value, mask)
     if not isinstance(dst, Tensor):
         raise NkiValidationError(f"store: operand 'dst' must be an HBM tensor, got {type(dst).__name__}", "store",
                                  "dst", dst, None, loc)
@@ -699,8 +743,8 @@ def rand(shape, dtype=np.float32, **kwargs):
     return _v2.rand(tuple(shape), dtype)
 
 
-install_unsupported(globals(), "neuronxcc.nki.language", (
-    "all_reduce", "atomic_rmw", "loop_reduce", "gemm_grid",
-    "gemm_stationary_grid"))
+# nl.loop_reduce and nl.all_reduce live in reductions.py, which builds on this module; the package (__init__) adds
+# them to this namespace, so the dependency runs one way, reductions -> language.
+
 
 bind_language(sys.modules[__name__])     # the tile operators issue this module's functions

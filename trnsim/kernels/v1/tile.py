@@ -20,7 +20,9 @@ from ...isa.errors import NkiValidationError, caller_location
 from ...memory import IndexOutOfBounds, Tensor
 from ..context import current
 from ..tensor import NkiTensor
-from .index import IndexExpr, MaskError, Predicate, broadcast_shapes
+from . import index as _index
+from .dynamic import DynIndex, indirect_rows, is_dynamic_key, resolve_dynamic_keys
+from .index import IndexExpr, MaskError, Predicate, _MGrid, broadcast_shapes
 
 __all__ = ["Tile", "PendingMatmul", "as_tile", "resolve", "mask_box", "materialize", "bind_language"]
 
@@ -44,11 +46,15 @@ def _nl():
 class Tile(NkiTensor):
     """A v1 NKI tile or tensor (``neuronxcc.nki.tensor``)."""
 
-    __slots__ = ("_src", "_inplace")
+    __slots__ = ("_src", "_inplace", "_dyn")
 
     # -- indexing -----------------------------------------------------------------------------------
     def __getitem__(self, key):
+        if isinstance(key, _MGrid.Grid):          # t[nl.mgrid[0:128, 0:1]]: one expression per dimension
+            key = tuple(key.exprs)
         keys = key if isinstance(key, tuple) else (key,)
+        if any(is_dynamic_key(k) for k in keys):
+            return _dynamic_view(self, keys)
         if any(isinstance(k, IndexExpr) for k in keys):
             return _expr_view(self, keys)
         try:
@@ -65,6 +71,9 @@ class Tile(NkiTensor):
         core = current().core
         loc = caller_location()
         dst = resolve(dst, None, loc)
+        if getattr(type(value), "_assign_to", None) is not None:     # a result that needs its destination
+            value._assign_to(dst, loc)                                  # (nl.loop_reduce accumulates into it)
+            return
         if isinstance(value, PendingMatmul):
             value.issue(dst, accumulate=False, loc=loc)
             return
@@ -102,6 +111,12 @@ class Tile(NkiTensor):
 
     # -- operators ----------------------------------------------------------------------------------
     def _bin(self, other, op, reverse=False):
+        if isinstance(other, (IndexExpr, DynIndex)) and op in ("add", "subtract"):
+            # ``offsets[0, i] + iy``: a dynamic index (the tile's value read by the instruction that uses it)
+            d = DynIndex.of(self)
+            if op == "add":
+                return d + other
+            return other - d if reverse else d - other
         nl = _nl()
         fn = getattr(nl, op)
         return fn(other, self) if reverse else fn(self, other)
@@ -226,6 +241,19 @@ def as_tile(t):
     return v
 
 
+def _dynamic_view(t, keys):
+    """``t[keys]`` where a key reads its value from a tile: a dynamic offset (a one-element tile, alone or in an
+    index expression) or a tile of row indices (indirect rows).  See ``dynamic.py``."""
+    loc = caller_location()
+    k0 = keys[0]
+    if isinstance(k0, Tensor) and not isinstance(k0, DynIndex) and k0.size != 1:
+        return indirect_rows(t, keys, loc, lambda b, ks: Tile.__getitem__(b, ks))
+    static, tiles = resolve_dynamic_keys(keys, loc)
+    v = _expr_view(t, static)
+    v._dyn = tiles
+    return v
+
+
 def _expr_view(t, keys):
     """The view ``t[keys]`` where keys are ints and index expressions (checked later, see :func:`resolve`)."""
     loc = caller_location()
@@ -262,6 +290,9 @@ def _expr_view(t, keys):
     v = t._view(offset, shape, strides)
     v._src = (t, tuple(exprs))
     return v
+
+
+_index.defer_to(Tensor, DynIndex)
 
 
 def mask_box(mask, shape, loc, what):
