@@ -227,8 +227,13 @@ def render_md(rep):
            f"Selection: every {rep['every']}th collected test"
            + (f" from offset {rep['offset']}" if rep.get("offset") else "") + (f", at most {rep['limit']}" if rep['limit'] else "")
            + f" ({s['tests']} tests); {rep['jobs']} worker(s); {rep['wall_s']:.0f} s wall."
-           + (" **Partial run**: stopped at the time budget; only the tests that finished are counted."
-              if rep.get("partial") else ""),
+           + ((f" **Partial run**: pytest was ended by signal {rep['crashed_signal']} (9: most often the "
+               "out-of-memory killer); only the tests that finished are counted (`--resume` runs the rest)."
+               if rep.get("crashed_signal") else
+               " **Partial run**: stopped at the time budget; only the tests that finished are counted.")
+              if rep.get("partial") else "")
+           + (f" Resumed from `{rep['resumed_from']}`: its records are counted with this run's."
+              if rep.get("resumed_from") else ""),
            f"Stand-ins used (not installed here): {', '.join(rep['standins']) or 'none'} "
            f"(tests/support/nki_library/standins).",
            "",
@@ -308,6 +313,9 @@ def build_parser():
     p.add_argument("--keep-tmp", action="store_true", help="keep the temporary run directory (pytest output)")
     p.add_argument("--time-budget", type=float, default=0,
                    help="stop pytest after this many seconds and report the tests that finished (marked partial)")
+    p.add_argument("--resume", default=None,
+                   help="a results.jsonl of an earlier run of the same selection (kept with --keep-tmp): its tests "
+                        "are not run again, its records are counted with this run's, and it is rewritten with both")
     p.add_argument("--results", default=None,
                    help="write the report from a results.jsonl of an earlier run (kept with --keep-tmp) instead of "
                         "running pytest")
@@ -325,6 +333,9 @@ def run(args, argv):
     if missing and not args.results:
         print(f"run_nki_library: nki-library's test harness imports {', '.join(missing)}, not installed here: "
               f"pip install {' '.join(missing)}", file=sys.stderr)
+        return 2
+    if args.resume and not os.path.isfile(args.resume):
+        print(f"run_nki_library: --resume {args.resume}: no such file", file=sys.stderr)
         return 2
     if args.results and not os.path.isfile(args.results):
         print(f"run_nki_library: --results {args.results}: no such file", file=sys.stderr)
@@ -361,7 +372,16 @@ def run(args, argv):
             cmd += ["-k", args.keyword]
         t0 = time.time()
         partial = False
+        crashed = None
         output = ""
+        earlier = []
+        if args.resume:
+            with open(args.resume) as f:
+                earlier = [json.loads(ln) for ln in f if ln.strip()]
+            done = os.path.join(tmp, "done.txt")
+            with open(done, "w") as f:
+                f.write("\n".join(r["nodeid"] for r in earlier if r.get("when") != "collect"))
+            env["TRNSIM_NKILIB_DONE"] = done
         if args.results:
             results = args.results
         else:
@@ -373,11 +393,20 @@ def run(args, argv):
                 partial = True
                 os.killpg(proc.pid, 15)            # pytest and its xdist workers (their own session)
                 output, _ = proc.communicate()
+            if not partial and proc.returncode < 0:
+                # ended by a signal (SIGKILL: most often the kernel's out-of-memory killer): the tests not yet
+                # recorded did not run; the report says so and --resume can run them
+                crashed = -proc.returncode
+                partial = True
         wall = time.time() - t0
-        recs = []
+        recs = list(earlier)
         if os.path.exists(results):
             with open(results) as f:
-                recs = [json.loads(ln) for ln in f if ln.strip()]
+                recs += [json.loads(ln) for ln in f if ln.strip()]
+        if args.resume and not args.results:
+            from trnsim.fileio import atomic_write
+            with atomic_write(args.resume) as f:            # the resumed file now holds both runs
+                f.write("".join(json.dumps(r) + "\n" for r in recs))
         if not recs:
             print(output[-4000:], file=sys.stderr)
             print("run_nki_library: pytest recorded no test", file=sys.stderr)
@@ -386,7 +415,8 @@ def run(args, argv):
         rep = {"snapshot": snap, "snapshot_commit": snapshot_commit(snap, args.snapshot_commit),
                "platform": args.platform, "every": args.every, "offset": args.offset, "limit": args.limit, "jobs": args.jobs,
                "command": "python tools/run_nki_library.py " + " ".join(argv),
-               "standins": used, "wall_s": wall, "partial": partial, "summary": summary,
+               "standins": used, "wall_s": wall, "partial": partial, "crashed_signal": crashed,
+               "resumed_from": args.resume, "summary": summary,
                "tail": output.strip().splitlines()[-1:] if output.strip() else []}
         from trnsim.fileio import atomic_write, atomic_write_json
         os.makedirs(os.path.dirname(os.path.abspath(args.out)) or ".", exist_ok=True)

@@ -5,7 +5,8 @@ It does two things and changes nothing else in the harness:
 - ``import nki`` works before the harness's conftest is loaded (see below);
 - sampling: with ``TRNSIM_NKILIB_EVERY=N`` only every N-th collected test (in sorted node-id order, so every xdist
   worker keeps the same ones) is kept, starting at the ``TRNSIM_NKILIB_OFFSET``-th (default 0; another offset
-  draws a disjoint sample), and with ``TRNSIM_NKILIB_LIMIT=M`` at most M of those;
+  draws a disjoint sample), and with ``TRNSIM_NKILIB_LIMIT=M`` at most M of those; the node ids listed in the
+  file ``TRNSIM_NKILIB_DONE`` (the runner's ``--resume``) are left out;
 - recording: for each test, its outcome, whether it is a negative case (a parameter ``is_negative_test_case``),
   and for a failure the innermost exception of the chain (type, message, and the deepest frame in trnsim and in
   the snapshot's sources), written as JSON lines to ``TRNSIM_NKILIB_RESULTS`` by the controlling process.
@@ -72,10 +73,15 @@ def pytest_collection_modifyitems(session, config, items):
     every = int(os.environ.get("TRNSIM_NKILIB_EVERY", "1") or 1)
     limit = int(os.environ.get("TRNSIM_NKILIB_LIMIT", "0") or 0)
     offset = int(os.environ.get("TRNSIM_NKILIB_OFFSET", "0") or 0)
-    if every <= 1 and not limit and not offset:
+    done = set()
+    if os.environ.get("TRNSIM_NKILIB_DONE"):
+        with open(os.environ["TRNSIM_NKILIB_DONE"]) as f:
+            done = {ln.strip() for ln in f if ln.strip()}
+    if every <= 1 and not limit and not offset and not done:
         return
     order = sorted(range(len(items)), key=lambda i: items[i].nodeid)
     keep = set(order[offset::max(every, 1)][:limit or None])
+    keep = {i for i in keep if items[i].nodeid not in done}     # --resume: recorded by the earlier run
     deselected = [it for i, it in enumerate(items) if i not in keep]
     items[:] = [it for i, it in enumerate(items) if i in keep]
     if deselected:
