@@ -200,3 +200,12 @@ def test_which_writes_claim_a_new_buffer():
     assert t.buf.claim_whole() is True and (t.buf._data == 123.0).all()       # claimed: never filled
     assert t.buf.claim_whole() is False and not _whole(t)
     assert (t.np == 123.0).all()
+
+
+def test_column_totals_equal_the_records_totals():
+    """``backend.costs`` sums FLOPs and bytes from the columns: the same totals as over the records."""
+    x = np.zeros((128, 256), np.float32)
+    res = run_kernel(mixed, (x,), {}, (1,), "trn2", execute=False)
+    cols = res.cores[0].columns
+    assert sum(cols.flops) == sum(r.flops for r in res.instructions) > 0
+    assert sum(cols.nbytes) == sum(r.nbytes for r in res.instructions) > 0
