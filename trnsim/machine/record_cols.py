@@ -92,23 +92,27 @@ class Records(Sequence):
         eng, cost, pre, opcode, flops, loc, nw, nops = c.eng, c.cost, c.pre, c.opcode, c.flops, c.loc, c.nw, c.nops
         dma, rows, part0, nbytes = c.dma, c.rows, c.part0, c.nbytes
         bar = c.bar
-        ops = list(zip(c.b, c.lo, c.hi, c.v)) if i == 0 else \
-            list(zip(c.b[self._op:], c.lo[self._op:], c.hi[self._op:], c.v[self._op:]))
+        p = self._op
+        # the operands as one tuple, so that a row's writes and reads are slices of it (one object each)
+        ops = tuple(zip(c.b, c.lo, c.hi, c.v)) if p == 0 else \
+            tuple(zip(c.b[p:], c.lo[p:], c.hi[p:], c.v[p:]))
         o = 0
         di = self._di
         nd = len(dma)
         nxt = dma[di] if di < nd else n
+        rec = InstrRecord
+        add = m.append
         for k in range(i, n):
             a = o + nw[k]
             e = o + nops[k]
             if k == nxt:
-                m.append(InstrRecord(k, opcode[k], eng[k], tuple(ops[o:a]), tuple(ops[a:e]), None, cost[k], loc[k],
-                                     flops[k], nbytes[di], rows[di], part0[di], pre[k]))
+                add(rec(k, opcode[k], eng[k], ops[o:a], ops[a:e], None, cost[k], loc[k], flops[k], nbytes[di],
+                        rows[di], part0[di], pre[k]))
                 di += 1
                 nxt = dma[di] if di < nd else n
             else:
-                m.append(InstrRecord(k, opcode[k], eng[k], tuple(ops[o:a]), tuple(ops[a:e]), cost[k], None, loc[k],
-                                     flops[k], 0, 0, 0, pre[k], bar.get(k) if bar else None))
+                add(rec(k, opcode[k], eng[k], ops[o:a], ops[a:e], cost[k], None, loc[k], flops[k], 0, 0, 0, pre[k],
+                        bar.get(k) if bar else None))
             o = e
         self._op += o
         self._di = di
