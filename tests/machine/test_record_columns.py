@@ -92,6 +92,9 @@ def test_issue_makes_no_record_objects_and_reads_make_them_once():
     ops = [op for r in first for op in r.writes + r.reads]
     assert ops == list(zip(cols.b, cols.lo, cols.hi, cols.v))
     assert [len(r.writes) for r in first] == cols.nw
+    # list behaviour kept: equality with a list of the same records, concatenation
+    assert recs == first and not (recs == first[:-1]) and recs + [] == first and [] + recs == first
+    assert NeuronCore("trn2").instructions == []
 
 
 def test_records_read_during_the_run_equal_records_read_at_the_end():

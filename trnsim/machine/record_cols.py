@@ -124,5 +124,20 @@ class Records(Sequence):
     def __iter__(self):
         return iter(self._sync())
 
+    # as the list ``core.instructions`` used to be: equal to a list (or Records) of the same records, and
+    # concatenated into a list
+    def __eq__(self, other):
+        if isinstance(other, (list, Records)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None
+
+    def __add__(self, other):
+        return list(self) + list(other)
+
+    def __radd__(self, other):
+        return list(other) + list(self)
+
     def __repr__(self):
         return f"<Records: {len(self)} instructions>"
