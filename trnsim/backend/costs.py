@@ -50,9 +50,10 @@ def _inp(shape, dtype_name):
 
 def _sim(fn, args, kwargs, target):
     res = run_kernel(fn, args, kwargs, target=target, execute=False)
-    instrs = res.instructions
-    flops = sum(r.flops for r in instrs)
-    nbytes = sum(r.nbytes for r in instrs)
+    # from the record's columns (machine/record_cols.py), in record order, without making record objects;
+    # nbytes: only DMA rows carry bytes (the others' records say 0)
+    flops = sum(f for c in res.cores for f in c.columns.flops)
+    nbytes = sum(b for c in res.cores for b in c.columns.nbytes)
     return kernel_duration_ns(res), flops, nbytes
 
 

@@ -191,8 +191,34 @@ def as_f32(a):
     return a.astype(np.float32)
 
 
+def _whole(t: Tensor) -> bool:
+    """Whether a write through ``t`` stores every element of its buffer exactly once and the buffer's sentinel
+    fill is still pending (``Buffer.fresh``): a plain row-major view of the whole buffer."""
+    buf = t.buf
+    if not buf.fresh or t._rv is not None or t.offset or t.size != buf.nelem or t.dtype is not buf.dtype:
+        return False
+    acc = 1
+    for d, st in zip(reversed(t.shape), reversed(t.strides)):
+        if d != 1 and st != acc:
+            return False
+        acc *= d
+    return True
+
+
 def write(core, t: Tensor, values):
     """Store float32/integer ``values`` into ``t`` rounded to its dtype (round to nearest even for floats)."""
+    if t.buf.fresh and _whole(t):
+        # every element is stored: the new buffer's sentinel fill is not needed (unless the write fails)
+        t.buf.claim_whole()
+        try:
+            return _write(core, t, values)
+        except BaseException:
+            t.buf.unclaim()
+            raise
+    return _write(core, t, values)
+
+
+def _write(core, t: Tensor, values):
     dst = t.np
     v = values if isinstance(values, np.ndarray) else np.asarray(values)
     if v.shape != dst.shape:
@@ -214,6 +240,17 @@ def write(core, t: Tensor, values):
 
 def write_same_dtype(core, t: Tensor, values):
     """Store values that already are of ``t``'s dtype (a copy between tensors of one dtype): no rounding."""
+    if t.buf.fresh and _whole(t):
+        t.buf.claim_whole()          # every element is stored: no sentinel fill first (as in ``write``)
+        try:
+            return _write_same_dtype(t, values)
+        except BaseException:
+            t.buf.unclaim()
+            raise
+    return _write_same_dtype(t, values)
+
+
+def _write_same_dtype(t: Tensor, values):
     dst = t.np
     if values.shape != dst.shape:
         values = values.reshape(dst.shape)

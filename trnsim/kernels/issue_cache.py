@@ -293,9 +293,12 @@ def issue(fn, core, loc, args, kwargs):
             else:
                 parts.append(_arg_key(a, leaves, hbm_off))
         if kwargs:
-            for k in sorted(kwargs):
+            for k in (sorted(kwargs) if len(kwargs) > 1 else kwargs):
+                v = kwargs[k]
+                t = type(v)
                 parts.append(k)
-                parts.append(_arg_key(kwargs[k], leaves, hbm_off))
+                # a plain value inline (what _arg_key gives it: no tensor's type is in _PLAIN)
+                parts.append((t, v) if t in _PLAIN else _arg_key(v, leaves, hbm_off))
         key = tuple(parts)
         prog = cache.get(key)
     except (_Uncacheable, TypeError):      # TypeError: an unhashable value inside an argument

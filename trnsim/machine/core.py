@@ -15,43 +15,9 @@ import numpy as np
 from ..memory import HBM, ON_CHIP, PSUM, SBUF, Buffer, MemorySpace
 from ..targets import Target, get_target
 from .capacity import Occupancy
-from .record_cols import RecordColumns
+from .record_cols import InstrRecord, RecordColumns, Records
 
 __all__ = ["NeuronCore", "Chip", "InstrRecord"]
-
-
-class InstrRecord:
-    """One executed instruction or DMA transfer.
-
-    ``writes`` / ``reads`` are tuples of ``(buf_id, lo, hi, (offset, shape, strides))``: the buffer, the element
-    range ``[lo, hi)`` the operand's view can touch, and the view's access pattern (element units), from which
-    the scheduler tells apart two strided tiles whose extents overlap but whose elements do not."""
-
-    __slots__ = ("id", "opcode", "engine", "writes", "reads", "cycles", "ns", "loc", "flops", "nbytes", "rows",
-                 "part0", "pre", "parts", "dge")
-
-    def __init__(self, id, opcode, engine, writes, reads, cycles, ns, loc, flops, nbytes, rows=0, part0=0,
-                 pre=0.0, parts=None, dge=None):
-        self.id = id
-        self.opcode = opcode
-        self.engine = engine
-        self.writes = writes
-        self.reads = reads
-        self.cycles = cycles
-        self.ns = ns
-        self.loc = loc
-        self.flops = flops
-        self.nbytes = nbytes
-        self.rows = rows        # DMA: partitions (rows) of the transfer, which set the DMA engines it uses
-        self.part0 = part0      # DMA: first on-chip partition of the transfer
-        self.pre = pre          # Tensor Engine: stationary-load cycles (0 for other instructions)
-        self.parts = parts      # core_barrier: the core ids it waits for (None for other instructions)
-        self.dge = dge          # DMA: (DGE mode, queue number, DGE cost) from isa/dma_dge.py, or None (none, no queue)
-
-    def __repr__(self):
-        where = f" @{os.path.basename(self.loc[0])}:{self.loc[1]}" if self.loc else ""
-        cost = f"{self.cycles:.0f} cyc" if self.cycles is not None else f"{self.ns:.0f} ns"
-        return f"<{self.id} {self.engine}.{self.opcode} {cost}{where}>"
 
 
 def _ranges(tensors, views, cols=None):
@@ -124,7 +90,6 @@ class NeuronCore:
         self.psum = MemorySpace(PSUM, tg.psum_partition_bytes, tg.psum_partitions, align=4,
                                 bank_bytes=tg.psum_bank_bytes, name="psum", overcommit=True)
         self.occupancy = Occupancy()     # live ranges of on-chip tiles in program order (capacity.py)
-        self.instructions: list[InstrRecord] = []
         # buf_id -> (memory kind, bytes per partition (total bytes for HBM), partitions, itemsize): what the
         # scheduler needs about each buffer without keeping the buffer (and its memory) alive
         self.buffers: dict[int, tuple] = {}
@@ -132,7 +97,9 @@ class NeuronCore:
         self._record = record
         self._views: dict = {}    # access pattern -> its one tuple object (_ranges)
         self.issue_cache: dict = {}   # operand layout -> records to replay (trnsim/kernels/issue_cache.py)
-        self.columns = RecordColumns()   # the record column-wise, for the compiled scheduler (record_cols.py)
+        self.columns = RecordColumns()   # the record, column-wise (record_cols.py)
+        # the record as InstrRecord objects, made from the columns when read (record_cols.Records)
+        self.instructions: Records = Records(self.columns)
         self.act_reduce_regs = None
         self.programs = None     # the launch's Programs while a multi-program launch runs (programs.py)
         self.program = None      # this core's Program in it
@@ -176,36 +143,29 @@ class NeuronCore:
         cycles, which the scheduler overlaps with the previous multiply)."""
         self._occupy(writes, reads, loc)
         if self._record:
-            # _ranges and _cols_add inline: this is the hot path of every instruction
-            ins = self.instructions
+            # the columns appended inline (no record object: record_cols.Records makes it when read); this is
+            # the hot path of every instruction the issue cache does not replay
             cols = self.columns
             views = self._views
             cb, clo, chi, cv = cols.b, cols.lo, cols.hi, cols.v
-            w = []
+            n0 = len(cb)
             for t in writes:
                 v = (t.offset, t.shape, t.strides) if t._rv is None else t._rv.sched(t)
                 v = views.setdefault(v, v)
-                bid = t.buf.id
                 lo, hi = t._ext or t.extent()
-                w.append((bid, lo, hi, v))
-                cb.append(bid)
+                cb.append(t.buf.id)
                 clo.append(lo)
                 chi.append(hi)
                 cv.append(v)
-            r = []
+            nw = len(cb) - n0
             for t in reads:
                 v = (t.offset, t.shape, t.strides) if t._rv is None else t._rv.sched(t)
                 v = views.setdefault(v, v)
-                bid = t.buf.id
                 lo, hi = t._ext or t.extent()
-                r.append((bid, lo, hi, v))
-                cb.append(bid)
+                cb.append(t.buf.id)
                 clo.append(lo)
                 chi.append(hi)
                 cv.append(v)
-            nw = len(w)
-            rec = InstrRecord(len(ins), opcode, engine, tuple(w), tuple(r), cycles, None, loc, flops, 0, 0, 0, pre)
-            ins.append(rec)
             cols.eng.append(engine)
             cols.cost.append(cycles)
             cols.pre.append(pre)
@@ -213,9 +173,9 @@ class NeuronCore:
             cols.flops.append(flops)
             cols.loc.append(loc)
             cols.nw.append(nw)
-            cols.nops.append(nw + len(r))
+            cols.nops.append(len(cb) - n0)
             if self.programs is not None:
-                self.programs.issued(self, rec, writes, reads)
+                self.programs.issued(self, self.instructions[-1], writes, reads)
         elif self.programs is not None:
             views = self._views
             rec = InstrRecord(len(self.instructions), opcode, engine, _ranges(writes, views),
@@ -227,25 +187,29 @@ class NeuronCore:
         ``ns`` in isolation (``trnsim.isa.dma.dma_cost_ns``); ``dge``: its descriptor generation and queue
         ``(mode, queue, cost)`` (``trnsim.isa.dma_dge.dge_of``), None for none and no queue."""
         self._occupy(writes, reads, loc)
-        if self._record or self.programs is not None:
-            ins = self.instructions
+        if self._record:
+            cols = self.columns
             views = self._views
-            cols = self.columns if self._record else None
-            w = _ranges(writes, views, cols)
-            r = _ranges(reads, views, cols)
+            rid = len(cols.eng)
+            nw = len(_ranges(writes, views, cols))
+            nr = len(_ranges(reads, views, cols))
             if dge is not None and dge[0] == 0 and dge[1] < 0:
                 dge = None
-            rec = InstrRecord(len(ins), opcode, "dma", w, r, None, ns, loc, 0, nbytes, rows, part0, dge=dge)
-            if self._record:
-                ins.append(rec)
-                _cols_add(cols, "dma", ns, 0.0, opcode, 0, loc, len(w), len(r))
-                cols.dma.append(rec.id)
-                cols.rows.append(rows)
-                cols.part0.append(part0)
-                cols.nbytes.append(nbytes)
-                cols.dge.append(dge)
+            _cols_add(cols, "dma", ns, 0.0, opcode, 0, loc, nw, nr)
+            cols.dma.append(rid)
+            cols.rows.append(rows)
+            cols.part0.append(part0)
+            cols.nbytes.append(nbytes)
+            cols.dge.append(dge)
             if self.programs is not None:
-                self.programs.issued(self, rec, writes, reads)
+                self.programs.issued(self, self.instructions[-1], writes, reads)
+        elif self.programs is not None:
+            views = self._views
+            if dge is not None and dge[0] == 0 and dge[1] < 0:
+                dge = None
+            rec = InstrRecord(len(self.instructions), opcode, "dma", _ranges(writes, views), _ranges(reads, views),
+                              None, ns, loc, 0, nbytes, rows, part0, dge=dge)
+            self.programs.issued(self, rec, writes, reads)
 
     # -- replaying a recorded layout (the kernel front end's issue cache) -------------------------------
     def operand_template(self, t, fixed):
@@ -280,7 +244,6 @@ class NeuronCore:
         s = occ.seq
         cols = self.columns
         cb, clo, chi, cv = cols.b, cols.lo, cols.hi, cols.v
-        out = []
         for lst in (wl, rl):
             for i, oc, tm in lst:
                 t = leaves[i]
@@ -300,37 +263,30 @@ class NeuronCore:
                     lo, hi = t._ext or t.extent()
                 else:
                     lo, hi, v = tm
-                out.append((bid, lo, hi, v))
                 cb.append(bid)
                 clo.append(lo)
                 chi.append(hi)
                 cv.append(v)
         occ.seq = s + 1
-        nw = len(wl)
-        w = tuple(out[:nw])
-        r = tuple(out[nw:])
-        ins = self.instructions
-        rid = len(ins)
-        if dma is None:
-            ins.append(InstrRecord(rid, opcode, engine, w, r, cost, None, loc, flops, 0, 0, 0, pre))
-        else:
+        eng = cols.eng
+        if dma is not None:
             dge = dma[3]
             if dge is not None and dge[0] == 0 and dge[1] < 0:
                 dge = None
-            ins.append(InstrRecord(rid, opcode, "dma", w, r, None, cost, loc, 0, dma[0], dma[1], dma[2], dge=dge))
-            cols.dma.append(rid)
+            cols.dma.append(len(eng))
             cols.dge.append(dge)
             cols.rows.append(dma[1])
             cols.part0.append(dma[2])
             cols.nbytes.append(dma[0])
-        cols.eng.append(engine)
+        eng.append(engine)
         cols.cost.append(cost)
         cols.pre.append(pre)
         cols.opcode.append(opcode)
         cols.flops.append(flops)
         cols.loc.append(loc)
+        nw = len(wl)
         cols.nw.append(nw)
-        cols.nops.append(len(out))
+        cols.nops.append(nw + len(rl))
 
     def _occupy(self, writes, reads, loc):
         """The instruction touches its on-chip operands (their live ranges, ``capacity.Occupancy``); a plain
@@ -378,11 +334,9 @@ class NeuronCore:
         writes = (data,) if data is not None else ()
         self._occupy(writes, (), loc)
         if self._record:
-            ins = self.instructions
             cols = self.columns
+            cols.bar[len(cols.eng)] = tuple(parts)
             w = _ranges(writes, self._views, cols)
-            ins.append(InstrRecord(len(ins), "core_barrier", engine, w, (),
-                                   float(self.target.min_ii_cycles), None, loc, 0, 0, parts=tuple(parts)))
             _cols_add(cols, engine, float(self.target.min_ii_cycles), 0.0, "core_barrier", 0, loc, len(w), 0)
             cols.barrier = True
 

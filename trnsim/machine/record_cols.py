@@ -1,26 +1,144 @@
-"""The instruction record of a core kept column-wise as well, appended as each instruction is recorded, so that
-the compiled scheduler (``sched_fast``) reads lists instead of the fields of a million ``InstrRecord`` objects.
+"""A core's instruction record, kept column-wise: one list per field, appended as each instruction is recorded.
+The columns are the record: the compiled scheduler (``sched_fast``) reads them directly, and ``core.instructions``
+(:class:`Records`) makes an :class:`InstrRecord` object of a row only when something reads it (the reference
+scheduler, the profiler, tests), so issuing an instruction makes no object of its own.
 
 One entry per instruction: ``eng``, ``cost`` (engine cycles, or ns for DMA), ``pre``, ``opcode``, ``flops``,
 ``loc``, ``nw`` (how many of its operands it writes) and ``nops``; DMA transfers also append their row index to
-``dma`` and their ``rows``/``part0``/``nbytes``/``dge`` (``InstrRecord.dge``); a ``core_barrier`` sets ``barrier``.  One entry per operand,
-writes first then reads, as ``InstrRecord.writes``/``reads`` hold them: ``b`` (buffer id), ``lo``, ``hi``, ``v``
-(the interned access pattern).  The records stay the API; these columns are only a faster way to read them.
+``dma`` and their ``rows``/``part0``/``nbytes``/``dge`` (``InstrRecord.dge``); a ``core_barrier`` sets ``barrier`` and
+puts its participants in ``bar`` (row -> tuple of core ids).  One entry per operand, writes first then reads, as
+``InstrRecord.writes``/``reads`` hold them: ``b`` (buffer id), ``lo``, ``hi``, ``v`` (the interned access pattern).
 """
 
 from __future__ import annotations
 
-__all__ = ["RecordColumns"]
+import os
+from collections.abc import Sequence
+
+__all__ = ["RecordColumns", "InstrRecord", "Records"]
 
 
 class RecordColumns:
     __slots__ = ("eng", "cost", "pre", "opcode", "flops", "loc", "nw", "nops", "dma", "rows", "part0", "nbytes",
-                 "dge", "b", "lo", "hi", "v", "barrier")
+                 "dge", "b", "lo", "hi", "v", "barrier", "bar")
 
     def __init__(self):
         for f in self.__slots__:
             setattr(self, f, [])
         self.barrier = False
+        self.bar = {}
 
     def __len__(self):
         return len(self.eng)
+
+
+class InstrRecord:
+    """One executed instruction or DMA transfer.
+
+    ``writes`` / ``reads`` are tuples of ``(buf_id, lo, hi, (offset, shape, strides))``: the buffer, the element
+    range ``[lo, hi)`` the operand's view can touch, and the view's access pattern (element units), from which
+    the scheduler tells apart two strided tiles whose extents overlap but whose elements do not."""
+
+    __slots__ = ("id", "opcode", "engine", "writes", "reads", "cycles", "ns", "loc", "flops", "nbytes", "rows",
+                 "part0", "pre", "parts", "dge")
+
+    def __init__(self, id, opcode, engine, writes, reads, cycles, ns, loc, flops, nbytes, rows=0, part0=0,
+                 pre=0.0, parts=None, dge=None):
+        self.id = id
+        self.opcode = opcode
+        self.engine = engine
+        self.writes = writes
+        self.reads = reads
+        self.cycles = cycles
+        self.ns = ns
+        self.loc = loc
+        self.flops = flops
+        self.nbytes = nbytes
+        self.rows = rows        # DMA: partitions (rows) of the transfer, which set the DMA engines it uses
+        self.part0 = part0      # DMA: first on-chip partition of the transfer
+        self.pre = pre          # Tensor Engine: stationary-load cycles (0 for other instructions)
+        self.parts = parts      # core_barrier: the core ids it waits for (None for other instructions)
+        self.dge = dge          # DMA: (DGE mode, queue number, DGE cost) from isa/dma_dge.py, or None (none, no queue)
+
+    def __repr__(self):
+        where = f" @{os.path.basename(self.loc[0])}:{self.loc[1]}" if self.loc else ""
+        cost = f"{self.cycles:.0f} cyc" if self.cycles is not None else f"{self.ns:.0f} ns"
+        return f"<{self.id} {self.engine}.{self.opcode} {cost}{where}>"
+
+
+class Records(Sequence):
+    """``core.instructions``: the rows of a :class:`RecordColumns` as :class:`InstrRecord` objects, in program
+    order.  A row's object is made the first time any row at or after it is read and kept from then on (the same
+    object at every later read); rows recorded later are made when next read.  The length is the columns'."""
+
+    __slots__ = ("_c", "_m", "_op", "_di")
+
+    def __init__(self, cols: RecordColumns):
+        self._c = cols
+        self._m: list[InstrRecord] = []     # the rows made so far
+        self._op = 0                        # operand index of the first row not made yet
+        self._di = 0                        # its position in the ``dma`` column
+
+    def __len__(self):
+        return len(self._c.eng)
+
+    def _sync(self) -> list:
+        """The records of every row, making the rows recorded since the last read."""
+        c = self._c
+        m = self._m
+        i = len(m)
+        n = len(c.eng)
+        if i == n:
+            return m
+        eng, cost, pre, opcode, flops, loc, nw, nops = c.eng, c.cost, c.pre, c.opcode, c.flops, c.loc, c.nw, c.nops
+        dma, rows, part0, nbytes, dge = c.dma, c.rows, c.part0, c.nbytes, c.dge
+        bar = c.bar
+        p = self._op
+        # the operands as one tuple, so that a row's writes and reads are slices of it (one object each)
+        ops = tuple(zip(c.b, c.lo, c.hi, c.v)) if p == 0 else \
+            tuple(zip(c.b[p:], c.lo[p:], c.hi[p:], c.v[p:]))
+        o = 0
+        di = self._di
+        nd = len(dma)
+        nxt = dma[di] if di < nd else n
+        rec = InstrRecord
+        add = m.append
+        for k in range(i, n):
+            a = o + nw[k]
+            e = o + nops[k]
+            if k == nxt:
+                add(rec(k, opcode[k], eng[k], ops[o:a], ops[a:e], None, cost[k], loc[k], flops[k], nbytes[di],
+                        rows[di], part0[di], pre[k], None, dge[di]))
+                di += 1
+                nxt = dma[di] if di < nd else n
+            else:
+                add(rec(k, opcode[k], eng[k], ops[o:a], ops[a:e], cost[k], None, loc[k], flops[k], 0, 0, 0, pre[k],
+                        bar.get(k) if bar else None))
+            o = e
+        self._op += o
+        self._di = di
+        return m
+
+    def __getitem__(self, k):
+        return self._sync()[k]
+
+    def __iter__(self):
+        return iter(self._sync())
+
+    # as the list ``core.instructions`` used to be: equal to a list (or Records) of the same records, and
+    # concatenated into a list
+    def __eq__(self, other):
+        if isinstance(other, (list, Records)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None
+
+    def __add__(self, other):
+        return list(self) + list(other)
+
+    def __radd__(self, other):
+        return list(other) + list(self)
+
+    def __repr__(self):
+        return f"<Records: {len(self)} instructions>"

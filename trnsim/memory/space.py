@@ -134,9 +134,13 @@ class Buffer:
 
     ``data`` is a flat NumPy array in the dtype's storage type, or ``None`` in shape-only mode.  ``written``
     (a flat bool array) is kept when the space tracks initialisation (PSUM always, everything in strict mode).
+
+    A new buffer reads as its dtype's sentinel (never-written memory), but the fill is deferred (``fresh``): it
+    happens the first time ``data`` is read, unless a write covering every element comes first
+    (``trnsim.isa.common``'s writers claim the buffer with :meth:`claim_whole`), which then needs no fill.
     """
 
-    __slots__ = ("id", "space", "kind", "dtype", "shape", "nelem", "pfree", "addr", "bytes_pp", "data",
+    __slots__ = ("id", "space", "kind", "dtype", "shape", "nelem", "pfree", "addr", "bytes_pp", "_data", "fresh",
                  "written", "all_written", "name", "block", "block_shape", "placement", "layout_key", "_release",
                  "__weakref__")
 
@@ -191,19 +195,41 @@ class Buffer:
                 if addr >= 0:
                     self.addr = addr
                     self._release = (space, addr, self.bytes_pp)
+        self.fresh = False
         if data is not None:
-            self.data = data
+            self._data = data
         elif execute:
-            if fill:
-                self.data = np.full(n, dtype.sentinel, dtype=dtype.storage)
-            else:
-                self.data = np.empty(n, dtype=dtype.storage)
+            self._data = np.empty(n, dtype=dtype.storage)
+            self.fresh = fill        # the sentinel fill, deferred to the first read (``data``)
         else:
-            self.data = None
+            self._data = None
         self.all_written = data is not None
         self.written = None
         if track_written and execute:
             self.written = np.full(n, data is not None, dtype=np.bool_)
+
+    @property
+    def data(self):
+        if self.fresh:
+            self.fresh = False
+            self._data.fill(self.dtype.sentinel)
+        return self._data
+
+    @data.setter
+    def data(self, a):
+        self.fresh = False
+        self._data = a
+
+    def claim_whole(self):
+        """A write is about to store every element of the buffer: a fill still pending is not needed.  Returns
+        whether it was pending (the caller then :meth:`unclaim` s if the write fails before storing)."""
+        f = self.fresh
+        self.fresh = False
+        return f
+
+    def unclaim(self):
+        """A write that claimed the buffer failed: it reads as never written again (the sentinel)."""
+        self._data.fill(self.dtype.sentinel)
 
     def __del__(self):
         # the address range goes back to the space when the last view of the buffer goes (a __del__ rather than
