@@ -403,6 +403,7 @@ def run(args, argv):
         if os.path.exists(results):
             with open(results) as f:
                 recs += [json.loads(ln) for ln in f if ln.strip()]
+        recs = list({(r["nodeid"], r.get("when")): r for r in recs}.values())   # a test (or file) once: the latest
         if args.resume and not args.results:
             from trnsim.fileio import atomic_write
             with atomic_write(args.resume) as f:            # the resumed file now holds both runs
