@@ -236,3 +236,39 @@ def test_report_from_recorded_results(tmp_path):
     md = out.with_suffix(".md").read_text()
     assert "`c0ffee1`" in md and "nki.isa.rng is not supported" in md and "50.0%" in md
     assert runner.main(["--snapshot", str(snap), "--results", str(tmp_path / "none"), "--out", str(out)]) == 2
+
+
+def test_plugin_sampling_offset_and_resume(tmp_path, monkeypatch):
+    """Every N-th test from an offset (disjoint samples for different offsets), and the tests an earlier run
+    recorded (the runner's --resume) left out."""
+    plugin = _load("trnsim_nkilib_plugin_t", REPO / "tests" / "support" / "nki_library" / "trnsim_nkilib_plugin.py")
+
+    class Item:
+        def __init__(self, nodeid):
+            self.nodeid = nodeid
+
+    class Hook:
+        def __init__(self):
+            self.gone = []
+
+        def pytest_deselected(self, items):
+            self.gone += items
+
+    class Config:
+        hook = Hook()
+
+    def pick(**env):
+        for k in ("EVERY", "OFFSET", "LIMIT", "DONE"):
+            monkeypatch.delenv(f"TRNSIM_NKILIB_{k}", raising=False)
+        for k, v in env.items():
+            monkeypatch.setenv(f"TRNSIM_NKILIB_{k}", str(v))
+        items = [Item(f"t{i:02d}") for i in reversed(range(12))]
+        plugin.pytest_collection_modifyitems(None, Config(), items)
+        return sorted(it.nodeid for it in items)
+
+    assert pick(EVERY=4) == ["t00", "t04", "t08"]
+    assert pick(EVERY=4, OFFSET=2) == ["t02", "t06", "t10"]
+    done = tmp_path / "done.txt"
+    done.write_text("t02\nt10\n")
+    assert pick(EVERY=4, OFFSET=2, DONE=done) == ["t06"]
+    assert pick(DONE=done) == [f"t{i:02d}" for i in range(12) if i not in (2, 10)]
