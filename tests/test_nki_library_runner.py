@@ -238,37 +238,19 @@ def test_report_from_recorded_results(tmp_path):
     assert runner.main(["--snapshot", str(snap), "--results", str(tmp_path / "none"), "--out", str(out)]) == 2
 
 
-def test_plugin_sampling_offset_and_resume(tmp_path, monkeypatch):
+def test_plugin_sampling_offset_and_resume(tmp_path):
     """Every N-th test from an offset (disjoint samples for different offsets), and the tests an earlier run
     recorded (the runner's --resume) left out."""
-    plugin = _load("trnsim_nkilib_plugin_t", REPO / "tests" / "support" / "nki_library" / "trnsim_nkilib_plugin.py")
-
-    class Item:
-        def __init__(self, nodeid):
-            self.nodeid = nodeid
-
-    class Hook:
-        def __init__(self):
-            self.gone = []
-
-        def pytest_deselected(self, items):
-            self.gone += items
-
-    class Config:
-        hook = Hook()
+    sampling = _load("nkilib_sampling_t", REPO / "tests" / "support" / "nki_library" / "nkilib_sampling.py")
+    ids = [f"t{i:02d}" for i in reversed(range(12))]
 
     def pick(**env):
-        for k in ("EVERY", "OFFSET", "LIMIT", "DONE"):
-            monkeypatch.delenv(f"TRNSIM_NKILIB_{k}", raising=False)
-        for k, v in env.items():
-            monkeypatch.setenv(f"TRNSIM_NKILIB_{k}", str(v))
-        items = [Item(f"t{i:02d}") for i in reversed(range(12))]
-        plugin.pytest_collection_modifyitems(None, Config(), items)
-        return sorted(it.nodeid for it in items)
+        return sorted(ids[i] for i in sampling.keep(ids, *sampling.from_env(env)))
 
-    assert pick(EVERY=4) == ["t00", "t04", "t08"]
-    assert pick(EVERY=4, OFFSET=2) == ["t02", "t06", "t10"]
+    assert pick(TRNSIM_NKILIB_EVERY="4") == ["t00", "t04", "t08"]
+    assert pick(TRNSIM_NKILIB_EVERY="4", TRNSIM_NKILIB_OFFSET="2") == ["t02", "t06", "t10"]
+    assert pick(TRNSIM_NKILIB_EVERY="4", TRNSIM_NKILIB_OFFSET="1", TRNSIM_NKILIB_LIMIT="2") == ["t01", "t05"]
     done = tmp_path / "done.txt"
     done.write_text("t02\nt10\n")
-    assert pick(EVERY=4, OFFSET=2, DONE=done) == ["t06"]
-    assert pick(DONE=done) == [f"t{i:02d}" for i in range(12) if i not in (2, 10)]
+    assert pick(TRNSIM_NKILIB_EVERY="4", TRNSIM_NKILIB_OFFSET="2", TRNSIM_NKILIB_DONE=str(done)) == ["t06"]
+    assert pick(TRNSIM_NKILIB_DONE=str(done)) == [f"t{i:02d}" for i in range(12) if i not in (2, 10)]

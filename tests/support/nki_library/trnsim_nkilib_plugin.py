@@ -24,6 +24,7 @@ import pytest
 # packages installed that import finds the real ``nki``).  Importing ``nki_cpu_simulator`` here (the plugin loads
 # before conftest files) installs trnsim's ``nki`` aliases, as ``NKI_SIMULATOR=1`` with the start hook would.
 import nki_cpu_simulator  # noqa: F401,E402
+import nkilib_sampling  # noqa: E402  (this folder, on the child's path)
 
 
 def _install_missing_harness_modules():
@@ -70,18 +71,10 @@ _RESULTS = os.environ.get("TRNSIM_NKILIB_RESULTS")
 
 
 def pytest_collection_modifyitems(session, config, items):
-    every = int(os.environ.get("TRNSIM_NKILIB_EVERY", "1") or 1)
-    limit = int(os.environ.get("TRNSIM_NKILIB_LIMIT", "0") or 0)
-    offset = int(os.environ.get("TRNSIM_NKILIB_OFFSET", "0") or 0)
-    done = set()
-    if os.environ.get("TRNSIM_NKILIB_DONE"):
-        with open(os.environ["TRNSIM_NKILIB_DONE"]) as f:
-            done = {ln.strip() for ln in f if ln.strip()}
+    every, offset, limit, done = nkilib_sampling.from_env()
     if every <= 1 and not limit and not offset and not done:
         return
-    order = sorted(range(len(items)), key=lambda i: items[i].nodeid)
-    keep = set(order[offset::max(every, 1)][:limit or None])
-    keep = {i for i in keep if items[i].nodeid not in done}     # --resume: recorded by the earlier run
+    keep = nkilib_sampling.keep([it.nodeid for it in items], every, offset, limit, done)
     deselected = [it for i, it in enumerate(items) if i not in keep]
     items[:] = [it for i, it in enumerate(items) if i in keep]
     if deselected:
