@@ -476,3 +476,27 @@ def test_load_and_store_indirect_rows():
     ref = np.zeros((40, 8))
     ref[perm] = f64(table)[idx[:32, 0], 1, :]
     np.testing.assert_array_equal(f64(sc), ref)
+
+
+@pytest.mark.parametrize("mode,want", [(None, None), ("none", None), ("unknown", None), ("hwdge", 2), ("swdge", 1),
+                                       (2, 2), (3, None)])
+def test_v1_dma_copy_passes_dge_mode_on(mode, want):
+    """``nisa.dma_copy(dge_mode=)`` of the legacy API reaches the DMA model (legacy numbering: 0 none, 1 swdge,
+    2 hwdge, 3 unknown)."""
+    from trnsim.isa.dma_dge import DGE_HW, DGE_SW
+    x = RNG.standard_normal((128, 64)).astype(np.float32)
+    kw = {} if mode is None else {"dge_mode": mode if isinstance(mode, int) else getattr(nisa.dge_mode, mode)}
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x, **kw)
+        nl.store(out, t)
+        return out
+
+    res = k.run(x)
+    np.testing.assert_array_equal(res.outputs, x)
+    first = _records(res, "dma_copy")[0]
+    got = None if first.dge is None or first.dge[0] == 0 else first.dge[0]
+    assert got == {None: None, 2: DGE_HW, 1: DGE_SW}[want]

@@ -62,6 +62,9 @@ class oob_mode(enum.IntEnum):
     skip = 1
 
 
+_V1_DGE = dge_mode      # dma_copy's keyword shadows the class's name
+
+
 class nc_version(enum.IntEnum):
     gen2 = 2
     gen3 = 3
@@ -449,7 +452,9 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, d
     box = _prep(mask, dst_m.shape, "dma_copy", loc)
     if box_empty(box):
         return
-    _isa.dma_copy(current().core, loc, _r(dst_m, box, loc, "dma_copy", "dst"), _r(src, box, loc, "dma_copy", "src"))
+    dge = _V1_DGE(dge_mode) if type(dge_mode) is int else dge_mode      # legacy numbering (0 none .. 3 unknown)
+    _isa.dma_copy(current().core, loc, _r(dst_m, box, loc, "dma_copy", "dst"), _r(src, box, loc, "dma_copy", "src"),
+                  dge_mode=None if dge == _V1_DGE.unknown else dge)
 
 
 def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs):
