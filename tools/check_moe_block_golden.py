@@ -1,8 +1,8 @@
 """Check of one nki-library moe_block_tkg golden (issue 13): is the "numeric mismatch" trnsim's or the golden's?
 
-Case: test_moe_block_tkg.py::TestMoEBlockTkgKernel::test_moe_block_kernel_model[MODEL_WIP_GENERALITY_ln-2_ae-1_ba-64_
-sq-4_hi-3072_ha-2880_im-360_ge-128_le-16_tk-4_rf-1_af-3_sm-1_wd-bfloat16_id-bfloat16_se-0_bi-1_cl-1_ra-0_np-0_sr-0_
-rd-bfloat16].  Run it with ``tools/run_nki_library.py -k ... --keep-tmp`` and pass the kept run directory:
+Cases: test_moe_block_tkg.py::TestMoEBlockTkgKernel::test_moe_block_kernel_model[MODEL_WIP_GENERALITY_ln-2_ae-1_ba-<B>_
+sq-<S>_hi-3072_ha-2880_im-360_ge-128_le-16_tk-4_rf-1_af-3_sm-1_wd-bfloat16_id-bfloat16_se-0_bi-1_cl-1_ra-0_np-0_sr-0_
+rd-bfloat16] (seen with ba-64 sq-4 and ba-512 sq-4).  Run it with ``tools/run_nki_library.py -k ... --keep-tmp`` and pass the kept run directory:
 
     PYTHONPATH=tests/support/nki_library/standins .venv/bin/python tools/check_moe_block_golden.py /tmp/trnsim-nkilib-XXXX
 
@@ -15,6 +15,7 @@ operands.
 """
 
 import glob
+import re
 import sys
 
 import ml_dtypes
@@ -24,22 +25,36 @@ import torch
 import nki_cpu_simulator  # noqa: F401  (gives the snapshot's `import nki` the simulator)
 
 SNAPSHOT_SRC = "/work/ext/nki-library/src"
-E, EL, H, I, T = 128, 16, 3072, 360, 256          # the test id: ge-128 le-16 hi-3072 im-360, ba-64 x sq-4 tokens
+E, EL, H, I = 128, 16, 3072, 360                 # the test id: ge-128 le-16 hi-3072 im-360 (ba x sq tokens)
+CASE = re.compile(r"ae_1_ba_(\d+)_sq_(\d+)_hi_3072_ha_2880_im_360_ge_128_le_16_")
 RTOL, ATOL = 1e-2, 1e-5                            # the test's tolerances for a bf16 weight dtype
 
 
 def main(run_dir):
+    """Check every case of this family (any ba and sq) found in the run directory."""
+    dirs = [d for d in sorted(glob.glob(run_dir + "/out/out-*")) if CASE.search(d)]
+    if not dirs:
+        print(f"no moe_block_tkg ae-1 hi-3072 im-360 ge-128 le-16 case in {run_dir}/out")
+        return 1
+    for d in dirs:
+        ba, sq = map(int, CASE.search(d).groups())
+        print(f"== {d.rsplit('/', 1)[1]} (ba {ba} x sq {sq} = {ba * sq} tokens)")
+        check(d, ba, sq)
+    return 0
+
+
+def check(d, ba, sq):
+    T = ba * sq
     sys.path.insert(0, SNAPSHOT_SRC)
     import nkilib_src.nkilib.core.moe_block.moe_block_tkg_torch as M
     from nkilib_src.nkilib.core.utils.common_types import ActFnType, ExpertAffinityScaleMode, RouterActFnType
 
-    d = glob.glob(run_dir + "/out/out-*")[0]
     bf = ml_dtypes.bfloat16
 
     def ld(n, s):
         return torch.tensor(np.fromfile(f"{d}/inp-{n}-000.bin", dtype=bf).astype(np.float32).reshape(s))
     rank = np.fromfile(f"{d}/inp-rank_id-000.bin", dtype=np.uint32).astype(np.int32).reshape(1, 1)
-    kw = dict(inp=ld("inp", (64, 4, H)), gamma=ld("gamma", (1, H)), router_weights=ld("router_weights", (H, E)),
+    kw = dict(inp=ld("inp", (ba, sq, H)), gamma=ld("gamma", (1, H)), router_weights=ld("router_weights", (H, E)),
               expert_gate_up_weights=ld("expert_gate_up_weights", (EL, H, 2, I)),
               expert_down_weights=ld("expert_down_weights", (EL, I, H)),
               router_bias=ld("router_bias", (1, E)), expert_gate_up_bias=ld("expert_gate_up_bias", (EL, 2, I)),
@@ -88,4 +103,4 @@ def main(run_dir):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    sys.exit(main(sys.argv[1]))
