@@ -1,5 +1,6 @@
-"""SBUF/PSUM capacity from each tile's live range in program order (first to last access), block tensors,
-explicit placements checked for overlap."""
+"""SBUF/PSUM capacity from each tile's live range (first to last access), in program order and, when that
+overflows, in the order the compiler's scheduler may choose (each tile's last reader moved up to right after what it
+depends on, not across fences); block tensors; explicit placements checked for overlap."""
 
 import numpy as np
 import pytest
@@ -87,8 +88,8 @@ def psum_tiles(x, live_together):
         nisa.memset(p, 1.0)                                                  # <ps-set>
         if not live_together:
             nisa.tensor_tensor(acc, acc, p, op=nl.add)
-    if live_together:
-        for p in ps:
+    if live_together:               # read in reverse: the first read waits for the last tile, so all are live
+        for p in reversed(ps):
             nisa.tensor_tensor(acc, acc, p, op=nl.add)                       # <ps-read>
     nisa.dma_copy(out, acc)
     return out
@@ -219,15 +220,15 @@ def test_modulo_placement_formula():
 
 @nki.jit
 def narrow_tiles(x, n):
-    """``n`` tiles of 13 partitions x 7 KiB, all read by the last instruction (the weight tiles of a projection
-    whose heads are all accumulated into one PSUM tile): every one is live at the end, whatever the order."""
+    """``n`` tiles of 13 partitions x 7 KiB, summed into one tile in the reverse order of their making: the first
+    sum waits for the last tile, so every one is live then, in any order the dependencies allow."""
     out = nl.ndarray((13, 512), dtype=nl.float32, buffer=nl.shared_hbm)
     acc = nl.ndarray((13, 512), dtype=nl.float32, buffer=nl.sbuf, name="acc")
     nisa.memset(acc, 0.0)
     ws = [nl.ndarray((13, 7 * KiB // 2), dtype=nl.bfloat16, buffer=nl.sbuf, name=f"w{i}") for i in range(n)]
     for w in ws:
         nisa.memset(w, 1.0)
-    for w in ws:
+    for w in reversed(ws):
         nisa.tensor_tensor(acc, acc, w[:, 0:512], op=nl.add)
     nisa.dma_copy(out, acc)
     return out
@@ -244,3 +245,162 @@ def test_narrow_tiles_hold_their_bytes_on_all_their_partitions():
     assert "7168 B on 13 partitions" in msg
     assert "tiles of few partitions do not share a byte range" in msg
     assert f"{(fit + 1) * 7 * KiB + 2 * KiB} bytes per partition would be live" in msg
+
+
+# -- program order overflows, the compiler's schedule need not (capacity.py: the reordered check) ----------------
+N_ACC = 12          # 12 PSUM accumulators of 2 KiB per partition: 24 KiB, PSUM holds 16 KiB (moe_cte's pattern)
+
+
+def _moe_inputs():
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((128, 2, 128)).astype(np.float32)
+    x = rng.standard_normal((128, 2, 512)).astype(np.float32)
+    ref = np.einsum("kjm,kjn->mn", w.astype(np.float64), x.astype(np.float64))      # sum over both k tiles
+    return w, x, ref
+
+
+def psum_fill_then_copy(w, x, mode):
+    """``N_ACC`` PSUM accumulators, each filled by two matmuls in a first loop and copied out in a second (the gate/up
+    projection of moe_cte's SHARD_ON_INTERMEDIATE kernel).  Accumulator i gets ``(i + 1) * (w^T x)``.  ``mode``:
+    "copy": each copied to its own SBUF tile and stored (the compiler can copy each out right after its last
+    matmul); "reverse_sum": summed into one tile in reverse order (the sum of the last-made one comes first, so all
+    must be live together); "dynamic_range" / "register": the copy loop is a runtime loop, which the compiler
+    cannot move instructions into or out of; "placed": the copies write explicitly placed SBUF tiles."""
+    out = nl.ndarray((128, N_ACC * 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    ws = nl.ndarray((128, 2, 128), dtype=nl.float32, buffer=nl.sbuf, name="ws")
+    xs = nl.ndarray((128, 2, 512), dtype=nl.float32, buffer=nl.sbuf, name="xs")
+    nisa.dma_copy(ws, w)
+    nisa.dma_copy(xs, x)
+    ps = [nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum, name=f"acc{i}") for i in range(N_ACC)]
+    for i, p in enumerate(ps):
+        for _ in range(i + 1):
+            for k in range(2):
+                nisa.nc_matmul(p, ws[:, k, :], xs[:, k, :])                      # <fill>
+    if mode == "reverse_sum":
+        tot = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf, name="tot")
+        nisa.memset(tot, 0.0)
+        for i in reversed(range(N_ACC)):
+            nisa.tensor_tensor(tot, tot, ps[i], op=nl.add)                       # <sum>
+        nisa.dma_copy(out[:, 0:512], tot)
+        return out
+    if mode == "dynamic_range":
+        idx = nl.dynamic_range(N_ACC)                                            # <fence-dyn>
+    elif mode == "register":
+        idx = range(nisa.register_alloc(N_ACC))                                  # <fence-reg>
+    else:
+        idx = range(N_ACC)
+    for i in idx:
+        if mode == "placed":
+            r = _tile((128, 512), name=f"res{i}", address=(0, 4096 + 2048 * i))
+        else:
+            r = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf, name=f"res{i}")
+        nisa.tensor_copy(r, ps[i])                                               # <copy>
+        nisa.dma_copy(out[:, i * 512:(i + 1) * 512], r)
+    return out
+
+
+def _run(fn, *args, record=True):
+    """Run ``fn`` on one core (``record=False``: a core that keeps no instruction record, as the device bridge's
+    cached calls); returns (outputs, core)."""
+    from trnsim.kernels import launch
+    from trnsim.kernels.jit import _to_input
+    from trnsim.machine import Chip, NeuronCore
+    tg = get_target("trn2")
+    core = NeuronCore(tg, chip=Chip(tg), record=record)
+    wrapped = [_to_input(core, a, f"a{i}")[0] if isinstance(a, np.ndarray) else a for i, a in enumerate(args)]
+    ctx = context.KernelContext([core], (1,))
+    prev = context.push(ctx)
+    try:
+        out = launch.run_programs(fn, wrapped, {}, ctx, [core], None)
+    finally:
+        context.pop(prev)
+    return np.asarray(out.np, dtype=np.float64) if out is not None else None, core
+
+
+@pytest.mark.parametrize("record", [True, False])
+def test_accumulators_copied_out_in_a_later_loop_fit_as_the_compiler_schedules(record):
+    w, x, ref = _moe_inputs()
+    out, core = _run(psum_fill_then_copy, w, x, "copy", record=record)
+    for i in range(N_ACC):
+        np.testing.assert_allclose(out[:, i * 512:(i + 1) * 512], (i + 1) * ref, rtol=1e-5, atol=1e-3)
+    rep = core.occupancy.report
+    # program order overflows PSUM (all 12 live: 24 KiB); the reordered schedule has at most two accumulators live
+    # (one being filled, and the one before it until its copy)
+    assert rep["program"]["psum"] == N_ACC * 2048
+    assert rep["reordered"]["psum"] <= 2 * 2048 and rep["moved"] >= N_ACC
+
+
+def test_accumulators_that_must_be_live_together_are_still_refused():
+    w, x, _ = _moe_inputs()
+    fn = psum_fill_then_copy
+    with pytest.raises(CapacityError) as ei:
+        _run(fn, w, x, "reverse_sum")
+    e = ei.value
+    msg = str(e)
+    assert e.location[1] == _line(fn, "fill") and e.limit == PSUM_CAP
+    assert "PSUM allocation of 2048 bytes per partition for tensor `acc8` does not fit" in msg
+    assert f"{9 * 2048} bytes per partition would be live" in msg
+    for i in range(9):
+        assert (f"`acc{i}` 2048 B on 128 partitions (test_capacity.py:{_line(fn, 'fill')} .. "
+                f"test_capacity.py:{_line(fn, 'sum')})") in msg
+    assert f"9 tiles, {9 * 2048} bytes per partition, are live" in msg and "`acc9`" not in msg
+    assert "moved up" in msg                    # says that trnsim tried the compiler's freedom to reorder
+
+
+@pytest.mark.parametrize("mode", ["dynamic_range", "register"])
+def test_a_runtime_loop_between_fill_and_copy_is_a_fence(mode):
+    w, x, _ = _moe_inputs()
+    fn = psum_fill_then_copy
+    with pytest.raises(CapacityError) as ei:
+        _run(fn, w, x, mode)
+    msg = str(ei.value)
+    assert "PSUM allocation of 2048 bytes per partition for tensor `acc8` does not fit" in msg
+    fence = _line(fn, "fence-dyn" if mode == "dynamic_range" else "fence-reg")
+    assert f"test_capacity.py:{fence}" in msg and "runtime" in msg
+
+
+def test_instructions_on_explicitly_placed_tiles_are_not_moved():
+    w, x, _ = _moe_inputs()
+    with pytest.raises(CapacityError, match=r"PSUM allocation of 2048 bytes per partition for tensor `acc8`"):
+        _run(psum_fill_then_copy, w, x, "placed")
+
+
+def test_refusal_is_the_same_without_an_instruction_record():
+    w, x, _ = _moe_inputs()
+    msgs = []
+    for record in (True, False):
+        with pytest.raises(CapacityError) as ei:
+            _run(psum_fill_then_copy, w, x, "reverse_sum", record=record)
+        msgs.append(str(ei.value))
+    assert msgs[0] == msgs[1]
+
+
+N_SB = 8            # 8 SBUF tiles of 32 KiB per partition: 256 KiB, SBUF holds 224 KiB (trn2)
+
+
+def sbuf_fill_then_store(mode):
+    """``N_SB`` SBUF tiles (2 partitions x 32 KiB per partition) set in a first loop and stored in a second;
+    "barrier": a core_barrier between the loops (nothing moves across it)."""
+    out = nl.ndarray((2, N_SB * 8 * KiB), dtype=nl.float32, buffer=nl.shared_hbm)
+    ts = [nl.ndarray((2, 8 * KiB), dtype=nl.float32, buffer=nl.sbuf, name=f"sb{i}") for i in range(N_SB)]
+    for i, t in enumerate(ts):
+        nisa.memset(t, float(i))                                                 # <sb-set>
+    if mode == "barrier":
+        nisa.core_barrier(None, (0,))                                            # <barrier>
+    for i, t in enumerate(ts):
+        nisa.dma_copy(out[:, i * 8 * KiB:(i + 1) * 8 * KiB], t)
+    return out
+
+
+def test_sbuf_tiles_stored_in_a_later_loop_fit_unless_a_barrier_separates_the_loops():
+    out, core = _run(sbuf_fill_then_store, "plain")
+    np.testing.assert_array_equal(out.reshape(2, N_SB, 8 * KiB), np.broadcast_to(
+        np.arange(N_SB, dtype=np.float64)[None, :, None], (2, N_SB, 8 * KiB)))
+    assert core.occupancy.report["program"]["sbuf"] == N_SB * 32 * KiB
+    assert core.occupancy.report["reordered"]["sbuf"] == 32 * KiB      # each tile stored right after its memset
+    with pytest.raises(CapacityError) as ei:
+        _run(sbuf_fill_then_store, "barrier")
+    msg = str(ei.value)
+    assert ei.value.location[1] == _line(sbuf_fill_then_store, "sb-set") and ei.value.limit == SBUF_CAP
+    assert f"{N_SB * 32 * KiB} bytes per partition would be live" in msg
+    assert f"test_capacity.py:{_line(sbuf_fill_then_store, 'barrier')}" in msg
