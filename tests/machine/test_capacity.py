@@ -404,3 +404,54 @@ def test_sbuf_tiles_stored_in_a_later_loop_fit_unless_a_barrier_separates_the_lo
     assert ei.value.location[1] == _line(sbuf_fill_then_store, "sb-set") and ei.value.limit == SBUF_CAP
     assert f"{N_SB * 32 * KiB} bytes per partition would be live" in msg
     assert f"test_capacity.py:{_line(sbuf_fill_then_store, 'barrier')}" in msg
+
+
+def test_the_reordered_sequence_keeps_every_dependency_and_fence():
+    """Random instruction sequences over a few buffers (1-D views; overlapping extents conflict): in the order
+    ``reorder.reordered_positions`` makes, every read comes after the writes it may read, every write after the
+    accesses it may overwrite, nothing crosses a fence, and instructions on a placed tile keep their order."""
+    from trnsim.machine.reorder import reordered_positions
+    rng = np.random.default_rng(1)
+    tiles = {(b, -1): ("sbuf", 64, f"t{b}", None) for b in range(4)}
+    tiles[(4, -1)] = ("sbuf", 64, "placed", (0, 1, 0, 64))           # buffer 5: HBM (not a tile)
+    total_moved = 0
+    for _ in range(200):
+        n = int(rng.integers(5, 40))
+        ops = []
+        for i in range(n):
+            def op():
+                b = int(rng.integers(0, 6))
+                lo = int(rng.integers(0, 12))
+                hi = lo + int(rng.integers(1, 6))
+                return (b, lo, hi, (lo, (hi - lo,), (1,)))
+            ops.append((tuple(op() for _ in range(int(rng.integers(0, 2)) + (i % 2))),
+                        tuple(op() for _ in range(int(rng.integers(0, 3)))), ("k.py", i)))
+        fences = [(f, ("k.py", f), "test") for f in sorted(set(int(x) for x in rng.integers(0, n, 2))) if rng.random() < .5]
+        pos, tkeys, moved, blocked = reordered_positions(ops, tiles, {}, fences)
+        total_moved += moved
+        assert sorted(pos) == list(range(n))
+        for j in range(n):
+            wj, rj, _ = ops[j]
+            for i in range(j):
+                wi, ri, _ = ops[i]
+                conflict = any(a[0] == b[0] and a[1] < b[2] and b[1] < a[2]
+                               for a, b in [(x, y) for x in wi for y in rj + wj] + [(x, y) for x in ri for y in wj])
+                if conflict:
+                    assert pos[i] < pos[j], (i, j, ops)
+        for f, _, _ in fences:
+            assert max((pos[i] for i in range(f)), default=-1) < min((pos[j] for j in range(f, n)), default=n)
+        placed = [i for i in range(n) if any(op[0] == 4 for op in ops[i][0] + ops[i][1])]
+        assert [pos[i] for i in placed] == sorted(pos[i] for i in placed)
+    assert total_moved > 50                 # the sequences do get reordered
+
+    def o(b, lo, hi):
+        return (b, lo, hi, (lo, (hi - lo,), (1,)))
+    # a read of two regions written by two instructions, the later of which moved above the earlier: it must come
+    # after both (the latest dependency in the new order, not the latest conflicting access in program order)
+    ops = [((o(0, 0, 4),), (), ("k.py", 0)),                   # t0 written
+           ((o(1, 0, 4),), (), ("k.py", 1)),                   # t1 written
+           ((o(5, 0, 5),), (), ("k.py", 2)),                   # HBM [0, 5)
+           ((o(5, 5, 10),), (o(0, 0, 4),), ("k.py", 3)),       # t0's only read: moves up to after 0, above 1 and 2
+           ((), (o(5, 0, 10), o(1, 0, 4)), ("k.py", 4))]       # t1's only read: must stay after 2 and 3
+    pos = reordered_positions(ops, tiles, {}, [])[0]
+    assert pos[3] < pos[1] and pos[4] > pos[2] and pos[4] > pos[3]
