@@ -455,3 +455,13 @@ def test_the_reordered_sequence_keeps_every_dependency_and_fence():
            ((), (o(5, 0, 10), o(1, 0, 4)), ("k.py", 4))]       # t1's only read: must stay after 2 and 3
     pos = reordered_positions(ops, tiles, {}, [])[0]
     assert pos[3] < pos[1] and pos[4] > pos[2] and pos[4] > pos[3]
+    # a write after reads of its region: a read that moved up does not stand for the reads before it (a covering
+    # write would: whatever conflicts with the region conflicts with that write)
+    ops = [((o(0, 0, 4),), (), ("k.py", 0)),                   # t0 written
+           ((o(1, 0, 4),), (), ("k.py", 1)),                   # t1 written
+           ((o(5, 0, 5),), (), ("k.py", 2)),                   # HBM [0, 5) written
+           ((), (o(5, 0, 5),), ("k.py", 3)),                   # read, kept
+           ((), (o(0, 0, 4), o(5, 0, 5)), ("k.py", 4)),        # t0's only read: moves up to after 2, above 3
+           ((o(5, 0, 5),), (o(1, 0, 4),), ("k.py", 5))]        # t1's only read, overwrites what 3 and 4 read
+    pos = reordered_positions(ops, tiles, {}, [])[0]
+    assert pos[4] < pos[3] < pos[5]

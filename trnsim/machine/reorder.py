@@ -21,7 +21,7 @@ by emitting each kept instruction followed by the moved ones rooted at it.
 
 from __future__ import annotations
 
-from .deps import _geo, overlaps
+from .deps import _dense, _geo, overlaps
 
 __all__ = ["block_range", "reordered_positions"]
 
@@ -91,8 +91,8 @@ def reordered_positions(ops, tiles, blocks, fences):
 
     # pass 2: sort keys, in program order (every dependency of an instruction has its key already)
     key = [None] * n
-    hist_w: dict = {}       # buf id -> [(i, lo, hi, view)] writes
-    hist_a: dict = {}       # buf id -> [(i, lo, hi, view)] reads and writes
+    hist_w: dict = {}       # buf id -> [(i, lo, hi, view, True)] writes
+    hist_a: dict = {}       # buf id -> [(i, lo, hi, view, is write)] reads and writes
     blocked = {}
     fl = [f[0] for f in fences]
     nf = len(fl)
@@ -116,7 +116,7 @@ def reordered_positions(ops, tiles, blocks, fences):
                     if not lst:
                         continue
                     steps = 0
-                    for j, lo2, hi2, v2 in reversed(lst):
+                    for j, lo2, hi2, v2, wr in reversed(lst):
                         if j < floor_idx:
                             break
                         steps += 1
@@ -129,6 +129,9 @@ def reordered_positions(ops, tiles, blocks, fences):
                                 best = kj
                             if len(kj) == 1:
                                 break           # kept in place: every earlier access sorts before it
+                            if wr and (v2 == v or lo2 <= lo and hi <= hi2 and _dense(lo2, hi2, v2)):
+                                break           # a write covering the operand: every earlier access that may
+                                                # conflict with the operand conflicts with it, so sorts before it
                     if not ok:
                         break
                 if not ok:
@@ -141,11 +144,11 @@ def reordered_positions(ops, tiles, blocks, fences):
                     blocked[i] = fi
         key[i] = k
         for bid, lo, hi, v in w:
-            e = (i, lo, hi, v)
+            e = (i, lo, hi, v, True)
             hist_w.setdefault(bid, []).append(e)
             hist_a.setdefault(bid, []).append(e)
         for bid, lo, hi, v in r:
-            hist_a.setdefault(bid, []).append((i, lo, hi, v))
+            hist_a.setdefault(bid, []).append((i, lo, hi, v, False))
 
     # the new order: each kept instruction, then the moved ones rooted at it (by key); moved ones rooted at a
     # fence just before the fence's first instruction
