@@ -427,21 +427,22 @@ def test_the_reordered_sequence_keeps_every_dependency_and_fence():
             ops.append((tuple(op() for _ in range(int(rng.integers(0, 2)) + (i % 2))),
                         tuple(op() for _ in range(int(rng.integers(0, 3)))), ("k.py", i)))
         fences = [(f, ("k.py", f), "test") for f in sorted(set(int(x) for x in rng.integers(0, n, 2))) if rng.random() < .5]
-        pos, tkeys, moved, blocked = reordered_positions(ops, tiles, {}, fences)
-        total_moved += moved
-        assert sorted(pos) == list(range(n))
-        for j in range(n):
-            wj, rj, _ = ops[j]
-            for i in range(j):
-                wi, ri, _ = ops[i]
-                conflict = any(a[0] == b[0] and a[1] < b[2] and b[1] < a[2]
-                               for a, b in [(x, y) for x in wi for y in rj + wj] + [(x, y) for x in ri for y in wj])
-                if conflict:
-                    assert pos[i] < pos[j], (i, j, ops)
-        for f, _, _ in fences:
-            assert max((pos[i] for i in range(f)), default=-1) < min((pos[j] for j in range(f, n)), default=n)
-        placed = [i for i in range(n) if any(op[0] == 4 for op in ops[i][0] + ops[i][1])]
-        assert [pos[i] for i in placed] == sorted(pos[i] for i in placed)
+        for every in (False, True):
+            pos, tkeys, moved, blocked = reordered_positions(ops, tiles, {}, fences, every)
+            total_moved += moved
+            assert sorted(pos) == list(range(n))
+            for j in range(n):
+                wj, rj, _ = ops[j]
+                for i in range(j):
+                    wi, ri, _ = ops[i]
+                    conflict = any(a[0] == b[0] and a[1] < b[2] and b[1] < a[2] for a, b in
+                                   [(x, y) for x in wi for y in rj + wj] + [(x, y) for x in ri for y in wj])
+                    if conflict:
+                        assert pos[i] < pos[j], (i, j, ops)
+            for f, _, _ in fences:
+                assert max((pos[i] for i in range(f)), default=-1) < min((pos[j] for j in range(f, n)), default=n)
+            placed = [i for i in range(n) if any(op[0] == 4 for op in ops[i][0] + ops[i][1])]
+            assert [pos[i] for i in placed] == sorted(pos[i] for i in placed)
     assert total_moved > 50                 # the sequences do get reordered
 
     def o(b, lo, hi):
@@ -465,3 +466,30 @@ def test_the_reordered_sequence_keeps_every_dependency_and_fence():
            ((o(5, 0, 5),), (o(1, 0, 4),), ("k.py", 5))]        # t1's only read, overwrites what 3 and 4 read
     pos = reordered_positions(ops, tiles, {}, [])[0]
     assert pos[4] < pos[3] < pos[5]
+
+
+def sbuf_read_twice(fenced):
+    """``N_SB`` SBUF tiles set in a first loop and each read twice in a second (copied to a small tile and stored):
+    no read is a tile's only one, so the first reordering keeps them; the second moves every read up."""
+    out = nl.ndarray((2, N_SB * 8 * KiB), dtype=nl.float32, buffer=nl.shared_hbm)
+    ts = [nl.ndarray((2, 8 * KiB), dtype=nl.float32, buffer=nl.sbuf, name=f"sb{i}") for i in range(N_SB)]
+    for i, t in enumerate(ts):
+        nisa.memset(t, float(i))
+    if fenced:
+        nisa.core_barrier(None, (0,))
+    for i, t in enumerate(ts):
+        c = nl.ndarray((2, 512), dtype=nl.float32, buffer=nl.sbuf, name=f"c{i}")
+        nisa.tensor_copy(c, t[:, 0:512])
+        nisa.dma_copy(out[:, i * 8 * KiB:i * 8 * KiB + 512], c)
+        nisa.dma_copy(out[:, i * 8 * KiB + 512:(i + 1) * 8 * KiB], t[:, 512:])
+    return out
+
+
+def test_tiles_read_several_times_in_a_later_loop_fit_with_every_read_moved():
+    out, core = _run(sbuf_read_twice, False)
+    np.testing.assert_array_equal(out.reshape(2, N_SB, 8 * KiB), np.broadcast_to(
+        np.arange(N_SB, dtype=np.float64)[None, :, None], (2, N_SB, 8 * KiB)))
+    rep = core.occupancy.report
+    assert rep["program"]["sbuf"] > SBUF_CAP and rep["every_read"] and rep["reordered"]["sbuf"] <= SBUF_CAP
+    with pytest.raises(CapacityError, match="core_barrier at test_capacity.py"):
+        _run(sbuf_read_twice, True)

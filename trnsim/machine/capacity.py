@@ -12,9 +12,10 @@ the core records instructions.  When the kernel has run, :meth:`Occupancy.check`
 order.  If some point needs more bytes per partition than the memory holds, it builds the reordering of
 ``reorder.py`` (each instruction that is a tile's only read after its last write moved up to right after what it
 depends on, never across a fence: a runtime loop, a register read at runtime, a barrier, a collective) and sweeps
-again: neuronx-cc's default flow schedules instructions before it allocates (Allocation.COLORING), so the kernel is
-refused with :class:`CapacityError` only if that order overflows too, naming the line, the live set there and the
-limit.  (With ``CompileConfig(allocation=Allocation.LINEAR)`` NKI allocates in program order, but falls back to the
+again, and if that overflows, once more with every read of a tile after its last write moved: neuronx-cc's
+default flow schedules instructions before it allocates (Allocation.COLORING), so the kernel is refused with
+:class:`CapacityError` only if those orders overflow too, naming the line, the live set there (in the first
+reordering) and the limit.  (With ``CompileConfig(allocation=Allocation.LINEAR)`` NKI allocates in program order, but falls back to the
 default flow when that runs out of memory, ``nki_alloc_fallback``.)  Tiles placed at explicit addresses
 (``ncc.sbuf.mod_alloc(base_addr=...)``, ``nl.ndarray(..., address=...)``) are checked for overlap in program order
 instead, and instructions touching them are not moved: two placements sharing bytes of a partition while both are
@@ -145,19 +146,26 @@ class Occupancy:
                 ops = self.log
             if ops is None or len(ops) != self.seq:
                 self._refuse(*fail, self.ranges, None)       # nothing to reorder from: program order decides
-            pos, tkeys, moved, blocked = reordered_positions(ops, self.tiles, self.blocks, self.fences)
-            ranges, lastins = _ranges_in(pos, tkeys, ops)
-            re = {}
-            fail2 = None
-            for kind, cap, _ in mems:
-                peak, f = _sweep(self.tiles, ranges, kind, cap)
-                re[kind] = peak
-                if f is not None and fail2 is None:
-                    fail2 = (kind, cap) + f
-            self.report.update(reordered=re, moved=moved)
-            if fail2 is not None:
-                why = {"program": fail, "lastins": lastins, "blocked": blocked}
-                self._refuse(*fail2, ranges, why)
+            first = None
+            for every in (False, True):     # a tile's only read moved; failing that, every read after its last write
+                pos, tkeys, moved, blocked = reordered_positions(ops, self.tiles, self.blocks, self.fences, every)
+                ranges, lastins = _ranges_in(pos, tkeys, ops)
+                re = {}
+                fail2 = None
+                for kind, cap, _ in mems:
+                    peak, f = _sweep(self.tiles, ranges, kind, cap)
+                    re[kind] = peak
+                    if f is not None and fail2 is None:
+                        fail2 = (kind, cap) + f
+                self.report.update(reordered=re, moved=moved, every_read=every)
+                if fail2 is None:
+                    break
+                if first is None:
+                    first = (fail2, ranges, {"program": fail, "lastins": lastins, "blocked": dict(blocked)})
+                else:
+                    first[2]["blocked"].update(blocked)      # the fences that stopped either order's reads
+            else:
+                self._refuse(*first[0], first[1], first[2])     # as the first order has it (the simpler one)
         for kind, _, _ in mems:
             self._check_overlaps(kind)
 
@@ -204,7 +212,8 @@ class Occupancy:
                     "that neuronx-cc's default flow (which schedules instructions before it allocates) may choose: "
                     "program order with each instruction that is a tile's only read after its last write "
                     "moved up to right after the instructions it depends on (same-buffer reads and writes that may "
-                    "overlap), never across a runtime loop (nl.dynamic_range), a register read at runtime, a "
+                    "overlap; trnsim also tried moving every read of a tile after its last write, which overflows "
+                    "too), never across a runtime loop (nl.dynamic_range), a register read at runtime, a "
                     "barrier or a collective, and never for instructions on explicitly placed tiles (in program "
                     f"order {pk.upper()} already overflows at {_where(self.ranges[pkey][2])}, {plive} bytes per "
                     "partition). "

@@ -2,9 +2,9 @@
 
 neuronx-cc's default flow schedules a kernel's instructions before it allocates SBUF and PSUM (the capacity check's
 docstring, capacity.py), so a kernel whose tiles overflow a memory in program order may still fit.  This module
-builds one valid reordering that frees tiles early: each instruction that is the only access of an on-chip tile after
+builds a valid reordering that frees tiles early: each instruction that is the only access of an on-chip tile after
 the tile's last write (a copy-out of an accumulator, the store of a loaded tile) is moved up to right after the latest
-instruction it depends on.  Dependencies are per buffer and region, as the timing scheduler sees them: a read after
+instruction it depends on (a second variant moves every read of a tile after its last write).  Dependencies are per buffer and region, as the timing scheduler sees them: a read after
 an overlapping write, a write after an overlapping read or write (extents and ``deps.overlaps``, conservative: two
 accesses that may share an element are ordered).  Moving an instruction up past instructions it does not depend on
 keeps every dependency satisfied, whatever else moves, so the order is one the compiler could choose.
@@ -42,10 +42,12 @@ def block_range(pf, blk, lo, hi, view):
     return range(c0 // blk, (max(c1, c0 + 1) - 1) // blk + 1)
 
 
-def reordered_positions(ops, tiles, blocks, fences):
+def reordered_positions(ops, tiles, blocks, fences, every_read=False):
     """The reordering of ``ops`` (per instruction ``(writes, reads, loc)``, operands ``(buf id, lo, hi, view)``).
     ``tiles``: tile key -> ``(kind, bytes, name, placement)``; ``blocks``: block buffer id -> ``(pf, blk)``;
-    ``fences``: sorted ``(seq, loc, why)``, no instruction moves from ``seq`` on to before it.
+    ``fences``: sorted ``(seq, loc, why)``, no instruction moves from ``seq`` on to before it.  The instructions
+    moved are those that are a tile's only access after its last write, or with ``every_read`` every read of a
+    tile after its last write (all the reads of a tile read several times; an as-soon-as-possible order for them).
 
     Returns ``(pos, tkeys, moved, blocked)``: each instruction's position in the new order, the tile keys each
     touches, how many instructions moved above another, and for each instruction that a fence stopped, the fence
@@ -86,7 +88,10 @@ def reordered_positions(ops, tiles, blocks, fences):
                 if tiles[k][3] is not None:
                     fixed.add(i)
                     break
-    cand = {t[0] for k, t in tail.items() if len(t) == 1 and tiles[k][3] is None}
+    if every_read:
+        cand = {i for k, t in tail.items() if tiles[k][3] is None for i in t}
+    else:
+        cand = {t[0] for k, t in tail.items() if len(t) == 1 and tiles[k][3] is None}
     cand -= fixed
 
     # pass 2: sort keys, in program order (every dependency of an instruction has its key already)
