@@ -426,7 +426,8 @@ def test_the_reordered_sequence_keeps_every_dependency_and_fence():
                 return (b, lo, hi, (lo, (hi - lo,), (1,)))
             ops.append((tuple(op() for _ in range(int(rng.integers(0, 2)) + (i % 2))),
                         tuple(op() for _ in range(int(rng.integers(0, 3)))), ("k.py", i)))
-        fences = [(f, ("k.py", f), "test") for f in sorted(set(int(x) for x in rng.integers(0, n, 2))) if rng.random() < .5]
+        fences = [(f, ("k.py", f), "test") for f in sorted(set(int(x) for x in rng.integers(0, n, 2)))
+                  if rng.random() < .5]
         for every in (False, True):
             pos, tkeys, moved, blocked = reordered_positions(ops, tiles, {}, fences, every)
             total_moved += moved

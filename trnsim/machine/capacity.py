@@ -7,19 +7,19 @@ object stays referenced does not matter.  A tensor with block dimensions (``[B, 
 with its own live range (the front end marks the block size on the buffer, ``Buffer.block``: elements per partition
 of one block).
 
-:class:`Occupancy` records, for each tile (or block), its first and last instruction and their source lines, as
-the core records instructions.  When the kernel has run, :meth:`Occupancy.check` sweeps the live ranges in program
-order.  If some point needs more bytes per partition than the memory holds, it builds the reordering of
-``reorder.py`` (each instruction that is a tile's only read after its last write moved up to right after what it
-depends on, never across a fence: a runtime loop, a register read at runtime, a barrier, a collective) and sweeps
-again, and if that overflows, once more with every read of a tile after its last write moved: neuronx-cc's
-default flow schedules instructions before it allocates (Allocation.COLORING), so the kernel is refused with
-:class:`CapacityError` only if those orders overflow too, naming the line, the live set there (in the first
-reordering) and the limit.  (With ``CompileConfig(allocation=Allocation.LINEAR)`` NKI allocates in program order, but falls back to the
-default flow when that runs out of memory, ``nki_alloc_fallback``.)  Tiles placed at explicit addresses
+:class:`Occupancy` records, for each tile (or block), its first and last instruction and their source lines, as the
+core records instructions. When the kernel has run, :meth:`Occupancy.check` sweeps the live ranges in program order.
+If some point needs more bytes per partition than the memory holds, it builds the reordering of ``reorder.py`` (each
+instruction that is a tile's only read after its last write moved up to right after what it depends on, never across a
+fence: a runtime loop, a register read at runtime, a barrier, a collective) and sweeps again, and if that overflows,
+once more with every read of a tile after its last write moved: neuronx-cc's default flow schedules instructions
+before it allocates (Allocation.COLORING), so the kernel is refused with :class:`CapacityError` only if those orders
+overflow too, naming the line, the live set there (in the first reordering) and the limit. (With
+``CompileConfig(allocation=Allocation.LINEAR)`` NKI allocates in program order, but falls back to the default flow
+when that runs out of memory, ``nki_alloc_fallback``.) Tiles placed at explicit addresses
 (``ncc.sbuf.mod_alloc(base_addr=...)``, ``nl.ndarray(..., address=...)``) are checked for overlap in program order
-instead, and instructions touching them are not moved: two placements sharing bytes of a partition while both are
-live would corrupt each other on hardware.
+instead, and instructions touching them are not moved: two placements sharing bytes of a partition while both are live
+would corrupt each other on hardware.
 """
 
 from __future__ import annotations
@@ -200,7 +200,8 @@ class Occupancy:
         total = sum(sz for sz, _ in here)
         if why is None:
             order = "in program order"
-            tail = (f"{_reorder_hint(here, self.tiles, ranges, 'program')} trnsim checks the kernel's program order here "
+            hint = _reorder_hint(here, self.tiles, ranges, "program")
+            tail = (f"{hint} trnsim checks the kernel's program order here "
                     "(as NKI allocation, CompileConfig(allocation=Allocation.LINEAR), does); neuronx-cc's default "
                     "flow schedules instructions before it allocates and may interleave independent ones, so it "
                     "can accept an order this check refuses")
@@ -208,7 +209,8 @@ class Occupancy:
             order = "in the order trnsim checks"
             pk, _, pkey, ps, plive = why["program"]
             fences = _fence_note(here, why, self.fences)
-            tail = (f"{fences}{_reorder_hint(here, self.tiles, ranges, 'fenced' if fences else 'tried')} The order trnsim checks is one "
+            hint = _reorder_hint(here, self.tiles, ranges, "fenced" if fences else "tried")
+            tail = (f"{fences}{hint} The order trnsim checks is one "
                     "that neuronx-cc's default flow (which schedules instructions before it allocates) may choose: "
                     "program order with each instruction that is a tile's only read after its last write "
                     "moved up to right after the instructions it depends on (same-buffer reads and writes that may "

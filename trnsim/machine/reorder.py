@@ -1,13 +1,14 @@
 """An order in which the compiler's scheduler may run a kernel's instructions, for the capacity check.
 
 neuronx-cc's default flow schedules a kernel's instructions before it allocates SBUF and PSUM (the capacity check's
-docstring, capacity.py), so a kernel whose tiles overflow a memory in program order may still fit.  This module
-builds a valid reordering that frees tiles early: each instruction that is the only access of an on-chip tile after
-the tile's last write (a copy-out of an accumulator, the store of a loaded tile) is moved up to right after the latest
-instruction it depends on (a second variant moves every read of a tile after its last write).  Dependencies are per buffer and region, as the timing scheduler sees them: a read after
-an overlapping write, a write after an overlapping read or write (extents and ``deps.overlaps``, conservative: two
-accesses that may share an element are ordered).  Moving an instruction up past instructions it does not depend on
-keeps every dependency satisfied, whatever else moves, so the order is one the compiler could choose.
+docstring, capacity.py), so a kernel whose tiles overflow a memory in program order may still fit. This module builds
+a valid reordering that frees tiles early: each instruction that is the only access of an on-chip tile after the
+tile's last write (a copy-out of an accumulator, the store of a loaded tile) is moved up to right after the latest
+instruction it depends on (a second variant moves every read of a tile after its last write). Dependencies are per
+buffer and region, as the timing scheduler sees them: a read after an overlapping write, a write after an overlapping
+read or write (extents and ``deps.overlaps``, conservative: two accesses that may share an element are ordered).
+Moving an instruction up past instructions it does not depend on keeps every dependency satisfied, whatever else
+moves, so the order is one the compiler could choose.
 
 Nothing moves across a fence (:meth:`Occupancy.fence`): a runtime loop's iteration boundary, a register read at
 runtime, a barrier between cores, a collective.  Instructions touching an explicitly placed tile (``address=``,
