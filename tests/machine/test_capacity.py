@@ -494,3 +494,24 @@ def test_tiles_read_several_times_in_a_later_loop_fit_with_every_read_moved():
     assert rep["program"]["sbuf"] > SBUF_CAP and rep["every_read"] and rep["reordered"]["sbuf"] <= SBUF_CAP
     with pytest.raises(CapacityError, match="core_barrier at test_capacity.py"):
         _run(sbuf_read_twice, True)
+
+
+def sbuf_fori(bound_is_register):
+    """``sbuf_fill_then_store`` with the store loop as ``nl.fori_loop``: with a register bound it is a runtime loop
+    (a fence at each iteration), with an int bound an ordinary one."""
+    out = nl.ndarray((2, N_SB * 8 * KiB), dtype=nl.float32, buffer=nl.shared_hbm)
+    ts = [nl.ndarray((2, 8 * KiB), dtype=nl.float32, buffer=nl.sbuf, name=f"sb{i}") for i in range(N_SB)]
+    for i, t in enumerate(ts):
+        nisa.memset(t, float(i))
+
+    def store(i):
+        nisa.dma_copy(out[:, i * 8 * KiB:(i + 1) * 8 * KiB], ts[i])
+    nl.fori_loop(0, nisa.register_alloc(N_SB) if bound_is_register else N_SB, store)       # <fori>
+    return out
+
+
+def test_fori_loop_with_a_register_bound_is_a_runtime_loop():
+    out, _ = _run(sbuf_fori, False)
+    assert out[0, -1] == N_SB - 1
+    with pytest.raises(CapacityError, match=rf"runtime loop.* at test_capacity.py:{_line(sbuf_fori, 'fori')}"):
+        _run(sbuf_fori, True)

@@ -312,8 +312,10 @@ def dynamic_range(start, stop=None, step=1):
 def fori_loop(lower, upper, body_fun, step=1):
     val = None
     r = range(lower, upper, step)
-    if not all(isinstance(x, (int, np.integer)) for x in (lower, upper, step)):    # a register bound: at runtime
-        r = _fenced(r, caller_location())
+    for x in (lower, upper, step):
+        if not isinstance(x, (int, np.integer)):        # a register bound: a loop run at runtime
+            r = _fenced(r, caller_location())
+            break
     for i in r:
         val = body_fun(i)
     return val
