@@ -1,5 +1,6 @@
-"""SBUF/PSUM capacity from each tile's live range in program order (first to last access), block tensors,
-explicit placements checked for overlap."""
+"""SBUF/PSUM capacity from each tile's live range (first to last access), in program order and, when that
+overflows, in the order the compiler's scheduler may choose (each tile's last reader moved up to right after what it
+depends on, not across fences); block tensors; explicit placements checked for overlap."""
 
 import numpy as np
 import pytest
@@ -87,8 +88,8 @@ def psum_tiles(x, live_together):
         nisa.memset(p, 1.0)                                                  # <ps-set>
         if not live_together:
             nisa.tensor_tensor(acc, acc, p, op=nl.add)
-    if live_together:
-        for p in ps:
+    if live_together:               # read in reverse: the first read waits for the last tile, so all are live
+        for p in reversed(ps):
             nisa.tensor_tensor(acc, acc, p, op=nl.add)                       # <ps-read>
     nisa.dma_copy(out, acc)
     return out
@@ -219,15 +220,15 @@ def test_modulo_placement_formula():
 
 @nki.jit
 def narrow_tiles(x, n):
-    """``n`` tiles of 13 partitions x 7 KiB, all read by the last instruction (the weight tiles of a projection
-    whose heads are all accumulated into one PSUM tile): every one is live at the end, whatever the order."""
+    """``n`` tiles of 13 partitions x 7 KiB, summed into one tile in the reverse order of their making: the first
+    sum waits for the last tile, so every one is live then, in any order the dependencies allow."""
     out = nl.ndarray((13, 512), dtype=nl.float32, buffer=nl.shared_hbm)
     acc = nl.ndarray((13, 512), dtype=nl.float32, buffer=nl.sbuf, name="acc")
     nisa.memset(acc, 0.0)
     ws = [nl.ndarray((13, 7 * KiB // 2), dtype=nl.bfloat16, buffer=nl.sbuf, name=f"w{i}") for i in range(n)]
     for w in ws:
         nisa.memset(w, 1.0)
-    for w in ws:
+    for w in reversed(ws):
         nisa.tensor_tensor(acc, acc, w[:, 0:512], op=nl.add)
     nisa.dma_copy(out, acc)
     return out
@@ -253,17 +254,17 @@ def test_narrow_tiles_share_byte_ranges_in_different_quadrants():
 @pytest.mark.parametrize("parts,per_range", [(40, 2), (64, 2), (65, 1), (128, 1)])
 def test_wider_tiles_share_only_what_their_start_partitions_allow(parts, per_range):
     """33-64 partitions start at 0 or 64 (two per byte range); more than 64 start at 0 (one per byte range)."""
-    from trnsim.machine.capacity import Occupancy
+    from trnsim.machine.capacity import Occupancy, _sweep
 
-    def live_together(n):                          # n tiles touched by one instruction
+    def live_together(n):                          # n tiles touched by one instruction: (peak, first overflow)
         occ = Occupancy()
         for i in range(n):
             occ._touch_key((i, -1), _FakeBuf(i, parts, size), -1, None)
-        occ._check_kind("sbuf", SBUF_CAP, 128)
+        return _sweep(occ.tiles, occ.ranges, "sbuf", SBUF_CAP, occ.parts, 128)
     size = SBUF_CAP // 4
-    live_together(4 * per_range)                   # exactly fills the memory
-    with pytest.raises(CapacityError, match=f"{SBUF_CAP + size} bytes per partition would be live"):
-        live_together(4 * per_range + 1)
+    assert live_together(4 * per_range) == (SBUF_CAP, None)          # exactly fills the memory
+    peak, fail = live_together(4 * per_range + 1)
+    assert peak == SBUF_CAP + size and fail is not None and fail[2] == SBUF_CAP + size
 
 
 class _FakeBuf:
@@ -276,3 +277,274 @@ class _FakeBuf:
         class _D:
             itemsize = 1
         self.dtype = _D()
+
+
+# -- program order overflows, the compiler's schedule need not (capacity.py: the reordered check) ----------------
+N_ACC = 12          # 12 PSUM accumulators of 2 KiB per partition: 24 KiB, PSUM holds 16 KiB (moe_cte's pattern)
+
+
+def _moe_inputs():
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((128, 2, 128)).astype(np.float32)
+    x = rng.standard_normal((128, 2, 512)).astype(np.float32)
+    ref = np.einsum("kjm,kjn->mn", w.astype(np.float64), x.astype(np.float64))      # sum over both k tiles
+    return w, x, ref
+
+
+def psum_fill_then_copy(w, x, mode):
+    """``N_ACC`` PSUM accumulators, each filled by two matmuls in a first loop and copied out in a second (the gate/up
+    projection of moe_cte's SHARD_ON_INTERMEDIATE kernel).  Accumulator i gets ``(i + 1) * (w^T x)``.  ``mode``:
+    "copy": each copied to its own SBUF tile and stored (the compiler can copy each out right after its last
+    matmul); "reverse_sum": summed into one tile in reverse order (the sum of the last-made one comes first, so all
+    must be live together); "dynamic_range" / "register": the copy loop is a runtime loop, which the compiler
+    cannot move instructions into or out of; "placed": the copies write explicitly placed SBUF tiles."""
+    out = nl.ndarray((128, N_ACC * 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    ws = nl.ndarray((128, 2, 128), dtype=nl.float32, buffer=nl.sbuf, name="ws")
+    xs = nl.ndarray((128, 2, 512), dtype=nl.float32, buffer=nl.sbuf, name="xs")
+    nisa.dma_copy(ws, w)
+    nisa.dma_copy(xs, x)
+    ps = [nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum, name=f"acc{i}") for i in range(N_ACC)]
+    for i, p in enumerate(ps):
+        for _ in range(i + 1):
+            for k in range(2):
+                nisa.nc_matmul(p, ws[:, k, :], xs[:, k, :])                      # <fill>
+    if mode == "reverse_sum":
+        tot = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf, name="tot")
+        nisa.memset(tot, 0.0)
+        for i in reversed(range(N_ACC)):
+            nisa.tensor_tensor(tot, tot, ps[i], op=nl.add)                       # <sum>
+        nisa.dma_copy(out[:, 0:512], tot)
+        return out
+    if mode == "dynamic_range":
+        idx = nl.dynamic_range(N_ACC)                                            # <fence-dyn>
+    elif mode == "register":
+        idx = range(nisa.register_alloc(N_ACC))                                  # <fence-reg>
+    else:
+        idx = range(N_ACC)
+    for i in idx:
+        if mode == "placed":
+            r = _tile((128, 512), name=f"res{i}", address=(0, 4096 + 2048 * i))
+        else:
+            r = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf, name=f"res{i}")
+        nisa.tensor_copy(r, ps[i])                                               # <copy>
+        nisa.dma_copy(out[:, i * 512:(i + 1) * 512], r)
+    return out
+
+
+def _run(fn, *args, record=True):
+    """Run ``fn`` on one core (``record=False``: a core that keeps no instruction record, as the device bridge's
+    cached calls); returns (outputs, core)."""
+    from trnsim.kernels import launch
+    from trnsim.kernels.jit import _to_input
+    from trnsim.machine import Chip, NeuronCore
+    tg = get_target("trn2")
+    core = NeuronCore(tg, chip=Chip(tg), record=record)
+    wrapped = [_to_input(core, a, f"a{i}")[0] if isinstance(a, np.ndarray) else a for i, a in enumerate(args)]
+    ctx = context.KernelContext([core], (1,))
+    prev = context.push(ctx)
+    try:
+        out = launch.run_programs(fn, wrapped, {}, ctx, [core], None)
+    finally:
+        context.pop(prev)
+    return np.asarray(out.np, dtype=np.float64) if out is not None else None, core
+
+
+@pytest.mark.parametrize("record", [True, False])
+def test_accumulators_copied_out_in_a_later_loop_fit_as_the_compiler_schedules(record):
+    w, x, ref = _moe_inputs()
+    out, core = _run(psum_fill_then_copy, w, x, "copy", record=record)
+    for i in range(N_ACC):
+        np.testing.assert_allclose(out[:, i * 512:(i + 1) * 512], (i + 1) * ref, rtol=1e-5, atol=1e-3)
+    rep = core.occupancy.report
+    # program order overflows PSUM (all 12 live: 24 KiB); the reordered schedule has at most two accumulators live
+    # (one being filled, and the one before it until its copy)
+    assert rep["program"]["psum"] == N_ACC * 2048
+    assert rep["reordered"]["psum"] <= 2 * 2048 and rep["moved"] >= N_ACC
+
+
+def test_accumulators_that_must_be_live_together_are_still_refused():
+    w, x, _ = _moe_inputs()
+    fn = psum_fill_then_copy
+    with pytest.raises(CapacityError) as ei:
+        _run(fn, w, x, "reverse_sum")
+    e = ei.value
+    msg = str(e)
+    assert e.location[1] == _line(fn, "fill") and e.limit == PSUM_CAP
+    assert "PSUM allocation of 2048 bytes per partition for tensor `acc8` does not fit" in msg
+    assert f"{9 * 2048} bytes per partition would be live" in msg
+    for i in range(9):
+        assert (f"`acc{i}` 2048 B on 128 partitions (test_capacity.py:{_line(fn, 'fill')} .. "
+                f"test_capacity.py:{_line(fn, 'sum')})") in msg
+    assert f"9 tiles, {9 * 2048} bytes per partition, are live" in msg and "`acc9`" not in msg
+    assert "moved up" in msg                    # says that trnsim tried the compiler's freedom to reorder
+
+
+@pytest.mark.parametrize("mode", ["dynamic_range", "register"])
+def test_a_runtime_loop_between_fill_and_copy_is_a_fence(mode):
+    w, x, _ = _moe_inputs()
+    fn = psum_fill_then_copy
+    with pytest.raises(CapacityError) as ei:
+        _run(fn, w, x, mode)
+    msg = str(ei.value)
+    assert "PSUM allocation of 2048 bytes per partition for tensor `acc8` does not fit" in msg
+    fence = _line(fn, "fence-dyn" if mode == "dynamic_range" else "fence-reg")
+    assert f"test_capacity.py:{fence}" in msg and "runtime" in msg
+
+
+def test_instructions_on_explicitly_placed_tiles_are_not_moved():
+    w, x, _ = _moe_inputs()
+    with pytest.raises(CapacityError, match=r"PSUM allocation of 2048 bytes per partition for tensor `acc8`"):
+        _run(psum_fill_then_copy, w, x, "placed")
+
+
+def test_refusal_is_the_same_without_an_instruction_record():
+    w, x, _ = _moe_inputs()
+    msgs = []
+    for record in (True, False):
+        with pytest.raises(CapacityError) as ei:
+            _run(psum_fill_then_copy, w, x, "reverse_sum", record=record)
+        msgs.append(str(ei.value))
+    assert msgs[0] == msgs[1]
+
+
+N_SB = 8            # 8 SBUF tiles of 32 KiB per partition: 256 KiB, SBUF holds 224 KiB (trn2)
+P_SB = 65           # partitions of each: more than 64, so no two share a byte range (capacity.py, _Quadrants)
+
+
+def sbuf_fill_then_store(mode):
+    """``N_SB`` SBUF tiles (``P_SB`` partitions x 32 KiB per partition) set in a first loop and stored in a second;
+    "barrier": a core_barrier between the loops (nothing moves across it)."""
+    out = nl.ndarray((P_SB, N_SB * 8 * KiB), dtype=nl.float32, buffer=nl.shared_hbm)
+    ts = [nl.ndarray((P_SB, 8 * KiB), dtype=nl.float32, buffer=nl.sbuf, name=f"sb{i}") for i in range(N_SB)]
+    for i, t in enumerate(ts):
+        nisa.memset(t, float(i))                                                 # <sb-set>
+    if mode == "barrier":
+        nisa.core_barrier(None, (0,))                                            # <barrier>
+    for i, t in enumerate(ts):
+        nisa.dma_copy(out[:, i * 8 * KiB:(i + 1) * 8 * KiB], t)
+    return out
+
+
+def test_sbuf_tiles_stored_in_a_later_loop_fit_unless_a_barrier_separates_the_loops():
+    out, core = _run(sbuf_fill_then_store, "plain")
+    np.testing.assert_array_equal(out.reshape(P_SB, N_SB, 8 * KiB), np.broadcast_to(
+        np.arange(N_SB, dtype=np.float64)[None, :, None], (P_SB, N_SB, 8 * KiB)))
+    assert core.occupancy.report["program"]["sbuf"] == N_SB * 32 * KiB
+    assert core.occupancy.report["reordered"]["sbuf"] == 32 * KiB      # each tile stored right after its memset
+    with pytest.raises(CapacityError) as ei:
+        _run(sbuf_fill_then_store, "barrier")
+    msg = str(ei.value)
+    assert ei.value.location[1] == _line(sbuf_fill_then_store, "sb-set") and ei.value.limit == SBUF_CAP
+    assert f"{N_SB * 32 * KiB} bytes per partition would be live" in msg
+    assert f"test_capacity.py:{_line(sbuf_fill_then_store, 'barrier')}" in msg
+
+
+def test_the_reordered_sequence_keeps_every_dependency_and_fence():
+    """Random instruction sequences over a few buffers (1-D views; overlapping extents conflict): in the order
+    ``reorder.reordered_positions`` makes, every read comes after the writes it may read, every write after the
+    accesses it may overwrite, nothing crosses a fence, and instructions on a placed tile keep their order."""
+    from trnsim.machine.reorder import reordered_positions
+    rng = np.random.default_rng(1)
+    tiles = {(b, -1): ("sbuf", 64, f"t{b}", None) for b in range(4)}
+    tiles[(4, -1)] = ("sbuf", 64, "placed", (0, 1, 0, 64))           # buffer 5: HBM (not a tile)
+    total_moved = 0
+    for _ in range(200):
+        n = int(rng.integers(5, 40))
+        ops = []
+        for i in range(n):
+            def op():
+                b = int(rng.integers(0, 6))
+                lo = int(rng.integers(0, 12))
+                hi = lo + int(rng.integers(1, 6))
+                return (b, lo, hi, (lo, (hi - lo,), (1,)))
+            ops.append((tuple(op() for _ in range(int(rng.integers(0, 2)) + (i % 2))),
+                        tuple(op() for _ in range(int(rng.integers(0, 3)))), ("k.py", i)))
+        fences = [(f, ("k.py", f), "test") for f in sorted(set(int(x) for x in rng.integers(0, n, 2)))
+                  if rng.random() < .5]
+        for every in (False, True):
+            pos, tkeys, moved, blocked = reordered_positions(ops, tiles, {}, fences, every)
+            total_moved += moved
+            assert sorted(pos) == list(range(n))
+            for j in range(n):
+                wj, rj, _ = ops[j]
+                for i in range(j):
+                    wi, ri, _ = ops[i]
+                    conflict = any(a[0] == b[0] and a[1] < b[2] and b[1] < a[2] for a, b in
+                                   [(x, y) for x in wi for y in rj + wj] + [(x, y) for x in ri for y in wj])
+                    if conflict:
+                        assert pos[i] < pos[j], (i, j, ops)
+            for f, _, _ in fences:
+                assert max((pos[i] for i in range(f)), default=-1) < min((pos[j] for j in range(f, n)), default=n)
+            placed = [i for i in range(n) if any(op[0] == 4 for op in ops[i][0] + ops[i][1])]
+            assert [pos[i] for i in placed] == sorted(pos[i] for i in placed)
+    assert total_moved > 50                 # the sequences do get reordered
+
+    def o(b, lo, hi):
+        return (b, lo, hi, (lo, (hi - lo,), (1,)))
+    # a read of two regions written by two instructions, the later of which moved above the earlier: it must come
+    # after both (the latest dependency in the new order, not the latest conflicting access in program order)
+    ops = [((o(0, 0, 4),), (), ("k.py", 0)),                   # t0 written
+           ((o(1, 0, 4),), (), ("k.py", 1)),                   # t1 written
+           ((o(5, 0, 5),), (), ("k.py", 2)),                   # HBM [0, 5)
+           ((o(5, 5, 10),), (o(0, 0, 4),), ("k.py", 3)),       # t0's only read: moves up to after 0, above 1 and 2
+           ((), (o(5, 0, 10), o(1, 0, 4)), ("k.py", 4))]       # t1's only read: must stay after 2 and 3
+    pos = reordered_positions(ops, tiles, {}, [])[0]
+    assert pos[3] < pos[1] and pos[4] > pos[2] and pos[4] > pos[3]
+    # a write after reads of its region: a read that moved up does not stand for the reads before it (a covering
+    # write would: whatever conflicts with the region conflicts with that write)
+    ops = [((o(0, 0, 4),), (), ("k.py", 0)),                   # t0 written
+           ((o(1, 0, 4),), (), ("k.py", 1)),                   # t1 written
+           ((o(5, 0, 5),), (), ("k.py", 2)),                   # HBM [0, 5) written
+           ((), (o(5, 0, 5),), ("k.py", 3)),                   # read, kept
+           ((), (o(0, 0, 4), o(5, 0, 5)), ("k.py", 4)),        # t0's only read: moves up to after 2, above 3
+           ((o(5, 0, 5),), (o(1, 0, 4),), ("k.py", 5))]        # t1's only read, overwrites what 3 and 4 read
+    pos = reordered_positions(ops, tiles, {}, [])[0]
+    assert pos[4] < pos[3] < pos[5]
+
+
+def sbuf_read_twice(fenced):
+    """``N_SB`` SBUF tiles set in a first loop and each read twice in a second (copied to a small tile and stored):
+    no read is a tile's only one, so the first reordering keeps them; the second moves every read up."""
+    out = nl.ndarray((P_SB, N_SB * 8 * KiB), dtype=nl.float32, buffer=nl.shared_hbm)
+    ts = [nl.ndarray((P_SB, 8 * KiB), dtype=nl.float32, buffer=nl.sbuf, name=f"sb{i}") for i in range(N_SB)]
+    for i, t in enumerate(ts):
+        nisa.memset(t, float(i))
+    if fenced:
+        nisa.core_barrier(None, (0,))
+    for i, t in enumerate(ts):
+        c = nl.ndarray((P_SB, 512), dtype=nl.float32, buffer=nl.sbuf, name=f"c{i}")
+        nisa.tensor_copy(c, t[:, 0:512])
+        nisa.dma_copy(out[:, i * 8 * KiB:i * 8 * KiB + 512], c)
+        nisa.dma_copy(out[:, i * 8 * KiB + 512:(i + 1) * 8 * KiB], t[:, 512:])
+    return out
+
+
+def test_tiles_read_several_times_in_a_later_loop_fit_with_every_read_moved():
+    out, core = _run(sbuf_read_twice, False)
+    np.testing.assert_array_equal(out.reshape(P_SB, N_SB, 8 * KiB), np.broadcast_to(
+        np.arange(N_SB, dtype=np.float64)[None, :, None], (P_SB, N_SB, 8 * KiB)))
+    rep = core.occupancy.report
+    assert rep["program"]["sbuf"] > SBUF_CAP and rep["every_read"] and rep["reordered"]["sbuf"] <= SBUF_CAP
+    with pytest.raises(CapacityError, match="core_barrier at test_capacity.py"):
+        _run(sbuf_read_twice, True)
+
+
+def sbuf_fori(bound_is_register):
+    """``sbuf_fill_then_store`` with the store loop as ``nl.fori_loop``: with a register bound it is a runtime loop
+    (a fence at each iteration), with an int bound an ordinary one."""
+    out = nl.ndarray((P_SB, N_SB * 8 * KiB), dtype=nl.float32, buffer=nl.shared_hbm)
+    ts = [nl.ndarray((P_SB, 8 * KiB), dtype=nl.float32, buffer=nl.sbuf, name=f"sb{i}") for i in range(N_SB)]
+    for i, t in enumerate(ts):
+        nisa.memset(t, float(i))
+
+    def store(i):
+        nisa.dma_copy(out[:, i * 8 * KiB:(i + 1) * 8 * KiB], ts[i])
+    nl.fori_loop(0, nisa.register_alloc(N_SB) if bound_is_register else N_SB, store)       # <fori>
+    return out
+
+
+def test_fori_loop_with_a_register_bound_is_a_runtime_loop():
+    out, _ = _run(sbuf_fori, False)
+    assert out[0, -1] == N_SB - 1
+    with pytest.raises(CapacityError, match=rf"runtime loop.* at test_capacity.py:{_line(sbuf_fori, 'fori')}"):
+        _run(sbuf_fori, True)

@@ -177,7 +177,9 @@ def _record(core, kind, op, dsts, srcs, nbytes, lst, loc):
     ns = collective_time(op, int(nbytes), world.topology, nranks=world.nranks, group=lst).time_ns \
         if len(lst) > 1 and nbytes else 0.0
     rows = max(1, min(int(dsts[0].shape[0]) if dsts[0].shape else 1, core.target.pmax))
+    core.occupancy.fence(loc, "a collective")          # other cores take part: nothing moves across it
     core.record_dma(f"cc.{kind}", tuple(dsts), tuple(srcs), int(nbytes), rows, ns, loc)
+    core.occupancy.fence(loc, "a collective")
 
 
 def _store(core, dsts, values, kind):

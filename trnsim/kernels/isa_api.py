@@ -272,6 +272,12 @@ class Register:
         self.value = int(value)
 
     def __index__(self):
+        # the value taken as an int (a loop bound or condition, an offset): on hardware known only at runtime, so
+        # the compiler cannot move instructions across this point (a fence for the capacity check, capacity.py)
+        ctx = getattr(_local, "ctx", None)
+        if ctx is not None:
+            ctx.core.occupancy.fence(caller_location(), "a register read at runtime (a loop bound, condition or "
+                                     "offset)")
         return self.value
 
     __int__ = __index__

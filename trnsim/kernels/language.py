@@ -289,12 +289,34 @@ def affine_range(start, stop=None, step=1):
 
 sequential_range = affine_range
 static_range = affine_range
-dynamic_range = affine_range
+
+_RUNTIME_LOOP = "a runtime loop (nl.dynamic_range, or a loop whose bound is a register)"
+
+
+def _fenced(r, loc):
+    """Iterate ``r`` as a loop the hardware runs (not unrolled by the compiler): every iteration boundary is a fence
+    the capacity check's reordering does not move instructions across (capacity.py)."""
+    occ = current().core.occupancy
+    for i in r:
+        occ.fence(loc, _RUNTIME_LOOP)
+        yield i
+    occ.fence(loc, _RUNTIME_LOOP)
+
+
+def dynamic_range(start, stop=None, step=1):
+    """A loop the hardware runs with its bounds at runtime: trnsim runs its iterations eagerly, and the capacity
+    check does not move instructions into or out of an iteration."""
+    return _fenced(affine_range(start, stop, step), caller_location())
 
 
 def fori_loop(lower, upper, body_fun, step=1):
     val = None
-    for i in range(lower, upper, step):
+    r = range(lower, upper, step)
+    for x in (lower, upper, step):
+        if not isinstance(x, (int, np.integer)):        # a register bound: a loop run at runtime
+            r = _fenced(r, caller_location())
+            break
+    for i in r:
         val = body_fun(i)
     return val
 

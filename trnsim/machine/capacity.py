@@ -1,19 +1,27 @@
-"""SBUF and PSUM capacity as the compiler decides it: from each tile's live range in program order.
+"""SBUF and PSUM capacity as the compiler decides it: from each tile's live range, in program order and, when that
+overflows, in an order the compiler's scheduler may choose.
 
 The compiler allocates an on-chip tile for its live range: from the first instruction that touches it (its first
-write) to the last one (its last read), in program order.  A tile that no instruction touches occupies nothing;
-how long the Python object stays referenced does not matter.  A tensor with block dimensions (``[B, par_dim(P),
-F]``) is B tiles, each with its own live range (the front end marks the block size on the buffer,
-``Buffer.block``: elements per partition of one block).
+write) to the last one (its last read).  A tile that no instruction touches occupies nothing; how long the Python
+object stays referenced does not matter.  A tensor with block dimensions (``[B, par_dim(P), F]``) is B tiles, each
+with its own live range (the front end marks the block size on the buffer, ``Buffer.block``: elements per partition
+of one block).
 
-:class:`Occupancy` records, for each tile (or block), its first and last instruction and their source lines, as
-the core records instructions.  When the kernel has run, :meth:`Occupancy.check` sweeps the live ranges: the
-first instruction at which the bytes per partition live exceed the memory's capacity is refused with
-:class:`CapacityError`, naming that line, the live set there and the limit.  Bytes are counted per 32-partition
-quadrant: a tile of 32 or fewer partitions may start at partition 0, 32, 64 or 96 and one of 33-64 at 0 or 64
-(hardware.md "Memory rules"), so narrow tiles can share a byte range in different quadrants (:class:`_Quadrants`).  Tiles placed at explicit addresses
-(``ncc.sbuf.mod_alloc(base_addr=...)``, ``nl.ndarray(..., address=...)``) are checked for overlap instead: two
-placements sharing bytes of a partition while both are live would corrupt each other on hardware.
+:class:`Occupancy` records, for each tile (or block), its first and last instruction and their source lines, as the
+core records instructions. When the kernel has run, :meth:`Occupancy.check` sweeps the live ranges in program order.
+If some point needs more bytes per partition than the memory holds, it builds the reordering of ``reorder.py`` (each
+instruction that is a tile's only read after its last write moved up to right after what it depends on, never across a
+fence: a runtime loop, a register read at runtime, a barrier, a collective) and sweeps again, and if that overflows,
+once more with every read of a tile after its last write moved: neuronx-cc's default flow schedules instructions
+before it allocates (Allocation.COLORING), so the kernel is refused with :class:`CapacityError` only if those orders
+overflow too, naming the line, the live set there (in the first reordering) and the limit. (With
+``CompileConfig(allocation=Allocation.LINEAR)`` NKI allocates in program order, but falls back to the default flow
+when that runs out of memory, ``nki_alloc_fallback``.) Tiles placed at explicit addresses
+(``ncc.sbuf.mod_alloc(base_addr=...)``, ``nl.ndarray(..., address=...)``) are checked for overlap in program order
+instead, and instructions touching them are not moved: two placements sharing bytes of a partition while both are live
+would corrupt each other on hardware.  Bytes are counted per 32-partition quadrant: a tile of 32 or fewer partitions
+may start at partition 0, 32, 64 or 96 and one of 33-64 at 0 or 64 (hardware.md "Memory rules"), so narrow tiles
+can share a byte range in different quadrants (:class:`_Quadrants`).
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import os
 
 from ..isa.errors import NkiValidationError
 from ..memory import PSUM, SBUF
-from .deps import _geo
+from .reorder import block_range, reordered_positions
 
 __all__ = ["Occupancy", "CapacityError", "modulo_placement"]
 
@@ -61,9 +69,9 @@ def modulo_placement(base_addr, base_partition=0, num_par_tiles=(), num_free_til
 class Occupancy:
     """Live ranges of one core's on-chip tiles, in program order (instruction sequence numbers)."""
 
-    __slots__ = ("seq", "ranges", "tiles", "parts")
+    __slots__ = ("seq", "ranges", "tiles", "parts", "blocks", "fences", "log", "report")
 
-    def __init__(self):
+    def __init__(self, log=False):
         self.seq = 0
         # key (buf id, block or -1) -> [first seq, last seq, first loc, last loc]
         self.ranges: dict = {}
@@ -71,6 +79,22 @@ class Occupancy:
         self.tiles: dict = {}
         # key -> partitions of the tile (for the refusal's listing)
         self.parts: dict = {}
+        # block tensor's buf id -> (elements per partition, elements per block)
+        self.blocks: dict = {}
+        # (seq, loc, why): no instruction from seq on may be moved before it (reorder.py)
+        self.fences: list = []
+        # per instruction (writes, reads, loc) when the core keeps no instruction record (NeuronCore(record=False)):
+        # what the reordered check needs; None when the record has it
+        self.log = [] if log else None
+        # what the last check found: per memory the peak bytes per partition in program order, and in the
+        # reordered order when program order overflowed; how many instructions moved
+        self.report = None
+
+    def fence(self, loc, why):
+        """Nothing issued from now on may be moved before what was issued so far (``why``: what the fence is)."""
+        f = self.fences
+        if not f or f[-1][0] != self.seq:
+            f.append((self.seq, loc, why))
 
     def touch(self, t, loc):
         """Instruction ``self.seq`` touches on-chip tensor view ``t``."""
@@ -81,15 +105,10 @@ class Occupancy:
             return
         pf = buf.pfree
         lo, hi = t.extent()
-        view = (t.offset, t.shape, t.strides)
-        g = _geo(view)
-        if g is not None and g[0] == pf:
-            c0, c1 = g[1], g[2]
-        elif hi - lo <= pf and lo // pf == (hi - 1) // pf:
-            c0, c1 = lo % pf, (hi - 1) % pf + 1
-        else:
-            c0, c1 = 0, pf
-        for k in range(c0 // blk, (max(c1, c0 + 1) - 1) // blk + 1):
+        view = (t.offset, t.shape, t.strides) if t._rv is None else t._rv.sched(t)    # as the record has it
+        if buf.id not in self.blocks:
+            self.blocks[buf.id] = (pf, blk)
+        for k in block_range(pf, blk, lo, hi, view):
             self._touch_key((buf.id, k), buf, k, loc)
 
     def _touch_key(self, key, buf, block, loc):
@@ -106,13 +125,50 @@ class Occupancy:
             r[3] = loc
 
     # -- the check --------------------------------------------------------------------------------------
-    def check(self, target):
-        """Raise :class:`CapacityError` if the live tiles exceed SBUF or PSUM at some point, or explicitly placed
-        tiles overlap while live."""
-        for kind, cap, nparts in ((SBUF, target.sbuf_partition_bytes, target.sbuf_partitions),
-                                  (PSUM, target.psum_partition_bytes, target.psum_partitions)):
+    def check(self, target, instructions=None):
+        """Raise :class:`CapacityError` if explicitly placed tiles fall outside the memory or overlap while live,
+        or if the live tiles exceed SBUF or PSUM somewhere both in program order and in the reordered order
+        (``reorder.py``).  ``instructions``: the core's record (one per sequence number), else :attr:`log`."""
+        mems = ((SBUF, target.sbuf_partition_bytes, target.sbuf_partitions),
+                (PSUM, target.psum_partition_bytes, target.psum_partitions))
+        for kind, cap, nparts in mems:
             self._check_bounds(kind, cap, nparts)
-            self._check_kind(kind, cap, nparts)
+        prog = {}
+        fail = None
+        for kind, cap, nparts in mems:
+            peak, f = _sweep(self.tiles, self.ranges, kind, cap, self.parts, nparts)
+            prog[kind] = peak
+            if f is not None and fail is None:
+                fail = (kind, cap) + f
+        self.report = {"program": prog, "reordered": None, "moved": 0}
+        if fail is not None:
+            if instructions is not None:
+                ops = [(r.writes, r.reads, r.loc) for r in instructions]
+            else:
+                ops = self.log
+            if ops is None or len(ops) != self.seq:
+                self._refuse(*fail, self.ranges, None)       # nothing to reorder from: program order decides
+            first = None
+            for every in (False, True):     # a tile's only read moved; failing that, every read after its last write
+                pos, tkeys, moved, blocked = reordered_positions(ops, self.tiles, self.blocks, self.fences, every)
+                ranges, lastins = _ranges_in(pos, tkeys, ops)
+                re = {}
+                fail2 = None
+                for kind, cap, nparts in mems:
+                    peak, f = _sweep(self.tiles, ranges, kind, cap, self.parts, nparts)
+                    re[kind] = peak
+                    if f is not None and fail2 is None:
+                        fail2 = (kind, cap) + f
+                self.report.update(reordered=re, moved=moved, every_read=every)
+                if fail2 is None:
+                    break
+                if first is None:
+                    first = (fail2, ranges, {"program": fail, "lastins": lastins, "blocked": dict(blocked)})
+                else:
+                    first[2]["blocked"].update(blocked)      # the fences that stopped either order's reads
+            else:
+                self._refuse(*first[0], first[1], first[2])     # as the first order has it (the simpler one)
+        for kind, _, _ in mems:
             self._check_overlaps(kind)
 
     def _check_bounds(self, kind, cap, nparts):
@@ -127,52 +183,55 @@ class Occupancy:
                     f"partitions [{p0}, {p0 + np_}) is outside the memory: {cap} bytes per partition, {nparts} "
                     "partitions", "ndarray", "address", (p0, addr), (nparts, cap), self.ranges[key][2])
 
-    def _check_kind(self, kind, cap, nparts=128):
-        ev = []
-        for key, (k, size, _, _) in self.tiles.items():
-            if k == kind:
-                r = self.ranges[key]
-                ev.append((r[0], 1, size, key))
-                ev.append((r[1] + 1, 0, size, key))      # freed after its last access (frees sort first)
-        if not ev:
-            return
-        ev.sort(key=lambda e: (e[0], e[1]))
-        quads = _Quadrants(nparts)
-        for s, add, size, key in ev:
-            if not add:
-                quads.free(key)
-                continue
-            live = quads.place(key, size, self.parts.get(key, nparts), self.tiles[key][3])
-            if live > cap:
-                self._refuse(kind, cap, key, s, live)
-
-    def _refuse(self, kind, cap, key, s, live):
+    def _refuse(self, kind, cap, key, s, live, ranges, why):
+        """Refuse at position ``s`` of ``ranges`` (program order when ``why`` is None, else the reordered order;
+        ``why``: the program order's failure, each tile's last instruction, the instructions fences stopped)."""
         k, size, name, _ = self.tiles[key]
-        r = self.ranges[key]
-        here = [(self.tiles[q][1], q) for q, rr in self.ranges.items()
+        r = ranges[key]
+        here = [(self.tiles[q][1], q) for q, rr in ranges.items()
                 if self.tiles[q][0] == kind and rr[0] <= s <= rr[1]]
         here.sort(key=lambda x: (-x[0], x[1]))
         items = []
         for sz, q in here[:_SHOW]:
-            rr = self.ranges[q]
+            rr = ranges[q]
             blk = f" block {q[1]}" if q[1] >= 0 else ""
             items.append(f"`{self.tiles[q][2]}`{blk} {sz} B on {self.parts.get(q, '?')} partitions "
                          f"({_where(rr[2])} .. {_where(rr[3])})")
         more = f", and {len(here) - _SHOW} more" if len(here) > _SHOW else ""
         blk = f" (block {key[1]})" if key[1] >= 0 else ""
         total = sum(sz for sz, _ in here)
+        if why is None:
+            order = "in program order"
+            hint = _reorder_hint(here, self.tiles, ranges, "program")
+            tail = (f"{hint} trnsim checks the kernel's program order here "
+                    "(as NKI allocation, CompileConfig(allocation=Allocation.LINEAR), does); neuronx-cc's default "
+                    "flow schedules instructions before it allocates and may interleave independent ones, so it "
+                    "can accept an order this check refuses")
+        else:
+            order = "in the order trnsim checks"
+            pk, _, pkey, ps, plive = why["program"]
+            fences = _fence_note(here, why, self.fences)
+            hint = _reorder_hint(here, self.tiles, ranges, "fenced" if fences else "tried")
+            tail = (f"{fences}{hint} The order trnsim checks is one "
+                    "that neuronx-cc's default flow (which schedules instructions before it allocates) may choose: "
+                    "program order with each instruction that is a tile's only read after its last write "
+                    "moved up to right after the instructions it depends on (same-buffer reads and writes that may "
+                    "overlap; trnsim also tried moving every read of a tile after its last write, which overflows "
+                    "too), never across a runtime loop (nl.dynamic_range), a register read at runtime, a "
+                    "barrier or a collective, and never for instructions on explicitly placed tiles (in program "
+                    f"order {pk.upper()} already overflows at {_where(self.ranges[pkey][2])}, {plive} bytes per "
+                    "partition). "
+                    "(NKI's own allocation, CompileConfig(allocation=Allocation.LINEAR), keeps program order and "
+                    "falls back to the default flow when it runs out of memory)")
         raise CapacityError(
             f"{kind.upper()} allocation of {size} bytes per partition for tensor `{name}`{blk} does not fit: at this "
-            f"line {live} bytes per partition would be live in program order in the fullest 32-partition quadrant, "
-            f"capacity {cap} bytes per partition ({len(here)} tiles, {total} bytes per partition, are live from "
-            "their first write to their last read across this line; as in the compiler's allocation "
-            "(nki.compiler.Allocation: an address from a tile's first write to its last read), each tile holds its "
-            "bytes on every quadrant it spans; tiles of 32 or fewer partitions may share a byte range in different "
-            "quadrants, 33-64 partitions in the two halves). Live tiles (first access .. last access): "
-            f"{'; '.join(items)}{more}.{_reorder_hint(here, self.tiles, self.ranges)} trnsim keeps the kernel's "
-            "program order, as NKI allocation (CompileConfig(allocation=Allocation.LINEAR)) does; neuronx-cc's "
-            "default flow schedules instructions before it allocates and may interleave independent ones, so "
-            "it can accept an order this check refuses",
+            f"line {live} bytes per partition would be live {order} in the fullest 32-partition quadrant, capacity "
+            f"{cap} bytes per partition ({len(here)} tiles, {total} bytes per partition, are live from their first "
+            "write to their last read across this line; as in the compiler's allocation (nki.compiler.Allocation: an "
+            "address from a tile's first write to its last read), each tile holds its bytes on every quadrant it "
+            "spans; tiles of 32 or fewer partitions may share a byte range in different quadrants, 33-64 partitions "
+            "in the two halves). Live tiles (first access .. last access): "
+            f"{'; '.join(items)}{more}.{tail}",
             "ndarray", "shape", live, cap, r[2])
 
     def _check_overlaps(self, kind):
@@ -205,6 +264,33 @@ class Occupancy:
                     "mod_alloc)", "ndarray", "address", (lo, hi), None, r2[2])
 
 
+def _sweep(tiles, ranges, kind, cap, parts=None, nparts=128):
+    """``(peak bytes per partition, (key, position, live) of the first overflow or None)`` of ``kind``'s tiles live
+    over ``ranges`` (key -> [first, last, ...] positions), counted per 32-partition quadrant (:class:`_Quadrants`;
+    ``parts``: key -> the tile's partitions)."""
+    ev = []
+    for key, (k, size, _, _) in tiles.items():
+        if k == kind:
+            r = ranges[key]
+            ev.append((r[0], 1, size, key))
+            ev.append((r[1] + 1, 0, size, key))      # freed after its last access (frees sort first)
+    ev.sort(key=lambda e: (e[0], e[1]))
+    quads = _Quadrants(nparts)
+    peak = 0
+    fail = None
+    parts = parts or {}
+    for s, add, size, key in ev:
+        if not add:
+            quads.free(key)
+            continue
+        live = quads.place(key, size, parts.get(key, nparts), tiles[key][3])
+        if live > peak:
+            peak = live
+        if live > cap and fail is None:
+            fail = (key, s, live)
+    return peak, fail
+
+
 _QUADRANT = 32     # partitions per SBUF/PSUM quadrant (hardware.md "Memory rules": start partitions 0/32/64/96)
 
 
@@ -223,7 +309,7 @@ class _Quadrants:
     allowed start partition where the fullest quadrant it spans ends up least full (lowest start on a tie): four
     tiles of up to 32 partitions can share one byte range in different quadrants.  An explicitly placed tile
     occupies the quadrants of its own partitions.  Bytes within a quadrant are counted, not laid out (no
-    fragmentation), as in the program-order check before."""
+    fragmentation)."""
 
     __slots__ = ("used", "where")
 
@@ -238,8 +324,8 @@ class _Quadrants:
             p0, np_ = placement[0], placement[1]
             spans = [(p0 // _QUADRANT, (p0 + max(np_, 1) - 1) // _QUADRANT)]
         else:
-            spans = [(a // _QUADRANT, (a + max(parts, 1) - 1) // _QUADRANT) for a in _starts(parts, len(used) * _QUADRANT)]
-            spans = spans or [(0, len(used) - 1)]
+            spans = [(a // _QUADRANT, (a + max(parts, 1) - 1) // _QUADRANT)
+                     for a in _starts(parts, len(used) * _QUADRANT)] or [(0, len(used) - 1)]
         best = None
         for q0, q1 in spans:
             top = max(used[q0:q1 + 1]) + size
@@ -257,9 +343,53 @@ class _Quadrants:
             self.used[q] -= size
 
 
-def _reorder_hint(here, tiles, ranges):
+def _ranges_in(pos, tkeys, ops):
+    """Each tile's ``[first, last, first loc, last loc]`` at the positions ``pos`` of a reordered sequence, and
+    each tile's last instruction (program index)."""
+    ranges = {}
+    lastins = {}
+    for i, ks in enumerate(tkeys):
+        if not ks:
+            continue
+        p = pos[i]
+        loc = ops[i][2]
+        for k in ks:
+            r = ranges.get(k)
+            if r is None:
+                ranges[k] = [p, p, loc, loc]
+                lastins[k] = i
+            else:
+                if p < r[0]:
+                    r[0] = p
+                    r[2] = loc
+                if p > r[1]:
+                    r[1] = p
+                    r[3] = loc
+                    lastins[k] = i
+    return ranges, lastins
+
+
+def _fence_note(here, why, fences):
+    """A sentence naming the fences that kept the last reads of live tiles from moving up, if any did."""
+    blocked, lastins = why["blocked"], why["lastins"]
+    hit = {}
+    for _, q in here:
+        f = blocked.get(lastins.get(q, -1))
+        if f is not None:
+            hit[f] = hit.get(f, 0) + 1
+    if not hit:
+        return ""
+    parts = [f"{why_} at {_where(loc)} ({n} tile{'s' if n > 1 else ''})"
+             for (_, loc, why_), n in ((fences[f], n) for f, n in sorted(hit.items()))]
+    return (" The last reads of some of these tiles could not move up past a point the compiler cannot schedule "
+            f"across: {'; '.join(parts)}.")
+
+
+def _reorder_hint(here, tiles, ranges, tried):
     """A sentence naming the largest group of live tiles with the same first and last access lines (tiles made in
-    one loop and all read in a later one), the usual cause of a refusal that reordering would avoid."""
+    one loop and all read in a later one), the usual cause of a refusal that reordering would avoid.  ``tried``:
+    "program" (program order only was checked), "tried" (the reordered order overflows too), "fenced" (and a
+    fence stopped some of the reads: the caller names it)."""
     groups = {}
     for sz, q in here:
         r = ranges[q]
@@ -269,9 +399,17 @@ def _reorder_hint(here, tiles, ranges):
     (first, last), sizes = max(groups.items(), key=lambda kv: sum(kv[1]))
     if len(sizes) < 2:
         return ""
-    return (f" {len(sizes)} of them ({sum(sizes)} bytes per partition) are first accessed at {first} and last "
-            f"accessed at {last}: all are live together between those lines (made in one loop, read in a later one?); reading each "
-            "(e.g. copying it out) right after its last write would free it early.")
+    head = (f" {len(sizes)} of them ({sum(sizes)} bytes per partition) are first accessed at {first} and last "
+            f"accessed at {last}: all are live together between those lines")
+    if tried == "fenced":
+        return head + "."
+    if tried == "tried":
+        return (head + "; their reads there could not move up to right after their last writes (a read that "
+                "depends on a later instruction, e.g. sums taken in another order than the tiles were made, reads "
+                "that share one instruction, a fence between); reading each in its own instruction, in the order "
+                "the tiles are made, would free it early.")
+    return (head + " (made in one loop, read in a later one?); reading each (e.g. copying it out) right after its "
+            "last write would free it early.")
 
 
 def _placement(buf, block, size):

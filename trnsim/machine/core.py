@@ -89,7 +89,7 @@ class NeuronCore:
                                 overcommit=True)
         self.psum = MemorySpace(PSUM, tg.psum_partition_bytes, tg.psum_partitions, align=4,
                                 bank_bytes=tg.psum_bank_bytes, name="psum", overcommit=True)
-        self.occupancy = Occupancy()     # live ranges of on-chip tiles in program order (capacity.py)
+        self.occupancy = Occupancy(log=not record)   # live ranges of on-chip tiles (capacity.py)
         # buf_id -> (memory kind, bytes per partition (total bytes for HBM), partitions, itemsize): what the
         # scheduler needs about each buffer without keeping the buffer (and its memory) alive
         self.buffers: dict[int, tuple] = {}
@@ -308,12 +308,14 @@ class NeuronCore:
                         r[1] = s
                         r[3] = loc
         occ.seq = s + 1
+        if occ.log is not None:          # no record: the operands the reordered capacity check needs
+            occ.log.append((_ranges(writes, self._views), _ranges(reads, self._views), loc))
 
     def check_capacity(self):
         """Refuse the kernel (:class:`~trnsim.machine.capacity.CapacityError`) if its on-chip tiles, live from
-        first to last access in program order, exceed SBUF or PSUM somewhere, or explicitly placed tiles overlap
-        while live."""
-        self.occupancy.check(self.target)
+        first to last access, exceed SBUF or PSUM somewhere both in program order and in the order the compiler's
+        scheduler may choose (capacity.py), or explicitly placed tiles overlap while live."""
+        self.occupancy.check(self.target, self.instructions if self._record else None)
 
     # -- synchronisation ----------------------------------------------------------------------------
     def barrier(self, participants, loc=None, data=None, engine="gpsimd"):
@@ -332,7 +334,9 @@ class NeuronCore:
                                "this kernel, so the barrier would wait forever (launch it on more cores, e.g. "
                                "kernel[2](...))", "core_barrier", "cores", parts, [self.core_id], loc)
         writes = (data,) if data is not None else ()
+        self.occupancy.fence(loc, "core_barrier")       # the compiler moves nothing across a barrier
         self._occupy(writes, (), loc)
+        self.occupancy.fence(loc, "core_barrier")
         if self._record:
             cols = self.columns
             cols.bar[len(cols.eng)] = tuple(parts)
