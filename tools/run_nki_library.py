@@ -403,6 +403,15 @@ def run(args, argv):
         if os.path.exists(results):
             with open(results) as f:
                 recs += [json.loads(ln) for ln in f if ln.strip()]
+        if crashed and os.path.exists(results + ".started"):
+            seen = {r["nodeid"] for r in recs}
+            with open(results + ".started") as f:
+                for nid in dict.fromkeys(ln.strip() for ln in f if ln.strip()):
+                    if nid not in seen:         # started, never reported: running when pytest was killed
+                        recs.append({"nodeid": nid, "when": "call", "outcome": "failed", "negative": False,
+                                     "chain": ["Killed"], "type": "Killed",
+                                     "message": f"pytest was ended by signal {crashed} while this test ran (9: "
+                                                "most often the out-of-memory killer)"})
         recs = list({(r["nodeid"], r.get("when")): r for r in recs}.values())   # a test (or file) once: the latest
         if args.resume and not args.results:
             from trnsim.fileio import atomic_write

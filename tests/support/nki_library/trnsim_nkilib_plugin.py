@@ -131,6 +131,14 @@ def pytest_runtest_makereport(item, call):
     rep.user_properties.append(("trnsim_nkilib", json.dumps(info)))
 
 
+def pytest_runtest_logstart(nodeid, location):
+    """Each test as it starts, in ``<results>.started``: if pytest is killed (the out-of-memory killer), the
+    runner names the tests that started and never reported."""
+    if _RESULTS and not os.environ.get("PYTEST_XDIST_WORKER"):
+        with open(_RESULTS + ".started", "a") as f:
+            f.write(nodeid + "\n")
+
+
 def pytest_runtest_logreport(report):
     if not _RESULTS or report.when not in ("setup", "call", "teardown"):
         return
