@@ -287,6 +287,40 @@ def test_select_reduce(p, f, dt, seed):
     np.testing.assert_array_equal(f64(r), ref.max(1, keepdims=True))
 
 
+def test_select_reduce_per_partition_on_false_must_match_the_partitions():
+    """A [P, 1] tensor as on_false is a per-partition value: one of other partitions is refused (found by the
+    ISA fuzz campaign: it was a NumPy broadcast error)."""
+    from trnsim.isa.errors import NkiValidationError
+
+    @nki.jit
+    def k(a, q):
+        ta = load(a)
+        d = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
+        nisa.select_reduce(d, ta, ta, load(q))
+        return store(d)
+    x = mk((128, 8), "float32", 1)
+    with pytest.raises(NkiValidationError, match=r"on_false.*\[64, 1\].*must be \[128, 1\]"):
+        sim(k, x, np.zeros((64, 1), np.float32))
+    d = sim(k, x, np.full((128, 1), -3.0, np.float32))
+    np.testing.assert_array_equal(f64(d), np.where(x != 0, f64(x), -3.0))
+
+
+def test_one_element_operand_indexed_by_integers():
+    """``t[0, 0]`` of an on-chip tensor (every index an integer, as nki-library's attention_cte writes a
+    one-element operand) is one element on one partition."""
+    @nki.jit
+    def k(a):
+        ta = load(a)
+        b = nl.ndarray((2, 3), dtype=nl.uint32, buffer=nl.sbuf)
+        nisa.memset(b, 0)
+        nisa.tensor_copy(b[1, 2], ta[1, 0])
+        return store(b)
+    x = np.arange(256, dtype=np.float32).reshape(128, 2)
+    want = np.zeros((2, 3))
+    want[1, 2] = x[1, 0]
+    np.testing.assert_array_equal(f64(sim(k, x)), want)
+
+
 # ---------------------------------------------------------------- scalar engine
 ACT = {"exp": (nl.exp, np.exp), "tanh": (nl.tanh, np.tanh),
        "gelu": (nl.gelu, None), "silu": (nl.silu, lambda z: z / (1 + np.exp(-z)))}

@@ -59,8 +59,9 @@ def require_space(instr, name, t, spaces, loc, engine=None):
 def part(instr, name, t, loc, pmax):
     """``(start_partition, num_partitions)`` of an on-chip operand, enforcing the partition rules."""
     if not t.shape:
-        fail(instr, name, f"(tensor `{t.name}`) is 0-D; an on-chip operand needs a partition dimension "
-             "(shape [P, ...])", list(t.shape), "[P, ...]", loc)
+        # every index given as an integer (``t[0, 0]``, as nki-library's kernels write a one-element operand):
+        # one element on one partition
+        return t.offset // t.buf.pfree, 1
     if t.size == 0 or t.buf.nelem == 0:
         fail(instr, name, f"(tensor `{t.name}`) has shape {list(t.shape)}, no elements; an instruction operand "
              "needs at least one element in every dimension", list(t.shape), ">= 1", loc)

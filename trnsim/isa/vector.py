@@ -578,6 +578,8 @@ def select_reduce(core, loc, dst, predicate, on_true, on_false, reduce_res=None,
     of = on_false
     if isinstance(on_false, Tensor):
         _onchip_operands(core, I, eng, loc, ("on_false", on_false))
+        if on_false.shape and free_size(on_false) == 1:
+            of = scalar_or_vector(I, "on_false", on_false, p, loc)   # a [P, 1] tensor: P must be dst's
     else:
         of = scalar_or_vector(I, "on_false", on_false, p, loc)
     check_same_partitions(I, named, loc)
