@@ -12,14 +12,14 @@ from trnsim.isa.errors import NkiValidationError
 from trnsim.kernels import issue_cache
 from trnsim.kernels.jit import run_kernel
 from trnsim.machine import schedule
+from trnsim.machine.record_cols import InstrRecord
 
 nki = trnsim.install_nki()
 import nki.isa as nisa  # noqa: E402
 import nki.language as nl  # noqa: E402
 
 HERE = os.path.dirname(__file__)
-_FIELDS = ("id", "opcode", "engine", "writes", "reads", "cycles", "ns", "loc", "flops", "nbytes", "rows", "part0",
-           "pre", "parts")
+_FIELDS = InstrRecord.__slots__        # every field of a record
 
 
 def _load(name, path):

@@ -24,8 +24,7 @@ import nki.isa as nisa  # noqa: E402
 import nki.language as nl  # noqa: E402
 
 HERE = os.path.dirname(__file__)
-_FIELDS = ("id", "opcode", "engine", "writes", "reads", "cycles", "ns", "loc", "flops", "nbytes", "rows", "part0",
-           "pre", "parts")
+_FIELDS = InstrRecord.__slots__        # every field of a record
 
 
 def _load(name, path):

@@ -196,19 +196,13 @@ def _whole(t: Tensor) -> bool:
     """Whether a write through ``t`` stores every element of its buffer exactly once and the buffer's sentinel
     fill is still pending (``Buffer.fresh``): a plain row-major view of the whole buffer."""
     buf = t.buf
-    if not buf.fresh or t._rv is not None or t.offset or t.size != buf.nelem or t.dtype is not buf.dtype:
-        return False
-    acc = 1
-    for d, st in zip(reversed(t.shape), reversed(t.strides)):
-        if d != 1 and st != acc:
-            return False
-        acc *= d
-    return True
+    return (buf.fresh and t._rv is None and not t.offset and t.size == buf.nelem and t.dtype is buf.dtype
+            and t.is_contiguous())
 
 
 def write(core, t: Tensor, values):
     """Store float32/integer ``values`` into ``t`` rounded to its dtype (round to nearest even for floats)."""
-    if t.buf.fresh and _whole(t):
+    if t.buf.fresh and _whole(t):      # the attribute first: most writes go to buffers already filled
         # every element is stored: the new buffer's sentinel fill is not needed (unless the write fails)
         t.buf.claim_whole()
         try:

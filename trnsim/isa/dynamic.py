@@ -14,16 +14,14 @@ from .common import check_free_match, check_same_partitions, free_size, pick_eng
 from .errors import fail
 from .vector import _copy_values, _onchip_operands
 
-__all__ = ["tensor_copy_dynamic_src", "tensor_copy_dynamic_dst", "MIN_II_DYNAMIC", "dynamic_copy_cycles"]
-
-# shared/hardware.md, "Instruction cost model": "instructions with a dynamic (register) offset | max(about 600, N)"
-# (the NKI ISA cost notes of SDK 2.26, tensor_copy_dynamic_src/_dst: MIN_II_DYNAMIC "roughly 600 engine cycles")
-MIN_II_DYNAMIC = 600
+__all__ = ["tensor_copy_dynamic_src", "tensor_copy_dynamic_dst", "dynamic_copy_cycles"]
 
 
-def dynamic_copy_cycles(n):
-    """Engine cycles of a copy at a dynamic offset moving ``n`` elements per partition: max(MIN_II_DYNAMIC, N)."""
-    return float(max(MIN_II_DYNAMIC, n))
+def dynamic_copy_cycles(target, n):
+    """Engine cycles of a copy at a dynamic offset moving ``n`` elements per partition: max(MIN_II_DYNAMIC, N),
+    MIN_II_DYNAMIC being ``target.dynamic_offset_cycles`` (about 600: hardware.md "Instruction cost model"; the
+    NKI ISA cost notes of tensor_copy_dynamic_src/_dst)."""
+    return float(max(target.dynamic_offset_cycles, n))
 
 
 def _check_offsets(core, instr, offsets, loc):
@@ -52,7 +50,7 @@ def _dynamic_copy(core, loc, I, dst, src, offsets, engine):
              "to the same dtype", dst.dtype.name, src.dtype.name, loc)
     offsets = _check_offsets(core, I, offsets, loc)
     core.compute(_copy_values, core, loc, dst, src)
-    core.record(I, eng, (dst,), (src,) + offsets, dynamic_copy_cycles(free_size(src)), loc)
+    core.record(I, eng, (dst,), (src,) + offsets, dynamic_copy_cycles(core.target, free_size(src)), loc)
 
 
 def tensor_copy_dynamic_src(core, loc, dst: Tensor, src: Tensor, offsets=(), engine=None):

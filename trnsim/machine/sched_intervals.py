@@ -5,9 +5,37 @@ merged intervals (starts, ends, the row of the transfer ending each), ``bn[q]`` 
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 _BACKFILL = 32   # busy intervals searched per engine (scheduler._BACKFILL)
+
+
+@njit(cache=True)
+def _grow(bs, be, bo, cap):
+    """The interval arrays with room for ``cap`` intervals per row, the present ones kept."""
+    rows, old = bs.shape
+    nbs = np.zeros((rows, cap))
+    nbe = np.zeros((rows, cap))
+    nbo = np.zeros((rows, cap), np.int64)
+    nbs[:, :old] = bs
+    nbe[:, :old] = be
+    nbo[:, :old] = bo
+    return nbs, nbe, nbo
+
+
+@njit(cache=True)
+def _bisect_right(a, q, n, x):
+    """bisect.bisect_right(a[q, :n], x)."""
+    lo = 0
+    hi = n
+    while lo < hi:
+        m = (lo + hi) // 2
+        if x < a[q, m]:
+            hi = m
+        else:
+            lo = m + 1
+    return lo
 
 
 @njit(cache=True)
@@ -30,16 +58,7 @@ def _insert(bs, be, bo, bn, q, s, e, idx):
     if n == 0 or s >= be[q, n - 1]:
         _append(bs, be, bo, bn, q, s, e, idx)
         return
-    # bisect_right(starts, s)
-    lo = 0
-    hi = n
-    while lo < hi:
-        m = (lo + hi) // 2
-        if s < bs[q, m]:
-            hi = m
-        else:
-            lo = m + 1
-    i = lo
+    i = _bisect_right(bs, q, n, s)
     if i > 0 and be[q, i - 1] >= s - 1e-9:
         i -= 1
         if e > be[q, i]:
@@ -71,15 +90,7 @@ def _insert(bs, be, bo, bn, q, s, e, idx):
 def _dge_slot(bs, be, bo, bn, q, t, dur):
     """scheduler._dge_slot over the arrays of hardware DGE block ``q``: (earliest start, waited-behind row)."""
     n = bn[q]
-    lo = 0
-    hi = n
-    while lo < hi:                 # bisect_right(ends, t)
-        m = (lo + hi) // 2
-        if t < be[q, m]:
-            hi = m
-        else:
-            lo = m + 1
-    i = lo
+    i = _bisect_right(be, q, n, t)
     waited = -1
     if i < n - _BACKFILL:
         i = n - _BACKFILL
@@ -103,15 +114,7 @@ def _dge_slot(bs, be, bo, bn, q, t, dur):
 def _fill(bs, be, bo, bn, q, t, dur, idx, p0s, p1s):
     """scheduler._fill over the arrays of DMA engine ``q``; returns (first start, end, waited-behind row)."""
     n = bn[q]
-    lo = 0
-    hi = n
-    while lo < hi:                 # bisect_right(ends, t)
-        m = (lo + hi) // 2
-        if t < be[q, m]:
-            hi = m
-        else:
-            lo = m + 1
-    i = lo
+    i = _bisect_right(be, q, n, t)
     if i < n - _BACKFILL:
         i = n - _BACKFILL
         if be[q, i - 1] > t:

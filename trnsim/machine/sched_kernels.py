@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .sched_intervals import _BACKFILL, _append, _dge_slot, _fill, _insert  # noqa: F401
+from .sched_intervals import _BACKFILL, _append, _dge_slot, _fill, _grow, _insert  # noqa: F401
 
 
 @njit(cache=True, inline="always")
@@ -438,17 +438,8 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
                 ds = ge + fixed
             elif dmode == 2:
                 if dbn.max() + 2 > dcap:
-                    ncap = dcap * 2
-                    nbs = np.zeros((2, ncap))
-                    nbe = np.zeros((2, ncap))
-                    nbo = np.zeros((2, ncap), np.int64)
-                    nbs[:, :dcap] = dbs
-                    nbe[:, :dcap] = dbe
-                    nbo[:, :dcap] = dbo
-                    dbs = nbs
-                    dbe = nbe
-                    dbo = nbo
-                    dcap = ncap
+                    dcap *= 2
+                    dbs, dbe, dbo = _grow(dbs, dbe, dbo, dcap)
                 g0, gw0 = _dge_slot(dbs, dbe, dbo, dbn, 0, issue, dge_c[idx])
                 g1, gw1 = _dge_slot(dbs, dbe, dbo, dbn, 1, issue, dge_c[idx])
                 if g0 <= g1:
@@ -482,17 +473,8 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
                     xfer = hx
                 hbm[idx] = hb
             if bcap - 2 * _BACKFILL - 8 < bn.max():
-                ncap = bcap * 2
-                nbs = np.zeros((nq, ncap))
-                nbe = np.zeros((nq, ncap))
-                nbo = np.zeros((nq, ncap), np.int64)
-                nbs[:, :bcap] = bs
-                nbe[:, :bcap] = be
-                nbo[:, :bcap] = bo
-                bs = nbs
-                be = nbe
-                bo = nbo
-                bcap = ncap
+                bcap *= 2
+                bs, be, bo = _grow(bs, be, bo, bcap)
             if synced and nuse == nq:
                 nqu = 1
             else:

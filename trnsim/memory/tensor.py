@@ -19,7 +19,7 @@ from .dtypes import DType, dtype_of
 from .reinterpret import reinterp
 from .space import ON_CHIP, Buffer
 
-__all__ = ["Tensor", "DynSlice", "ViewError", "IndexOutOfBounds", "GatheredView"]
+__all__ = ["Tensor", "DynSlice", "ViewError", "IndexOutOfBounds", "GatheredView", "integer_values"]
 
 
 class ViewError(ValueError):
@@ -692,10 +692,10 @@ class Tensor:
             if t.buf.data is None:
                 raise NotImplementedError(f"ap(): {what} needs the value of tensor `{t.name}`, which a shape-only "
                                           "run does not compute")
-            if not (t.dtype.name.startswith(("int", "uint"))
-                    or t.dtype.is_float and np.all(np.asarray(t.np) == np.round(np.asarray(t.np)))):
+            v = integer_values(t)
+            if v is None:
                 raise ViewError(f"ap(): {what} tensor `{t.name}` must hold integers (dtype {t.dtype.name})")
-            return np.asarray(t.np).astype(np.int64).reshape(-1)
+            return v
 
         strides = list(strides)
         if scalar_offset is not None:
@@ -762,6 +762,15 @@ class Tensor:
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _LIB_DIR = os.path.join(_PKG_DIR, "kernels", "library")
+
+
+def integer_values(t):
+    """The values of tensor ``t`` (which holds data) flattened as int64, for use as indices or offsets: an integer
+    dtype's, or a float dtype's when every value is a finite integer; else None."""
+    v = np.asarray(t.np).reshape(-1)
+    if t.dtype.is_int or (t.dtype.is_float and np.all(np.isfinite(v)) and np.all(v == np.round(v))):
+        return v.astype(np.int64)
+    return None
 
 
 def _where():

@@ -17,16 +17,15 @@ Two forms occur in v1 kernels:
 
 from __future__ import annotations
 
-import numpy as np
-
 from ...isa.errors import NkiValidationError
 from ...memory import SBUF, Tensor
-from .index import IndexExpr
+from ...memory.tensor import GatheredView, integer_values
+from .index import AffineOps, IndexExpr
 
 __all__ = ["DynIndex", "IndirectRows", "is_dynamic_key", "dynamic_value", "indirect_rows"]
 
 
-class DynIndex:
+class DynIndex(AffineOps):
     """``expr + sum(coef * value(tile))``: an affine index expression plus terms read from one-element tiles."""
 
     __slots__ = ("expr", "terms")
@@ -47,17 +46,6 @@ class DynIndex:
         if isinstance(other, Tensor):
             return self._combine(DynIndex.of(other), sign)
         return DynIndex(self.expr._combine(other, sign), self.terms)
-
-    def __add__(self, other):
-        return self._combine(other, 1)
-
-    __radd__ = __add__
-
-    def __sub__(self, other):
-        return self._combine(other, -1)
-
-    def __rsub__(self, other):
-        return (-self)._combine(other, 1)
 
     def __neg__(self):
         return DynIndex(-self.expr, tuple((t, -c) for t, c in self.terms))
@@ -102,13 +90,11 @@ def _int_values(t, loc, what):
     if t.buf.data is None:
         raise NotImplementedError(f"{what}: the index held in {_nm(t)} is a value a shape-only run does not "
                                   "compute; run with data (execute=True) to place the dynamic access")
-    v = np.asarray(t.np).reshape(-1)
-    if not t.dtype.is_int:
-        if t.dtype.is_float and np.all(np.isfinite(v)) and np.all(v == np.round(v)):
-            return v.astype(np.int64)
+    v = integer_values(t)
+    if v is None:
         raise NkiValidationError(f"{what}: index {_nm(t)} must hold integers (dtype {t.dtype.name})", what,
                                  "index", t.dtype.name, "int32", loc)
-    return v.astype(np.int64)
+    return v
 
 
 def resolve_dynamic_keys(keys, loc):
@@ -135,31 +121,21 @@ def resolve_dynamic_keys(keys, loc):
     return tuple(out), tuple(tiles)
 
 
-class IndirectRows:
+class IndirectRows(GatheredView):
     """``tensor[indices, ...]`` with a tile of row indices: one row view per partition of ``indices``.
     ``rows[p]`` is the view ``tensor[indices[p], ...]`` of shape ``[1, F]``; ``index`` is the index tile (read by
     the instruction that uses the rows)."""
 
-    __slots__ = ("rows", "shape", "dtype", "name", "index", "base")
+    __slots__ = ("index", "base")
 
     def __init__(self, rows, shape, dtype, name, index, base):
-        self.rows = rows
-        self.shape = tuple(shape)
-        self.dtype = dtype
-        self.name = name
+        super().__init__(rows, shape, dtype, name)
         self.index = index
         self.base = base
 
     @property
     def ndim(self):
         return len(self.shape)
-
-    @property
-    def size(self):
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n
 
     def __repr__(self):
         return f"IndirectRows({self.name!r}, shape={list(self.shape)}, rows={len(self.rows)})"

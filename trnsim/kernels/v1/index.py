@@ -36,7 +36,25 @@ def broadcast_shapes(*shapes):
     return tuple(out)
 
 
-class IndexExpr:
+class AffineOps:
+    """``+`` and ``-`` of an affine index from its ``_combine(other, sign)`` and ``__neg__`` (shared by
+    :class:`IndexExpr` and the dynamic index of ``dynamic.py``)."""
+
+    __slots__ = ()
+
+    def __add__(self, other):
+        return self._combine(other, 1)
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        return self._combine(other, -1)
+
+    def __rsub__(self, other):
+        return (-self)._combine(other, 1)
+
+
+class IndexExpr(AffineOps):
     """``const + sum(coef[a] * j_a)`` over the coordinates ``j_a`` of an iteration space of ``shape``."""
 
     __slots__ = ("shape", "coefs", "const")
@@ -114,17 +132,6 @@ class IndexExpr:
             return IndexExpr(shape, [a + sign * b for a, b in zip(c1, c2)], self.const + sign * other.const)
         v = _as_int(other, "+" if sign > 0 else "-")
         return IndexExpr(self.shape, self.coefs, self.const + sign * v)
-
-    def __add__(self, other):
-        return self._combine(other, 1)
-
-    __radd__ = __add__
-
-    def __sub__(self, other):
-        return self._combine(other, -1)
-
-    def __rsub__(self, other):
-        return (-self)._combine(other, 1)
 
     def __neg__(self):
         return IndexExpr(self.shape, [-c for c in self.coefs], -self.const)
