@@ -233,7 +233,9 @@ def render_md(rep):
                " **Partial run**: stopped at the time budget; only the tests that finished are counted.")
               if rep.get("partial") else "")
            + (f" Resumed from `{rep['resumed_from']}`: its records are counted with this run's."
-              if rep.get("resumed_from") else ""),
+              if rep.get("resumed_from") else "")
+           + (f" Address space capped at {rep['max_memory_gib']:g} GiB (`--max-memory`): a test over it fails with "
+              "MemoryError." if rep.get("max_memory_gib") else ""),
            f"Stand-ins used (not installed here): {', '.join(rep['standins']) or 'none'} "
            f"(tests/support/nki_library/standins).",
            "",
@@ -294,6 +296,16 @@ def render_md(rep):
     return "\n".join(out) + "\n"
 
 
+def _address_space_cap(gib):
+    """A pre-exec hook that caps the child's virtual address space at ``gib`` GiB (soft and hard limit)."""
+    import resource
+    nbytes = int(gib * 2 ** 30)
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (nbytes, nbytes))
+    return cap
+
+
 def build_parser():
     p = argparse.ArgumentParser(prog="run_nki_library.py", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -313,6 +325,10 @@ def build_parser():
     p.add_argument("--keep-tmp", action="store_true", help="keep the temporary run directory (pytest output)")
     p.add_argument("--time-budget", type=float, default=0,
                    help="stop pytest after this many seconds and report the tests that finished (marked partial)")
+    p.add_argument("--max-memory", type=float, default=0, metavar="GIB",
+                   help="cap pytest's address space at this many GiB (RLIMIT_AS): a test that needs more fails with "
+                        "MemoryError, recorded as such, instead of the kernel's out-of-memory killer ending the run "
+                        "(or another process on the machine); 0: no cap")
     p.add_argument("--resume", default=None,
                    help="a results.jsonl of an earlier run of the same selection (kept with --keep-tmp): its tests "
                         "are not run again, its records are counted with this run's, and it is rewritten with both")
@@ -329,11 +345,6 @@ def run(args, argv):
     if not os.path.isfile(os.path.join(snap, "test", "conftest.py")):
         print(f"run_nki_library: {snap} is not an nki-library checkout (no test/conftest.py)", file=sys.stderr)
         return 2
-    missing = missing_harness_requirements()
-    if missing and not args.results:
-        print(f"run_nki_library: nki-library's test harness imports {', '.join(missing)}, not installed here: "
-              f"pip install {' '.join(missing)}", file=sys.stderr)
-        return 2
     if args.resume and not os.path.isfile(args.resume):
         print(f"run_nki_library: --resume {args.resume}: no such file", file=sys.stderr)
         return 2
@@ -347,8 +358,13 @@ def run(args, argv):
     if not 0 <= args.offset < args.every:
         print(f"run_nki_library: --offset must be in [0, --every={args.every}), got {args.offset}", file=sys.stderr)
         return 2
-    if args.limit < 0 or args.time_budget < 0:
-        print("run_nki_library: --limit and --time-budget must be >= 0", file=sys.stderr)
+    if args.limit < 0 or args.time_budget < 0 or args.max_memory < 0:
+        print("run_nki_library: --limit, --time-budget and --max-memory must be >= 0", file=sys.stderr)
+        return 2
+    missing = missing_harness_requirements()
+    if missing and not args.results:
+        print(f"run_nki_library: nki-library's test harness imports {', '.join(missing)}, not installed here: "
+              f"pip install {' '.join(missing)}", file=sys.stderr)
         return 2
     tmp = tempfile.mkdtemp(prefix="trnsim-nkilib-")
     try:
@@ -386,7 +402,8 @@ def run(args, argv):
             results = args.results
         else:
             proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True, start_new_session=True)
+                                    text=True, start_new_session=True,
+                                    preexec_fn=_address_space_cap(args.max_memory) if args.max_memory else None)
             try:
                 output, _ = proc.communicate(timeout=args.time_budget or None)
             except subprocess.TimeoutExpired:
@@ -425,7 +442,8 @@ def run(args, argv):
         rep = {"snapshot": snap, "snapshot_commit": snapshot_commit(snap, args.snapshot_commit),
                "platform": args.platform, "every": args.every, "offset": args.offset, "limit": args.limit, "jobs": args.jobs,
                "command": "python tools/run_nki_library.py " + " ".join(argv),
-               "standins": used, "wall_s": wall, "partial": partial, "crashed_signal": crashed,
+               "standins": used, "max_memory_gib": args.max_memory or None, "wall_s": wall, "partial": partial,
+               "crashed_signal": crashed,
                "resumed_from": args.resume, "summary": summary,
                "tail": output.strip().splitlines()[-1:] if output.strip() else []}
         from trnsim.fileio import atomic_write, atomic_write_json

@@ -9,6 +9,8 @@ is bit-for-bit what the hardware would hold.  Integer and bool data is stored in
 
 from __future__ import annotations
 
+import sys
+
 import ml_dtypes
 import numpy as np
 
@@ -170,6 +172,7 @@ def pack_x4(dt: DType, values: np.ndarray) -> np.ndarray:
 
 # mantissa bits of the fp8 formats with several NaN encodings, whose NaN payloads ml_dtypes' conversions to and from
 # float32 do not keep (e4m3fn and e8m0 have one NaN per sign; fp16 goes through NumPy, which keeps them)
+_LITTLE = sys.byteorder == "little"
 _NAN_MBITS = {"float8_e4m3": 3, "float8_e5m2": 2}
 
 
@@ -180,6 +183,8 @@ def to_real(dt: DType, vals: np.ndarray) -> np.ndarray:
         return np.asarray(vals).astype(dt.np)
     v = np.ascontiguousarray(vals, dtype=np.float32)
     if dt.name == "bfloat16":
+        if _LITTLE:         # the upper halves of the float32 words, copied once (no 4-byte temporary per element)
+            return np.ascontiguousarray(v.reshape(-1).view(np.uint16)[1::2]).view(dt.np).reshape(v.shape)
         return (v.view(np.uint32) >> np.uint32(16)).astype(np.uint16).view(dt.np)
     out = v.astype(dt.np)
     m = _NAN_MBITS.get(dt.name)
@@ -200,6 +205,10 @@ def from_real(dt: DType, arr: np.ndarray) -> np.ndarray:
         return np.asarray(arr).astype(dt.storage)
     a = np.ascontiguousarray(arr, dtype=dt.np)
     if dt.name == "bfloat16":
+        if _LITTLE:         # the bits into the upper halves of zeroed float32 words (one allocation)
+            out = np.zeros(a.shape, np.float32)
+            out.reshape(-1).view(np.uint16)[1::2] = a.reshape(-1).view(np.uint16)
+            return out
         return (a.view(np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
     out = a.astype(np.float32)
     m = _NAN_MBITS.get(dt.name)
