@@ -325,6 +325,9 @@ def build_parser():
     p.add_argument("--keep-tmp", action="store_true", help="keep the temporary run directory (pytest output)")
     p.add_argument("--time-budget", type=float, default=0,
                    help="stop pytest after this many seconds and report the tests that finished (marked partial)")
+    p.add_argument("--keep-outputs", action="store_true",
+                   help="keep the harness's per-test output directories (its copies of every input, some of them "
+                        "GBs); by default the harness deletes each after its test (--force-local-cleanup)")
     p.add_argument("--max-memory", type=float, default=0, metavar="GIB",
                    help="cap pytest's address space at this many GiB (RLIMIT_AS): a test that needs more fails with "
                         "MemoryError, recorded as such, instead of the kernel's out-of-memory killer ending the run "
@@ -384,6 +387,8 @@ def run(args, argv):
                "-p", "no:cacheprovider", "--continue-on-collection-errors", "-q", "-o", "log_level=WARNING", "--no-header", "-rN", "--tb=no",
                "-o", f"artifacts_dir={os.path.join(tmp, 'artifacts')}"]
         cmd += ["-n", str(args.jobs) if args.jobs > 1 else "0"]   # the harness's conftest needs xdist loaded
+        if not args.keep_outputs:
+            cmd += ["--force-local-cleanup"]     # the harness's own option: each test's output directory removed
         if args.keyword:
             cmd += ["-k", args.keyword]
         t0 = time.time()
