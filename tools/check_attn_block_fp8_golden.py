@@ -1,0 +1,140 @@
+"""Check of nki-library attention_block_tkg goldens with STATIC fp8 quantization (issue 13): trnsim's mismatch or the
+golden's?
+
+Cases: ``test_attention_block_tkg.py::TestRangeAttnBlk::test_attn_blk_model[MODEL_WIP_GENERALITY_...]`` whose config
+has ``quantization_type=STATIC`` and ``kv_quant=True`` (seen failing: ``8-1-128-7168-None-10240-...`` on V_cache and
+``32-1-128-7168-None-1024-...`` on X_out and V_cache).  Run them with ``tools/run_nki_library.py -k ... --keep-tmp``
+and pass the kept run directory:
+
+    .venv/bin/python tools/check_attn_block_fp8_golden.py /tmp/trnsim-nkilib-XXXX
+
+What the kernel asks for (read in the snapshot): with STATIC quantization the QKV projection
+(``core/qkv/qkv_tkg.py``, ``nisa.tensor_scalar`` into ``hidden_sb_quantized``, dtype ``qkv_w.dtype`` =
+float8_e4m3) and the output projection cast their scaled, clipped input to float8_e4m3 before the matmul, and
+``_quantize_to_fp8`` (``experimental/transformer/attention_block_tkg.py``) casts the new K and V to float8_e4m3
+before attention uses them.  The golden (the snapshot's torch reference, ``qkv_tkg_torch_ref``,
+``output_projection_tkg_torch_ref``, ``AttentionBlockTkgTorchRef._quantize_kv_to_fp8``) clips to +-240 at each of
+those three places but never rounds to float8: it computes on the unrounded float32 values.
+
+The tool regenerates the test's inputs with the test's own generator (and checks them byte for byte against the
+run's ``inp-*.bin``), runs the snapshot's reference twice, as the harness does and with each of those three clips
+followed by a round-to-nearest-even cast to float8_e4m3 (the only change), and validates trnsim's outputs of the run
+(``infer_result/*.bin``) against both with the test's own validator (cosine similarity >= 0.99 and the harness's
+``maxAllClose`` rule with the test's rtol/atol/min_pass_rate).
+"""
+
+import glob
+import os
+import re
+import sys
+
+import numpy as np
+
+SNAP = os.environ.get("NKI_LIBRARY_PATH", "/work/ext/nki-library")
+HERE = os.path.dirname(os.path.abspath(__file__))
+SUPPORT = os.path.join(HERE, "..", "tests", "support", "nki_library")
+CASE = re.compile(r"out-test_attn_blk_model_(MODEL_WIP_[A-Z_]+?)_(\d.*)_[0-9a-f]{12}$")
+FP8_MAX = 240.0                 # the float8_e4m3 clip the kernel and the reference both use
+
+
+def _setup(run_dir):
+    sys.path[:0] = [os.path.join(run_dir, "standins"), SUPPORT, os.path.join(SNAP, "src"), SNAP]
+    import nki_cpu_simulator  # noqa: F401  (the snapshot's `import nki` gets the simulator)
+    import trnsim_nkilib_plugin  # noqa: F401  (registers the two harness modules absent from the snapshot)
+    from test.utils.simulation_setup import setup_simulation_mode
+    setup_simulation_mode()
+    import test.integration.nkilib.experimental.transformer.test_attention_block_tkg as T
+    return T
+
+
+class _Fp8AfterClip:
+    """Round to float8_e4m3 (RNE, via ml_dtypes) right after a clip/clamp to exactly [-240, 240]: where the kernel
+    casts to float8.  Installed on ``torch.clamp`` and ``torch.Tensor.clip`` for the second reference run only."""
+
+    def __init__(self):
+        import torch
+        self.torch = torch
+        self.hits = 0
+
+    def _round(self, t, lo, hi):
+        import ml_dtypes
+        if lo == -FP8_MAX and hi == FP8_MAX:
+            self.hits += 1
+            a = t.detach().to(self.torch.float32).numpy()
+            return self.torch.from_numpy(a.astype(ml_dtypes.float8_e4m3).astype(np.float32)).to(t.dtype)
+        return t
+
+    def __enter__(self):
+        torch = self.torch
+        self.clamp, self.clip = torch.clamp, torch.Tensor.clip
+        clamp, clip = self.clamp, self.clip
+
+        def clamp2(t, min=None, max=None, **k):
+            return self._round(clamp(t, min, max, **k), min, max)
+
+        def clip2(t, min=None, max=None, **k):
+            return self._round(clip(t, min, max, **k), min, max)
+        torch.clamp, torch.Tensor.clip = clamp2, clip2
+        return self
+
+    def __exit__(self, *exc):
+        self.torch.clamp, self.torch.Tensor.clip = self.clamp, self.clip
+
+
+def main(run_dir):
+    dirs = [d for d in sorted(glob.glob(run_dir + "/out/out-test_attn_blk_model_*")) if CASE.search(d)]
+    if not dirs:
+        print(f"no attention_block_tkg model case in {run_dir}/out")
+        return 1
+    T = _setup(run_dir)
+    cls = T.TestRangeAttnBlk
+    ids = [i.replace("-", "_") for i in cls._MODEL_IDS]
+    for d in dirs:
+        m = CASE.search(d)
+        key = m.group(1) + "_" + m.group(2)
+        hits = [k for k, i in enumerate(ids) if i.startswith(key)]
+        if len(hits) != 1:
+            print(f"== {os.path.basename(d)}: cannot tell its config ({len(hits)} candidates), skipped")
+            continue
+        cfg = cls._MODEL_PARAMS[hits[0]]
+        cfg = getattr(cfg, "values", [cfg])[0]
+        print(f"== {cls._MODEL_IDS[hits[0]]}")
+        check(T, d, cfg)
+    return 0
+
+
+def check(T, d, cfg):
+    from nkilib_src.nkilib.core.utils.common_types import QuantizationType
+    if cfg.quantization_type != QuantizationType.STATIC or not cfg.kv_quant:
+        print(f"   not a STATIC + kv_quant case ({cfg.quantization_type}, kv_quant={cfg.kv_quant}): nothing to check")
+        return
+    ki = T.generate_kernel_inputs(cfg)
+    same = True
+    for k, v in ki.items():
+        f = f"{d}/inp-{k + ('.must_alias_input' if k in ('K_cache', 'V_cache') and cfg.update_cache else '')}-000.bin"
+        if isinstance(v, np.ndarray) and os.path.exists(f):
+            same &= np.fromfile(f, dtype=np.uint8).tobytes() == np.ascontiguousarray(v).tobytes()
+    print(f"   regenerated inputs equal the run's inp-*.bin: {same}")
+    rtol, atol = T._get_tolerances(cfg.kv_quant, cfg.quantization_type)
+    gold = T._golden_ref_via_torch(ki, cfg.lnc)
+    with _Fp8AfterClip() as r:
+        fixed = T._golden_ref_via_torch(ki, cfg.lnc)
+    print(f"   float8 roundings added to the reference: {r.hits} (QKV input, new K and V, output-projection input)")
+    names = {"X_out": "X_out", "K_cache_updated": "K_cache", "V_cache_updated": "V_cache"}
+    for gname, oname in names.items():
+        f = f"{d}/infer_result/{oname}.bin"
+        if gname not in gold or not os.path.exists(f):
+            continue
+        out = np.fromfile(f, dtype=gold[gname].dtype).reshape(gold[gname].shape)
+        for label, ref in (("golden (no float8 rounding)", gold), ("reference with the kernel's float8 casts", fixed)):
+            v = T._make_cosine_validation({oname: ref[gname]}, rtol, atol, cfg.kv_quant)[oname]
+            ok = v.validator(None).validate(out)
+            a, b = out.astype(np.float32), ref[gname].astype(np.float32)
+            diff = np.abs(a - b)
+            bad = diff > atol + rtol * np.abs(b).max()
+            print(f"   {oname} vs {label}: {'PASS' if ok else 'FAIL'}; max |trnsim - ref| = {diff.max():.4g}, "
+                  f"elements outside atol + rtol*max|ref| = {int(bad.sum())} of {b.size}")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
