@@ -21,6 +21,10 @@ run's ``inp-*.bin``), runs the snapshot's reference twice, as the harness does a
 followed by a round-to-nearest-even cast to float8_e4m3 (the only change), and validates trnsim's outputs of the run
 (``infer_result/*.bin``) against both with the test's own validator (cosine similarity >= 0.99 and the harness's
 ``maxAllClose`` rule with the test's rtol/atol/min_pass_rate).
+
+``--audit <kept run dir> <test id>...`` runs the kernel of each given MODEL_WIP test id again in this process and
+checks trnsim instruction by instruction (``audit``): each matmul, exp/copy activation and cast to float8 against a
+float64 evaluation of that instruction on the operands it read.
 """
 
 import glob
@@ -132,9 +136,127 @@ def check(T, d, cfg):
             a, b = out.astype(np.float32), ref[gname].astype(np.float32)
             diff = np.abs(a - b)
             bad = diff > atol + rtol * np.abs(b).max()
-            print(f"   {oname} vs {label}: {'PASS' if ok else 'FAIL'}; max |trnsim - ref| = {diff.max():.4g}, "
+            cos = float(np.dot(a.ravel(), b.ravel()) / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-12))
+            print(f"   {oname} vs {label}: {'PASS' if ok else 'FAIL'}; cosine {cos:.4f} (min 0.99), "
+                  f"max |trnsim - ref| = {diff.max():.4g}, "
                   f"elements outside atol + rtol*max|ref| = {int(bad.sum())} of {b.size}")
 
 
+def audit(T, cfg):
+    """Run the kernel again in this process and check, call by call, that trnsim's result of each Tensor Engine
+    matmul, each Scalar Engine exp/copy activation and each cast to float8 equals a float64 (ml_dtypes for the
+    roundings) evaluation of that one instruction on the operands it read.  Prints, per kernel line, the calls
+    checked and the worst difference."""
+    import inspect
+    import collections
+    import nki
+    import nki.isa as nisa
+    os.environ["NKI_NC_VERSION"] = "gen3"
+    stats = collections.defaultdict(lambda: [0, 0.0, 0])      # calls, worst relative error, differing elements
+
+    def arr(t):
+        return t.np.astype(np.float64)
+
+    def npdt(t):
+        """The NumPy (ml_dtypes) type of the tensor's declared NKI dtype (its storage may be wider)."""
+        import ml_dtypes
+        name = str(getattr(t.dtype, "name", t.dtype))
+        return getattr(ml_dtypes, name, None) or np.dtype(name)
+
+    def where():
+        f = inspect.stack()[2]
+        return f"{os.path.relpath(f.filename, SNAP)}:{f.lineno}"
+
+    orig_mm, orig_act, orig_ts, orig_tc = nisa.nc_matmul, nisa.activation, nisa.tensor_scalar, nisa.tensor_copy
+
+    def nc_matmul(*a, **k):
+        names = ("dst", "stationary", "moving")
+        args = dict(zip(names, a), **{n: k[n] for n in names if n in k})
+        dst, s, m = args["dst"], args["stationary"], args["moving"]
+        pre, sv, mv = arr(dst), arr(s), arr(m)
+        r = orig_mm(*a, **k)
+        plain = not any(k.get(f) for f in ("perf_mode", "is_transpose", "is_stationary_onezero", "is_moving_onezero"))
+        ref = sv.reshape(sv.shape[0], -1).T @ mv.reshape(mv.shape[0], -1) if sv.shape[0] == mv.shape[0] else None
+        if plain and ref is not None and ref.size == pre.size:
+            got = arr(dst).reshape(ref.shape)
+            acc = ref + np.nan_to_num(pre.reshape(ref.shape), nan=0.0)
+            err = min(np.abs(got - c).max() for c in (ref, acc)) / max(np.abs(got).max(), 1e-30)
+            st = stats[("nc_matmul", where())]
+            st[0] += 1
+            st[1] = max(st[1], err)
+        return r
+
+    def activation(*a, **k):
+        args = dict(zip(("dst", "op", "data"), a), **k)
+        op = getattr(args["op"], "__name__", str(args["op"]))
+        dst, data = args["dst"], args["data"]
+        x = arr(data)
+        sc, bi = args.get("scale", 1.0), args.get("bias")
+        r = orig_act(*a, **k)
+        if op in ("exp", "copy") and not isinstance(sc, (list, tuple)):
+            s = arr(sc) if hasattr(sc, "np") else np.float64(sc)
+            y = (x.reshape(x.shape[0], -1).astype(np.float32) * np.float32(1) * s.astype(np.float32)).astype(np.float32)
+            if bi is not None:
+                y = (y + (arr(bi) if hasattr(bi, "np") else np.float64(bi)).astype(np.float32)).astype(np.float32)
+            y = np.exp(y.astype(np.float64)) if op == "exp" else y.astype(np.float64)
+            got = arr(dst).reshape(y.shape)
+            ref = y.astype(np.float32).astype(npdt(dst)).astype(np.float64)
+            st = stats[(f"activation({op})", where())]
+            st[0] += 1
+            st[2] += int((ref != got).sum())
+        return r
+
+    def _fp8(dst):
+        return "float8" in str(npdt(dst))
+
+    def tensor_copy(*a, **k):
+        args = dict(zip(("dst", "src"), a), **k)
+        dst, src = args["dst"], args["src"]
+        x = arr(src)
+        r = orig_tc(*a, **k)
+        if _fp8(dst):
+            ref = x.astype(np.float32).astype(npdt(dst)).astype(np.float64).reshape(dst.np.shape)
+            st = stats[("tensor_copy -> float8", where())]
+            st[0] += 1
+            st[2] += int((ref != arr(dst)).sum())
+        return r
+
+    def tensor_scalar(*a, **k):
+        args = dict(zip(("dst", "data", "op0", "operand0"), a), **k)
+        dst, data = args["dst"], args["data"]
+        x = arr(data)
+        ops = (getattr(args.get("op0"), "__name__", None), getattr(args.get("op1"), "__name__", None))
+        r = orig_ts(*a, **k)
+        if _fp8(dst) and ops == ("minimum", "maximum") and not hasattr(args.get("operand0"), "np"):
+            y = np.maximum(np.minimum(x.astype(np.float32), np.float32(args["operand0"])),
+                           np.float32(args["operand1"]))
+            ref = y.astype(npdt(dst)).astype(np.float64).reshape(dst.np.shape)
+            st = stats[("tensor_scalar(min,max) -> float8", where())]
+            st[0] += 1
+            st[2] += int((ref != arr(dst)).sum())
+        return r
+
+    nisa.nc_matmul, nisa.activation, nisa.tensor_copy, nisa.tensor_scalar = (nc_matmul, activation, tensor_copy,
+                                                                              tensor_scalar)
+    try:
+        ki = T.generate_kernel_inputs(cfg)
+        nki.cpu_simulate(nki.jit(T.attention_block_tkg_kernel_test_wrapper))[cfg.lnc](**ki)
+    finally:
+        nisa.nc_matmul, nisa.activation, nisa.tensor_copy, nisa.tensor_scalar = orig_mm, orig_act, orig_tc, orig_ts
+    print("   instruction audit (trnsim vs a float64 evaluation of the same instruction on the operands it read):")
+    for (name, loc), (n, err, bad) in sorted(stats.items(), key=lambda kv: kv[0][1]):
+        what = f"worst relative error {err:.2g} (fp32 accumulation)" if name == "nc_matmul" else \
+            f"elements differing from the rounded reference: {bad}"
+        print(f"     {loc} {name}: {n} calls, {what}")
+
+
 if __name__ == "__main__":
+    if "--audit" in sys.argv:
+        sys.argv.remove("--audit")
+        _T = _setup(sys.argv[1])
+        for _id in (a for a in sys.argv[2:]):
+            _c = _T.TestRangeAttnBlk._MODEL_PARAMS[list(_T.TestRangeAttnBlk._MODEL_IDS).index(_id)]
+            print(f"== {_id}")
+            audit(_T, getattr(_c, "values", [_c])[0])
+        sys.exit(0)
     sys.exit(main(sys.argv[1]))
