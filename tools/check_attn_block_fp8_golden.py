@@ -18,8 +18,9 @@ those three places but never rounds to float8: it computes on the unrounded floa
 
 The tool regenerates the test's inputs with the test's own generator (and checks them byte for byte against the
 run's ``inp-*.bin``), runs the snapshot's reference twice, as the harness does and with each of those three clips
-followed by a round-to-nearest-even cast to float8_e4m3 (the only change), and validates trnsim's outputs of the run
-(``infer_result/*.bin``) against both with the test's own validator (cosine similarity >= 0.99 and the harness's
+followed by a round-to-nearest-even cast to float8_e4m3 (the only change), and a third time with that change and
+the query trnsim computed fed to the reference's attention (``_with_kernel_q``), and validates trnsim's outputs of
+the run (``infer_result/*.bin``) against all three with the test's own validator (cosine similarity >= 0.99 and the harness's
 ``maxAllClose`` rule with the test's rtol/atol/min_pass_rate).
 
 ``--audit <kept run dir> <test id>...`` runs the kernel of each given MODEL_WIP test id again in this process and
@@ -39,6 +40,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SUPPORT = os.path.join(HERE, "..", "tests", "support", "nki_library")
 CASE = re.compile(r"out-test_attn_blk_model_(MODEL_WIP_[A-Z_]+?)_(\d.*)_[0-9a-f]{12}$")
 FP8_MAX = 240.0                 # the float8_e4m3 clip the kernel and the reference both use
+# float64 forms of the operators the audit re-evaluates (inputs already converted to float32 as the engines do)
+_UNARY = {"exp": np.exp, "copy": lambda x: x, "square": np.square, "rsqrt": lambda x: 1.0 / np.sqrt(x)}
+_BINARY = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply, "maximum": np.maximum,
+           "minimum": np.minimum}
 
 
 def _setup(run_dir):
@@ -124,13 +129,17 @@ def check(T, d, cfg):
     with _Fp8AfterClip() as r:
         fixed = T._golden_ref_via_torch(ki, cfg.lnc)
     print(f"   float8 roundings added to the reference: {r.hits} (QKV input, new K and V, output-projection input)")
+    refs = [("golden (no float8 rounding)", gold), ("reference with the kernel's float8 casts", fixed)]
+    kq = _with_kernel_q(T, cfg, ki)
+    if kq is not None:
+        refs.append(("reference with the float8 casts and trnsim's own Q (see --audit)", kq))
     names = {"X_out": "X_out", "K_cache_updated": "K_cache", "V_cache_updated": "V_cache"}
     for gname, oname in names.items():
         f = f"{d}/infer_result/{oname}.bin"
         if gname not in gold or not os.path.exists(f):
             continue
         out = np.fromfile(f, dtype=gold[gname].dtype).reshape(gold[gname].shape)
-        for label, ref in (("golden (no float8 rounding)", gold), ("reference with the kernel's float8 casts", fixed)):
+        for label, ref in refs:
             v = T._make_cosine_validation({oname: ref[gname]}, rtol, atol, cfg.kv_quant)[oname]
             ok = v.validator(None).validate(out)
             a, b = out.astype(np.float32), ref[gname].astype(np.float32)
@@ -142,11 +151,79 @@ def check(T, d, cfg):
                   f"elements outside atol + rtol*max|ref| = {int(bad.sum())} of {b.size}")
 
 
+def _with_kernel_q(T, cfg, ki):
+    """The reference with the float8 casts, its attention fed with the query trnsim computed (the moving operand of
+    the kernel's first attention matmul, Q . K, in core/attention/attention_tkg.py), matched to the reference's query
+    per batch by direction and brought to its scale (the kernel folds the softmax scale elsewhere).  The kernel
+    computes Q through bf16 tiles (QKV output, QK RMSNorm, RoPE) where the reference stays in float32; ``--audit``
+    checks each of those instructions.  None when the query cannot be matched."""
+    import inspect
+    import nki
+    import nki.isa as nisa
+    import torch
+    import nkilib_src.nkilib.experimental.transformer.attention_block_tkg_torch as R
+    fn = R.attention_tkg_torch_ref
+    seen = {}
+
+    class Hook:                     # stands for attention_tkg_torch_ref[lnc](**kwargs): records or replaces q
+        sub = None
+
+        def __getitem__(self, lnc):
+            def call(**k):
+                seen["q"] = k["q"].detach().clone()
+                if Hook.sub is not None:
+                    k["q"] = Hook.sub
+                return fn[lnc](**k)
+            return call
+    R.attention_tkg_torch_ref = Hook()
+    orig = nisa.nc_matmul
+    qs, first = [], []
+
+    def mm(*a, **k):
+        f = inspect.stack()[1]
+        r = orig(*a, **k)
+        if f.filename.endswith("core/attention/attention_tkg.py") and "moving" in k:
+            first.append(first[0] if first else f.lineno)
+            if f.lineno == first[0]:
+                qs.append(k["moving"].np.astype(np.float64).ravel().copy())
+        return r
+    try:
+        with _Fp8AfterClip():
+            T._golden_ref_via_torch(ki, cfg.lnc)
+        nisa.nc_matmul = mm
+        os.environ["NKI_NC_VERSION"] = "gen3"
+        nki.cpu_simulate(nki.jit(T.attention_block_tkg_kernel_test_wrapper))[cfg.lnc](
+            **{k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in ki.items()})
+        nisa.nc_matmul = orig
+        q = seen["q"]
+        shape = tuple(q.shape)
+        dh = cfg.d_head
+        axis = shape.index(dh)
+        qr = np.moveaxis(q.double().numpy(), axis, -1)
+        flat = qr.reshape(-1, dh)
+        sub = np.full_like(flat, np.nan)
+        for v in qs:
+            if v.size != dh:
+                return None
+            c = flat @ v / (np.linalg.norm(flat, axis=1) * np.linalg.norm(v) + 1e-30)
+            b = int(np.argmax(np.abs(c)))
+            sub[b] = v * (np.dot(flat[b], flat[b]) / np.dot(v, flat[b]))
+        if np.isnan(sub).any():
+            return None
+        Hook.sub = torch.from_numpy(np.moveaxis(sub.reshape(qr.shape), -1, axis).copy()).to(q.dtype)
+        with _Fp8AfterClip():
+            return T._golden_ref_via_torch(ki, cfg.lnc)
+    finally:
+        nisa.nc_matmul = orig
+        R.attention_tkg_torch_ref = fn
+
+
 def audit(T, cfg):
-    """Run the kernel again in this process and check, call by call, that trnsim's result of each Tensor Engine
-    matmul, each Scalar Engine exp/copy activation and each cast to float8 equals a float64 (ml_dtypes for the
-    roundings) evaluation of that one instruction on the operands it read.  Prints, per kernel line, the calls
-    checked and the worst difference."""
+    """Run the kernel again in this process and check, call by call, that trnsim's result of each ``nc_matmul``,
+    ``nc_transpose``, ``activation`` (copy, exp, square, rsqrt), ``tensor_tensor`` and ``tensor_scalar`` (add,
+    subtract, multiply, maximum, minimum) and ``tensor_copy`` equals a float64 evaluation of that one instruction on
+    the operands it read, rounded to the destination dtype with ml_dtypes (round to nearest even).  Prints, per
+    kernel line, the calls checked and the worst difference."""
     import inspect
     import collections
     import nki
@@ -168,6 +245,7 @@ def audit(T, cfg):
         return f"{os.path.relpath(f.filename, SNAP)}:{f.lineno}"
 
     orig_mm, orig_act, orig_ts, orig_tc = nisa.nc_matmul, nisa.activation, nisa.tensor_scalar, nisa.tensor_copy
+    orig_tt, orig_tr = nisa.tensor_tensor, nisa.nc_transpose
 
     def nc_matmul(*a, **k):
         names = ("dst", "stationary", "moving")
@@ -193,17 +271,20 @@ def audit(T, cfg):
         x = arr(data)
         sc, bi = args.get("scale", 1.0), args.get("bias")
         r = orig_act(*a, **k)
-        if op in ("exp", "copy") and not isinstance(sc, (list, tuple)):
+        if op in _UNARY and not isinstance(sc, (list, tuple)):
             s = arr(sc) if hasattr(sc, "np") else np.float64(sc)
             y = (x.reshape(x.shape[0], -1).astype(np.float32) * np.float32(1) * s.astype(np.float32)).astype(np.float32)
             if bi is not None:
                 y = (y + (arr(bi) if hasattr(bi, "np") else np.float64(bi)).astype(np.float32)).astype(np.float32)
-            y = np.exp(y.astype(np.float64)) if op == "exp" else y.astype(np.float64)
+            y = _UNARY[op](y.astype(np.float64))
             got = arr(dst).reshape(y.shape)
             ref = y.astype(np.float32).astype(npdt(dst)).astype(np.float64)
             st = stats[(f"activation({op})", where())]
             st[0] += 1
             st[2] += int((ref != got).sum())
+            with np.errstate(invalid="ignore", divide="ignore"):
+                rel = np.abs(got - ref) / np.abs(ref)
+            st[1] = max(st[1], float(np.nanmax(np.where(ref == got, 0.0, rel))))
         return r
 
     def _fp8(dst):
@@ -214,39 +295,78 @@ def audit(T, cfg):
         dst, src = args["dst"], args["src"]
         x = arr(src)
         r = orig_tc(*a, **k)
-        if _fp8(dst):
+        if x.size == dst.np.size:
             ref = x.astype(np.float32).astype(npdt(dst)).astype(np.float64).reshape(dst.np.shape)
-            st = stats[("tensor_copy -> float8", where())]
+            st = stats[(f"tensor_copy -> {npdt(dst).__name__ if hasattr(npdt(dst), '__name__') else npdt(dst)}",
+                        where())]
             st[0] += 1
             st[2] += int((ref != arr(dst)).sum())
         return r
 
+    def _operand(v):
+        return (arr(v).astype(np.float32) if hasattr(v, "np") else np.float32(v))
+
     def tensor_scalar(*a, **k):
-        args = dict(zip(("dst", "data", "op0", "operand0"), a), **k)
+        args = dict(zip(("dst", "data", "op0", "operand0", "reverse0", "op1", "operand1", "reverse1"), a), **k)
         dst, data = args["dst"], args["data"]
-        x = arr(data)
-        ops = (getattr(args.get("op0"), "__name__", None), getattr(args.get("op1"), "__name__", None))
+        x = arr(data).astype(np.float32)
+        x = x.reshape(x.shape[0], -1)
+        ops = [(getattr(args.get(f"op{i}"), "__name__", None), args.get(f"operand{i}"), args.get(f"reverse{i}", False))
+               for i in (0, 1)]
+        vals = [(_operand(v) if v is not None else None) for _, v, _ in ops]
         r = orig_ts(*a, **k)
-        if _fp8(dst) and ops == ("minimum", "maximum") and not hasattr(args.get("operand0"), "np"):
-            y = np.maximum(np.minimum(x.astype(np.float32), np.float32(args["operand0"])),
-                           np.float32(args["operand1"]))
+        if all(n in _BINARY or n is None for n, _, _ in ops) and ops[0][0] is not None:
+            y = x
+            for (n, _, rev), v in zip(ops, vals):
+                if n is not None:
+                    y = (_BINARY[n](v, y) if rev else _BINARY[n](y, v)).astype(np.float32)
             ref = y.astype(npdt(dst)).astype(np.float64).reshape(dst.np.shape)
-            st = stats[("tensor_scalar(min,max) -> float8", where())]
+            name = "tensor_scalar -> float8" if _fp8(dst) else f"tensor_scalar({ops[0][0]}, {ops[1][0]})"
+            st = stats[(name, where())]
+            st[0] += 1
+            st[2] += int((ref != arr(dst)).sum())
+        return r
+
+    def nc_transpose(*a, **k):
+        args = dict(zip(("dst", "data"), a), **k)
+        dst, x = args["dst"], arr(args["data"])
+        r = orig_tr(*a, **k)
+        got = arr(dst)
+        ref = x.reshape(x.shape[0], -1).T
+        if ref.size == got.size:
+            st = stats[("nc_transpose", where())]
+            st[0] += 1
+            st[2] += int((ref.reshape(got.shape) != got).sum())
+        return r
+
+    def tensor_tensor(*a, **k):
+        args = dict(zip(("dst", "data1", "data2", "op"), a), **k)
+        dst = args["dst"]
+        x1, x2 = arr(args["data1"]).astype(np.float32), arr(args["data2"]).astype(np.float32)
+        n = getattr(args["op"], "__name__", str(args["op"]))
+        r = orig_tt(*a, **k)
+        if n in _BINARY and x1.size == x2.size == dst.np.size:
+            y = _BINARY[n](x1.reshape(dst.np.shape), x2.reshape(dst.np.shape)).astype(np.float32)
+            ref = y.astype(npdt(dst)).astype(np.float64)
+            st = stats[(f"tensor_tensor({n})", where())]
             st[0] += 1
             st[2] += int((ref != arr(dst)).sum())
         return r
 
     nisa.nc_matmul, nisa.activation, nisa.tensor_copy, nisa.tensor_scalar = (nc_matmul, activation, tensor_copy,
                                                                               tensor_scalar)
+    nisa.tensor_tensor, nisa.nc_transpose = tensor_tensor, nc_transpose
     try:
         ki = T.generate_kernel_inputs(cfg)
         nki.cpu_simulate(nki.jit(T.attention_block_tkg_kernel_test_wrapper))[cfg.lnc](**ki)
     finally:
         nisa.nc_matmul, nisa.activation, nisa.tensor_copy, nisa.tensor_scalar = orig_mm, orig_act, orig_tc, orig_ts
+        nisa.tensor_tensor, nisa.nc_transpose = orig_tt, orig_tr
     print("   instruction audit (trnsim vs a float64 evaluation of the same instruction on the operands it read):")
     for (name, loc), (n, err, bad) in sorted(stats.items(), key=lambda kv: kv[0][1]):
         what = f"worst relative error {err:.2g} (fp32 accumulation)" if name == "nc_matmul" else \
-            f"elements differing from the rounded reference: {bad}"
+            f"elements differing from the rounded reference: {bad}" + (f" (worst relative difference {err:.2g})"
+                                                                        if bad else "")
         print(f"     {loc} {name}: {n} calls, {what}")
 
 
