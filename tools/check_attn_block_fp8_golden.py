@@ -3,7 +3,7 @@ golden's?
 
 Cases: ``test_attention_block_tkg.py::TestRangeAttnBlk::test_attn_blk_model[MODEL_WIP_GENERALITY_...]`` whose config
 has ``quantization_type=STATIC`` and ``kv_quant=True`` (seen failing: ``8-1-128-7168-None-10240-...`` on V_cache and
-``32-1-128-7168-None-1024-...`` on X_out and V_cache).  Run them with ``tools/run_nki_library.py -k ... --keep-tmp``
+``32-1-128-7168-None-1024-...`` on X_out and V_cache).  Run them with ``tools/run_nki_library.py -k ... --keep-tmp --keep-outputs``
 and pass the kept run directory:
 
     .venv/bin/python tools/check_attn_block_fp8_golden.py /tmp/trnsim-nkilib-XXXX
@@ -93,7 +93,7 @@ class _Fp8AfterClip:
 def main(run_dir):
     dirs = [d for d in sorted(glob.glob(run_dir + "/out/out-test_attn_blk_model_*")) if CASE.search(d)]
     if not dirs:
-        print(f"no attention_block_tkg model case in {run_dir}/out")
+        print(f"no attention_block_tkg model case in {run_dir}/out (the runner keeps each test\'s inputs and outputs only with --keep-tmp --keep-outputs)")
         return 1
     T = _setup(run_dir)
     cls = T.TestRangeAttnBlk

@@ -2,7 +2,7 @@
 
 Cases: test_moe_block_tkg.py::TestMoEBlockTkgKernel::test_moe_block_kernel_model[MODEL_WIP_GENERALITY_ln-2_ae-1_ba-<B>_
 sq-<S>_hi-3072_ha-2880_im-360_ge-128_le-16_tk-4_rf-1_af-3_sm-1_wd-bfloat16_id-bfloat16_se-0_bi-1_cl-1_ra-0_np-0_sr-0_
-rd-bfloat16] (seen with ba-64 sq-4 and ba-512 sq-4).  Run it with ``tools/run_nki_library.py -k ... --keep-tmp`` and pass the kept run directory:
+rd-bfloat16] (seen with ba-64 sq-4 and ba-512 sq-4).  Run it with ``tools/run_nki_library.py -k ... --keep-tmp --keep-outputs`` and pass the kept run directory:
 
     PYTHONPATH=tests/support/nki_library/standins .venv/bin/python tools/check_moe_block_golden.py /tmp/trnsim-nkilib-XXXX
 
@@ -34,7 +34,7 @@ def main(run_dir):
     """Check every case of this family (any ba and sq) found in the run directory."""
     dirs = [d for d in sorted(glob.glob(run_dir + "/out/out-*")) if CASE.search(d)]
     if not dirs:
-        print(f"no moe_block_tkg ae-1 hi-3072 im-360 ge-128 le-16 case in {run_dir}/out")
+        print(f"no moe_block_tkg ae-1 hi-3072 im-360 ge-128 le-16 case in {run_dir}/out (the runner keeps each test\'s inputs and outputs only with --keep-tmp --keep-outputs)")
         return 1
     for d in dirs:
         ba, sq = map(int, CASE.search(d).groups())

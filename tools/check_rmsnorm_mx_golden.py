@@ -2,7 +2,7 @@
 or the test's?
 
 Cases: every ``test_rmsnorm_mx_quantize_tkg.py::TestRmsNormQuantizeMxTKGKernel::test_rmsnorm_mx_quantize_tkg*`` test.
-Run them with ``tools/run_nki_library.py --platform trn3 --keep-tmp ...`` and pass the kept run directory:
+Run them with ``tools/run_nki_library.py --platform trn3 --keep-tmp --keep-outputs ...`` and pass the kept run directory:
 
     .venv/bin/python tools/check_rmsnorm_mx_golden.py /tmp/trnsim-nkilib-XXXX
 
@@ -89,7 +89,7 @@ def check(d, residual, B, S, H, HA):
 def main(run_dir):
     dirs = [d for d in sorted(glob.glob(run_dir + "/out/out-test_rmsnorm_mx_quantize_tkg*")) if CASE.search(d)]
     if not dirs:
-        print(f"no rmsnorm_mx_quantize_tkg case in {run_dir}/out")
+        print(f"no rmsnorm_mx_quantize_tkg case in {run_dir}/out (the runner keeps each test\'s inputs and outputs only with --keep-tmp --keep-outputs)")
         return 1
     for d in dirs:
         m = CASE.search(d)
