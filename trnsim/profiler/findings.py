@@ -237,8 +237,8 @@ def findings(tl: Timeline, limit=6):
                                   f"{'the DMA queues' if top[0] == 'dma' else 'the ' + top[0] + ' engine'}"))
     if crit.get("wait", 0.0) >= 0.2:
         out.append((crit["wait"] * tot, f"{100 * crit['wait']:.0f}% of the critical path is waiting (semaphores "
-                                        f"between engines, static latency of dependent tiny instructions, DMA fixed "
-                                        f"cost): fuse or batch dependent small instructions"))
+                                        f"between engines or cores, descriptor generation before transfers): fewer "
+                                        f"synchronisations, dge_mode=none where the access pattern allows it"))
     mfu = tl.mfu
     h = hfu(tl)
     if h > 0.05 and mfu < 0.5 * h:
