@@ -124,8 +124,14 @@ def _clocks(tensor, vector, scalar, gpsimd):
 
 _COMMON_OVERHEADS = dict(
     min_ii_cycles=64,            # isa-cost: MIN_II about 64 engine cycles
-    static_overhead_cycles=100,  # isa-cost: about 100 cycles of static overhead for a tiny/dependent instruction
-    access_request_cycles=60,    # isa-cost: about 60 cycles per SBUF/PSUM access request
+    # hardware.md instruction cost model, "static overhead" row: "about 100 cycles for a tiny or dependent
+    # instruction" (trainium_inferentia2_arch.rst: "add a static instruction overhead of 100 engine cycles to the
+    # above execution cost estimate" for an instruction depending on the previous one's output)
+    static_overhead_cycles=100,
+    # same row: "about 60 cycles per SBUF/PSUM access request" (trainium_inferentia2_arch.rst, "Tensor access
+    # overhead": initiating a tensor access request to the SBUF/PSUM read/write interface, approximately 60 cycles
+    # on NeuronCore-v2, which engines "can typically hide ... through instruction level parallelism")
+    access_request_cycles=60,
     gpsimd_fixed_cycles=150,     # isa-cost: GpSimd instructions about 150 + N cycles
     dynamic_offset_cycles=600,   # isa-cost: dynamic (register) offset max(about 600, N)
     vector_sbuf_fmax=64 * 1024,  # hardware.md memory rules: vector free size up to 64K elements from SBUF
@@ -152,10 +158,13 @@ _COMMON_OVERHEADS = dict(
     fp32_matmul_slowdown=4,      # arch / isa-cost: FP32 matmul costs 4x (20 vs 79 TFLOPS)
 )
 
-# The cross-engine semaphore wait is not published separately; the measured 189 ns per dependent 1-element
-# instruction on NeuronCore-v2 (isa-cost) minus its ~100-cycle static overhead at 1.4 GHz (~71 ns) leaves
-# ~118 ns, which trnsim charges as the semaphore latency between engines.
-_SEMAPHORE_NS = 189.0 - 100 / 1.4
+# The cross-engine semaphore wait of the compute engines is not published (hardware.md gives none; the Neuron docs
+# say only that engines synchronise "through atomic semaphores in hardware", trainium_inferentia2_arch.rst), so
+# trnsim charges none beyond the latency every dependency already has (the scheduler: cost + static overhead + 60
+# cycles per SBUF/PSUM access request).  Earlier trnsim derived 118 ns here from the 189 ns dependent chain; that
+# chain is measured on ONE engine (nki_perf_guide.rst, Opt #5a: back-to-back dependent ScalarE activations,
+# "189 ns (264 ScalarE cycles on NC-v2)"), so it holds no cross-engine cost (docs/notes/s16e.md).
+_SEMAPHORE_NS = 0.0
 
 
 TRN1 = Target(

@@ -8,6 +8,8 @@ Uses only trnsim's public API, so it runs against an older tree too:
 
 (with the old tree first on the path, ``trnsim`` is the old one).  Prints one line per kernel: simulated total
 ns, DMA engines' busy ns, and the Timeline's findings (if the tree has ``trnsim.profiler.findings``).
+``--out FILE`` writes them; ``--compare BEFORE`` reads such a file from the old tree and prints the before / after
+table (``before_after.md`` in this directory is that table for the last timing-model change).
 """
 
 from __future__ import annotations
@@ -120,27 +122,92 @@ def cases():
     return out
 
 
-def main():
+def run():
+    """``[(name, total ns, DMA engines' busy ns, findings)]`` of every case on the trnsim being imported."""
     try:
         from trnsim.profiler.findings import findings
     except ImportError:
         findings = None
-    print(f"trnsim from {trnsim.__file__}")
+    out = []
     for name, (fn, args, grid, tg, *ex) in cases().items():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:     # shape-only, but a gather needs its indices' values (execute)
                 res = run_kernel(fn, args, {}, grid, tg, execute=bool(ex and ex[0]))
             except Exception as exc:         # a kernel that does not take this dtype or target
-                print(f"| {name} | refused: {type(exc).__name__} | |")
+                out.append((name, None, f"refused: {type(exc).__name__}", []))
                 continue
             tl = schedule(res.cores)
         dma = sum(w * q for e, w, q in zip(tl.engine, tl.work, tl.nqueues) if e == "dma")
-        print(f"| {name} | {tl.total_ns:.1f} | {dma:.1f} |")
-        if findings is not None:
-            for f in findings(tl, limit=3):
-                print(f"|   | finding: {f} | |")
+        out.append((name, tl.total_ns, dma, findings(tl, limit=3) if findings is not None else []))
+    return out
+
+
+def render(rows):
+    lines = []
+    for name, tot, dma, fs in rows:
+        lines.append(f"| {name} | refused | {dma} |" if tot is None else f"| {name} | {tot:.1f} | {dma:.1f} |")
+        lines += [f"|   | finding: {f} | |" for f in fs]
+    return lines
+
+
+def parse(text):
+    """The rows of an earlier run's output (``render``'s lines): ``{name: (total or None, [findings])}``."""
+    out = {}
+    name = None
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 2:
+            continue
+        if cells[0] == "" and cells[1].startswith("finding: ") and name is not None:
+            out[name][1].append(cells[1][len("finding: "):])
+        elif cells[0]:
+            name = cells[0]
+            try:
+                out[name] = (float(cells[1]), [])
+            except ValueError:
+                out[name] = (None, [])
+    return out
+
+
+def compare(before, rows):
+    """Markdown: each kernel's total before and after, the change, the findings after, and the findings of before
+    that are gone."""
+    lines = ["| kernel | before ns | after ns | change |", "|---|---|---|---|"]
+    for name, tot, _, fs in rows:
+        b, bfs = before.get(name, (None, []))
+        if tot is None or b is None:
+            lines.append(f"| {name} | {b if b is not None else '-'} | {tot if tot is not None else 'refused'} | |")
+        else:
+            lines.append(f"| {name} | {b:.1f} | {tot:.1f} | {100 * (tot - b) / b:+.1f}% |")
+        lines += [f"|   | after: {f} | | |" for f in fs]
+        lines += [f"|   | before only: {f} | | |" for f in bfs if f not in fs]
+    return lines
+
+
+def main(argv=None):
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.microbench.before_after")
+    ap.add_argument("--out", metavar="FILE", help="also write this run's lines to FILE")
+    ap.add_argument("--compare", metavar="BEFORE", help="a file an earlier run wrote with --out: print the "
+                    "before / after table instead")
+    ap.add_argument("--title", default="", help="a first line for the --out file (with --compare)")
+    a = ap.parse_args(argv)
+    print(f"trnsim from {trnsim.__file__}")
+    rows = run()
+    if a.compare:
+        with open(a.compare) as f:
+            lines = compare(parse(f.read()), rows)
+        if a.title:
+            lines = [a.title, ""] + lines
+    else:
+        lines = render(rows)
+    print("\n".join(lines))
     sys.stdout.flush()
+    if a.out:
+        from trnsim.fileio import atomic_write
+        with atomic_write(a.out) as f:
+            f.write("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -99,6 +99,8 @@ def _cases():
         "stream": (stream, (np.zeros((128, 64), np.float32),), (1,), {"n": 300}),
         "pressure": (pressure, (np.zeros((128, 8192), np.float32),), (1,), {"n": 40}),
         "stream_2_cores": (stream, (np.zeros((128, 64), np.float32),), (2,), {"n": 50}),
+        # dependent instructions with 1 to 3 SBUF/PSUM operands (their latency counts each access request)
+        "operand_chain": (ts.operand_chain, (b(128, 128), b(128, 512)), (1,)),
     })
     try:
         from trnsim.kernels.library.matmul_blocked import blocked_matmul

@@ -244,7 +244,8 @@ def schedule_core_fast(core, hbm_bytes_per_ns, ns_over=None):
             arrs["eng"], arrs["dma_code"], arrs["clk"], arrs["cycles"], arrs["ns"], arrs["pre"], arrs["rows"],
             arrs["part0"], arrs["nbytes"], arrs["ptr"], arrs["nw"], arrs["op_b"], arrs["op_lo"], arrs["op_hi"],
             arrs["op_v"], arrs["v_pitch"], arrs["v_c0"], arrs["v_c1"], arrs["v_size"], arrs["b_mem"],
-            arrs["b_size"], float(tg.static_overhead_cycles), float(tg.semaphore_ns), float(tg.dma_fixed_ns),
+            arrs["b_size"], float(tg.static_overhead_cycles), float(tg.access_request_cycles),
+            float(tg.semaphore_ns), float(tg.dma_fixed_ns),
             int(tg.dma_engines_per_core), int(tg.dma_partitions_per_engine), float(hbm_bytes_per_ns),
             int(tg.sbuf_partition_bytes), int(tg.psum_partition_bytes), int(tg.sbuf_partitions),
             int(tg.psum_partitions), arrs["dge_m"], arrs["dge_q"], arrs["dge_c"], QUEUE_KEYS)

@@ -202,7 +202,7 @@ def _heap_pop(ht, hs, hz, hp, hn):
 @njit(cache=True)
 def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, ptr, nw,
                     op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, v_size, b_mem, b_size,
-                    static, sema, fixed, nq, ppe, hbm_bytes_per_ns, cap_sbuf, cap_psum, parts_sbuf, parts_psum,
+                    static, acc, sema, fixed, nq, ppe, hbm_bytes_per_ns, cap_sbuf, cap_psum, parts_sbuf, parts_psum,
                     dge_m, dge_q, dge_c, nqk):
     n = eng.shape[0]
     nb = b_mem.shape[0]
@@ -582,7 +582,11 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
             start[idx] = st
             dstart[idx] = st
             end[idx] = fin
-            d = st + (cyc if cyc > static else static) / ck
+            nacc = 0                               # SBUF/PSUM access requests: one per on-chip operand
+            for j in range(w0, r1):
+                if b_mem[op_b[j]] != 0:
+                    nacc += 1
+            d = st + (cyc + static + acc * nacc) / ck
             done[idx] = d
             eng_free[e] = fin
             eng_last[e] = idx

@@ -6,9 +6,13 @@ The model (every figure from the target, which takes it from shared/hardware.md)
   starts when its engine is free and the instructions it depends on have finished.  Dependencies are overlaps of
   the memory they touch (read after write, write after read, write after write; see ``deps.py``).
 * Duration: the ISA's cost formula in engine cycles at the target's clock for that engine.  The engine can take
-  the next instruction after that (pipelining); the *result* is ready no sooner than the static overhead
-  (``static_overhead_cycles``, about 100 cycles) after the start, so a chain of tiny dependent instructions costs
-  the static overhead each.  A dependency across engines adds the semaphore latency (``semaphore_ns``).  Same-
+  the next instruction after that (pipelining: independent instructions hide their fixed latencies, "instruction
+  level parallelism"); the *result* is committed (``done``) after the cost plus the static overhead
+  (``static_overhead_cycles``, about 100 cycles, "added to the execution cost estimate" of a dependent
+  instruction) plus about 60 cycles per SBUF/PSUM access request (``access_request_cycles``; one request per
+  SBUF/PSUM operand the instruction reads or writes), so a dependent instruction waits for all of it ("cannot
+  start data read until the previous instruction has all of its output committed", nki_perf_guide).  A
+  dependency across engines adds the semaphore latency (``semaphore_ns``: no published figure, 0).  Same-
   engine write-after-write and write-after-read are satisfied by program order (so matmuls accumulating into one
   PSUM tile stream back to back, as an accumulation group does).
 * Tensor Engine: each matmul's stationary load (``pre`` cycles, the min(64, N_stationary) term) overlaps the
@@ -234,6 +238,7 @@ def _schedule_core(core, hbm_bytes_per_ns=None, progress=None, progress_base=0, 
     cid = core.core_id
     clock = {e: tg.engine_clock_hz[e] * 1e-9 for e in _ENGINE_ORDER}    # cycles per ns
     static = tg.static_overhead_cycles
+    acc = tg.access_request_cycles
     sema = tg.semaphore_ns
     fixed = tg.dma_fixed_ns
     nq = tg.dma_engines_per_core
@@ -534,7 +539,14 @@ def _schedule_core(core, hbm_bytes_per_ns=None, progress=None, progress_base=0, 
             start[idx] = st
             dstart[idx] = st
             end[idx] = fin
-            d = st + (cyc if cyc > static else static) / clk
+            nacc = 0                           # SBUF/PSUM access requests: one per on-chip operand
+            for op in writes:
+                if trackers[op[0]].mem != "hbm":
+                    nacc += 1
+            for op in reads:
+                if trackers[op[0]].mem != "hbm":
+                    nacc += 1
+            d = st + (cyc + static + acc * nacc) / clk
             done[idx] = d
             eng_free[e] = fin
             eng_last[e] = idx

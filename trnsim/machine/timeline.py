@@ -202,8 +202,10 @@ class Timeline:
         return path
 
     def critical_path_share(self) -> dict:
-        """Fraction of the total time the critical path spends on each engine ("wait": semaphores, static
-        latencies and gaps between its instructions; a DMA's fixed cost counts as "dma")."""
+        """Fraction of the total time the critical path spends on each engine, each instruction from its start to
+        its result (its fixed latency after the cost included: static overhead and access requests); "wait": the
+        gaps between its instructions (semaphores, descriptor generation before a transfer); a DMA's fixed cost
+        counts as "dma"."""
         if "crit" in self._cache:
             return self._cache["crit"]
         tot = self.total_ns

@@ -4,6 +4,10 @@
   instruction could not start although its engine was free, because it waited for a semaphore of another
   engine's instruction (``evt_wait``) or for a DMA transfer (``dma_wait``).  For a DMA transfer, ``dma_wait`` is
   the time its data waited for busy DMA engines after its fixed cost.
+* ``dependency_latency(tl)``: the part of the critical path that is instructions' fixed latency after their
+  cost (the static overhead and the SBUF/PSUM access requests a dependent instruction waits for, see
+  ``machine/scheduler.py``); ``dge_time(tl)``: descriptor generation per mode, how much of the time transfers
+  waited for it and how much of the critical path it is.
 * ``findings(tl)`` turns the Timeline into a few sentences with the figures behind them ("Tensor Engine idle
   waiting for DMA 54% of the time"), each computed from the rows, never from a model of the kernel.
 """
@@ -12,7 +16,7 @@ from __future__ import annotations
 
 from ..machine.timeline import Timeline
 
-__all__ = ["waits", "findings", "hfu", "descriptor_overhead", "hbm_peak_share"]
+__all__ = ["waits", "findings", "hfu", "descriptor_overhead", "hbm_peak_share", "dependency_latency", "dge_time"]
 
 _COMPUTE = ("tensor", "vector", "scalar", "gpsimd")
 
@@ -100,6 +104,74 @@ def hbm_peak_share(tl: Timeline):
     return hb / (span * tl.target.hbm_peak_bytes_per_s * 1e-9), span
 
 
+def dependency_latency(tl: Timeline) -> float:
+    """The fraction of the total time the critical path spends in compute instructions' latency after their cost
+    (``end`` to ``done``: the static overhead and SBUF/PSUM access requests their successors waited for)."""
+    tot = tl.total_ns
+    path = tl.critical_path()
+    if tot <= 0 or not path:
+        return 0.0
+    t_after = tl.done[path[0]]
+    lat = 0.0
+    fixed = tl.target.dma_fixed_ns
+    for i in path:                       # the same walk as Timeline.critical_path_share
+        s = tl.start[i]
+        if tl.engine[i] == "dma":
+            s = max(s, tl.data_start[i] - fixed)
+        s = min(s, t_after)
+        if tl.engine[i] != "dma":
+            lat += max(0.0, min(tl.done[i], t_after) - max(tl.end[i], s))
+        t_after = s
+    return lat / tot
+
+
+def dge_time(tl: Timeline):
+    """Descriptor generation on the device (``isa/dma_dge.py``): ``(per_mode, waiting, on_path)`` with
+    ``per_mode[mode] = (DMA instructions, DGE busy ns)`` for "swdge" (on the GpSimd Engine) and "hwdge" (the two
+    hardware DGE blocks); ``waiting``: the fraction of the time at least one transfer was waiting, from its trigger,
+    for its descriptors (queueing for the DGE included); ``on_path``: the fraction of the total time the critical
+    path spends waiting for descriptors (the same, for the transfers on the path)."""
+    tot = tl.total_ns
+    per = {}
+    iv = []
+    spans = {}
+    for r, mode, _, s, e in tl.dge:
+        k = "swdge" if mode == 1 else "hwdge"
+        n, b = per.get(k, (0, 0.0))
+        per[k] = (n + 1, b + (e - s))
+        if e > tl.start[r]:
+            iv.append((tl.start[r], e))
+        spans[r] = (s, e)
+    if tot <= 0 or not per:
+        return per, 0.0, 0.0
+    iv.sort()
+    span = 0.0
+    cs, ce = iv[0] if iv else (0.0, 0.0)
+    for a, b in iv[1:]:
+        if a > ce:
+            span += ce - cs
+            cs, ce = a, b
+        elif b > ce:
+            ce = b
+    span += ce - cs
+    path = tl.critical_path()
+    on = 0.0
+    t_after = tl.done[path[0]] if path else 0.0
+    fixed = tl.target.dma_fixed_ns
+    for i in path:                       # the walk of Timeline.critical_path_share: a DMA row's DGE lies in its wait
+        s = tl.start[i]
+        if tl.engine[i] == "dma":
+            s = max(s, tl.data_start[i] - fixed)
+        s = min(s, t_after)
+        g = spans.get(i)
+        if g is not None:                # the transfer waited from its trigger to its descriptors' end
+            p = tl.bind[i]
+            lo = max(tl.start[i], tl.done[p] if p >= 0 else 0.0)      # from its trigger: queueing included
+            on += max(0.0, min(g[1], s) - lo)
+        t_after = s
+    return per, span / tot, on / tot
+
+
 def findings(tl: Timeline, limit=6):
     """A few sentences on where the time went, most important first."""
     tot = tl.total_ns
@@ -115,15 +187,37 @@ def findings(tl: Timeline, limit=6):
         if not n_e:
             continue
         idle_dma = sum(d for d, x in zip(dma, tl.engine) if x == e)
-        idle_evt = sum(v for v, x in zip(evt, tl.engine) if x == e)
+        # a wait bound to the same engine's previous instruction is that instruction's latency, not a semaphore
+        idle_own = sum(v for v, x, b in zip(evt, tl.engine, tl.bind) if x == e and b >= 0 and tl.engine[b] == e)
+        idle_evt = sum(v for v, x in zip(evt, tl.engine) if x == e) - idle_own
         if idle_dma / (tot * ncores) >= 0.10:
             out.append((idle_dma, f"{e.capitalize()} Engine idle waiting for DMA {100 * idle_dma / (tot * ncores):.0f}% "
                                   f"of the time: more transfers in flight (multi-buffering) or larger ones would "
                                   f"hide it"))
         # semaphore waits matter when the engine is on the critical path (else it simply has little to do)
         if idle_evt / (tot * ncores) >= 0.10 and crit.get(e, 0.0) >= 0.10:
-            out.append((idle_evt, f"{e.capitalize()} Engine waiting on other engines' semaphores "
+            out.append((idle_evt, f"{e.capitalize()} Engine waiting on other engines' results (semaphores) "
                                   f"{100 * idle_evt / (tot * ncores):.0f}% of the time"))
+        if idle_own / (tot * ncores) >= 0.10:
+            out.append((idle_own, f"{e.capitalize()} Engine idle waiting for its own previous instructions' results "
+                                  f"{100 * idle_own / (tot * ncores):.0f}% of the time (each dependent instruction "
+                                  f"waits for the static overhead and SBUF/PSUM access requests of the one before): "
+                                  f"interleave independent tiles or fuse dependent instructions"))
+    lat = dependency_latency(tl)
+    if lat >= 0.10:
+        out.append((lat * tot, f"{100 * lat:.0f}% of the critical path is dependent instructions' fixed latency "
+                               f"(static overhead ~{tl.target.static_overhead_cycles} cycles + "
+                               f"~{tl.target.access_request_cycles} cycles per SBUF/PSUM operand, after each "
+                               f"cost): fewer, larger instructions or independent work between them would hide it"))
+    per, waiting, on_path = dge_time(tl)
+    if per and (on_path >= 0.05 or waiting >= 0.25):
+        what = "; ".join(f"{m} for {n_d} DMA instructions, {b_d / 1e3:.1f} us "
+                         f"{'on the GpSimd Engine' if m == 'swdge' else 'on the two hardware DGE blocks'}"
+                         for m, (n_d, b_d) in sorted(per.items()))
+        out.append((on_path * tot, f"descriptor generation on the device ({what}): transfers were waiting for "
+                                   f"descriptors {100 * waiting:.0f}% of the time, {100 * on_path:.0f}% of the "
+                                   f"critical path; dge_mode=none (pre-computed descriptors) costs nothing on the "
+                                   f"device where the access pattern allows it"))
     over, small = descriptor_overhead(tl)
     dma_busy = sum(v for (c, e), v in busy.items() if e == "dma")
     if small >= 0.25 and over >= 0.10:
@@ -143,8 +237,8 @@ def findings(tl: Timeline, limit=6):
                                   f"{'the DMA queues' if top[0] == 'dma' else 'the ' + top[0] + ' engine'}"))
     if crit.get("wait", 0.0) >= 0.2:
         out.append((crit["wait"] * tot, f"{100 * crit['wait']:.0f}% of the critical path is waiting (semaphores "
-                                        f"between engines, static latency of dependent tiny instructions, DMA fixed "
-                                        f"cost): fuse or batch dependent small instructions"))
+                                        f"between engines or cores, descriptor generation before transfers): fewer "
+                                        f"synchronisations, dge_mode=none where the access pattern allows it"))
     mfu = tl.mfu
     h = hfu(tl)
     if h > 0.05 and mfu < 0.5 * h:

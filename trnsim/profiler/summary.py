@@ -49,7 +49,7 @@ def format_summary(tl: Timeline, title="", top_lines=5) -> str:
     lines.append(f"  {'engine':<10} {'active %':>9} {'critical path %':>16}")
     for e in _ENGINES:
         lines.append(f"  {e:<10} {100 * s['engine_active'][e]:9.2f} {100 * crit.get(e, 0.0):16.2f}")
-    lines.append(f"  {'wait':<10} {'':>9} {100 * crit.get('wait', 0.0):16.2f}   (semaphores, static latency)")
+    lines.append(f"  {'wait':<10} {'':>9} {100 * crit.get('wait', 0.0):16.2f}   (semaphores, descriptor generation)")
     found = findings(tl)
     if found:
         lines.append("  findings:")
