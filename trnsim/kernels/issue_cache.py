@@ -40,6 +40,7 @@ import types
 import numpy as np
 
 from ..memory import HBM, PSUM, Tensor
+from ..machine.replay_gen import compile_program
 from ..memory.dtypes import DType
 
 __all__ = ["enabled", "set_enabled", "issue", "MAX_ENTRIES"]
@@ -259,6 +260,51 @@ def _compile(calls, leaves, loc, probe, fixed):
     return tuple(prog)
 
 
+def _replay_generic(prog, core, loc, leaves):
+    """Replay ``prog`` step by step (``NeuronCore.replay`` for records): what :class:`_Prog`'s generated function
+    does, used by it when the core keeps no columns or a multi-program launch runs."""
+    replay = core.replay
+    for p in prog:
+        if p[0] == 0:
+            replay(p[1], p[2], p[3], p[4], p[5], loc, p[6], p[7], leaves, p[8])
+        else:
+            # the numerics' arguments: the kept values with the call's tensors, core and line put in
+            fa = list(p[2])
+            for pos, i in p[3]:
+                fa[pos] = leaves[i]
+            for pos, code, v in p[4]:
+                fa[pos] = core if code == _CORE else loc if code == _LOC else \
+                    v[0](_resolve(v[1], core, loc, leaves))
+            p[1](*fa)
+
+
+def _seq_expr(v):
+    """A tuple/list argument of a replayed ``compute``, made anew from the call (``_SEQ``)."""
+    return lambda core, loc, leaves: v[0](_resolve(v[1], core, loc, leaves))
+
+
+class _Prog(tuple):
+    """A cached layout's replay program (the steps of :func:`_compile`), with ``run(core, loc, leaves)``: the
+    same steps as straight-line code (``trnsim.machine.replay_gen``), made once per layout."""
+
+    def __init__(self, steps):
+        super().__init__()
+        gen = []
+        for p in steps:
+            if p[0] == 0:
+                _, opcode, engine, wl, rl, cost, flops, pre, dma = p
+                gen.append(("rec", opcode, engine, wl + rl, len(wl), cost, flops, pre, dma))
+            else:
+                _, values_fn, consts, tens, rest = p
+                args = [("const", v) for v in consts]
+                for pos, i in tens:
+                    args[pos] = ("leaf", i)
+                for pos, code, v in rest:
+                    args[pos] = ("core",) if code == _CORE else ("loc",) if code == _LOC else ("expr", _seq_expr(v))
+                gen.append(("call", values_fn, tuple(args)))
+        self.run = compile_program(gen, lambda core, loc, leaves: _replay_generic(self, core, loc, leaves))
+
+
 _HBM_OFF: dict = {}          # instruction function -> whether HBM offsets are in its layouts
 
 
@@ -308,19 +354,7 @@ def issue(fn, core, loc, args, kwargs):
     if prog is not None:
         if prog is False:                  # a layout the cache cannot replay: the function runs whole
             return fn(core, loc, *args, **kwargs)
-        replay = core.replay
-        for p in prog:
-            if p[0] == 0:
-                replay(p[1], p[2], p[3], p[4], p[5], loc, p[6], p[7], leaves, p[8])
-            else:
-                # the numerics' arguments: the kept values with the call's tensors, core and line put in
-                fa = list(p[2])
-                for pos, i in p[3]:
-                    fa[pos] = leaves[i]
-                for pos, code, v in p[4]:
-                    fa[pos] = core if code == _CORE else loc if code == _LOC else \
-                        v[0](_resolve(v[1], core, loc, leaves))
-                p[1](*fa)
+        prog.run(core, loc, leaves)        # straight-line code made for this layout (_Prog)
         return None
     probe = _Probe(core)
     out = fn(probe, loc, *args, **kwargs)
@@ -330,7 +364,7 @@ def issue(fn, core, loc, args, kwargs):
             try:
                 # an operand's offset is in the layout unless left out (HBM operands of offset-free instructions)
                 fixed = [hbm_off or not x.buf.layout_key[1] for x in leaves]
-                prog = _compile(probe._calls, leaves, loc, probe, fixed)
+                prog = _Prog(_compile(probe._calls, leaves, loc, probe, fixed))
             except _Uncacheable:
                 pass
         cache[key] = prog
