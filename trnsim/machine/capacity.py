@@ -268,26 +268,53 @@ def _sweep(tiles, ranges, kind, cap, parts=None, nparts=128):
     """``(peak bytes per partition, (key, position, live) of the first overflow or None)`` of ``kind``'s tiles live
     over ``ranges`` (key -> [first, last, ...] positions), counted per 32-partition quadrant (:class:`_Quadrants`;
     ``parts``: key -> the tile's partitions)."""
+    keys = [key for key, t in tiles.items() if t[0] == kind]
+    # the events in order: by position, a tile's free (after its last access) before any placement at the same
+    # position, ties in the order the tiles were made (placement before free of one tile).  One int per event,
+    # (position * 2 + placing) * 2n + (2j for tile j's placement, 2j + 1 for its free), sorts exactly so.
+    m = 2 * len(keys)
     ev = []
-    for key, (k, size, _, _) in tiles.items():
-        if k == kind:
-            r = ranges[key]
-            ev.append((r[0], 1, size, key))
-            ev.append((r[1] + 1, 0, size, key))      # freed after its last access (frees sort first)
-    ev.sort(key=lambda e: (e[0], e[1]))
+    j2 = 0
+    for key in keys:
+        r = ranges[key]
+        ev.append((r[0] * 2 + 1) * m + j2)
+        ev.append((r[1] + 1) * 2 * m + j2 + 1)
+        j2 += 2
+    ev.sort()
     quads = _Quadrants(nparts)
+    place, where, used = quads.place, quads.where, quads.used
+    nq = len(used)
     peak = 0
     fail = None
     parts = parts or {}
-    for s, add, size, key in ev:
-        if not add:
-            quads.free(key)
+    for e in ev:
+        pa, idx = divmod(e, m)
+        key = keys[idx >> 1]
+        if idx & 1:                          # _Quadrants.free, inline
+            q0, q1, size = where.pop(key)
+            for q in range(q0, q1 + 1):
+                used[q] -= size
             continue
-        live = quads.place(key, size, parts.get(key, nparts), tiles[key][3])
+        tile = tiles[key]
+        size = tile[1]
+        pt = parts.get(key, nparts)
+        if tile[3] is None:                  # _Quadrants.place of an automatically placed tile, inline
+            spans = _SPANS.get((pt, nq)) or _spans(pt, nq)
+            best = None
+            for q0, q1 in spans:
+                top = max(used[q0:q1 + 1]) + size
+                if best is None or top < best[0]:
+                    best = (top, q0, q1)
+            live, q0, q1 = best
+            for q in range(q0, q1 + 1):
+                used[q] += size
+            where[key] = (q0, q1, size)
+        else:
+            live = place(key, size, pt, tile[3])
         if live > peak:
             peak = live
         if live > cap and fail is None:
-            fail = (key, s, live)
+            fail = (key, pa >> 1, live)
     return peak, fail
 
 
@@ -302,6 +329,17 @@ def _starts(parts, nparts):
         return (0,)
     step = 2 * _QUADRANT if parts > _QUADRANT else _QUADRANT
     return tuple(range(0, nparts - parts + 1, step))
+
+
+_SPANS: dict = {}     # (partitions of a tile, quadrants) -> the quadrant spans it may be placed on (_Quadrants.place)
+
+
+def _spans(parts, nq):
+    """The ``(first, last)`` quadrants an automatically placed tile of ``parts`` partitions may span, one per start
+    partition it may have, in a memory of ``nq`` quadrants (memoised in ``_SPANS``)."""
+    sp = _SPANS[(parts, nq)] = [(a // _QUADRANT, (a + max(parts, 1) - 1) // _QUADRANT)
+                                for a in _starts(parts, nq * _QUADRANT)] or [(0, nq - 1)]
+    return sp
 
 
 class _Quadrants:
@@ -324,8 +362,7 @@ class _Quadrants:
             p0, np_ = placement[0], placement[1]
             spans = [(p0 // _QUADRANT, (p0 + max(np_, 1) - 1) // _QUADRANT)]
         else:
-            spans = [(a // _QUADRANT, (a + max(parts, 1) - 1) // _QUADRANT)
-                     for a in _starts(parts, len(used) * _QUADRANT)] or [(0, len(used) - 1)]
+            spans = _SPANS.get((parts, len(used))) or _spans(parts, len(used))
         best = None
         for q0, q1 in spans:
             top = max(used[q0:q1 + 1]) + size
