@@ -318,7 +318,10 @@ def issue(fn, core, loc, args, kwargs):
     try:
         parts = [fn]
         for a in args:
-            if type(a) in _TENSORS:
+            t = type(a)
+            if t in _PLAIN:
+                parts.append((t, a))         # what _arg_key gives a plain value (no tensor type is in _PLAIN)
+            elif t in _TENSORS:
                 # a positional tensor: its layout as the view's number (made once per view) and its alias, two
                 # ints (no other argument adds an int to the key: the rest are (type, value) tuples)
                 buf = a.buf
