@@ -319,9 +319,7 @@ def issue(fn, core, loc, args, kwargs):
         parts = [fn]
         for a in args:
             t = type(a)
-            if t in _PLAIN:
-                parts.append((t, a))         # what _arg_key gives a plain value (no tensor type is in _PLAIN)
-            elif t in _TENSORS:
+            if t in _TENSORS:
                 # a positional tensor: its layout as the view's number (made once per view) and its alias, two
                 # ints (no other argument adds an int to the key: the rest are (type, value) tuples)
                 buf = a.buf
@@ -339,6 +337,8 @@ def issue(fn, core, loc, args, kwargs):
                     lk = _view_key(a)
                 parts.append(lk[0] if hbm_off else lk[1])
                 parts.append(alias)
+            elif t in _PLAIN:
+                parts.append((t, a))         # what _arg_key gives a plain value (no tensor type is in _PLAIN)
             else:
                 parts.append(_arg_key(a, leaves, hbm_off))
         if kwargs:
