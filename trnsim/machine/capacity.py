@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
+
 from ..isa.errors import NkiValidationError
 from ..memory import PSUM, SBUF
 from .reorder import block_range, reordered_positions
@@ -269,6 +271,11 @@ def _sweep(tiles, ranges, kind, cap, parts=None, nparts=128):
     over ``ranges`` (key -> [first, last, ...] positions), counted per 32-partition quadrant (:class:`_Quadrants`;
     ``parts``: key -> the tile's partitions)."""
     keys = [key for key, t in tiles.items() if t[0] == kind]
+    parts = parts or {}
+    if len(keys) >= _VECTOR_MIN:
+        got = _sweep_one_span(keys, tiles, ranges, cap, parts, nparts)
+        if got is not None:
+            return got
     # the events in order: by position, a tile's free (after its last access) before any placement at the same
     # position, ties in the order the tiles were made (placement before free of one tile).  One int per event,
     # (position * 2 + placing) * 2n + (2j for tile j's placement, 2j + 1 for its free), sorts exactly so.
@@ -286,7 +293,6 @@ def _sweep(tiles, ranges, kind, cap, parts=None, nparts=128):
     nq = len(used)
     peak = 0
     fail = None
-    parts = parts or {}
     for e in ev:
         pa, idx = divmod(e, m)
         key = keys[idx >> 1]
@@ -315,6 +321,48 @@ def _sweep(tiles, ranges, kind, cap, parts=None, nparts=128):
             peak = live
         if live > cap and fail is None:
             fail = (key, pa >> 1, live)
+    return peak, fail
+
+
+_VECTOR_MIN = 64   # tiles from which _sweep tries the vectorised sweep
+
+
+def _sweep_one_span(keys, tiles, ranges, cap, parts, nparts):
+    """:func:`_sweep` when every tile is placed automatically on one and the same span of quadrants (e.g. all
+    tiles of more than 96 partitions: each spans all four): then every quadrant of the span holds the same bytes,
+    so a placement's ``top`` is the running sum of sizes after adding it, and the sweep is a sorted cumulative
+    sum (the same events in the same order, as NumPy int64 keys).  None when the tiles do not qualify."""
+    nq = max(1, -(-nparts // _QUADRANT))
+    span = None
+    for key in keys:
+        if tiles[key][3] is not None:
+            return None
+        pt = parts.get(key, nparts)
+        sp = _SPANS.get((pt, nq)) or _spans(pt, nq)
+        if len(sp) != 1 or (span is not None and sp[0] != span):
+            return None
+        span = sp[0]
+    n = len(keys)
+    m = 2 * n
+    first = np.fromiter((ranges[k][0] for k in keys), np.int64, n)
+    last = np.fromiter((ranges[k][1] for k in keys), np.int64, n)
+    size = np.fromiter((tiles[k][1] for k in keys), np.int64, n)
+    if int(last.max()) + 2 >= (1 << 62) // (2 * m):        # keys would not fit in int64
+        return None
+    j2 = np.arange(0, m, 2, dtype=np.int64)
+    ev = np.concatenate(((first * 2 + 1) * m + j2, (last + 1) * 2 * m + j2 + 1))
+    ev.sort()
+    idx = ev % m
+    sz = size[idx >> 1]
+    placing = (idx & 1) == 0
+    live = np.cumsum(np.where(placing, sz, -sz))
+    lp = live[placing]
+    peak = max(0, int(lp.max())) if lp.size else 0
+    over = np.flatnonzero(placing & (live > cap))
+    fail = None
+    if over.size:
+        e = int(over[0])
+        fail = (keys[int(idx[e]) >> 1], (int(ev[e]) // m) >> 1, int(live[e]))
     return peak, fail
 
 
