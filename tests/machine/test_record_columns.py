@@ -126,6 +126,7 @@ def test_records_read_during_the_run_equal_records_read_at_the_end():
     for name in ("record", "record_dma", "replay"):
         mp.setattr(NeuronCore, name, spying(getattr(NeuronCore, name)))
     mp.setattr(issue_cache, "compile_program", spying_program)
+    mp.setattr(issue_cache, "GEN_AFTER", 1)          # every replay through the generated code
     try:
         res = run_kernel(mixed, (x,), {}, (1,), "trn2", execute=False)
     finally:

@@ -283,14 +283,29 @@ def _seq_expr(v):
     return lambda core, loc, leaves: v[0](_resolve(v[1], core, loc, leaves))
 
 
+GEN_AFTER = 8       # replays of a layout done step by step before its straight-line code is made
+
+
 class _Prog(tuple):
     """A cached layout's replay program (the steps of :func:`_compile`), with ``run(core, loc, leaves)``: the
-    same steps as straight-line code (``trnsim.machine.replay_gen``), made once per layout."""
+    steps replayed one by one (:func:`_replay_generic`) for the first ``GEN_AFTER`` replays, then as straight-line
+    code made for the layout (``trnsim.machine.replay_gen``; making it costs about what tens of replays save, so
+    a layout replayed only a few times, as in a short kernel, never pays it)."""
 
     def __init__(self, steps):
         super().__init__()
+        self.n = 0
+        self.run = self._warm
+
+    def _warm(self, core, loc, leaves):
+        n = self.n = self.n + 1
+        if n >= GEN_AFTER:
+            self.run = self._generate()
+        _replay_generic(self, core, loc, leaves)
+
+    def _generate(self):
         gen = []
-        for p in steps:
+        for p in self:
             if p[0] == 0:
                 _, opcode, engine, wl, rl, cost, flops, pre, dma = p
                 gen.append(("rec", opcode, engine, wl + rl, len(wl), cost, flops, pre, dma))
@@ -302,7 +317,7 @@ class _Prog(tuple):
                 for pos, code, v in rest:
                     args[pos] = ("core",) if code == _CORE else ("loc",) if code == _LOC else ("expr", _seq_expr(v))
                 gen.append(("call", values_fn, tuple(args)))
-        self.run = compile_program(gen, lambda core, loc, leaves: _replay_generic(self, core, loc, leaves))
+        return compile_program(gen, lambda core, loc, leaves: _replay_generic(self, core, loc, leaves))
 
 
 _HBM_OFF: dict = {}          # instruction function -> whether HBM offsets are in its layouts

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 __all__ = ["compile_program"]
 
+_CODE: dict = {}     # source -> its compiled module code (compile_program)
+
 
 def _dge_norm(dge):
     if dge is not None and dge[0] == 0 and dge[1] < 0:
@@ -118,8 +120,14 @@ def compile_program(steps, slow):
         w(f"    cols.nw.append({const(nw)})")
         w(f"    cols.nops.append({const(len(ops))})")
     src = "\n".join(lines) + "\n"
+    # the source depends only on the steps' structure (constants are names): compiled once per structure
+    code = _CODE.get(src)
+    if code is None:
+        code = compile(src, "<trnsim issue-cache replay>", "exec")
+        if len(_CODE) < 4096:
+            _CODE[src] = code
     ns = dict(consts)
-    exec(compile(src, "<trnsim issue-cache replay>", "exec"), ns)   # noqa: S102  (source made above, no input)
+    exec(code, ns)   # noqa: S102  (defines run; the source was made above from the steps, no outside input)
     run = ns["run"]
     run.source = src
     return run
