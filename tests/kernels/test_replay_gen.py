@@ -212,7 +212,7 @@ def test_the_generated_code_is_used_and_has_no_loop(monkeypatch):
 
     monkeypatch.setattr(issue_cache, "compile_program", spying)
     fn, args, grid, kw = CASES["varying"]
-    run_kernel(fn, args, kw, grid, "trn2", execute=True)
+    run_kernel(fn, args, dict(kw, n=2 * issue_cache.GEN_AFTER), grid, "trn2", execute=True)
     assert sources and not generic_calls
     assert all(" for " not in s and " while " not in s for s in sources)
     # an HBM operand of dma_copy at a moving offset: its pattern made at replay time, the tile's is a constant

@@ -283,14 +283,16 @@ def _seq_expr(v):
     return lambda core, loc, leaves: v[0](_resolve(v[1], core, loc, leaves))
 
 
-GEN_AFTER = 8       # replays of a layout done step by step before its straight-line code is made
+# replays of a layout done step by step before its straight-line code is made: making it costs 12-16 us (measured,
+# the compiled code shared), each generated replay saves ~0.6 us over the step-by-step one, so it pays from ~25
+# replays on; a short kernel's layouts, replayed a few times each, never pay it
+GEN_AFTER = 32
 
 
 class _Prog(tuple):
     """A cached layout's replay program (the steps of :func:`_compile`), with ``run(core, loc, leaves)``: the
     steps replayed one by one (:func:`_replay_generic`) for the first ``GEN_AFTER`` replays, then as straight-line
-    code made for the layout (``trnsim.machine.replay_gen``; making it costs about what tens of replays save, so
-    a layout replayed only a few times, as in a short kernel, never pays it)."""
+    code made for the layout (``trnsim.machine.replay_gen``)."""
 
     def __init__(self, steps):
         super().__init__()
