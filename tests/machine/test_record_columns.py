@@ -109,9 +109,24 @@ def test_records_read_during_the_run_equal_records_read_at_the_end():
             seen.append(self.instructions[-1])
         return spy
 
+    from trnsim.kernels import issue_cache
+    from trnsim.machine import replay_gen
+
+    def spying_program(steps, slow):
+        # the issue cache's generated replay (replay_gen): read the row after the one record it makes
+        assert [s[0] for s in steps].count("rec") == 1
+        run = replay_gen.compile_program(steps, slow)
+
+        def spy(core, loc, leaves):
+            run(core, loc, leaves)
+            seen.append(core.instructions[-1])
+        return spy
+
     mp = pytest.MonkeyPatch()
     for name in ("record", "record_dma", "replay"):
         mp.setattr(NeuronCore, name, spying(getattr(NeuronCore, name)))
+    mp.setattr(issue_cache, "compile_program", spying_program)
+    mp.setattr(issue_cache, "GEN_AFTER", 1)          # every replay through the generated code
     try:
         res = run_kernel(mixed, (x,), {}, (1,), "trn2", execute=False)
     finally:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import enum
 import functools
+from sys import _getframe
 
 import numpy as np
 
 from .. import isa as _isa
-from ..isa.errors import NkiValidationError, caller_location
+from ..isa.errors import _USER, NkiValidationError, caller_location
 from ..memory import Tensor
 from ..memory.tensor import GatheredView
 from . import issue_cache as _ic
@@ -113,9 +114,14 @@ def _wrap(fn):
         # the hot path of every kernel instruction: the context read inline (current() raises when there is none)
         ctx = getattr(_local, "ctx", None)
         core = (ctx or current()).core
+        # the caller's line: caller_location's answer when the calling frame is kernel source (its memo says so),
+        # else caller_location itself (which walks out of trnsim from here)
+        f = _getframe(1)
+        loc = f.f_code.co_filename
+        loc = (loc, f.f_lineno) if _USER.get(loc) else caller_location()
         if not _ic._enabled:
-            return fn(core, caller_location(), *args, **kwargs)
-        return issue(fn, core, caller_location(), args, kwargs)    # checked once per operand layout
+            return fn(core, loc, *args, **kwargs)
+        return issue(fn, core, loc, args, kwargs)    # checked once per operand layout
     call.__doc__ = fn.__doc__
     call.__module__ = __name__
     return call
@@ -125,7 +131,7 @@ for _n, _f in _isa.INSTRUCTIONS.items():
     globals()[_n] = _wrap(_f)
 del _n, _f
 
-_plain_dma_copy = globals()["dma_copy"]
+_DMA_COPY = _isa.INSTRUCTIONS["dma_copy"]
 
 
 def dma_copy(dst, src, *args, name=None, **kwargs):
@@ -135,7 +141,15 @@ def dma_copy(dst, src, *args, name=None, **kwargs):
     if not isinstance(dst, GatheredView) and not isinstance(src, GatheredView):
         if (getattr(dst, "_bad", None) is None and getattr(src, "_bad", None) is None) or \
                 getattr(kwargs.get("oob_mode"), "name", kwargs.get("oob_mode")) != "skip":
-            return _plain_dma_copy(dst, src, *args, **kwargs)
+            # the wrapped dma_copy's body (_wrap's call), inline: one call less on every DMA of a kernel
+            ctx = getattr(_local, "ctx", None)
+            core = (ctx or current()).core
+            f = _getframe(1)
+            loc = f.f_code.co_filename
+            loc = (loc, f.f_lineno) if _USER.get(loc) else caller_location()
+            if not _ic._enabled:
+                return _DMA_COPY(core, loc, dst, src, *args, **kwargs)
+            return _ic.issue(_DMA_COPY, core, loc, (dst, src) + args, kwargs)
         return _dma_copy_skip_oob(dst, src, *args, **kwargs)
     loc = caller_location()
     core = current().core

@@ -40,6 +40,7 @@ import types
 import numpy as np
 
 from ..memory import HBM, PSUM, Tensor
+from ..machine.replay_gen import compile_program
 from ..memory.dtypes import DType
 
 __all__ = ["enabled", "set_enabled", "issue", "MAX_ENTRIES"]
@@ -259,6 +260,68 @@ def _compile(calls, leaves, loc, probe, fixed):
     return tuple(prog)
 
 
+def _replay_generic(prog, core, loc, leaves):
+    """Replay ``prog`` step by step (``NeuronCore.replay`` for records): what :class:`_Prog`'s generated function
+    does, used by it when the core keeps no columns or a multi-program launch runs."""
+    replay = core.replay
+    for p in prog:
+        if p[0] == 0:
+            replay(p[1], p[2], p[3], p[4], p[5], loc, p[6], p[7], leaves, p[8])
+        else:
+            # the numerics' arguments: the kept values with the call's tensors, core and line put in
+            fa = list(p[2])
+            for pos, i in p[3]:
+                fa[pos] = leaves[i]
+            for pos, code, v in p[4]:
+                fa[pos] = core if code == _CORE else loc if code == _LOC else \
+                    v[0](_resolve(v[1], core, loc, leaves))
+            p[1](*fa)
+
+
+def _seq_expr(v):
+    """A tuple/list argument of a replayed ``compute``, made anew from the call (``_SEQ``)."""
+    return lambda core, loc, leaves: v[0](_resolve(v[1], core, loc, leaves))
+
+
+# replays of a layout done step by step before its straight-line code is made: making it costs 12-16 us (measured,
+# the compiled code shared), each generated replay saves ~0.6 us over the step-by-step one, so it pays from ~25
+# replays on; a short kernel's layouts, replayed a few times each, never pay it
+GEN_AFTER = 32
+
+
+class _Prog(tuple):
+    """A cached layout's replay program (the steps of :func:`_compile`), with ``run(core, loc, leaves)``: the
+    steps replayed one by one (:func:`_replay_generic`) for the first ``GEN_AFTER`` replays, then as straight-line
+    code made for the layout (``trnsim.machine.replay_gen``)."""
+
+    def __init__(self, steps):
+        super().__init__()
+        self.n = 0
+        self.run = self._warm
+
+    def _warm(self, core, loc, leaves):
+        n = self.n = self.n + 1
+        if n >= GEN_AFTER:
+            self.run = self._generate()
+        _replay_generic(self, core, loc, leaves)
+
+    def _generate(self):
+        gen = []
+        for p in self:
+            if p[0] == 0:
+                _, opcode, engine, wl, rl, cost, flops, pre, dma = p
+                gen.append(("rec", opcode, engine, wl + rl, len(wl), cost, flops, pre, dma))
+            else:
+                _, values_fn, consts, tens, rest = p
+                args = [("const", v) for v in consts]
+                for pos, i in tens:
+                    args[pos] = ("leaf", i)
+                for pos, code, v in rest:
+                    args[pos] = ("core",) if code == _CORE else ("loc",) if code == _LOC else ("expr", _seq_expr(v))
+                gen.append(("call", values_fn, tuple(args)))
+        return compile_program(gen, lambda core, loc, leaves: _replay_generic(self, core, loc, leaves))
+
+
 _HBM_OFF: dict = {}          # instruction function -> whether HBM offsets are in its layouts
 
 
@@ -272,7 +335,8 @@ def issue(fn, core, loc, args, kwargs):
     try:
         parts = [fn]
         for a in args:
-            if type(a) in _TENSORS:
+            t = type(a)
+            if t in _TENSORS:
                 # a positional tensor: its layout as the view's number (made once per view) and its alias, two
                 # ints (no other argument adds an int to the key: the rest are (type, value) tuples)
                 buf = a.buf
@@ -290,6 +354,8 @@ def issue(fn, core, loc, args, kwargs):
                     lk = _view_key(a)
                 parts.append(lk[0] if hbm_off else lk[1])
                 parts.append(alias)
+            elif t in _PLAIN:
+                parts.append((t, a))         # what _arg_key gives a plain value (no tensor type is in _PLAIN)
             else:
                 parts.append(_arg_key(a, leaves, hbm_off))
         if kwargs:
@@ -308,19 +374,7 @@ def issue(fn, core, loc, args, kwargs):
     if prog is not None:
         if prog is False:                  # a layout the cache cannot replay: the function runs whole
             return fn(core, loc, *args, **kwargs)
-        replay = core.replay
-        for p in prog:
-            if p[0] == 0:
-                replay(p[1], p[2], p[3], p[4], p[5], loc, p[6], p[7], leaves, p[8])
-            else:
-                # the numerics' arguments: the kept values with the call's tensors, core and line put in
-                fa = list(p[2])
-                for pos, i in p[3]:
-                    fa[pos] = leaves[i]
-                for pos, code, v in p[4]:
-                    fa[pos] = core if code == _CORE else loc if code == _LOC else \
-                        v[0](_resolve(v[1], core, loc, leaves))
-                p[1](*fa)
+        prog.run(core, loc, leaves)        # straight-line code made for this layout (_Prog)
         return None
     probe = _Probe(core)
     out = fn(probe, loc, *args, **kwargs)
@@ -330,7 +384,7 @@ def issue(fn, core, loc, args, kwargs):
             try:
                 # an operand's offset is in the layout unless left out (HBM operands of offset-free instructions)
                 fixed = [hbm_off or not x.buf.layout_key[1] for x in leaves]
-                prog = _compile(probe._calls, leaves, loc, probe, fixed)
+                prog = _Prog(_compile(probe._calls, leaves, loc, probe, fixed))
             except _Uncacheable:
                 pass
         cache[key] = prog

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
+
 from ..isa.errors import NkiValidationError
 from ..memory import PSUM, SBUF
 from .reorder import block_range, reordered_positions
@@ -268,26 +270,99 @@ def _sweep(tiles, ranges, kind, cap, parts=None, nparts=128):
     """``(peak bytes per partition, (key, position, live) of the first overflow or None)`` of ``kind``'s tiles live
     over ``ranges`` (key -> [first, last, ...] positions), counted per 32-partition quadrant (:class:`_Quadrants`;
     ``parts``: key -> the tile's partitions)."""
+    keys = [key for key, t in tiles.items() if t[0] == kind]
+    parts = parts or {}
+    if len(keys) >= _VECTOR_MIN:
+        got = _sweep_one_span(keys, tiles, ranges, cap, parts, nparts)
+        if got is not None:
+            return got
+    # the events in order: by position, a tile's free (after its last access) before any placement at the same
+    # position, ties in the order the tiles were made (placement before free of one tile).  One int per event,
+    # (position * 2 + placing) * 2n + (2j for tile j's placement, 2j + 1 for its free), sorts exactly so.
+    m = 2 * len(keys)
     ev = []
-    for key, (k, size, _, _) in tiles.items():
-        if k == kind:
-            r = ranges[key]
-            ev.append((r[0], 1, size, key))
-            ev.append((r[1] + 1, 0, size, key))      # freed after its last access (frees sort first)
-    ev.sort(key=lambda e: (e[0], e[1]))
+    j2 = 0
+    for key in keys:
+        r = ranges[key]
+        ev.append((r[0] * 2 + 1) * m + j2)
+        ev.append((r[1] + 1) * 2 * m + j2 + 1)
+        j2 += 2
+    ev.sort()
     quads = _Quadrants(nparts)
+    place, where, used = quads.place, quads.where, quads.used
+    nq = len(used)
     peak = 0
     fail = None
-    parts = parts or {}
-    for s, add, size, key in ev:
-        if not add:
-            quads.free(key)
+    for e in ev:
+        pa, idx = divmod(e, m)
+        key = keys[idx >> 1]
+        if idx & 1:                          # _Quadrants.free, inline
+            q0, q1, size = where.pop(key)
+            for q in range(q0, q1 + 1):
+                used[q] -= size
             continue
-        live = quads.place(key, size, parts.get(key, nparts), tiles[key][3])
+        tile = tiles[key]
+        size = tile[1]
+        pt = parts.get(key, nparts)
+        if tile[3] is None:                  # _Quadrants.place of an automatically placed tile, inline
+            spans = _SPANS.get((pt, nq)) or _spans(pt, nq)
+            best = None
+            for q0, q1 in spans:
+                top = max(used[q0:q1 + 1]) + size
+                if best is None or top < best[0]:
+                    best = (top, q0, q1)
+            live, q0, q1 = best
+            for q in range(q0, q1 + 1):
+                used[q] += size
+            where[key] = (q0, q1, size)
+        else:
+            live = place(key, size, pt, tile[3])
         if live > peak:
             peak = live
         if live > cap and fail is None:
-            fail = (key, s, live)
+            fail = (key, pa >> 1, live)
+    return peak, fail
+
+
+_VECTOR_MIN = 64   # tiles from which _sweep tries the vectorised sweep
+
+
+def _sweep_one_span(keys, tiles, ranges, cap, parts, nparts):
+    """:func:`_sweep` when every tile is placed automatically on one and the same span of quadrants (e.g. all
+    tiles of more than 96 partitions: each spans all four): then every quadrant of the span holds the same bytes,
+    so a placement's ``top`` is the running sum of sizes after adding it, and the sweep is a sorted cumulative
+    sum (the same events in the same order, as NumPy int64 keys).  None when the tiles do not qualify."""
+    nq = max(1, -(-nparts // _QUADRANT))
+    span = None
+    for key in keys:
+        if tiles[key][3] is not None:
+            return None
+        pt = parts.get(key, nparts)
+        sp = _SPANS.get((pt, nq)) or _spans(pt, nq)
+        if len(sp) != 1 or (span is not None and sp[0] != span):
+            return None
+        span = sp[0]
+    n = len(keys)
+    m = 2 * n
+    first = np.fromiter((ranges[k][0] for k in keys), np.int64, n)
+    last = np.fromiter((ranges[k][1] for k in keys), np.int64, n)
+    size = np.fromiter((tiles[k][1] for k in keys), np.int64, n)
+    if int(last.max()) + 2 >= (1 << 62) // (2 * m):        # keys would not fit in int64
+        return None
+    j2 = np.arange(0, m, 2, dtype=np.int64)
+    ev = np.concatenate(((first * 2 + 1) * m + j2, (last + 1) * 2 * m + j2 + 1))
+    ev.sort()
+    idx = ev % m
+    sz = size[idx >> 1]
+    placing = (idx & 1) == 0
+    live = np.cumsum(np.where(placing, sz, -sz))
+    lp = live[placing]
+    peak = max(0, int(lp.max())) if lp.size else 0
+    over = np.flatnonzero(placing & (live > cap))
+    fail = None
+    if over.size:
+        e = int(over[0])
+        fail = (keys[int(idx[e]) >> 1], (int(ev[e]) // m) >> 1, int(live[e]))
     return peak, fail
 
 
@@ -302,6 +377,17 @@ def _starts(parts, nparts):
         return (0,)
     step = 2 * _QUADRANT if parts > _QUADRANT else _QUADRANT
     return tuple(range(0, nparts - parts + 1, step))
+
+
+_SPANS: dict = {}     # (partitions of a tile, quadrants) -> the quadrant spans it may be placed on (_Quadrants.place)
+
+
+def _spans(parts, nq):
+    """The ``(first, last)`` quadrants an automatically placed tile of ``parts`` partitions may span, one per start
+    partition it may have, in a memory of ``nq`` quadrants (memoised in ``_SPANS``)."""
+    sp = _SPANS[(parts, nq)] = [(a // _QUADRANT, (a + max(parts, 1) - 1) // _QUADRANT)
+                                for a in _starts(parts, nq * _QUADRANT)] or [(0, nq - 1)]
+    return sp
 
 
 class _Quadrants:
@@ -324,8 +410,7 @@ class _Quadrants:
             p0, np_ = placement[0], placement[1]
             spans = [(p0 // _QUADRANT, (p0 + max(np_, 1) - 1) // _QUADRANT)]
         else:
-            spans = [(a // _QUADRANT, (a + max(parts, 1) - 1) // _QUADRANT)
-                     for a in _starts(parts, len(used) * _QUADRANT)] or [(0, len(used) - 1)]
+            spans = _SPANS.get((parts, len(used))) or _spans(parts, len(used))
         best = None
         for q0, q1 in spans:
             top = max(used[q0:q1 + 1]) + size

@@ -1,0 +1,133 @@
+"""Straight-line replay functions for the issue cache (``trnsim/kernels/issue_cache.py``).
+
+A cached operand layout replays the same steps at every call: the instruction's numerics (a values function
+called with the call's tensors, the core, its source line and constants) and its records.  ``NeuronCore.replay``
+does a record generically (a loop over operand triples, a branch per operand); here one Python function is
+generated per layout, with the constants of every step (engine, cost, opcode, the operands' extents and access
+patterns when the layout fixes them, the occupancy code of each operand) written into it.  It does exactly what
+``NeuronCore.replay`` does, in the same order for each structure it changes (occupancy live ranges, then the
+operand columns, then the per-instruction columns), so records, columns and live ranges are the same objects
+with the same values.  When the core keeps no record columns, or a multi-program launch is running, the generated
+function hands over to ``slow`` (the generic replay), as ``NeuronCore.replay`` does.
+"""
+
+from __future__ import annotations
+
+__all__ = ["compile_program"]
+
+_CODE: dict = {}     # source -> its compiled module code (compile_program)
+
+
+def _dge_norm(dge):
+    if dge is not None and dge[0] == 0 and dge[1] < 0:
+        return None
+    return dge
+
+
+def compile_program(steps, slow):
+    """A function ``run(core, loc, leaves)`` doing ``steps`` in order:
+
+    * ``("call", fn, args)``: ``fn(*resolved)`` where each of ``args`` is ``("const", value)``, ``("leaf", i)``
+      (``leaves[i]``), ``("core",)``, ``("loc",)`` or ``("expr", f)`` (``f(core, loc, leaves)``);
+    * ``("rec", opcode, engine, ops, nw, cost, flops, pre, dma)``: ``NeuronCore.replay`` of one instruction whose
+      operands are ``ops`` (``(leaf index, occupancy code, (lo, hi, view) or None)``, writes first, ``nw`` of
+      them), ``dma`` None or ``(nbytes, rows, part0, dge)``.
+
+    ``slow(core, loc, leaves)`` runs instead when ``core._record`` is off or ``core.programs`` is set."""
+    consts = {"_slow": slow}
+    lines = ["def run(core, loc, leaves):",
+             "    if not core._record or core.programs is not None:",
+             "        return _slow(core, loc, leaves)"]
+
+    def const(v):
+        name = f"K{len(consts)}"
+        consts[name] = v
+        return name
+
+    for step in steps:
+        if step[0] == "call":
+            args = []
+            for a in step[2]:
+                code = a[0]
+                if code == "const":
+                    args.append(const(a[1]))
+                elif code == "leaf":
+                    args.append(f"leaves[{a[1]}]")
+                elif code == "core":
+                    args.append("core")
+                elif code == "loc":
+                    args.append("loc")
+                else:
+                    args.append(f"{const(a[1])}(core, loc, leaves)")
+            lines.append(f"    {const(step[1])}({', '.join(args)})")
+            continue
+        _, opcode, engine, ops, nw, cost, flops, pre, dma = step
+        w = lines.append
+        w("    occ = core.occupancy")
+        w("    ranges = occ.ranges")
+        w("    s = occ.seq")
+        w("    cols = core.columns")
+        used = sorted({i for i, _, _ in ops})
+        for i in used:
+            w(f"    t{i} = leaves[{i}]")
+            w(f"    b{i} = t{i}.buf.id")
+        touched = set()
+        for i, oc, _ in ops:        # the occupancy, operand by operand (NeuronCore.replay's first half)
+            if oc == 1:
+                if i in touched:    # the same tile again in this instruction: its range already ends here
+                    continue
+                touched.add(i)
+                w(f"    rg = ranges.get((b{i}, -1))")
+                w("    if rg is None:")
+                w(f"        occ.touch(t{i}, loc)")
+                w("    else:")
+                w("        rg[1] = s")
+                w("        rg[3] = loc")
+            elif oc:
+                w(f"    occ.touch(t{i}, loc)")
+        los, his, vs = [], [], []
+        for j, (i, oc, tm) in enumerate(ops):
+            if tm is None:          # an operand whose offset the layout leaves free: its pattern now
+                w(f"    v{j} = (t{i}.offset, t{i}.shape, t{i}.strides) if t{i}._rv is None else t{i}._rv.sched(t{i})")
+                w(f"    v{j} = core._views.setdefault(v{j}, v{j})")
+                w(f"    lo{j}, hi{j} = t{i}._ext or t{i}.extent()")
+                los.append(f"lo{j}")
+                his.append(f"hi{j}")
+                vs.append(f"v{j}")
+            else:
+                los.append(const(tm[0]))
+                his.append(const(tm[1]))
+                vs.append(const(tm[2]))
+        if ops:
+            tup = lambda xs: "(" + ", ".join(xs) + ",)"  # noqa: E731
+            w(f"    cols.b += {tup([f'b{i}' for i, _, _ in ops])}")
+            w(f"    cols.lo += {tup(los)}")
+            w(f"    cols.hi += {tup(his)}")
+            w(f"    cols.v += {tup(vs)}")
+        w("    occ.seq = s + 1")
+        if dma is not None:
+            w("    cols.dma.append(len(cols.eng))")
+            w(f"    cols.dge.append({const(_dge_norm(dma[3]))})")
+            w(f"    cols.rows.append({const(dma[1])})")
+            w(f"    cols.part0.append({const(dma[2])})")
+            w(f"    cols.nbytes.append({const(dma[0])})")
+        w(f"    cols.eng.append({const(engine)})")
+        w(f"    cols.cost.append({const(cost)})")
+        w(f"    cols.pre.append({const(pre)})")
+        w(f"    cols.opcode.append({const(opcode)})")
+        w(f"    cols.flops.append({const(flops)})")
+        w("    cols.loc.append(loc)")
+        w(f"    cols.nw.append({const(nw)})")
+        w(f"    cols.nops.append({const(len(ops))})")
+    src = "\n".join(lines) + "\n"
+    # the source depends only on the steps' structure (constants are names): compiled once per structure
+    code = _CODE.get(src)
+    if code is None:
+        code = compile(src, "<trnsim issue-cache replay>", "exec")
+        if len(_CODE) < 4096:
+            _CODE[src] = code
+    ns = dict(consts)
+    exec(code, ns)   # noqa: S102  (defines run; the source was made above from the steps, no outside input)
+    run = ns["run"]
+    run.source = src
+    return run
