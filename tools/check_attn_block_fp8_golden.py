@@ -156,7 +156,8 @@ def _with_kernel_q(T, cfg, ki):
     the kernel's first attention matmul, Q . K, in core/attention/attention_tkg.py), matched to the reference's query
     per batch by direction and brought to its scale (the kernel folds the softmax scale elsewhere).  The kernel
     computes Q through bf16 tiles (QKV output, QK RMSNorm, RoPE) where the reference stays in float32; ``--audit``
-    checks each of those instructions.  None when the query cannot be matched."""
+    checks each of those instructions.  A moving operand of d_head partitions holds one query per column (several
+    tokens per step).  None when the query cannot be matched."""
     import inspect
     import nki
     import nki.isa as nisa
@@ -185,7 +186,8 @@ def _with_kernel_q(T, cfg, ki):
         if f.filename.endswith("core/attention/attention_tkg.py") and "moving" in k:
             first.append(first[0] if first else f.lineno)
             if f.lineno == first[0]:
-                qs.append(k["moving"].np.astype(np.float64).ravel().copy())
+                m = k["moving"].np.astype(np.float64)
+                qs.extend(m.reshape(m.shape[0], -1).T.copy() if m.shape[0] == cfg.d_head else [m.ravel().copy()])
         return r
     try:
         with _Fp8AfterClip():
