@@ -193,12 +193,24 @@ _F32 = np.dtype(np.float32)
 
 
 def _tensor_tensor_values(core, loc, dst, data1, data2, fn, bitvec):
-    a = read(core, data1, "data1", "tensor_tensor", loc)
-    b = read(core, data2, "data2", "tensor_tensor", loc)
+    if core.strict:
+        a = read(core, data1, "data1", "tensor_tensor", loc)
+        b = read(core, data2, "data2", "tensor_tensor", loc)
+    else:
+        # read() without strict mode is the operand's NumPy view: the view a tensor keeps (Tensor._np) when it
+        # has one, else Tensor.np (which makes it, or converts a dtype-reinterpreting view)
+        a = data1._np
+        if a is None:
+            a = data1.np
+        b = data2._np
+        if b is None:
+            b = data2.np
     if a.shape != b.shape:
         b = b.reshape(a.shape)
     if fn in _F32_OUT and a.dtype is _F32 and b.dtype is _F32 and dst.dtype._round is None:
-        d = dst.np
+        d = dst._np
+        if d is None:
+            d = dst.np
         if d.dtype is _F32 and d.shape == a.shape:
             # fp32 in, fp32 out, no rounding: the result goes straight into the tile (no temporary, no copy)
             fn(a, b, out=d)
