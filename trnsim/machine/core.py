@@ -118,8 +118,12 @@ class NeuronCore:
         tensor (``[B, par_dim(P), F]``, laid out ``[P, B, F]``) passes ``block`` (elements per partition of one
         block, prod(F)) and ``block_shape`` (B): each block is a tile with its own live range."""
         track = kind == PSUM or self.strict
-        buf = Buffer(self.space(kind), dtype, shape, name=name, execute=self.execute, track_written=track,
-                     address=address, block=block, block_shape=block_shape)
+        if address is None and not block and (kind == SBUF or kind == PSUM) and type(shape) is tuple:
+            # a plain tile (the common case, every iteration of a loop body): Buffer.tile makes the same buffer
+            buf = Buffer.tile(self.sbuf if kind == SBUF else self.psum, dtype, shape, name, self.execute, track)
+        else:
+            buf = Buffer(self.space(kind), dtype, shape, name=name, execute=self.execute, track_written=track,
+                         address=address, block=block, block_shape=block_shape)
         self.buffers[buf.id] = (buf.kind, buf.bytes_pp, buf.partitions, dtype.itemsize)
         return buf
 

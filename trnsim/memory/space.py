@@ -28,6 +28,9 @@ ON_CHIP = (SBUF, PSUM)
 
 _ids = itertools.count(1)
 _SHAPES: dict = {}     # a shape as given -> (the shape as a tuple of ints, its element count), worked out once
+# (shape as given, id(dtype), kind) -> (dtype, shape as ints, elements, elements per partition, bytes per partition)
+# of an on-chip buffer already made by the general constructor: Buffer.tile's geometry
+_TILE_GEOM: dict = {}
 
 
 class OutOfMemory(MemoryError):
@@ -89,6 +92,27 @@ class MemorySpace:
         if self.live > self.peak:
             self.peak = self.live
         return addr
+
+    def take(self, size: int, what: str = "tensor") -> int:
+        """:meth:`allocate`, quicker when the first free range starts on an aligned address that places the tile
+        there (the usual case: the bottom of the space is free); otherwise :meth:`allocate` itself."""
+        free = self._free
+        if free and size <= self.capacity:
+            start, fsize = free[0]
+            bank = self.bank_bytes
+            # what _place decides for the first range when its start needs no rounding up: the tile goes there
+            if size <= fsize and not start % self.align and (
+                    not bank or size > bank or start // bank == (start + size - 1) // bank):
+                if size < fsize:
+                    free[0] = (start + size, fsize - size)
+                else:
+                    del free[0]
+                live = self.live + size
+                self.live = live
+                if live > self.peak:
+                    self.peak = live
+                return start
+        return self.allocate(size, what)
 
     def _oom_message(self, size, what):
         unit = " per partition" if self.on_chip else ""
@@ -169,6 +193,10 @@ class Buffer:
         on_chip = self.kind in ON_CHIP
         self.pfree = (n // self.shape[0] if self.shape and self.shape[0] else 0) if on_chip else n
         self.bytes_pp = self.pfree * dtype.itemsize if on_chip else n * dtype.itemsize
+        if on_chip and sn is not None and type(shape) is tuple and len(_TILE_GEOM) < 4096:
+            # what Buffer.tile needs to make the next buffer of this shape, dtype and kind (the dtype object kept,
+            # so its id is not reused while the entry lives; a hit checks it)
+            _TILE_GEOM.setdefault((shape, id(dtype), self.kind), (dtype, self.shape, n, self.pfree, self.bytes_pp))
         self.addr = 0
         # block tensors ([B, par_dim(P), F] laid out as P partitions of B blocks): elements per partition of one
         # block (0: not a block tensor) and the block dims; set by the front end.  placement: an explicit
@@ -207,6 +235,49 @@ class Buffer:
         self.written = None
         if track_written and execute:
             self.written = np.full(n, data is not None, dtype=np.bool_)
+
+    @classmethod
+    def tile(cls, space: MemorySpace, dtype: DType, shape: tuple, name: str, execute: bool, track_written: bool):
+        """``Buffer(space, dtype, shape, name=name, execute=execute, track_written=track_written)`` for an on-chip
+        ``space`` (no data, no explicit address, not a block tensor): the same buffer, made without the general
+        constructor's branches (a loop body allocates its tiles through here every iteration)."""
+        g = _TILE_GEOM.get((shape, id(dtype), space.kind))
+        if g is None or g[0] is not dtype:
+            return cls(space, dtype, shape, name=name, execute=execute, track_written=track_written)
+        _, shp, n, pfree, bpp = g
+        self = object.__new__(cls)
+        self.id = next(_ids)
+        self.space = space
+        self.kind = space.kind
+        self.dtype = dtype
+        self.shape = shp
+        self.nelem = n
+        self.name = name
+        self.pfree = pfree
+        self.bytes_pp = bpp
+        self.addr = 0
+        self.block = 0
+        self.block_shape = None
+        self.placement = None
+        self.layout_key = None
+        self._release = None
+        if bpp > space.capacity:
+            raise OutOfMemory(space._oom_message(bpp, f"tensor {name!r}" if name else "a tensor"))
+        addr = space.take(bpp, f"tensor {name!r}" if name else "a tensor")
+        if addr >= 0:
+            self.addr = addr
+            self._release = (space, addr, bpp)
+        self.all_written = False
+        self.written = None
+        if execute:
+            self._data = np.empty(n, dtype=dtype.storage)
+            self.fresh = True
+            if track_written:
+                self.written = np.full(n, False, dtype=np.bool_)
+        else:
+            self._data = None
+            self.fresh = False
+        return self
 
     @property
     def data(self):
