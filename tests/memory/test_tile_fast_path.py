@@ -243,3 +243,31 @@ def test_tensor_tensor_values_bitvec_and_strict():
         d, a, b = _setup(core, ("fresh", "float32", "float32"), 3, False)
         with pytest.raises(NkiValidationError, match="never written"):
             impl(core, None, a, d, b, np.add, False)
+
+
+def test_bf16_round_in_place_matches_formula():
+    """_bf16_round (worked in one array) against the same formula written with temporaries, and against
+    ml_dtypes' round to nearest even, on random bit patterns (NaN, inf, subnormals, ties) and 0-d input."""
+    import ml_dtypes
+    from trnsim.memory.dtypes import _bf16_round
+
+    def formula(x):
+        x = np.asarray(x, dtype=np.float32)
+        bits = x.view(np.uint32)
+        lsb = (bits >> 16) & 1
+        r = ((bits + np.uint32(0x7FFF) + lsb) & np.uint32(0xFFFF0000)).view(np.float32)
+        return np.where(np.isnan(x), x, r)
+
+    rng = np.random.default_rng(3)
+    bits = rng.integers(0, 2 ** 32, 200000, dtype=np.uint64).astype(np.uint32)
+    bits[:4] = [0x7F800000, 0xFF800000, 0x7FC00001, 0xFFFFFFFF]          # +-inf, NaNs
+    bits[4:8] = [0x3F808000, 0x3F818000, 0x00008000, 0x7F7FFFFF]         # ties to even, subnormal tie, max
+    x = bits.view(np.float32)
+    got = _bf16_round(x)
+    assert got.view(np.uint32).tobytes() == formula(x).view(np.uint32).tobytes()
+    fin = ~np.isnan(x)
+    ref = x[fin].astype(ml_dtypes.bfloat16).astype(np.float32)
+    assert np.array_equal(got[fin].view(np.uint32), ref.view(np.uint32))
+    assert np.isnan(got[~fin]).all() and (~fin).sum() > 100
+    assert x.view(np.uint32).tobytes() == bits.tobytes()                  # the input is not modified
+    assert float(_bf16_round(np.float32(1.00390625))) == 1.0              # 0-d: a tie rounds to even

@@ -92,8 +92,13 @@ def _bf16_round(x):
     ml_dtypes; NaN stays NaN and infinities stay infinite."""
     x = np.asarray(x, dtype=np.float32)
     bits = x.view(np.uint32)
-    lsb = (bits >> 16) & 1
-    rounded = ((bits + np.uint32(0x7FFF) + lsb) & np.uint32(0xFFFF0000)).view(np.float32)
+    # bits + 0x7FFF + lsb, masked, worked in one new array (uint32 addition wraps the same in any order)
+    r = bits >> 16
+    r &= 1
+    r += np.uint32(0x7FFF)
+    r += bits
+    r &= np.uint32(0xFFFF0000)
+    rounded = r.view(np.float32)
     nan = np.isnan(x)
     if nan.any():
         rounded = np.where(nan, x, rounded)
