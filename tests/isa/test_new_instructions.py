@@ -376,6 +376,28 @@ def test_quantize_mx_then_matmul_mx(x4, emax, big, ml, p):
     np.testing.assert_allclose(dst.np, 2 * ref, rtol=1e-5, atol=1e-6 * np.abs(ref).max())
 
 
+def test_matmul_mx_in_strict_mode_reads_only_the_scale_rows_of_each_quadrant():
+    # strict mode refuses reads of never-written memory; nc_matmul_mx uses only partitions 32q..32q+3 of a scale
+    # tile, so scales written there alone (the rest never written) must not be refused, and an unwritten scale row
+    # must be
+    from trnsim.isa.errors import NkiValidationError
+    core = NeuronCore("trn3", strict=True)
+    p, f = 64, 8
+    q = tile(core, np.zeros((p, f // 4), np.uint32), "float8_e4m3fn_x4")
+    sc = empty(core, (p, f // 4), "uint8")
+    rows = 32 * (np.arange(p // 8) // 4) + np.arange(p // 8) % 4
+    for r in rows:
+        isa.memset(core, LOC, sc[int(r):int(r) + 1], 127)
+    dst = empty(core, (f // 4, f // 4), "float32", PSUM)
+    isa.nc_matmul_mx(core, LOC, dst, q, q, sc, sc)
+    np.testing.assert_array_equal(dst.np, 0.0)
+    sc2 = empty(core, (p, f // 4), "uint8")
+    for r in rows[:-1]:                                   # the last scale row never written
+        isa.memset(core, LOC, sc2[int(r):int(r) + 1], 127)
+    with pytest.raises(NkiValidationError, match="never written"):
+        isa.nc_matmul_mx(core, LOC, dst, q, q, sc2, sc)
+
+
 @pytest.mark.parametrize("p", [32, 64])
 def test_quantize_mx_zeroes_the_padding_partitions_of_the_quadrants_it_spans(p):
     core = NeuronCore("trn3")
