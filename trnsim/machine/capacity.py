@@ -289,34 +289,17 @@ def _sweep(tiles, ranges, kind, cap, parts=None, nparts=128):
         j2 += 2
     ev.sort()
     quads = _Quadrants(nparts)
-    place, where, used = quads.place, quads.where, quads.used
-    nq = len(used)
+    place, free = quads.place, quads.free
     peak = 0
     fail = None
     for e in ev:
         pa, idx = divmod(e, m)
         key = keys[idx >> 1]
-        if idx & 1:                          # _Quadrants.free, inline
-            q0, q1, size = where.pop(key)
-            for q in range(q0, q1 + 1):
-                used[q] -= size
+        if idx & 1:
+            free(key)
             continue
         tile = tiles[key]
-        size = tile[1]
-        pt = parts.get(key, nparts)
-        if tile[3] is None:                  # _Quadrants.place of an automatically placed tile, inline
-            spans = _SPANS.get((pt, nq)) or _spans(pt, nq)
-            best = None
-            for q0, q1 in spans:
-                top = max(used[q0:q1 + 1]) + size
-                if best is None or top < best[0]:
-                    best = (top, q0, q1)
-            live, q0, q1 = best
-            for q in range(q0, q1 + 1):
-                used[q] += size
-            where[key] = (q0, q1, size)
-        else:
-            live = place(key, size, pt, tile[3])
+        live = place(key, tile[1], parts.get(key, nparts), tile[3])
         if live > peak:
             peak = live
         if live > cap and fail is None:

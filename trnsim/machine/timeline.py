@@ -113,7 +113,7 @@ class Timeline:
             else:
                 out[(c, e)] = out.get((c, e), 0.0) + (en - s)
         for c, iv in dma_iv.items():
-            out[(c, "dma")] = _union_length(iv)
+            out[(c, "dma")] = union_length(iv)
         for r, mode, _, s, en in self.dge:          # software DGE occupies the GpSimd Engine
             if mode == 1:
                 k = (self.core[r], "gpsimd")
@@ -201,6 +201,26 @@ class Timeline:
             i = self.bind[i]
         return path
 
+    def critical_path_spans(self):
+        """``[(row, s, t)]`` along the critical path, last first: the part ``[s, t)`` of the time each row holds,
+        from its start (a DMA's: its data start less the fixed cost, not the time it queued behind earlier
+        transfers) to the ``s`` of the row after it."""
+        if "spans" in self._cache:
+            return self._cache["spans"]
+        path = self.critical_path()
+        out = []
+        t_after = self.done[path[0]] if path else 0.0
+        fixed = self.target.dma_fixed_ns
+        for i in path:
+            s = self.start[i]
+            if self.engine[i] == "dma":
+                s = max(s, self.data_start[i] - fixed)
+            s = min(s, t_after)
+            out.append((i, s, t_after))
+            t_after = s
+        self._cache["spans"] = out
+        return out
+
     def critical_path_share(self) -> dict:
         """Fraction of the total time the critical path spends on each engine, each instruction from its start to
         its result (its fixed latency after the cost included: static overhead and access requests); "wait": the
@@ -211,19 +231,11 @@ class Timeline:
         tot = self.total_ns
         share = {e: 0.0 for e in ENGINES}
         share["wait"] = 0.0
-        path = self.critical_path()
-        t_after = self.done[path[0]] if path else 0.0
-        fixed = self.target.dma_fixed_ns
-        for i in path:
-            s = self.start[i]
-            if self.engine[i] == "dma":
-                s = max(s, self.data_start[i] - fixed)      # queued behind earlier transfers: not its own time
-            s = min(s, t_after)
+        for i, s, t_after in self.critical_path_spans():
             e = self.engine[i]
             share[e] = share.get(e, 0.0) + max(0.0, min(self.done[i], t_after) - s)
             p = self.bind[i]
             share["wait"] += max(0.0, s - (self.done[p] if p >= 0 else 0.0))
-            t_after = s
         if tot > 0:
             share = {k: v / tot for k, v in share.items()}
         self._cache["crit"] = share
@@ -260,7 +272,8 @@ class Timeline:
         }
 
 
-def _union_length(iv):
+def union_length(iv):
+    """The length of the union of the intervals ``iv`` (``[(start, end)]``, sorted in place)."""
     iv.sort()
     tot = 0.0
     cs = ce = None

@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from ..machine.timeline import Timeline
+from ..machine.timeline import Timeline, union_length
 
 __all__ = ["waits", "findings", "hfu", "descriptor_overhead", "hbm_peak_share", "dependency_latency", "dge_time"]
 
@@ -108,20 +108,13 @@ def dependency_latency(tl: Timeline) -> float:
     """The fraction of the total time the critical path spends in compute instructions' latency after their cost
     (``end`` to ``done``: the static overhead and SBUF/PSUM access requests their successors waited for)."""
     tot = tl.total_ns
-    path = tl.critical_path()
-    if tot <= 0 or not path:
+    spans = tl.critical_path_spans()
+    if tot <= 0 or not spans:
         return 0.0
-    t_after = tl.done[path[0]]
     lat = 0.0
-    fixed = tl.target.dma_fixed_ns
-    for i in path:                       # the same walk as Timeline.critical_path_share
-        s = tl.start[i]
-        if tl.engine[i] == "dma":
-            s = max(s, tl.data_start[i] - fixed)
-        s = min(s, t_after)
+    for i, s, t_after in spans:
         if tl.engine[i] != "dma":
             lat += max(0.0, min(tl.done[i], t_after) - max(tl.end[i], s))
-        t_after = s
     return lat / tot
 
 
@@ -144,31 +137,14 @@ def dge_time(tl: Timeline):
         spans[r] = (s, e)
     if tot <= 0 or not per:
         return per, 0.0, 0.0
-    iv.sort()
-    span = 0.0
-    cs, ce = iv[0] if iv else (0.0, 0.0)
-    for a, b in iv[1:]:
-        if a > ce:
-            span += ce - cs
-            cs, ce = a, b
-        elif b > ce:
-            ce = b
-    span += ce - cs
-    path = tl.critical_path()
+    span = union_length(iv)
     on = 0.0
-    t_after = tl.done[path[0]] if path else 0.0
-    fixed = tl.target.dma_fixed_ns
-    for i in path:                       # the walk of Timeline.critical_path_share: a DMA row's DGE lies in its wait
-        s = tl.start[i]
-        if tl.engine[i] == "dma":
-            s = max(s, tl.data_start[i] - fixed)
-        s = min(s, t_after)
+    for i, s, _ in tl.critical_path_spans():   # a DMA row's DGE lies in its wait, before its own part
         g = spans.get(i)
         if g is not None:                # the transfer waited from its trigger to its descriptors' end
             p = tl.bind[i]
             lo = max(tl.start[i], tl.done[p] if p >= 0 else 0.0)      # from its trigger: queueing included
             on += max(0.0, min(g[1], s) - lo)
-        t_after = s
     return per, span / tot, on / tot
 
 
