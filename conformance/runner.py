@@ -199,36 +199,9 @@ def run(suite="all", dtypes=None, ops=None, out="conformance-report", jobs=2, mo
     if suite in ("ops", "all"):
         params = {"dtypes": list(dtypes or DEFAULT_DTYPES), "modes": list(modes), "device": device,
                   "max_samples": max_samples, "timeout": timeout}
-        tag = _params_tag(params)
         from .ops_sweep import list_ops, op_key
         keys = sorted({op_key(o) for o in list_ops(ops)})
-        todo = []
-        for k in keys:
-            p = _record_path(out, "ops", k, tag)
-            if not fresh and os.path.exists(p):
-                with open(p, encoding="utf-8") as f:
-                    records.extend(json.load(f))
-            else:
-                todo.append(k)
-        LAST_RUN.update(ops_from_records=len(keys) - len(todo), ops_run=len(todo))
-        prog = _Progress(len(todo), "ops") if progress and todo else None
-        running_dir = _own_running_dir(out, "running")
-
-        def on_done(k, recs):
-            report.atomic_write(_record_path(out, "ops", k, tag), json.dumps(recs))
-            records.extend(recs)
-            if prog:
-                prog.step(k, recs)
-        remaining = todo
-        try:
-            while remaining:
-                suspects, remaining = _pool_round(remaining, params, jobs, running_dir, on_done)
-                for k in suspects:          # run each suspect alone: the one that dies alone is the culprit
-                    again, _ = _pool_round([k], params, 1, running_dir, on_done)
-                    if again:
-                        on_done(k, _crash_record(k, params))
-        finally:
-            _remove_running_dir(running_dir)
+        records.extend(_run_keyed(out, "ops", "running", keys, params, jobs, fresh, progress))
     if suite == "models":
         records.extend(_run_models(ops, out, jobs, timeout if timeout != 60.0 else 600.0, fresh, device, progress))
     if suite in ("nki", "all"):
@@ -255,22 +228,28 @@ def _run_models(pattern, out, jobs, timeout, fresh, device, progress):
         raise SystemExit(f"trnsim conformance --suite models needs transformers (pip install -e '.[models]'): {e}")
     params = {"suite": "models", "device": device, "timeout": timeout,
               "transformers": transformers.__version__}
+    return _run_keyed(out, "models", "running-models", list_models(pattern), params, jobs, fresh, progress)
+
+
+def _run_keyed(out, kind, running_name, keys, params, jobs, fresh, progress):
+    """Records of every key of one suite (``kind``, "ops" or "models"): read from ``out``'s records where a run
+    with the same parameters left them (unless ``fresh``), the rest run in the worker pool; a key whose worker
+    died is run alone, and one that dies alone gets a crash record."""
     tag = _params_tag(params)
-    keys = list_models(pattern)
     records, todo = [], []
     for k in keys:
-        p = _record_path(out, "models", k, tag)
+        p = _record_path(out, kind, k, tag)
         if not fresh and os.path.exists(p):
             with open(p, encoding="utf-8") as f:
                 records.extend(json.load(f))
         else:
             todo.append(k)
-    LAST_RUN.update(models_from_records=len(keys) - len(todo), models_run=len(todo))
-    prog = _Progress(len(todo), "models") if progress and todo else None
-    running_dir = _own_running_dir(out, "running-models")
+    LAST_RUN.update({f"{kind}_from_records": len(keys) - len(todo), f"{kind}_run": len(todo)})
+    prog = _Progress(len(todo), kind) if progress and todo else None
+    running_dir = _own_running_dir(out, running_name)
 
     def on_done(k, recs):
-        report.atomic_write(_record_path(out, "models", k, tag), json.dumps(recs))
+        report.atomic_write(_record_path(out, kind, k, tag), json.dumps(recs))
         records.extend(recs)
         if prog:
             prog.step(k, recs)
@@ -278,7 +257,7 @@ def _run_models(pattern, out, jobs, timeout, fresh, device, progress):
     try:
         while remaining:
             suspects, remaining = _pool_round(remaining, params, jobs, running_dir, on_done)
-            for k in suspects:
+            for k in suspects:          # run each suspect alone: the one that dies alone is the culprit
                 again, _ = _pool_round([k], params, 1, running_dir, on_done)
                 if again:
                     on_done(k, _crash_record(k, params))
