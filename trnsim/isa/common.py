@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..memory import PSUM, SBUF, Tensor
-from ..memory.dtypes import round_to
+from ..memory.dtypes import _bf16_round, round_to
 from .errors import NkiValidationError, fail
 
 __all__ = ["ENGINES", "pick_engine", "require_space", "part", "free_size", "check_same_partitions",
@@ -223,10 +223,21 @@ def _write(core, t: Tensor, values):
         if v.dtype != np.float32:
             v = v.astype(np.float32)
         if dt._round is not None and core.precise:
+            if (dt._round is _bf16_round and dst.dtype == np.float32 and dst.flags.c_contiguous
+                    and not np.may_share_memory(v, dst)):
+                # bf16 stored as float32: rounded straight into the storage (the same values, no temporary)
+                _bf16_round(v, out=dst)
+                _written(t)
+                return
             v = dt._round(v)
     else:
         v = round_to(dt, v)
     np.copyto(dst, v, casting="unsafe")
+    _written(t)
+
+
+def _written(t: Tensor):
+    """After a write into ``t.np``: a converting view stores back, a tracked buffer marks the elements."""
     if t._rv is not None:
         t.store_back()               # a view converting between dtypes (bit reinterpretation) writes through
     if t.buf.written is not None:
