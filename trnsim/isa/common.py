@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..memory import PSUM, SBUF, Tensor
+from ..memory.tensor import _ROW_MAJOR
 from ..memory.dtypes import _bf16_round, round_to
 from .errors import NkiValidationError, fail
 
@@ -196,8 +197,12 @@ def _whole(t: Tensor) -> bool:
     """Whether a write through ``t`` stores every element of its buffer exactly once and the buffer's sentinel
     fill is still pending (``Buffer.fresh``): a plain row-major view of the whole buffer."""
     buf = t.buf
-    return (buf.fresh and t._rv is None and not t.offset and t.size == buf.nelem and t.dtype is buf.dtype
-            and t.is_contiguous())
+    if not buf.fresh or t._rv is not None or t.offset or t.dtype is not buf.dtype:
+        return False
+    shape = t.shape
+    if shape is buf.shape and t.strides is _ROW_MAJOR.get(shape):
+        return True                  # Tensor.whole's view (the buffer's own shape and row-major strides)
+    return t.size == buf.nelem and t.is_contiguous()
 
 
 def write(core, t: Tensor, values):

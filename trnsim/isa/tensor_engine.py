@@ -192,10 +192,10 @@ def _acc_mask(dst, M, N, acc):
     """Per element of PSUM ``dst``, whether a matmul accumulates into it (True: all, False: none, else a [M, N]
     bool array): ``acc`` True or False for all; None accumulates where the element was written before."""
     if acc is None:
-        w = dst.written_view()
-        if w is None or dst.buf.all_written:
+        buf = dst.buf
+        if buf.all_written or buf.written is None:      # (no view made: the usual case after a tile's first write)
             return True
-        w = w.reshape(M, N)
+        w = dst.written_view().reshape(M, N)
         return True if w.all() else (False if not w.any() else w)
     return bool(acc)
 
