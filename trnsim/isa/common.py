@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..memory import PSUM, SBUF, Tensor
-from ..memory.tensor import _ROW_MAJOR
 from ..memory.dtypes import _bf16_round, round_to
+from ..memory.tensor import _ROW_MAJOR       # Tensor.whole's strides (a view with them is a whole buffer)
 from .errors import NkiValidationError, fail
 
 __all__ = ["ENGINES", "pick_engine", "require_space", "part", "free_size", "check_same_partitions",

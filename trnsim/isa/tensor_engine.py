@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..memory import PSUM, SBUF
-from .common import _whole, as_f32, flag, free_size, int_tuple, part, pick_engine, read, require_space, write, mark_written
+from .common import (_whole, as_f32, flag, free_size, int_tuple, mark_written, part, pick_engine, read, require_space,
+                     write)
 from .errors import fail
 
 __all__ = ["nc_matmul", "nc_transpose", "matmul_cycles", "stationary_load_cycles", "MATMUL_DTYPES",
