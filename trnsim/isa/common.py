@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..memory import PSUM, SBUF, Tensor
-from ..memory.dtypes import round_to
+from ..memory.dtypes import _bf16_round, round_to
+from ..memory.tensor import _ROW_MAJOR       # Tensor.whole's strides (a view with them is a whole buffer)
 from .errors import NkiValidationError, fail
 
 __all__ = ["ENGINES", "pick_engine", "require_space", "part", "free_size", "check_same_partitions",
@@ -196,8 +197,12 @@ def _whole(t: Tensor) -> bool:
     """Whether a write through ``t`` stores every element of its buffer exactly once and the buffer's sentinel
     fill is still pending (``Buffer.fresh``): a plain row-major view of the whole buffer."""
     buf = t.buf
-    return (buf.fresh and t._rv is None and not t.offset and t.size == buf.nelem and t.dtype is buf.dtype
-            and t.is_contiguous())
+    if not buf.fresh or t._rv is not None or t.offset or t.dtype is not buf.dtype:
+        return False
+    shape = t.shape
+    if shape is buf.shape and t.strides is _ROW_MAJOR.get(shape):
+        return True                  # Tensor.whole's view (the buffer's own shape and row-major strides)
+    return t.size == buf.nelem and t.is_contiguous()
 
 
 def write(core, t: Tensor, values):
@@ -223,10 +228,21 @@ def _write(core, t: Tensor, values):
         if v.dtype != np.float32:
             v = v.astype(np.float32)
         if dt._round is not None and core.precise:
+            if (dt._round is _bf16_round and dst.dtype == np.float32 and dst.flags.c_contiguous
+                    and not np.may_share_memory(v, dst)):
+                # bf16 stored as float32: rounded straight into the storage (the same values, no temporary)
+                _bf16_round(v, out=dst)
+                _written(t)
+                return
             v = dt._round(v)
     else:
         v = round_to(dt, v)
     np.copyto(dst, v, casting="unsafe")
+    _written(t)
+
+
+def _written(t: Tensor):
+    """After a write into ``t.np``: a converting view stores back, a tracked buffer marks the elements."""
     if t._rv is not None:
         t.store_back()               # a view converting between dtypes (bit reinterpretation) writes through
     if t.buf.written is not None:

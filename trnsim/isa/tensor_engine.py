@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..memory import PSUM, SBUF
-from .common import as_f32, flag, free_size, int_tuple, part, pick_engine, read, require_space, write, mark_written
+from .common import (_whole, as_f32, flag, free_size, int_tuple, mark_written, part, pick_engine, read, require_space,
+                     write)
 from .errors import fail
 
 __all__ = ["nc_matmul", "nc_transpose", "matmul_cycles", "stationary_load_cycles", "MATMUL_DTYPES",
-           "psum_accumulate"]
+           "psum_accumulate", "matmul_f32"]
 
 MATMUL_DTYPES = ("float8_e4m3", "float8_e5m2", "float8_e4m3fn", "bfloat16", "float16", "tfloat32", "float32")
 _FP8 = ("float8_e4m3", "float8_e5m2", "float8_e4m3fn")
@@ -151,25 +152,61 @@ def _matmul_values(core, loc, dst, stationary, moving, K, M, N, double, is_trans
     else:
         s = s.reshape(K, M)
         m = m.reshape(K, N)
-    r = core.matmul_f32(s.T, m)
     if is_transpose:
-        write(core, dst, r)
-    else:
-        psum_accumulate(core, dst, r, M, N, acc_arg)
+        write(core, dst, core.matmul_f32(s.T, m))
+        return
+    acc_mask = _acc_mask(dst, M, N, acc_arg)
+    if acc_mask is False and core.matmul_f32 is matmul_f32 and _overwrite_into(dst, s, m, M, N):
+        return
+    psum_accumulate(core, dst, core.matmul_f32(s.T, m), M, N, acc_arg, acc_mask)
 
 
-def psum_accumulate(core, dst, r, M, N, acc):
-    """Write a [M, N] fp32 matmul result into PSUM ``dst``: accumulate (``acc`` True), overwrite (False), or, for
-    None, accumulate where the PSUM element was written before and overwrite where it was not."""
+def matmul_f32(a, b):
+    """The fp32 product of two float32 arrays (fp32 products and sums): ``NeuronCore.matmul_f32``."""
+    return a @ b
+
+
+def _overwrite_into(dst, s, m, M, N):
+    """An overwriting matmul into an fp32 PSUM tile whose storage is one row-major [M, N] block: the product goes
+    straight into it (``np.matmul(..., out=)``: the same product as ``s.T @ m``, no temporary, no copy, no
+    sentinel fill of a new tile first).  Returns False (nothing done) for any other destination."""
+    if dst.dtype.name != "float32" or dst._rv is not None:
+        return False
+    buf = dst.buf
+    claimed = buf.fresh and _whole(dst) and buf.claim_whole()       # every element is stored: no fill first
+    cur = dst.np
+    if not cur.flags.c_contiguous:
+        if claimed:
+            buf.unclaim()
+        return False
+    try:
+        np.matmul(s.T, m, out=cur.reshape(M, N))
+    except BaseException:
+        if claimed:
+            buf.unclaim()
+        raise
+    mark_written(dst)
+    return True
+
+
+def _acc_mask(dst, M, N, acc):
+    """Per element of PSUM ``dst``, whether a matmul accumulates into it (True: all, False: none, else a [M, N]
+    bool array): ``acc`` True or False for all; None accumulates where the element was written before."""
     if acc is None:
-        w = dst.written_view()
-        if w is None or dst.buf.all_written:
-            acc_mask = True
-        else:
-            acc_mask = w.reshape(M, N)
-            acc_mask = True if acc_mask.all() else (False if not acc_mask.any() else acc_mask)
-    else:
-        acc_mask = bool(acc)
+        buf = dst.buf
+        if buf.all_written or buf.written is None:      # (no view made: the usual case after a tile's first write)
+            return True
+        w = dst.written_view().reshape(M, N)
+        return True if w.all() else (False if not w.any() else w)
+    return bool(acc)
+
+
+def psum_accumulate(core, dst, r, M, N, acc, acc_mask=None):
+    """Write a [M, N] fp32 matmul result into PSUM ``dst``: accumulate (``acc`` True), overwrite (False), or, for
+    None, accumulate where the PSUM element was written before and overwrite where it was not (``acc_mask``: that
+    decision, from ``_acc_mask``, when the caller has made it)."""
+    if acc_mask is None:
+        acc_mask = _acc_mask(dst, M, N, acc)
     cur = dst.np
     if dst.dtype.name == "float32":
         # fp32 PSUM: accumulate in place, no rounding needed

@@ -12,6 +12,7 @@ import weakref
 
 import numpy as np
 
+from ..isa.tensor_engine import matmul_f32 as _matmul_f32
 from ..memory import HBM, ON_CHIP, PSUM, SBUF, Buffer, MemorySpace
 from ..targets import Target, get_target
 from .capacity import Occupancy
@@ -349,9 +350,9 @@ class NeuronCore:
             cols.barrier = True
 
     # -- arithmetic helpers -------------------------------------------------------------------------
-    @staticmethod
-    def matmul_f32(a, b):
-        return a @ b      # both operands are float32 arrays: fp32 products and sums
+    # both operands are float32 arrays: fp32 products and sums (nc_matmul writes the product straight into its
+    # PSUM tile when this is the default)
+    matmul_f32 = staticmethod(_matmul_f32)
 
     # -- summary ------------------------------------------------------------------------------------
     def instruction_counts(self):

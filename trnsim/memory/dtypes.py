@@ -85,15 +85,20 @@ def _via(npdtype):
     return rounder
 
 
-def _bf16_round(x):
+def _bf16_round(x, out=None):
     """Round float32 values to the nearest bfloat16 (ties to even), returned as float32.
 
     Done with integer arithmetic on the float32 bits, which is several times faster than a round trip through
-    ml_dtypes; NaN stays NaN and infinities stay infinite."""
+    ml_dtypes; NaN stays NaN and infinities stay infinite.  ``out``: a float32 array of ``x``'s shape sharing no
+    memory with it, which receives the result (no new array)."""
     x = np.asarray(x, dtype=np.float32)
     bits = x.view(np.uint32)
-    # bits + 0x7FFF + lsb, masked, worked in one new array (uint32 addition wraps the same in any order)
-    r = bits >> 16
+    # bits + 0x7FFF + lsb, masked, worked in one array (uint32 addition wraps the same in any order)
+    if out is None:
+        r = bits >> 16
+    else:
+        r = out.view(np.uint32)
+        np.right_shift(bits, 16, out=r)
     r &= 1
     r += np.uint32(0x7FFF)
     r += bits
@@ -101,7 +106,10 @@ def _bf16_round(x):
     rounded = r.view(np.float32)
     nan = np.isnan(x)
     if nan.any():
-        rounded = np.where(nan, x, rounded)
+        if out is None:
+            rounded = np.where(nan, x, rounded)
+        else:
+            np.copyto(rounded, x, where=nan)
     return rounded
 
 

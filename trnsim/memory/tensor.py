@@ -238,8 +238,16 @@ class Tensor:
                 self._np = a = rv.zero_copy(self)
                 return a
             isz = data.itemsize
-            a = np.ndarray(self.shape, dtype=data.dtype if self.dtype is self.buf.dtype else self.dtype.storage,
-                           buffer=data, offset=self.offset * isz, strides=tuple(st * isz for st in self.strides))
+            st = self.strides
+            # the byte strides spelt out for the usual ranks (a generator into tuple() cost more than the view)
+            if len(st) == 2:
+                bst = (st[0] * isz, st[1] * isz)
+            elif len(st) == 1:
+                bst = (st[0] * isz,)
+            else:
+                bst = tuple([s * isz for s in st])
+            a = np.ndarray(self.shape, data.dtype if self.dtype is self.buf.dtype else self.dtype.storage,
+                           data, self.offset * isz, bst)
             self._np = a
         return a
 
@@ -255,8 +263,7 @@ class Tensor:
         rv = self._rv
         if rv is not None and rv.osz != rv.nsz:
             return rv.written(self, w)
-        return np.ndarray(self.shape, dtype=np.bool_, buffer=w, offset=self.offset,
-                          strides=tuple(self.strides))
+        return np.ndarray(self.shape, np.bool_, w, self.offset, self.strides)     # 1-byte elements
 
     def mark_written(self):
         w = self.buf.written
