@@ -176,6 +176,13 @@ def test_bf16_round_into_storage_same_bits():
         fin = ~np.isnan(src)
         assert _bits(ref[fin]) == _bits(src[fin].astype(ml_dtypes.bfloat16).astype(np.float32))
         assert np.isnan(ref[~fin]).all()
+        # a NaN is stored as a bfloat16 value (lower half zero), its upper half kept, the quiet bit added only
+        # where the upper half alone would be an infinity
+        nb = ref[~fin].view(np.uint32)
+        assert not (nb & 0xFFFF).any()
+        want = src[~fin].view(np.uint32) & 0xFFFF0000
+        want = np.where((want & 0x007F0000) == 0, want | 0x00400000, want)
+        assert nb.tolist() == want.tolist()
 
 
 def test_bf16_write_in_place_and_strided_take_the_general_path():
@@ -206,11 +213,10 @@ def test_bf16_write_in_place_and_strided_take_the_general_path():
     # the direct path (o0) and the general one (o2, strided) store the same bits, NaNs included
     assert _bits(np.asarray(o0)) == _bits(np.asarray(o2)[:, ::2])
     assert _bits(np.asarray(o0)[fin]) == _bits(bf[fin])
-    # a quiet NaN stays NaN (the two low-payload NaNs are left out: kept as their fp32 bits in storage, their bf16
-    # output is the upper half, an infinity, in both paths alike; that is older behaviour, not a fast path's)
-    quiet = ~fin
-    quiet[0, :2] = False
-    assert np.isnan(np.asarray(o0, np.float32)[quiet]).all()
+    # every NaN stays NaN, the two low-payload ones included (they become the quiet NaN of their sign, as in
+    # ml_dtypes; before the fix their bf16 output was their upper half, an infinity)
+    assert np.isnan(np.asarray(o0, np.float32)[~fin]).all()
+    assert _bits(np.asarray(o0)[0, :2]) == _bits(bf[0, :2])
     with np.errstate(over="ignore", invalid="ignore"):
         ref1 = (bf.astype(np.float32) * np.float32(3.0)).astype(ml_dtypes.bfloat16)
     assert _bits(np.asarray(o1)[fin]) == _bits(ref1[fin])

@@ -255,8 +255,10 @@ def test_bf16_round_in_place_matches_formula():
         x = np.asarray(x, dtype=np.float32)
         bits = x.view(np.uint32)
         lsb = (bits >> 16) & 1
-        r = ((bits + np.uint32(0x7FFF) + lsb) & np.uint32(0xFFFF0000)).view(np.float32)
-        return np.where(np.isnan(x), x, r)
+        r = (bits + np.uint32(0x7FFF) + lsb) & np.uint32(0xFFFF0000)
+        top = bits & np.uint32(0xFFFF0000)                # a NaN keeps its upper half, quiet bit added if it
+        nan_bits = np.where(top & np.uint32(0x007F0000), top, top | np.uint32(0x00400000))   # would be inf
+        return np.where(np.isnan(x), nan_bits, r).view(np.float32)
 
     rng = np.random.default_rng(3)
     bits = rng.integers(0, 2 ** 32, 200000, dtype=np.uint64).astype(np.uint32)
@@ -271,3 +273,4 @@ def test_bf16_round_in_place_matches_formula():
     assert np.isnan(got[~fin]).all() and (~fin).sum() > 100
     assert x.view(np.uint32).tobytes() == bits.tobytes()                  # the input is not modified
     assert float(_bf16_round(np.float32(1.00390625))) == 1.0              # 0-d: a tie rounds to even
+    assert np.isnan(_bf16_round(np.uint32(0x7F800001).view(np.float32)))  # 0-d NaN with a low payload

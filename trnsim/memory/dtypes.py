@@ -89,13 +89,13 @@ def _bf16_round(x, out=None):
     """Round float32 values to the nearest bfloat16 (ties to even), returned as float32.
 
     Done with integer arithmetic on the float32 bits, which is several times faster than a round trip through
-    ml_dtypes; NaN stays NaN and infinities stay infinite.  ``out``: a float32 array of ``x``'s shape sharing no
+    ml_dtypes; NaN stays NaN (``_bf16_nan_bits``) and infinities stay infinite.  ``out``: a float32 array of ``x``'s shape sharing no
     memory with it, which receives the result (no new array)."""
     x = np.asarray(x, dtype=np.float32)
     bits = x.view(np.uint32)
     # bits + 0x7FFF + lsb, masked, worked in one array (uint32 addition wraps the same in any order)
     if out is None:
-        r = bits >> 16
+        r = np.right_shift(bits, 16, out=np.empty_like(bits))     # an array also for 0-d input
     else:
         r = out.view(np.uint32)
         np.right_shift(bits, 16, out=r)
@@ -103,14 +103,20 @@ def _bf16_round(x, out=None):
     r += np.uint32(0x7FFF)
     r += bits
     r &= np.uint32(0xFFFF0000)
-    rounded = r.view(np.float32)
     nan = np.isnan(x)
     if nan.any():
-        if out is None:
-            rounded = np.where(nan, x, rounded)
-        else:
-            np.copyto(rounded, x, where=nan)
-    return rounded
+        r[nan] = _bf16_nan_bits(bits[nan])
+    return r.view(np.float32)
+
+
+def _bf16_nan_bits(bits):
+    """The float32 bits a NaN (float32 ``bits``) keeps as a bfloat16: its upper half (sign, exponent and the top 7
+    payload bits), so a bfloat16 NaN read and written back is unchanged; a NaN whose payload lies only in the lower
+    half gets the quiet bit, so it stays a NaN (its upper half alone would read as an infinity).  Which NaN the
+    hardware makes of such a payload is not documented; ml_dtypes gives the quiet NaN of the same sign for it too."""
+    top = bits & np.uint32(0xFFFF0000)
+    top[(top & np.uint32(0x007F0000)) == 0] |= np.uint32(0x00400000)
+    return top
 
 
 def _tf32_round(x):
