@@ -1,0 +1,957 @@
+"""Loop-body replay for shape-only runs: a kernel loop's later iterations appended to the record in bulk.
+
+In a shape-only run (``execute=False``) an iteration of a loop body such as ``for i in range(n): t = nl.ndarray(..);
+nisa.dma_copy(t, x[i]); ...`` changes the core only by appending to its state: record columns, live ranges, tile
+and buffer tables, interned access patterns, the buffer id counter; and it allocates and frees tiles.  When the
+body is straight-line code whose only effects go through trnsim (checked statically on the kernel's source and
+dynamically when the loop starts), iterations ``k`` and ``k + p`` differ only by affine changes of those integers
+(buffer ids, instruction numbers, HBM offsets), and the allocator repeats with period ``p``, the iterations after a
+few observed ones are predicted exactly and appended in bulk, without running their Python.
+
+How (``run_kernel`` uses :func:`rewritten` only for a one-program shape-only launch that records columns):
+
+1. :func:`rewritten` parses the kernel function's own source and rewrites each *eligible* loop
+   ``for NAME in EXPR:`` to ``for NAME in __trnsim_loop__(ID, EXPR):`` (line numbers and file name kept, so error
+   messages name the user's lines).  Eligible: no ``else``; the body only assignments to plain local names,
+   expression statements and ``pass``; expressions only names, constants, attribute loads, subscripts/slices of
+   names, tuple/list displays, ``+ - *`` on integers (``*`` with at most one operand depending on the loop index:
+   every integer the body computes from the index is affine in it) and calls whose callee is an attribute chain of
+   a name not assigned in the body; no name of the body read before it is assigned in the iteration (no
+   loop-carried Python state); the loop name never assigned in the body.
+2. When the loop starts (:func:`_loop`), the iterable must be a ``range`` of at least ``MIN_ITERATIONS``, the
+   launch one program, shape-only, with record columns and the issue cache on, and every name the body reads
+   from outside it must hold a module, a trnsim tensor, a dtype or a plain value; every callee must be one of
+   trnsim's ``nki.isa`` instructions or ``nki.language.ndarray`` (by identity); subscript bases must be tensors.
+   Otherwise the loop runs normally.
+3. The first ``WARMUP`` iterations run normally; then iterations run normally while their effects are observed
+   (:class:`_Watch`: the appended column slices, the new and touched live ranges, tiles, partitions and buffers,
+   the number of new interned patterns, the instruction count and buffer ids, each allocator call and release
+   with its address, every instruction an issue-cache hit, no warning shown, no new cache entry).  As soon as the
+   last three blocks of ``p`` iterations (``p <= PMAX``) are equal up to integers that change by the same amount
+   from block to block, and the allocators' states repeat every ``p`` iterations, the blocks up to iteration
+   ``n - p`` are made from the last observed one (NumPy for the integers, list repetition for the rest) and
+   appended; the buffer id counter and instruction count advance; the issue cache's replay counters advance as
+   the skipped hits would have advanced them.  The remaining iterations run normally (so the kernel's names hold
+   what the last iteration made) and the first block of them is checked against the prediction: a difference
+   raises :class:`LoopReplayError` (impossible by construction; the check is the proof's backstop).
+
+Not mirrored (memos whose numbers or contents never reach a record): the issue cache's view-layout numbering for
+the HBM offsets of skipped ``dma_copy`` s, and Python objects (views, buffers) of skipped iterations, which no
+name holds after the loop.  ``TRNSIM_LOOP_REPLAY=0`` turns the replay off.
+"""
+
+from __future__ import annotations
+
+import ast
+import enum
+import gc
+import inspect
+import itertools
+import os
+import re
+import sys
+import textwrap
+import types
+import warnings
+from itertools import islice
+
+import numpy as np
+
+from ..memory import Tensor, space as _space
+from ..memory.dtypes import DType
+from . import issue_cache as _ic
+from .context import current
+
+__all__ = ["enabled", "set_enabled", "rewritten", "STATS", "LoopReplayError"]
+
+_enabled = os.environ.get("TRNSIM_LOOP_REPLAY", "1") not in ("0", "false", "False", "")
+
+MIN_ITERATIONS = 16     # shorter loops run normally
+WARMUP = 2              # iterations run before observing (the first makes the issue cache's layouts)
+PMAX = 4                # longest period looked for
+# what happened, for tests and benchmarks: loops replayed, iterations appended in bulk, loops declined
+STATS = {"replayed": 0, "bulk_iterations": 0, "declined": 0}
+
+
+class LoopReplayError(RuntimeError):
+    """The iterations run after a bulk append differ from the prediction (an internal error)."""
+
+
+def enabled() -> bool:
+    return _enabled
+
+
+def set_enabled(on: bool) -> bool:
+    global _enabled
+    prev = _enabled
+    _enabled = bool(on)
+    return prev
+
+
+# -- 1. the static pass ------------------------------------------------------------------------------------------
+
+class _Ineligible(Exception):
+    pass
+
+
+_LOOPS: dict = {}        # loop id -> _LoopInfo
+_REWRITTEN: dict = {}    # code object -> rewritten function or None
+_LOOP_IDS = itertools.count()
+
+
+class _LoopInfo:
+    __slots__ = ("line", "filename", "free", "callees", "subs", "ints")
+
+    def __init__(self, line, filename):
+        self.line = line
+        self.filename = filename
+        self.free = set()        # names read in the body and not assigned in it (nor the loop name)
+        self.callees = []        # callee chains: (root name, attrs...)
+        self.subs = set()        # free names subscripted
+        self.ints = set()        # free names used in integer arithmetic
+
+
+_BINOPS = (ast.Add, ast.Sub, ast.Mult)
+
+
+class _Body:
+    """Checks one loop body (raises _Ineligible)."""
+
+    def __init__(self, loop, info, allnames):
+        self.var = loop.target.id
+        self.allnames = allnames
+        self.info = info
+        self.assigned = set()    # body names assigned so far (in statement order)
+        self.dep = {self.var}    # names depending on the loop index
+        self.from_tensor = set()     # body names assigned a subscript or a call (tensors or None)
+        for st in loop.body:
+            self.stmt(st)
+
+    def stmt(self, st):
+        if isinstance(st, ast.Pass):
+            return
+        if isinstance(st, ast.Expr):
+            if not isinstance(st.value, ast.Call):
+                raise _Ineligible("expression statement that is not a call")
+            self.expr(st.value)
+            return
+        if isinstance(st, ast.Assign):
+            if not all(isinstance(t, ast.Name) for t in st.targets):
+                raise _Ineligible("assignment to something other than a name")
+            d = self.expr(st.value)
+            for t in st.targets:
+                if t.id == self.var:
+                    raise _Ineligible("the loop name assigned in the body")
+                self.assigned.add(t.id)
+                if d:
+                    self.dep.add(t.id)
+                else:
+                    self.dep.discard(t.id)
+                if isinstance(st.value, (ast.Call, ast.Subscript)):
+                    self.from_tensor.add(t.id)
+                else:
+                    self.from_tensor.discard(t.id)
+            return
+        raise _Ineligible(type(st).__name__)
+
+    def name(self, n):
+        if not isinstance(n.ctx, ast.Load):
+            raise _Ineligible("store")
+        if n.id == self.var or n.id in self.assigned:
+            return n.id in self.dep
+        if n.id in self.allnames:
+            raise _Ineligible("a body name read before it is assigned (state carried between iterations)")
+        self.info.free.add(n.id)
+        return False
+
+    def expr(self, e):
+        """Checks ``e``; returns whether it depends on the loop index."""
+        if isinstance(e, ast.Constant):
+            if not isinstance(e.value, (int, float, str, type(None))):
+                raise _Ineligible("constant")
+            return False
+        if isinstance(e, ast.Name):
+            return self.name(e)
+        if isinstance(e, ast.Attribute):
+            if not isinstance(e.ctx, ast.Load):
+                raise _Ineligible("store")
+            return self.expr(e.value)
+        if isinstance(e, ast.Subscript):
+            if not isinstance(e.value, ast.Name):
+                raise _Ineligible("subscript of something other than a name")
+            base = e.value.id
+            if base in self.assigned:
+                if base not in self.from_tensor:
+                    raise _Ineligible("subscript of a body name not made by a call or subscript")
+            elif base != self.var:
+                self.info.subs.add(base)
+            else:
+                raise _Ineligible("subscript of the loop index")
+            d = self.expr(e.value)
+            return self.index(e.slice) or d
+        if isinstance(e, (ast.Tuple, ast.List)):
+            if not isinstance(e.ctx, ast.Load):
+                raise _Ineligible("store")
+            d = False
+            for x in e.elts:
+                if isinstance(x, ast.Starred):
+                    raise _Ineligible("starred")
+                d = self.expr(x) or d
+            return d
+        if isinstance(e, ast.BinOp):
+            if not isinstance(e.op, _BINOPS):
+                raise _Ineligible(type(e.op).__name__)
+            a = self.intexpr(e.left)
+            b = self.intexpr(e.right)
+            if a and b and isinstance(e.op, ast.Mult):
+                raise _Ineligible("product of two index-dependent values")
+            return a or b
+        if isinstance(e, ast.UnaryOp):
+            if not isinstance(e.op, ast.USub):
+                raise _Ineligible(type(e.op).__name__)
+            return self.intexpr(e.operand)
+        if isinstance(e, ast.Call):
+            chain = []
+            f = e.func
+            while isinstance(f, ast.Attribute):
+                chain.append(f.attr)
+                f = f.value
+            if not isinstance(f, ast.Name) or not chain or f.id in self.assigned or f.id == self.var:
+                raise _Ineligible("callee not an attribute of an outside name")
+            self.info.free.add(f.id)
+            self.info.callees.append((f.id,) + tuple(reversed(chain)))
+            d = False
+            for a in e.args:
+                if isinstance(a, ast.Starred):
+                    raise _Ineligible("starred")
+                d = self.expr(a) or d
+            for k in e.keywords:
+                if k.arg is None:
+                    raise _Ineligible("**kwargs")
+                d = self.expr(k.value) or d
+            return d
+        raise _Ineligible(type(e).__name__)
+
+    def intexpr(self, e):
+        """An operand of integer arithmetic: an int constant, a name holding an int, or arithmetic of these."""
+        if isinstance(e, ast.Constant):
+            if type(e.value) is not int:
+                raise _Ineligible("arithmetic on a non-integer constant")
+            return False
+        if isinstance(e, ast.Name):
+            if e.id == self.var:
+                return True
+            if e.id in self.assigned:
+                if e.id in self.from_tensor:
+                    raise _Ineligible("arithmetic on a call's or subscript's result")
+                return self.name(e)
+            self.info.ints.add(e.id)
+            return self.name(e)
+        if isinstance(e, (ast.BinOp, ast.UnaryOp)):
+            return self.expr(e)
+        raise _Ineligible("arithmetic operand " + type(e).__name__)
+
+    def index(self, s):
+        if isinstance(s, ast.Slice):
+            d = False
+            for x in (s.lower, s.upper, s.step):
+                if x is not None:
+                    d = self.intexpr(x) or d
+            return d
+        if isinstance(s, ast.Tuple):
+            d = False
+            for x in s.elts:
+                d = self.index(x) or d
+            return d
+        if isinstance(s, ast.Constant) and s.value is None:
+            return False
+        return self.intexpr(s)
+
+
+def _check_loop(loop, filename):
+    """A _LoopInfo for an eligible ``for`` loop, else None."""
+    if loop.orelse or not isinstance(loop.target, ast.Name) or isinstance(loop, ast.AsyncFor):
+        return None
+    info = _LoopInfo(loop.lineno, filename)
+    allnames = {t.id for st in loop.body if isinstance(st, ast.Assign) for t in st.targets
+                if isinstance(t, ast.Name)}
+    try:
+        _Body(loop, info, allnames)
+    except _Ineligible:
+        return None
+    return info
+
+
+class _Rewrite(ast.NodeTransformer):
+    def __init__(self, filename):
+        self.filename = filename
+
+    def visit_FunctionDef(self, node):        # nested functions: left alone
+        return node
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+    visit_Lambda = visit_FunctionDef
+    visit_ClassDef = visit_FunctionDef
+
+    def visit_For(self, node):
+        self.generic_visit(node)
+        info = _check_loop(node, self.filename)
+        if info is None:
+            return node
+        lid = next(_LOOP_IDS)
+        _LOOPS[lid] = info
+        call = ast.Call(func=ast.Name(id="__trnsim_loop__", ctx=ast.Load()),
+                        args=[ast.Constant(value=lid), node.iter], keywords=[])
+        node.iter = ast.copy_location(call, node.iter)
+        ast.fix_missing_locations(node)
+        return node
+
+
+_FUTURE = 0
+for _f in ("annotations", "division", "generator_stop"):
+    try:
+        _FUTURE |= getattr(__import__("__future__"), _f).compiler_flag
+    except AttributeError:
+        pass
+
+
+def rewritten(fn):
+    """``fn`` with its eligible loops going through the replay iterator, or None (no eligible loop, or no source,
+    closures, a generator...)."""
+    if not isinstance(fn, types.FunctionType):
+        return None
+    code = fn.__code__
+    try:
+        return _REWRITTEN[code]
+    except KeyError:
+        pass
+    out = None
+    try:
+        out = _make(fn)
+    except Exception:           # no source, syntax the pass does not know: the kernel runs as written
+        out = None
+    if len(_REWRITTEN) < 4096:
+        _REWRITTEN[code] = out
+    return out
+
+
+def _make(fn):
+    code = fn.__code__
+    if code.co_freevars or code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE |
+                                            inspect.CO_ASYNC_GENERATOR):
+        return None
+    lines, start = inspect.getsourcelines(fn)
+    tree = ast.parse(textwrap.dedent("".join(lines)))
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef):
+        return None
+    fdef = tree.body[0]
+    if fdef.name != code.co_name:
+        return None
+    fdef.decorator_list = []
+    ast.increment_lineno(tree, start - 1)
+    n0 = len(_LOOPS)
+    _Rewrite(code.co_filename).generic_visit(fdef)     # (visit() would leave the def alone as nested)
+    if len(_LOOPS) == n0:
+        return None
+    # def __trnsim_outer__(__trnsim_loop__): <the kernel>; return <the kernel>  (the iterator a closure cell, so the
+    # kernel's globals stay its module's own)
+    outer = ast.FunctionDef(
+        name="__trnsim_outer__",
+        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg="__trnsim_loop__")], kwonlyargs=[], kw_defaults=[],
+                           defaults=[]),
+        body=[fdef, ast.Return(value=ast.Name(id=fdef.name, ctx=ast.Load()))], decorator_list=[])
+    ast.copy_location(outer, fdef)
+    mod = ast.Module(body=[outer], type_ignores=[])
+    ast.fix_missing_locations(mod)
+    mcode = compile(mod, code.co_filename, "exec", flags=code.co_flags & _FUTURE, dont_inherit=True)
+    ocode = next(c for c in mcode.co_consts if isinstance(c, types.CodeType))
+    outer_fn = types.FunctionType(ocode, fn.__globals__)
+    new = outer_fn(_loop)
+    new.__code__ = new.__code__.replace(co_qualname=code.co_qualname) if hasattr(code, "co_qualname") \
+        else new.__code__
+    new.__defaults__ = fn.__defaults__
+    new.__kwdefaults__ = fn.__kwdefaults__
+    new.__qualname__ = fn.__qualname__
+    new.__module__ = fn.__module__
+    new.__doc__ = fn.__doc__
+    new.__dict__.update(fn.__dict__)
+    new.__wrapped_original__ = fn
+    return new
+
+
+# -- 2. the dynamic check --------------------------------------------------------------------------------------
+
+_ALLOWED_CALLEES = None
+
+
+def _allowed_callees():
+    global _ALLOWED_CALLEES
+    if _ALLOWED_CALLEES is None:
+        from .. import isa as _isa
+        from . import isa_api, language
+        s = {id(getattr(isa_api, n)) for n in _isa.INSTRUCTIONS if hasattr(isa_api, n)}
+        s.add(id(isa_api.dma_copy))
+        s.add(id(language.ndarray))
+        _ALLOWED_CALLEES = s
+    return _ALLOWED_CALLEES
+
+
+_PLAIN_VALUES = (int, float, str, bool, type(None), DType, np.dtype, enum.Enum, types.FunctionType,
+                 types.BuiltinFunctionType, np.ufunc, type)
+
+
+def _plain(v):
+    if isinstance(v, _PLAIN_VALUES):
+        return True
+    if type(v) is tuple:
+        return all(_plain(x) for x in v)
+    return False
+
+
+def _lookup(frame, name):
+    loc = frame.f_locals
+    if name in loc:
+        return True, loc[name]
+    g = frame.f_globals
+    if name in g:
+        return True, g[name]
+    b = g.get("__builtins__", __builtins__)
+    b = b if isinstance(b, dict) else vars(b)
+    if name in b:
+        return True, b[name]
+    return False, None
+
+
+def _dynamic_ok(info, frame):
+    for n in info.free:
+        ok, v = _lookup(frame, n)
+        if not ok:
+            return False
+        if isinstance(v, types.ModuleType):
+            if n in info.subs or n in info.ints:
+                return False
+            continue
+        if isinstance(v, Tensor):
+            if n in info.ints:
+                return False
+            continue
+        if n in info.subs:
+            return False
+        if n in info.ints and type(v) is not int:
+            return False
+        if not _plain(v):
+            return False
+    allowed = _allowed_callees()
+    for chain in info.callees:
+        ok, v = _lookup(frame, chain[0])
+        if not ok or not isinstance(v, types.ModuleType):
+            return False
+        for a in chain[1:]:
+            v = getattr(v, a, None)
+            if v is None:
+                return False
+        if id(v) not in allowed:
+            return False
+    return True
+
+
+def _loop(lid, iterable):
+    """The iterator a rewritten loop runs over: ``iterable`` itself unless the replay applies."""
+    if not _enabled or type(iterable) is not range or len(iterable) < MIN_ITERATIONS or not _ic._enabled:
+        return iterable
+    try:
+        ctx = current()
+    except Exception:
+        return iterable
+    core = ctx.core
+    if len(ctx.cores) != 1 or core.execute or not core._record or core.programs is not None \
+            or core.occupancy.log is not None:
+        return iterable
+    info = _LOOPS[lid]
+    if not _dynamic_ok(info, sys._getframe(1)):
+        STATS["declined"] += 1
+        return iterable
+    return _replay(iterable, core, info)
+
+
+# -- 3. observing, predicting, appending -------------------------------------------------------------------------
+
+_COLS = ("eng", "cost", "pre", "opcode", "flops", "loc", "nw", "nops", "dma", "rows", "part0", "nbytes", "dge",
+         "b", "lo", "hi", "v")
+_DIG = re.compile(r"(\d+)")
+
+
+class _Same:
+    """An object compared by identity inside a skeleton."""
+    __slots__ = ("o",)
+
+    def __init__(self, o):
+        self.o = o
+
+    def __eq__(self, other):
+        return type(other) is _Same and other.o is self.o
+
+    def __hash__(self):
+        return id(self.o)
+
+
+def _split(x, ints):
+    """The skeleton of ``x`` (what must be equal between blocks) with its integers appended to ``ints``."""
+    t = type(x)
+    if t is int:
+        ints.append(x)
+        return 0
+    if t is tuple:
+        return (1, tuple([_split(y, ints) for y in x]))
+    if t is str:
+        parts = _DIG.split(x)
+        if len(parts) == 1:
+            return (3, x)
+        sk = []
+        for i, p in enumerate(parts):
+            if i % 2 and str(int(p)) == p:
+                ints.append(int(p))
+                sk.append(None)
+            else:
+                sk.append(p)
+        return (2, tuple(sk))
+    if t is float:
+        return (4, x.hex())
+    if t is list:
+        return (6, tuple([_split(y, ints) for y in x]))
+    return (5, _Same(x))
+
+
+_BUILDERS: dict = {}
+
+
+def _expr(sk, names, consts):
+    if sk == 0:
+        return names.pop(0)
+    k = sk[0]
+    if k == 1:
+        inner = [_expr(s, names, consts) for s in sk[1]]
+        return "(" + "".join(x + ", " for x in inner) + ")"
+    if k == 6:
+        return "[" + ", ".join(_expr(s, names, consts) for s in sk[1]) + "]"
+    if k == 2:
+        out = []
+        for p in sk[1]:
+            out.append(f"str({names.pop(0)})" if p is None else repr(p))
+        return "(" + " + ".join(out) + ")"
+    if k == 3:
+        return repr(sk[1])
+    if k == 4:
+        nm = f"K{len(consts)}"
+        consts[nm] = float.fromhex(sk[1])
+        return nm
+    nm = f"K{len(consts)}"
+    consts[nm] = sk[1].o
+    return nm
+
+
+def _builder(sk, nints):
+    f = _BUILDERS.get(sk)
+    if f is None:
+        names = [f"a{i}" for i in range(nints)]
+        consts = {}
+        body = _expr(sk, list(names), consts)
+        src = f"def f({', '.join(names)}):\n    return {body}\n"
+        ns = dict(consts)
+        exec(compile(src, "<trnsim loop replay>", "exec"), ns)   # noqa: S102 (made from a skeleton above)
+        f = ns["f"]
+        if len(_BUILDERS) < 4096:
+            _BUILDERS[sk] = f
+    return f
+
+
+def _alloc_state(spaces):
+    return tuple((tuple(sp._free), sp.live, sp.peak) for sp in spaces)
+
+
+def _next_id():
+    r = repr(_space._ids)          # "count(N)": the next buffer id, read without taking it
+    return int(r[6:-1])
+
+
+class _Watch:
+    """Observes one iteration's effects on the core."""
+
+    def __init__(self, core, spaces):
+        self.core = core
+        self.spaces = spaces
+        self.events = None
+        self.hits = 0
+        self.shown = 0
+
+    def mark(self):
+        c = self.core.columns
+        occ = self.core.occupancy
+        core = self.core
+        return ([len(getattr(c, f)) for f in _COLS], len(c.bar), c.barrier, occ.seq, len(occ.ranges),
+                len(occ.tiles), len(occ.parts), len(occ.blocks), len(occ.fences), len(core.buffers),
+                len(core._views), len(core.issue_cache), _next_id(), _alloc_state(self.spaces))
+
+    def delta(self, a, b):
+        """The fields of the iteration between marks ``a`` and ``b`` (None: not replayable)."""
+        core = self.core
+        c = core.columns
+        occ = core.occupancy
+        if a[1] != b[1] or a[2] != b[2] or a[7] != b[7] or a[8] != b[8] or a[11] != b[11]:
+            return None
+        d = {}
+        for j, f in enumerate(_COLS):
+            d[f] = getattr(c, f)[a[0][j]:b[0][j]]
+        nr = b[4] - a[4]
+        rk = list(islice(reversed(occ.ranges), nr))[::-1]
+        new = set(rk)
+        d["rk"] = rk
+        d["rv"] = [tuple(occ.ranges[k]) for k in rk]
+        if b[5] - a[5] != nr or b[6] - a[6] != nr:
+            return None
+        tk = list(islice(reversed(occ.tiles), nr))[::-1]
+        pk = list(islice(reversed(occ.parts), nr))[::-1]
+        if tk != rk or pk != rk:
+            return None
+        d["tv"] = [occ.tiles[k] for k in rk]
+        d["pv"] = [occ.parts[k] for k in rk]
+        mk = []
+        seen = set()
+        blocks = occ.blocks
+        for bid in d["b"]:
+            if bid in blocks:
+                return None
+            key = (bid, -1)
+            if key in new or key in seen:
+                continue
+            if key in occ.ranges:
+                seen.add(key)
+                mk.append(key)
+        d["mk"] = mk
+        d["mv"] = [tuple(occ.ranges[k]) for k in mk]
+        nb = b[9] - a[9]
+        bk = list(islice(reversed(core.buffers), nb))[::-1]
+        d["bk"] = bk
+        d["bv"] = [core.buffers[k] for k in bk]
+        d["events"] = self.events
+        d["#"] = (b[3] - a[3], b[10] - a[10], b[12] - a[12])
+        if self.hits != b[3] - a[3] or self.shown:
+            return None
+        return d
+
+    # allocator calls and releases, recorded while observing
+    def hook(self):
+        ev = self.events = []
+        for sp in self.spaces:
+            take, alloc, rel = sp.take, sp.allocate, sp.release
+
+            def t_(size, what="tensor", _f=take, _n=sp.name):
+                r = _f(size, what)
+                ev.append((_n, "take", size, r))
+                return r
+
+            def a_(size, what="tensor", _f=alloc, _n=sp.name):
+                r = _f(size, what)
+                ev.append((_n, "alloc", size, r))
+                return r
+
+            def r_(addr, size, _f=rel, _n=sp.name):
+                ev.append((_n, "rel", addr, size))
+                return _f(addr, size)
+            sp.take, sp.allocate, sp.release = t_, a_, r_
+
+    def unhook(self):
+        for sp in self.spaces:
+            for a in ("take", "allocate", "release"):
+                sp.__dict__.pop(a, None)
+
+    def new_events(self):
+        self.events = ev = []
+        return ev
+
+
+class _Fit:
+    """Blocks of ``p`` iterations, equal up to integers changing by a constant from block to block."""
+
+    def __init__(self, p, blocks):
+        self.p = p
+        base = blocks[-1]
+        self.fields = {}
+        for f, items in base.items():
+            self.fields[f] = items
+        self.sk = {}
+        self.var = {}          # field -> [(position, skeleton, base ints, delta)]
+        self.base = base
+
+
+def _concat(its):
+    out = {}
+    for d in its:
+        for f, v in d.items():
+            if f == "#" or f == "hits":
+                continue
+            out.setdefault(f, []).extend(v)
+    return out
+
+
+def _fit(its, p, states):
+    """A _Fit of the last three blocks of ``p`` iterations of ``its`` (per-iteration fields), or None.
+    ``states``: the allocator state at the start of each iteration of ``its`` and after the last."""
+    if len(its) < 3 * p:
+        return None
+    n = len(its)
+    # the allocators repeat every p iterations over the three blocks
+    for j in range(n - 3 * p, n - p + 1):
+        if states[j] != states[j + p]:
+            return None
+    for j in range(n - 3 * p, n - p):
+        if its[j]["#"] != its[j + p]["#"] or its[j]["hits"] != its[j + p]["hits"]:
+            return None
+    blocks = [_concat(its[n - 3 * p + i * p: n - 3 * p + (i + 1) * p]) for i in range(3)]
+    fit = _Fit(p, blocks)
+    for f, items in blocks[2].items():
+        b0, b1 = blocks[0][f], blocks[1][f]
+        if len(b0) != len(items) or len(b1) != len(items):
+            return None
+        var = []
+        for pos, x in enumerate(items):
+            i0, i1, i2 = [], [], []
+            s2 = _split(x, i2)
+            if _split(b0[pos], i0) != s2 or _split(b1[pos], i1) != s2:
+                return None
+            if i2 == i1 == i0:
+                continue
+            delta = [y - z for y, z in zip(i2, i1)]
+            if delta != [y - z for y, z in zip(i1, i0)]:
+                return None
+            if any(abs(v) > 1 << 40 for v in i2) or any(abs(v) > 1 << 30 for v in delta):
+                return None
+            var.append((pos, s2, i2, delta))
+        fit.var[f] = var
+    fit.counts = its[-1]["#"] if p == 1 else tuple(sum(its[n - p + i]["#"][k] for i in range(p)) for k in range(3))
+    return fit
+
+
+def _predict(fit, q0, m):
+    """The fields of ``m`` blocks after the base block, the first ``q0`` blocks after it."""
+    out = {}
+    qs = np.arange(q0, q0 + m, dtype=np.int64)
+    for f, items in fit.base.items():
+        L = len(items)
+        res = items * m
+        for pos, sk, ints, delta in fit.var.get(f, ()):
+            arr = np.asarray(ints, dtype=np.int64)[None, :] + qs[:, None] * np.asarray(delta, dtype=np.int64)[None, :]
+            if sk == 0:
+                objs = arr[:, 0].tolist()
+            else:
+                objs = list(map(_builder(sk, len(ints)), *arr.T.tolist()))
+            res[pos::L] = objs
+        out[f] = res
+    return out
+
+
+def _apply(core, pred, m, fit):
+    c = core.columns
+    occ = core.occupancy
+    views = core._views
+    sd = views.setdefault
+    v = pred["v"]
+    if fit.var.get("v"):
+        L = len(fit.base["v"])
+        for pos, _, _, _ in fit.var["v"]:
+            v[pos::L] = [sd(x, x) for x in v[pos::L]]
+    for f in _COLS:
+        getattr(c, f).extend(pred[f])
+    occ.ranges.update(zip(pred["rk"], map(list, pred["rv"])))
+    occ.tiles.update(zip(pred["rk"], pred["tv"]))
+    occ.parts.update(zip(pred["rk"], pred["pv"]))
+    ranges = occ.ranges
+    for k, val in zip(pred["mk"], pred["mv"]):
+        ranges[k][:] = val
+    core.buffers.update(zip(pred["bk"], pred["bv"]))
+    ninstr, nviews, nids = fit.counts
+    occ.seq += m * ninstr
+    _space._ids = itertools.count(_next_id() + m * nids)
+
+
+def _same(pred, d):
+    for f, items in pred.items():
+        got = d[f]
+        if len(got) != len(items):
+            return f
+        for x, y in zip(items, got):
+            i1, i2 = [], []
+            if _split(x, i1) != _split(y, i2) or i1 != i2:
+                return f
+    return None
+
+
+def _replay(rng, core, info):
+    """The replay iterator (a generator) over ``rng``.  The cycle collector is paused from the first observed
+    iteration to the end of the checked block: tiles caught in reference cycles (the first iteration's, through the
+    issue cache's probe) go back to the allocator when a collection runs, and a collection in the middle would
+    make the allocators' states differ between blocks; the collector runs again, later, as it would have."""
+    st = {"gc": gc.isenabled(), "done": False}
+    gc.disable()
+    try:
+        for v in _replay_steps(rng, core, info, st):
+            if st["done"] and st["gc"]:
+                st["gc"] = False
+                gc.enable()
+            yield v
+    finally:
+        if st["gc"]:
+            gc.enable()
+
+
+def _replay_steps(rng, core, info, st):
+    n = len(rng)
+    spaces = (core.sbuf, core.psum, core.chip.hbm)
+    k = 0
+    while k < WARMUP:
+        yield rng[k]
+        k += 1
+    w = _Watch(core, spaces)
+    cache = core.issue_cache
+    wrapped = {}
+    hits_by = {}
+
+    def counter(prog, run):
+        def run_counted(core_, loc, leaves):
+            w.hits += 1
+            hits_by[id(prog)] = hits_by.get(id(prog), 0) + 1
+            return run(core_, loc, leaves)
+        return run_counted
+
+    old_show = warnings._showwarnmsg
+
+    def show(msg):
+        w.shown += 1
+        return old_show(msg)
+
+    fit = None
+    its, states = [], []
+    try:
+        for prog in cache.values():
+            if prog:
+                # (by id: a _Prog is a tuple, equal to another layout's with the same steps)
+                wrapped[id(prog)] = (prog, prog.run, counter(prog, prog.run))
+                prog.run = wrapped[id(prog)][2]
+        warnings._showwarnmsg = show
+        w.hook()
+        last = n - 2 * PMAX
+        mark = w.mark()
+        states.append(mark[-1])
+        while k < min(WARMUP + 3 * PMAX + PMAX, last):
+            w.new_events()
+            w.hits = 0
+            w.shown = 0
+            hits_by.clear()
+            yield rng[k]
+            k += 1
+            m2 = w.mark()
+            d = w.delta(mark, m2)
+            mark = m2
+            if d is None:
+                its.clear()
+                states[:] = [m2[-1]]
+                continue
+            d["hits"] = [tuple(sorted(hits_by.items()))]
+            its.append(d)
+            states.append(m2[-1])
+            for p in range(1, PMAX + 1):
+                fit = _fit(its, p, states)
+                if fit is not None:
+                    break
+            if fit is not None:
+                break
+    finally:
+        warnings._showwarnmsg = old_show
+        w.unhook()
+        for prog, run, wr in wrapped.values():
+            if prog.run is wr:
+                prog.run = run
+    if fit is None:
+        STATS["declined"] += 1
+        st["done"] = True
+        while k < n:
+            yield rng[k]
+            k += 1
+        return
+    p = fit.p
+    m = (n - p - k) // p
+    if m <= 0:
+        st["done"] = True
+        while k < n:
+            yield rng[k]
+            k += 1
+        return
+    blockhits = {}
+    for d in its[len(its) - p:]:
+        for pid, h in d["hits"][0]:
+            blockhits[pid] = blockhits.get(pid, 0) + h
+    fit.base.pop("events", None)
+    fit.var.pop("events", None)
+    try:
+        pred = _predict(fit, 1, m)
+        state0 = states[-1]
+        _apply(core, pred, m, fit)
+        for pid, h in blockhits.items():
+            prog = wrapped[pid][0]
+            if prog.run == prog._warm:
+                nn = prog.n + h * m
+                if nn >= _ic.GEN_AFTER:
+                    prog.n = _ic.GEN_AFTER
+                    prog.run = prog._generate()
+                else:
+                    prog.n = nn
+    except Exception as e:       # pragma: no cover  (a bug of this module)
+        raise LoopReplayError(f"loop replay of the loop at {info.filename}:{info.line} failed ({e!r}); run with "
+                              "TRNSIM_LOOP_REPLAY=0") from e
+    STATS["replayed"] += 1
+    STATS["bulk_iterations"] += m * p
+    k += m * p
+    # the next block runs normally and is checked against the prediction
+    check = _predict(fit, m + 1, 1)
+    w2 = _Watch(core, spaces)
+    mark = w2.mark()
+    ids0 = mark[12]
+    seq0 = mark[3]
+    views0 = mark[10]
+    got = []
+    for _ in range(p):
+        w2.hits = 0
+        yield rng[k]
+        k += 1
+        m2 = w2.mark()
+        d = _fields(w2, mark, m2)
+        mark = m2
+        got.append(d)
+    g = _concat(got)
+    bad = _same({f: v for f, v in check.items() if f in g}, g)
+    if bad is None and mark[-1] != state0:
+        bad = f"allocator state {mark[-1]} != {state0}"
+    if bad is None and (mark[3] - seq0, mark[10] - views0, mark[12] - ids0) != fit.counts:
+        bad = "instruction count or buffer ids"
+    if bad is not None:
+        raise LoopReplayError(
+            f"loop replay: the iterations run after the bulk append of the loop at {info.filename}:{info.line} "
+            f"differ from the prediction ({bad}); this is a trnsim bug: run with TRNSIM_LOOP_REPLAY=0 and report it")
+    st["done"] = True
+    while k < n:
+        yield rng[k]
+        k += 1
+
+
+def _fields(w, a, b):
+    """The fields of an iteration for the check (as :meth:`_Watch.delta`, without its refusals)."""
+    w.events = []
+    w.shown = 0
+    hits = w.hits
+    w.hits = b[3] - a[3]
+    d = w.delta(a, b)
+    w.hits = hits
+    if d is None:
+        return {"eng": [None]}
+    d.pop("events", None)
+    return d
