@@ -42,15 +42,12 @@ name holds after the loop.  ``TRNSIM_LOOP_REPLAY=0`` turns the replay off.
 
 from __future__ import annotations
 
-import ast
 import enum
 import gc
-import inspect
 import itertools
 import os
 import re
 import sys
-import textwrap
 import types
 import warnings
 from itertools import islice
@@ -70,8 +67,9 @@ _enabled = os.environ.get("TRNSIM_LOOP_REPLAY", "1") not in ("0", "false", "Fals
 MIN_ITERATIONS = 16     # shorter loops run normally
 WARMUP = 2              # iterations run before observing (the first makes the issue cache's layouts)
 PMAX = 4                # longest period looked for
-# what happened, for tests and benchmarks: loops replayed, iterations appended in bulk, loops declined
-STATS = {"replayed": 0, "bulk_iterations": 0, "declined": 0}
+# what happened, for tests and benchmarks: loops replayed, iterations appended in bulk, loops declined, the
+# period of the last loop replayed
+STATS = {"replayed": 0, "bulk_iterations": 0, "declined": 0, "period": 0}
 
 
 class LoopReplayError(RuntimeError):
@@ -356,22 +354,22 @@ class _Watch:
 
     # allocator calls and releases, recorded while observing
     def hook(self):
-        ev = self.events = []
+        w = self
         for sp in self.spaces:
             take, alloc, rel = sp.take, sp.allocate, sp.release
 
             def t_(size, what="tensor", _f=take, _n=sp.name):
                 r = _f(size, what)
-                ev.append((_n, "take", size, r))
+                w.events.append((_n, "take", size, r))
                 return r
 
             def a_(size, what="tensor", _f=alloc, _n=sp.name):
                 r = _f(size, what)
-                ev.append((_n, "alloc", size, r))
+                w.events.append((_n, "alloc", size, r))
                 return r
 
             def r_(addr, size, _f=rel, _n=sp.name):
-                ev.append((_n, "rel", addr, size))
+                w.events.append((_n, "rel", addr, size))
                 return _f(addr, size)
             sp.take, sp.allocate, sp.release = t_, a_, r_
 
@@ -386,17 +384,14 @@ class _Watch:
 
 
 class _Fit:
-    """Blocks of ``p`` iterations, equal up to integers changing by a constant from block to block."""
+    """Blocks of ``p`` iterations, equal up to integers changing by a constant from block to block: the last
+    observed block (``base``, field -> items) and per field the positions whose integers change."""
 
     def __init__(self, p, blocks):
         self.p = p
-        base = blocks[-1]
-        self.fields = {}
-        for f, items in base.items():
-            self.fields[f] = items
-        self.sk = {}
-        self.var = {}          # field -> [(position, skeleton, base ints, delta)]
-        self.base = base
+        self.base = blocks[-1]
+        self.var = {}          # field -> [(position, skeleton, base ints, delta per block)]
+        self.counts = None     # (instructions, new interned patterns, buffer ids) per block
 
 
 def _concat(its):
@@ -625,6 +620,7 @@ def _replay_steps(rng, core, info, st):
                               "TRNSIM_LOOP_REPLAY=0") from e
     STATS["replayed"] += 1
     STATS["bulk_iterations"] += m * p
+    STATS["period"] = p
     k += m * p
     # the next block runs normally and is checked against the prediction
     check = _predict(fit, m + 1, 1)

@@ -40,7 +40,10 @@ class LoopInfo:
         self.ints = set()        # free names used in integer arithmetic
 
 
+# integer arithmetic: + - * keep every value computed from the index affine in it (``*`` with one operand free of
+# the index); // and % only on values free of the index
 _BINOPS = (ast.Add, ast.Sub, ast.Mult)
+_CONST_BINOPS = (ast.FloorDiv, ast.Mod)
 
 
 class _Body:
@@ -128,12 +131,14 @@ class _Body:
                 d = self.expr(x) or d
             return d
         if isinstance(e, ast.BinOp):
-            if not isinstance(e.op, _BINOPS):
+            if not isinstance(e.op, _BINOPS + _CONST_BINOPS):
                 raise _Ineligible(type(e.op).__name__)
             a = self.intexpr(e.left)
             b = self.intexpr(e.right)
             if a and b and isinstance(e.op, ast.Mult):
                 raise _Ineligible("product of two index-dependent values")
+            if (a or b) and isinstance(e.op, _CONST_BINOPS):
+                raise _Ineligible("// or % of an index-dependent value")
             return a or b
         if isinstance(e, ast.UnaryOp):
             if not isinstance(e.op, ast.USub):
