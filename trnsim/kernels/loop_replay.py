@@ -235,47 +235,27 @@ def _split(x, ints):
     return (5, _Same(x))
 
 
-_BUILDERS: dict = {}
 
 
-def _expr(sk, names, consts):
+def _gen(sk, cols, nxt, m):
+    """``m`` objects of skeleton ``sk`` whose integers are the next columns of ``cols`` (lists of ``m`` ints,
+    ``nxt`` yields their indices), made column-wise by C loops (zip, map, str.format)."""
     if sk == 0:
-        return names.pop(0)
+        return cols[next(nxt)]
     k = sk[0]
-    if k == 1:
-        inner = [_expr(s, names, consts) for s in sk[1]]
-        return "(" + "".join(x + ", " for x in inner) + ")"
-    if k == 6:
-        return "[" + ", ".join(_expr(s, names, consts) for s in sk[1]) + "]"
+    if k == 1 or k == 6:
+        parts = [_gen(x, cols, nxt, m) for x in sk[1]]
+        if not parts:
+            return [() for _ in range(m)] if k == 1 else [[] for _ in range(m)]
+        return list(zip(*parts)) if k == 1 else list(map(list, zip(*parts)))
     if k == 2:
-        out = []
-        for p in sk[1]:
-            out.append(f"str({names.pop(0)})" if p is None else repr(p))
-        return "(" + " + ".join(out) + ")"
+        fmt = "".join("{}" if p is None else p.replace("{", "{{").replace("}", "}}") for p in sk[1])
+        return list(map(fmt.format, *[cols[next(nxt)] for p in sk[1] if p is None]))
     if k == 3:
-        return repr(sk[1])
+        return [sk[1]] * m
     if k == 4:
-        nm = f"K{len(consts)}"
-        consts[nm] = float.fromhex(sk[1])
-        return nm
-    nm = f"K{len(consts)}"
-    consts[nm] = sk[1].o
-    return nm
-
-
-def _builder(sk, nints):
-    f = _BUILDERS.get(sk)
-    if f is None:
-        names = [f"a{i}" for i in range(nints)]
-        consts = {}
-        body = _expr(sk, list(names), consts)
-        src = f"def f({', '.join(names)}):\n    return {body}\n"
-        ns = dict(consts)
-        exec(compile(src, "<trnsim loop replay>", "exec"), ns)   # noqa: S102 (made from a skeleton above)
-        f = ns["f"]
-        if len(_BUILDERS) < 4096:
-            _BUILDERS[sk] = f
-    return f
+        return [float.fromhex(sk[1])] * m
+    return [sk[1].o] * m
 
 
 def _alloc_state(spaces):
@@ -451,10 +431,7 @@ def _predict(fit, q0, m):
         res = items * m
         for pos, sk, ints, delta in fit.var.get(f, ()):
             arr = np.asarray(ints, dtype=np.int64)[None, :] + qs[:, None] * np.asarray(delta, dtype=np.int64)[None, :]
-            if sk == 0:
-                objs = arr[:, 0].tolist()
-            else:
-                objs = list(map(_builder(sk, len(ints)), *arr.T.tolist()))
+            objs = _gen(sk, arr.T.tolist(), iter(range(len(ints))), m)
             res[pos::L] = objs
         out[f] = res
     return out
