@@ -246,6 +246,7 @@ NORMAL = {
 def _run(fn, args, kw, on, monkeypatch, execute=False):
     """(state, error message or None, loops replayed) of one launch, buffer ids counted from 1."""
     monkeypatch.setattr(space, "_ids", itertools.count(1))
+    monkeypatch.setattr(loop_replay, "MIN_ITERATIONS", 16)     # (the test loops are short)
     prev = loop_replay.set_enabled(on)
     before = loop_replay.STATS["replayed"]
     err = None

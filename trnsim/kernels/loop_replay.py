@@ -64,7 +64,9 @@ __all__ = ["enabled", "set_enabled", "rewritten", "STATS", "LoopReplayError"]
 
 _enabled = os.environ.get("TRNSIM_LOOP_REPLAY", "1") not in ("0", "false", "False", "")
 
-MIN_ITERATIONS = 16     # shorter loops run normally
+# shorter loops run normally: observing an iteration costs more than running it (~0.2 ms against ~50 us), so a
+# loop pays from a few hundred iterations; the library kernels' 32-iteration loops stay below
+MIN_ITERATIONS = 64
 WARMUP = 2              # iterations run before observing (the first makes the issue cache's layouts)
 PMAX = 4                # longest period looked for
 # what happened, for tests and benchmarks: loops replayed, iterations appended in bulk, loops declined, the
@@ -378,9 +380,37 @@ def _concat(its):
     out = {}
     for d in its:
         for f, v in d.items():
-            if f == "#" or f == "hits":
+            if f == "#" or f == "hits" or f == "S":
                 continue
             out.setdefault(f, []).extend(v)
+    return out
+
+
+def _splits(d):
+    """Per field of iteration ``d``: each item's skeleton and its integers (:func:`_split`), made once."""
+    out = {}
+    for f, items in d.items():
+        if f == "#" or f == "hits":
+            continue
+        sks, ints = [], []
+        for x in items:
+            i = []
+            sks.append(_split(x, i))
+            ints.append(i)
+        out[f] = (sks, ints)
+    return out
+
+
+def _concat_splits(its):
+    out = {}
+    for d in its:
+        for f, (sks, ints) in d["S"].items():
+            o = out.get(f)
+            if o is None:
+                out[f] = (list(sks), list(ints))
+            else:
+                o[0].extend(sks)
+                o[1].extend(ints)
     return out
 
 
@@ -398,17 +428,15 @@ def _fit(its, p, states):
         if its[j]["#"] != its[j + p]["#"] or its[j]["hits"] != its[j + p]["hits"]:
             return None
     blocks = [_concat(its[n - 3 * p + i * p: n - 3 * p + (i + 1) * p]) for i in range(3)]
+    splits = [_concat_splits(its[n - 3 * p + i * p: n - 3 * p + (i + 1) * p]) for i in range(3)]
     fit = _Fit(p, blocks)
     for f, items in blocks[2].items():
-        b0, b1 = blocks[0][f], blocks[1][f]
-        if len(b0) != len(items) or len(b1) != len(items):
+        (s0, j0), (s1, j1), (s2, j2) = splits[0][f], splits[1][f], splits[2][f]
+        if s0 != s2 or s1 != s2:          # (also when the lengths differ)
             return None
         var = []
-        for pos, x in enumerate(items):
-            i0, i1, i2 = [], [], []
-            s2 = _split(x, i2)
-            if _split(b0[pos], i0) != s2 or _split(b1[pos], i1) != s2:
-                return None
+        for pos in range(len(items)):
+            i0, i1, i2 = j0[pos], j1[pos], j2[pos]
             if i2 == i1 == i0:
                 continue
             delta = [y - z for y, z in zip(i2, i1)]
@@ -416,7 +444,7 @@ def _fit(its, p, states):
                 return None
             if any(abs(v) > 1 << 40 for v in i2) or any(abs(v) > 1 << 30 for v in delta):
                 return None
-            var.append((pos, s2, i2, delta))
+            var.append((pos, s2[pos], i2, delta))
         fit.var[f] = var
     fit.counts = its[-1]["#"] if p == 1 else tuple(sum(its[n - p + i]["#"][k] for i in range(p)) for k in range(3))
     return fit
@@ -544,6 +572,7 @@ def _replay_steps(rng, core, info, st):
                 states[:] = [m2[-1]]
                 continue
             d["hits"] = [tuple(sorted(hits_by.items()))]
+            d["S"] = _splits(d)
             its.append(d)
             states.append(m2[-1])
             for p in range(1, PMAX + 1):
