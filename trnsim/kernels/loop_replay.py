@@ -64,9 +64,10 @@ __all__ = ["enabled", "set_enabled", "rewritten", "STATS", "LoopReplayError"]
 
 _enabled = os.environ.get("TRNSIM_LOOP_REPLAY", "1") not in ("0", "false", "False", "")
 
-# shorter loops run normally: observing an iteration costs more than running it (~0.2 ms against ~50 us), so a
-# loop pays from a few hundred iterations; the library kernels' 32-iteration loops stay below
-MIN_ITERATIONS = 64
+# shorter loops run normally: observing, fitting and appending cost ~2.5 ms per loop (the stream kernel of
+# benchmarks/bench_timing.py, 5 instructions per iteration, best of 5: 64 iterations 1.96 ms normally, 3.31 ms with
+# the replay; 128: 3.39 / 3.78 ms; 256: 6.20 / 4.39 ms), so a loop pays from ~150 iterations
+MIN_ITERATIONS = 160
 WARMUP = 2              # iterations run before observing (the first makes the issue cache's layouts)
 PMAX = 4                # longest period looked for
 # what happened, for tests and benchmarks: loops replayed, iterations appended in bulk, loops declined, the
