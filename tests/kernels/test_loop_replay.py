@@ -324,6 +324,7 @@ def test_functional_runs_are_not_replayed(monkeypatch):
     assert len(res.cores[0].instructions) == 200
 
 
+@pytest.mark.filterwarnings("ignore:data race")       # (both programs store into the one output)
 def test_multi_program_launches_are_not_replayed():
     before = loop_replay.STATS["replayed"]
     run_kernel(stream, (X,), {"n": 40}, (2,), "trn2", execute=False)
@@ -370,3 +371,19 @@ def test_a_counter_not_advanced_is_caught(monkeypatch):
     monkeypatch.setattr(loop_replay, "_apply", no_ids)
     with pytest.raises(loop_replay.LoopReplayError):
         _run(stream, (X,), {"n": 60}, True, monkeypatch)
+
+
+def test_source_that_is_not_the_code_is_not_rewritten(tmp_path):
+    """A kernel whose file changed after it was imported is run as compiled, not rewritten from the file."""
+    src = tmp_path / "edited_kernel.py"
+    body = ("import nki.isa as nisa\nimport nki.language as nl\n\n\ndef k(x, n):\n    P, F = x.shape\n"
+            "    for i in range(n):\n        t = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)\n"
+            "        nisa.dma_copy(t, x)\n    return x\n")
+    src.write_text(body)
+    mod = _load("edited_kernel", str(src))
+    assert loop_rewrite.rewritten(mod.k, lambda lid, it: it) is not None
+    mod2 = _load("edited_kernel2", str(src))
+    src.write_text(body.replace("nisa.dma_copy(t, x)", "nisa.dma_copy(t, x)\n        nisa.dma_copy(t, x)"))
+    import linecache
+    linecache.checkcache(str(src))
+    assert loop_rewrite.rewritten(mod2.k, lambda lid, it: it) is None

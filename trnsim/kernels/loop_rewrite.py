@@ -12,6 +12,7 @@ a name holds, what a callee is) is recorded per loop (:class:`LoopInfo`) and che
 from __future__ import annotations
 
 import ast
+import dis
 import inspect
 import itertools
 import textwrap
@@ -24,7 +25,7 @@ class _Ineligible(Exception):
 
 
 LOOPS: dict = {}        # loop id -> LoopInfo
-_REWRITTEN: dict = {}    # code object -> rewritten function or None
+_REWRITTEN: dict = {}    # id(code object) -> (the code object, rewritten function or None)
 _LOOP_IDS = itertools.count()
 
 
@@ -255,18 +256,48 @@ def rewritten(fn, loop_fn):
     if not isinstance(fn, types.FunctionType):
         return None
     code = fn.__code__
-    try:
-        return _REWRITTEN[code]
-    except KeyError:
-        pass
+    hit = _REWRITTEN.get(id(code))         # (by identity: code objects compare equal by value)
+    if hit is not None and hit[0] is code:
+        return hit[1]
     out = None
     try:
         out = _make(fn, loop_fn)
     except Exception:           # no source, syntax the pass does not know: the kernel runs as written
         out = None
     if len(_REWRITTEN) < 4096:
-        _REWRITTEN[code] = out
+        _REWRITTEN[id(code)] = (code, out)
     return out
+
+
+def _ops(code):
+    """``code``'s instructions as (operation, argument, line), jump targets left out and ``LOAD_METHOD`` read as
+    ``LOAD_ATTR`` (the compiler chooses between them, and whether ``LOAD_GLOBAL`` pushes a NULL, by whether the
+    module imported the name, which a function compiled on its own does not know)."""
+    out = []
+    for ins in dis.get_instructions(code):
+        op = ins.opname
+        if op == "EXTENDED_ARG" or op == "CACHE":
+            continue
+        if op == "LOAD_METHOD":
+            op = "LOAD_ATTR"
+        arg = None if ins.opcode in dis.hasjrel or ins.opcode in dis.hasjabs else ins.argval
+        out.append((op, arg, ins.positions.lineno if ins.positions else None))
+    return out
+
+
+def _same_code(a, b):
+    """Whether code objects ``a`` and ``b`` were compiled from the same source (instructions and their lines,
+    names, constants, recursively)."""
+    if (a.co_names != b.co_names or a.co_varnames != b.co_varnames or a.co_firstlineno != b.co_firstlineno
+            or len(a.co_consts) != len(b.co_consts) or _ops(a) != _ops(b)):
+        return False
+    for x, y in zip(a.co_consts, b.co_consts):
+        if isinstance(x, types.CodeType):
+            if not isinstance(y, types.CodeType) or not _same_code(x, y):
+                return False
+        elif type(x) is not type(y) or x != y:
+            return False
+    return True
 
 
 def _make(fn, loop_fn):
@@ -281,8 +312,14 @@ def _make(fn, loop_fn):
     fdef = tree.body[0]
     if fdef.name != code.co_name:
         return None
-    fdef.decorator_list = []
     ast.increment_lineno(tree, start - 1)
+    # the source must be what the function was compiled from (a file edited since the import would give another
+    # function): the source compiled as it is must give the function's own code
+    flags = code.co_flags & _FUTURE
+    plain = compile(tree, code.co_filename, "exec", flags=flags, dont_inherit=True)
+    if not _same_code(next(c for c in plain.co_consts if isinstance(c, types.CodeType)), code):
+        return None
+    fdef.decorator_list = []
     n0 = len(LOOPS)
     _Rewrite(code.co_filename).generic_visit(fdef)     # (visit() would leave the def alone as nested)
     if len(LOOPS) == n0:
@@ -297,7 +334,7 @@ def _make(fn, loop_fn):
     ast.copy_location(outer, fdef)
     mod = ast.Module(body=[outer], type_ignores=[])
     ast.fix_missing_locations(mod)
-    mcode = compile(mod, code.co_filename, "exec", flags=code.co_flags & _FUTURE, dont_inherit=True)
+    mcode = compile(mod, code.co_filename, "exec", flags=flags, dont_inherit=True)
     ocode = next(c for c in mcode.co_consts if isinstance(c, types.CodeType))
     outer_fn = types.FunctionType(ocode, fn.__globals__)
     new = outer_fn(loop_fn)
