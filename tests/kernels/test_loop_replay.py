@@ -387,3 +387,21 @@ def test_source_that_is_not_the_code_is_not_rewritten(tmp_path):
     import linecache
     linecache.checkcache(str(src))
     assert loop_rewrite.rewritten(mod2.k, lambda lid, it: it) is None
+
+
+def test_a_slice_running_past_the_end_fails_where_it_does_without_replay(monkeypatch):
+    """Rows at moving offsets that leave the input at iteration 40 of 60: the loop is not appended in bulk past
+    that point, so the same error (same iteration, same message) is raised with the replay on and off."""
+    msgs = []
+    for on in (False, True):
+        monkeypatch.setattr(loop_replay, "MIN_ITERATIONS", 16)
+        prev = loop_replay.set_enabled(on)
+        try:
+            with pytest.raises(Exception) as e:
+                run_kernel(moving_rows, (np.zeros((128 * 40, 64), np.float32),), {"n": 60}, (1,), "trn2",
+                           execute=False)
+        finally:
+            loop_replay.set_enabled(prev)
+        msgs.append((type(e.value), str(e.value)))
+    assert msgs[0] == msgs[1]
+    assert "5120" in msgs[0][1] or "40" in msgs[0][1]

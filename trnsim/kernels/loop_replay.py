@@ -466,6 +466,34 @@ def _predict(fit, q0, m):
     return out
 
 
+def _extents_ok(core, fit, m):
+    """Whether every operand extent that moves stays inside its buffer up to the last block appended (``m``
+    blocks after the base one): a slice past the end would raise in the iteration that makes it, so such a loop
+    runs normally and raises there.  (The slice's arguments are affine in the index: if the first observed block
+    and the last appended one are inside, every block between is.)"""
+    moving = {}
+    for f in ("lo", "hi"):
+        for pos, sk, ints, delta in fit.var.get(f, ()):
+            if sk != 0:
+                return False
+            moving.setdefault(pos, {})[f] = ints[0] + m * delta[0]
+    if not moving:
+        return True
+    bvar = {pos for pos, _, _, _ in fit.var.get("b", ())}
+    bases = fit.base["b"]
+    for pos, ends in moving.items():
+        info = core.buffers.get(bases[pos]) if pos not in bvar else None
+        if info is None:
+            return False
+        kind, bpp, parts, isz = info
+        nelem = (bpp if kind == _space.HBM else bpp * parts) // isz
+        lo = ends.get("lo", fit.base["lo"][pos])
+        hi = ends.get("hi", fit.base["hi"][pos])
+        if lo < 0 or hi > nelem:
+            return False
+    return True
+
+
 def _apply(core, pred, m, fit):
     c = core.columns
     occ = core.occupancy
@@ -597,7 +625,7 @@ def _replay_steps(rng, core, info, st):
         return
     p = fit.p
     m = (n - p - k) // p
-    if m <= 0:
+    if m <= 0 or not _extents_ok(core, fit, m):
         st["done"] = True
         while k < n:
             yield rng[k]
