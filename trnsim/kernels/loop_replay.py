@@ -10,34 +10,44 @@ few observed ones are predicted exactly and appended in bulk, without running th
 
 How (``run_kernel`` uses :func:`rewritten` only for a one-program shape-only launch that records columns):
 
-1. :func:`rewritten` parses the kernel function's own source and rewrites each *eligible* loop
-   ``for NAME in EXPR:`` to ``for NAME in __trnsim_loop__(ID, EXPR):`` (line numbers and file name kept, so error
-   messages name the user's lines).  Eligible: no ``else``; the body only assignments to plain local names,
-   expression statements and ``pass``; expressions only names, constants, attribute loads, subscripts/slices of
-   names, tuple/list displays, ``+ - *`` on integers (``*`` with at most one operand depending on the loop index:
-   every integer the body computes from the index is affine in it) and calls whose callee is an attribute chain of
-   a name not assigned in the body; no name of the body read before it is assigned in the iteration (no
-   loop-carried Python state); the loop name never assigned in the body.
+1. :func:`rewritten` (``loop_rewrite.py``) parses the kernel function's own source (only when it compiles to the
+   function's own code) and rewrites each *eligible* loop ``for NAME in EXPR:`` to ``for NAME in
+   __trnsim_loop__(ID, EXPR):`` (line numbers and file name kept, so error messages name the user's lines).
+   Eligible: no ``else``; the body only assignments to plain local names, expression statements and ``pass``;
+   expressions only names, constants, attribute loads, subscripts/slices of names, tuple/list displays,
+   ``+ - *`` on integers (``*`` with at most one operand depending on the loop index, ``//`` and ``%`` only on
+   values free of it: every integer the body computes from the index is affine in it) and calls whose callee is
+   an attribute chain of a name not assigned in the body; no name of the body read before it is assigned in the
+   iteration (no loop-carried Python state); the loop name never assigned in the body.
 2. When the loop starts (:func:`_loop`), the iterable must be a ``range`` of at least ``MIN_ITERATIONS``, the
    launch one program, shape-only, with record columns and the issue cache on, and every name the body reads
-   from outside it must hold a module, a trnsim tensor, a dtype or a plain value; every callee must be one of
-   trnsim's ``nki.isa`` instructions or ``nki.language.ndarray`` (by identity); subscript bases must be tensors.
-   Otherwise the loop runs normally.
+   from outside it must hold a module, a trnsim tensor, a dtype or a plain value (ints where it does arithmetic);
+   every callee must be one of trnsim's ``nki.isa`` instructions or ``nki.language.ndarray`` (by identity);
+   subscript bases must be tensors.  Otherwise the loop runs normally.
 3. The first ``WARMUP`` iterations run normally; then iterations run normally while their effects are observed
    (:class:`_Watch`: the appended column slices, the new and touched live ranges, tiles, partitions and buffers,
    the number of new interned patterns, the instruction count and buffer ids, each allocator call and release
-   with its address, every instruction an issue-cache hit, no warning shown, no new cache entry).  As soon as the
-   last three blocks of ``p`` iterations (``p <= PMAX``) are equal up to integers that change by the same amount
-   from block to block, and the allocators' states repeat every ``p`` iterations, the blocks up to iteration
-   ``n - p`` are made from the last observed one (NumPy for the integers, list repetition for the rest) and
-   appended; the buffer id counter and instruction count advance; the issue cache's replay counters advance as
-   the skipped hits would have advanced them.  The remaining iterations run normally (so the kernel's names hold
-   what the last iteration made) and the first block of them is checked against the prediction: a difference
-   raises :class:`LoopReplayError` (impossible by construction; the check is the proof's backstop).
+   with its address, every instruction an issue-cache hit of a layout cached before (so validated, with the same
+   rules, as every skipped one would be), no warning shown, no new cache entry, no barrier, fence or block
+   tensor).  As soon as the last three blocks of ``p`` iterations (``p <= PMAX``) are equal up to integers that
+   change by the same amount from block to block, and the allocators' states repeat every ``p`` iterations, the
+   blocks up to iteration ``n - p`` are made from the last observed one (NumPy for the integers, C loops --
+   list repetition, zip, str.format -- for the rest) and appended, unless a moving operand extent would leave
+   its buffer on the way (then the loop runs normally and fails where it fails without replay); the buffer id
+   counter and instruction count advance; the issue cache's replay counters advance as the skipped hits would
+   have advanced them (``GEN_AFTER``).  The remaining iterations run normally (so the kernel's names hold what
+   the last iteration made) and the first block of them is checked against the prediction: a difference raises
+   :class:`LoopReplayError` (impossible by construction; the check is the proof's backstop).  The cycle
+   collector is paused from the first observed iteration to the end of the checked block.
 
 Not mirrored (memos whose numbers or contents never reach a record): the issue cache's view-layout numbering for
-the HBM offsets of skipped ``dma_copy`` s, and Python objects (views, buffers) of skipped iterations, which no
-name holds after the loop.  ``TRNSIM_LOOP_REPLAY=0`` turns the replay off.
+the HBM offsets of skipped ``dma_copy`` s; Python objects (views, buffers) of skipped iterations, which no name
+holds after the loop; when the cycle collector frees tiles held in reference cycles (their addresses go back to
+the allocator later or sooner; addresses never reach a record, and differ with the collector's timing in a run
+without replay too).  A slice that leaves its tensor in a dimension while its element range stays inside the
+buffer (a multi-dimensional slice past a middle dimension's end) fails at the checked block, with that
+iteration's index in the message, instead of at the first iteration past the end.
+``TRNSIM_LOOP_REPLAY=0`` turns the replay off.
 """
 
 from __future__ import annotations
@@ -71,8 +81,8 @@ MIN_ITERATIONS = 160
 WARMUP = 2              # iterations run before observing (the first makes the issue cache's layouts)
 PMAX = 4                # longest period looked for
 # what happened, for tests and benchmarks: loops replayed, iterations appended in bulk, loops declined, the
-# period of the last loop replayed
-STATS = {"replayed": 0, "bulk_iterations": 0, "declined": 0, "period": 0}
+# period of the last loop replayed, why the last loop declined
+STATS = {"replayed": 0, "bulk_iterations": 0, "declined": 0, "period": 0, "why": ""}
 
 
 class LoopReplayError(RuntimeError):
@@ -186,6 +196,7 @@ def _loop(lid, iterable):
     info = LOOPS[lid]
     if not _dynamic_ok(info, sys._getframe(1)):
         STATS["declined"] += 1
+        STATS["why"] = "a name or callee of the body is not one the replay knows"
         return iterable
     return _replay(iterable, core, info)
 
@@ -294,6 +305,7 @@ class _Watch:
         c = core.columns
         occ = core.occupancy
         if a[1] != b[1] or a[2] != b[2] or a[7] != b[7] or a[8] != b[8] or a[11] != b[11]:
+            STATS["why"] = "a barrier, fence, block tensor or new issue-cache entry"
             return None
         d = {}
         for j, f in enumerate(_COLS):
@@ -304,10 +316,12 @@ class _Watch:
         d["rk"] = rk
         d["rv"] = [tuple(occ.ranges[k]) for k in rk]
         if b[5] - a[5] != nr or b[6] - a[6] != nr:
+            STATS["why"] = "tile tables out of step"
             return None
         tk = list(islice(reversed(occ.tiles), nr))[::-1]
         pk = list(islice(reversed(occ.parts), nr))[::-1]
         if tk != rk or pk != rk:
+            STATS["why"] = "tile tables out of step"
             return None
         d["tv"] = [occ.tiles[k] for k in rk]
         d["pv"] = [occ.parts[k] for k in rk]
@@ -316,6 +330,7 @@ class _Watch:
         blocks = occ.blocks
         for bid in d["b"]:
             if bid in blocks:
+                STATS["why"] = "a block tensor touched"
                 return None
             key = (bid, -1)
             if key in new or key in seen:
@@ -332,6 +347,7 @@ class _Watch:
         d["events"] = self.events
         d["#"] = (b[3] - a[3], b[10] - a[10], b[12] - a[12])
         if self.hits != b[3] - a[3] or self.shown:
+            STATS["why"] = "an instruction not replayed from the issue cache, or a warning shown"
             return None
         return d
 
@@ -618,6 +634,10 @@ def _replay_steps(rng, core, info, st):
                 prog.run = run
     if fit is None:
         STATS["declined"] += 1
+        if not its:
+            STATS["why"] = "no periodic blocks: " + STATS["why"]
+        else:
+            STATS["why"] = "no periodic blocks"
         st["done"] = True
         while k < n:
             yield rng[k]
@@ -626,6 +646,7 @@ def _replay_steps(rng, core, info, st):
     p = fit.p
     m = (n - p - k) // p
     if m <= 0 or not _extents_ok(core, fit, m):
+        STATS["why"] = "too few iterations left" if m <= 0 else "a moving slice would leave its tensor"
         st["done"] = True
         while k < n:
             yield rng[k]

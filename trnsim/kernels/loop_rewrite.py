@@ -25,7 +25,7 @@ class _Ineligible(Exception):
 
 
 LOOPS: dict = {}        # loop id -> LoopInfo
-_REWRITTEN: dict = {}    # id(code object) -> (the code object, rewritten function or None)
+_REWRITTEN: dict = {}    # (id(code), id(loop_fn)) -> (the code object, loop_fn, rewritten function or None)
 _LOOP_IDS = itertools.count()
 
 
@@ -256,16 +256,17 @@ def rewritten(fn, loop_fn):
     if not isinstance(fn, types.FunctionType):
         return None
     code = fn.__code__
-    hit = _REWRITTEN.get(id(code))         # (by identity: code objects compare equal by value)
-    if hit is not None and hit[0] is code:
-        return hit[1]
+    key = (id(code), id(loop_fn))          # (by identity: code objects compare equal by value)
+    hit = _REWRITTEN.get(key)
+    if hit is not None and hit[0] is code and hit[1] is loop_fn:
+        return hit[2]
     out = None
     try:
         out = _make(fn, loop_fn)
     except Exception:           # no source, syntax the pass does not know: the kernel runs as written
         out = None
     if len(_REWRITTEN) < 4096:
-        _REWRITTEN[id(code)] = (code, out)
+        _REWRITTEN[key] = (code, loop_fn, out)
     return out
 
 
