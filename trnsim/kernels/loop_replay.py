@@ -580,7 +580,11 @@ def _replay_steps(rng, core, info, st):
         def run_counted(core_, loc, leaves):
             w.hits += 1
             hits_by[id(prog)] = hits_by.get(id(prog), 0) + 1
-            return run(core_, loc, leaves)
+            r = run(core_, loc, leaves)
+            if prog.run is not run_counted:     # the layout's code was just made (GEN_AFTER): count through it
+                wrapped[id(prog)] = (prog, prog.run, counter(prog, prog.run))
+                prog.run = wrapped[id(prog)][2]
+            return r
         return run_counted
 
     old_show = warnings._showwarnmsg
