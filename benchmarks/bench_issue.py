@@ -4,14 +4,15 @@
 Usage: python benchmarks/bench_issue.py [--quick] [--million] [--matmul] [--repeats N]
 
 1. shape-only streaming kernel (load, three engine instructions, store per 128x64 tile; as bench_timing.py):
-   issue time per instruction with the cache off and on, the compiled scheduler's time, and the total for
+   issue time per instruction with the cache off and on (loop replay off), and with the loop-body replay on
+   (its ratio against replay off in the same run), the compiled scheduler's time, and the total for
    1,000,000 instructions (measured with --million, else extrapolated from 200,000).  Baseline in the same run:
    a bare Python loop making the same calls to a function that does nothing (the floor of any Python front end).
 2. functional small tiles: nisa.tensor_tensor on 128x64 fp32 SBUF tiles, instructions/s with the cache off and
    on, against a NumPy loop of the same adds.
 3. (--matmul) 2048^3 bf16 tiled matmul, functional, against the bare NumPy tile loop of bench_sim.py.
-4. library kernels, shape-only: issue time with the cache off and on, and the simulated time (identical: the
-   cache does not change the record).
+4. library kernels, shape-only: issue time with the cache off and on (loop replay off), and with the loop replay
+   (trnsim/kernels/loop_replay.py) on, and the simulated time (identical: neither changes the record).
 
 Figures are medians of --repeats runs in process CPU time (``time.process_time``: other processes on the machine
 do not count), BLAS pinned to one thread (bench_common, imported before NumPy).  Each figure is printed as a
@@ -38,6 +39,10 @@ try:
     from trnsim.kernels import issue_cache  # noqa: E402
 except ImportError:         # a trnsim from before the issue cache (the "before" run of a comparison)
     issue_cache = None
+try:
+    from trnsim.kernels import loop_replay  # noqa: E402
+except ImportError:         # a trnsim from before the loop replay
+    loop_replay = None
 from trnsim.kernels.jit import run_kernel  # noqa: E402
 from trnsim.machine import schedule  # noqa: E402
 from trnsim.profiling import gc_paused  # noqa: E402
@@ -88,6 +93,16 @@ def with_cache(on, fn):
         issue_cache.set_enabled(prev)
 
 
+def with_replay(on, fn):
+    if loop_replay is None:
+        return fn()
+    prev = loop_replay.set_enabled(on)
+    try:
+        return fn()
+    finally:
+        loop_replay.set_enabled(prev)
+
+
 def shape_only(fn, args, kw):
     with gc_paused():          # as trnsim.profile runs it
         return run_kernel(fn, args, kw, (1,), "trn2", execute=False)
@@ -128,24 +143,35 @@ def main():
         tiles = n_goal // 5
         r1 = 1 if n_goal > 300_000 else reps
         t_loop, _ = timed(lambda: bare_loop(x, tiles), reps)
-        t_off, res_off = timed(lambda: with_cache(False, lambda: shape_only(stream, (x,), {"n": tiles})), r1)
-        t_on, res_on = timed(lambda: with_cache(True, lambda: shape_only(stream, (x,), {"n": tiles})), r1)
+        t_off, res_off = timed(lambda: with_replay(False, lambda: with_cache(
+            False, lambda: shape_only(stream, (x,), {"n": tiles}))), r1)
+        t_on, res_on = timed(lambda: with_replay(False, lambda: with_cache(
+            True, lambda: shape_only(stream, (x,), {"n": tiles}))), r1)
         n = len(res_on.instructions)
         schedule(res_on.cores, impl="numba")          # the compiled loop loaded (or compiled) once
         t_sched, tl_on = timed(lambda: schedule(res_on.cores, impl="numba"), r1)
         tl_off = schedule(res_off.cores, impl="numba")
-        del res_off
+        del res_off, res_on
+        # loop-body replay (trnsim/kernels/loop_replay.py): the later iterations appended in bulk
+        t_rep, res_rep = timed(lambda: with_replay(True, lambda: with_cache(
+            True, lambda: shape_only(stream, (x,), {"n": tiles}))), r1)
+        t_sched_rep, tl_rep = timed(lambda: schedule(res_rep.cores, impl="numba"), r1)
+        del res_rep
         us = lambda t: t / n * 1e6  # noqa: E731
         print(f"1. shape-only streaming kernel, {n:,} instructions (median of {r1})")
         print(f"   bare call loop (floor)      {us(t_loop):7.2f} us/instruction")
         print(f"   issue, cache off            {us(t_off):7.2f} us/instruction  ({t_off / t_loop:5.1f}x the floor)")
         print(f"   issue, cache on             {us(t_on):7.2f} us/instruction  ({t_on / t_loop:5.1f}x the floor; "
               f"{t_off / t_on:.2f}x faster than off)")
-        print(f"   schedule (compiled)         {us(t_sched):7.2f} us/instruction")
-        print(f"   identical timelines (cache off/on): {tl_off == tl_on}")
+        print(f"   issue, cache on, loop replay {us(t_rep):7.2f} us/instruction  ({t_rep / t_loop:5.1f}x the floor; "
+              f"{t_on / t_rep:.2f}x faster than replay off; "
+              f"{'replayed' if loop_replay is not None and loop_replay.STATS['replayed'] else 'NOT replayed'})")
+        print(f"   schedule (compiled)         {us(t_sched):7.2f} us/instruction (replay: {us(t_sched_rep):.2f})")
+        print(f"   identical timelines (cache off/on/replay): {tl_off == tl_on == tl_rep}")
         tag = "measured" if n >= 1_000_000 else "extrapolated"
-        for name, ti in (("cache off", t_off), ("cache on", t_on)):
-            tot = (ti + t_sched) / n * 1e6
+        for name, ti, ts in (("cache off", t_off, t_sched), ("cache on", t_on, t_sched),
+                             ("cache on + loop replay", t_rep, t_sched_rep)):
+            tot = (ti + ts) / n * 1e6
             print(f"   1,000,000 instructions issued + scheduled, {name}: {tot:.1f} s ({tag}; aim: under 3 s)")
 
         # 2. functional small tiles ---------------------------------------------------------------------
@@ -185,17 +211,19 @@ def main():
 
         # 4. library kernels -----------------------------------------------------------------------------
         print(f"\n4. library kernels, shape-only issue (median of {reps}) and simulated time")
-        hdr = (f"   {'kernel':<26} {'instrs':>7} {'off us/i':>9} {'on us/i':>8} {'speed-up':>8} {'simulated us':>13} "
-               f"{'same':>5}")
+        hdr = (f"   {'kernel':<26} {'instrs':>7} {'off us/i':>9} {'on us/i':>8} {'speed-up':>8} {'replay us/i':>9} "
+               f"{'vs on':>7} {'simulated us':>13} {'same':>5}")
         print(hdr)
         found = []
         for name, (fn, fargs) in lib_cases().items():
             t_off, r_off = timed(lambda: with_cache(False, lambda: shape_only(fn, fargs, {})), reps)
-            t_on, r_on = timed(lambda: with_cache(True, lambda: shape_only(fn, fargs, {})), reps)
+            t_on, r_on = timed(lambda: with_replay(False, lambda: with_cache(
+                True, lambda: shape_only(fn, fargs, {}))), reps)
+            t_rep, r_rep = timed(lambda: with_cache(True, lambda: shape_only(fn, fargs, {})), reps)
             ni = len(r_on.instructions)
-            a, c = schedule(r_off.cores), schedule(r_on.cores)
+            a, c, e = schedule(r_off.cores), schedule(r_on.cores), schedule(r_rep.cores)
             print(f"   {name:<26} {ni:>7} {t_off / ni * 1e6:>9.2f} {t_on / ni * 1e6:>8.2f} {t_off / t_on:>7.2f}x "
-                  f"{c.total_ns / 1e3:>13.2f} {str(a == c):>5}")
+                  f"{t_rep / ni * 1e6:>9.2f} {t_on / t_rep:>7.2f}x {c.total_ns / 1e3:>13.2f} {str(a == c == e):>5}")
             found.append((name, c))
         try:
             from trnsim.profiler.findings import findings

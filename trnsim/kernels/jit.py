@@ -12,7 +12,7 @@ from ..machine import Chip, NeuronCore
 from ..memory import Tensor, dtype_of
 from ..memory.dtypes import from_real, to_real
 from ..targets import get_target
-from . import context, hooks, launch
+from . import context, hooks, launch, loop_replay
 from .tensor import NkiTensor
 
 __all__ = ["jit", "simulate", "Kernel", "SimulationResult"]
@@ -140,8 +140,12 @@ def run_kernel(fn, args, kwargs, grid=(1,), target=None, execute=True, precise=N
     raised = 0 < thr[0] < GC_YOUNG
     if raised:
         gc.set_threshold(GC_YOUNG, *thr[1:])
+    run_fn = fn
+    if nprog == 1 and not execute and loop_replay._enabled:
+        # shape-only, one program: eligible loops append their later iterations in bulk (loop_replay.py)
+        run_fn = loop_replay.rewritten(fn) or fn
     try:
-        out = launch.run_programs(fn, wrapped, wkw, ctx, cores, strict_races)
+        out = launch.run_programs(run_fn, wrapped, wkw, ctx, cores, strict_races)
     finally:
         context.pop(prev)
         if raised and gc.get_threshold()[0] == GC_YOUNG:     # (unless the kernel set it meanwhile)

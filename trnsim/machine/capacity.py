@@ -27,6 +27,8 @@ can share a byte range in different quadrants (:class:`_Quadrants`).
 from __future__ import annotations
 
 import os
+from itertools import compress, repeat
+from operator import eq, is_not, itemgetter
 
 import numpy as np
 
@@ -174,8 +176,9 @@ class Occupancy:
             self._check_overlaps(kind)
 
     def _check_bounds(self, kind, cap, nparts):
-        for key, (k, size, name, p) in self.tiles.items():
-            if k != kind or p is None:
+        for key in _placed_keys(self.tiles):
+            k, size, name, p = self.tiles[key]
+            if k != kind:
                 continue
             p0, np_, addr, sz = p
             if addr < 0 or addr + sz > cap or p0 < 0 or p0 + np_ > nparts:
@@ -237,7 +240,8 @@ class Occupancy:
             "ndarray", "shape", live, cap, r[2])
 
     def _check_overlaps(self, kind):
-        placed = [(p, key) for key, (k, _, _, p) in self.tiles.items() if k == kind and p is not None]
+        tiles = self.tiles
+        placed = [(tiles[key][3], key) for key in _placed_keys(tiles) if tiles[key][0] == kind]
         if len(placed) < 2:
             return
         placed.sort(key=lambda x: x[0][2])
@@ -270,7 +274,8 @@ def _sweep(tiles, ranges, kind, cap, parts=None, nparts=128):
     """``(peak bytes per partition, (key, position, live) of the first overflow or None)`` of ``kind``'s tiles live
     over ``ranges`` (key -> [first, last, ...] positions), counted per 32-partition quadrant (:class:`_Quadrants`;
     ``parts``: key -> the tile's partitions)."""
-    keys = [key for key, t in tiles.items() if t[0] == kind]
+    # (C loops over the tiles: a shape-only run of a million instructions has hundreds of thousands of them)
+    keys = list(compress(tiles, map(eq, map(_KIND, tiles.values()), repeat(kind))))
     parts = parts or {}
     if len(keys) >= _VECTOR_MIN:
         got = _sweep_one_span(keys, tiles, ranges, cap, parts, nparts)
@@ -308,6 +313,14 @@ def _sweep(tiles, ranges, kind, cap, parts=None, nparts=128):
 
 
 _VECTOR_MIN = 64   # tiles from which _sweep tries the vectorised sweep
+# fields of a tile entry (kind, size, name, placement) and of a range (first, last, ...)
+_KIND, _SIZE, _PLACEMENT = itemgetter(0), itemgetter(1), itemgetter(3)
+_FIRST, _LAST = itemgetter(0), itemgetter(1)
+
+
+def _placed_keys(tiles):
+    """The keys of the explicitly placed tiles, in the table's order (C loops)."""
+    return list(compress(tiles, map(is_not, map(_PLACEMENT, tiles.values()), repeat(None))))
 
 
 def _sweep_one_span(keys, tiles, ranges, cap, parts, nparts):
@@ -317,19 +330,20 @@ def _sweep_one_span(keys, tiles, ranges, cap, parts, nparts):
     sum (the same events in the same order, as NumPy int64 keys).  None when the tiles do not qualify."""
     nq = max(1, -(-nparts // _QUADRANT))
     span = None
-    for key in keys:
-        if tiles[key][3] is not None:
-            return None
-        pt = parts.get(key, nparts)
+    tl = list(map(tiles.__getitem__, keys))
+    if any(map(is_not, map(_PLACEMENT, tl), repeat(None))):
+        return None
+    for pt in set(map(parts.get, keys, repeat(nparts))):     # the distinct partition counts
         sp = _SPANS.get((pt, nq)) or _spans(pt, nq)
         if len(sp) != 1 or (span is not None and sp[0] != span):
             return None
         span = sp[0]
     n = len(keys)
     m = 2 * n
-    first = np.fromiter((ranges[k][0] for k in keys), np.int64, n)
-    last = np.fromiter((ranges[k][1] for k in keys), np.int64, n)
-    size = np.fromiter((tiles[k][1] for k in keys), np.int64, n)
+    rl = list(map(ranges.__getitem__, keys))
+    first = np.fromiter(map(_FIRST, rl), np.int64, n)
+    last = np.fromiter(map(_LAST, rl), np.int64, n)
+    size = np.fromiter(map(_SIZE, tl), np.int64, n)
     if int(last.max()) + 2 >= (1 << 62) // (2 * m):        # keys would not fit in int64
         return None
     j2 = np.arange(0, m, 2, dtype=np.int64)

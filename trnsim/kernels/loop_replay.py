@@ -1,0 +1,728 @@
+"""Loop-body replay for shape-only runs: a kernel loop's later iterations appended to the record in bulk.
+
+In a shape-only run (``execute=False``) an iteration of a loop body such as ``for i in range(n): t = nl.ndarray(..);
+nisa.dma_copy(t, x[i]); ...`` changes the core only by appending to its state: record columns, live ranges, tile
+and buffer tables, interned access patterns, the buffer id counter; and it allocates and frees tiles.  When the
+body is straight-line code whose only effects go through trnsim (checked statically on the kernel's source and
+dynamically when the loop starts), iterations ``k`` and ``k + p`` differ only by affine changes of those integers
+(buffer ids, instruction numbers, HBM offsets), and the allocator repeats with period ``p``, the iterations after a
+few observed ones are predicted exactly and appended in bulk, without running their Python.
+
+How (``run_kernel`` uses :func:`rewritten` only for a one-program shape-only launch that records columns):
+
+1. :func:`rewritten` (``loop_rewrite.py``) parses the kernel function's own source (only when it compiles to the
+   function's own code) and rewrites each *eligible* loop ``for NAME in EXPR:`` to ``for NAME in
+   __trnsim_loop__(ID, EXPR):`` (line numbers and file name kept, so error messages name the user's lines).
+   Eligible: no ``else``; the body only assignments to plain local names, expression statements and ``pass``;
+   expressions only names, constants, attribute loads, subscripts/slices of names, tuple/list displays,
+   ``+ - *`` on integers (``*`` with at most one operand depending on the loop index, ``//`` and ``%`` only on
+   values free of it: every integer the body computes from the index is affine in it) and calls whose callee is
+   an attribute chain of a name not assigned in the body; no name of the body read before it is assigned in the
+   iteration (no loop-carried Python state); the loop name never assigned in the body.
+2. When the loop starts (:func:`_loop`), the iterable must be a ``range`` of at least ``MIN_ITERATIONS``, the
+   launch one program, shape-only, with record columns and the issue cache on, and every name the body reads
+   from outside it must hold a module, a trnsim tensor, a dtype or a plain value (ints where it does arithmetic);
+   every callee must be one of trnsim's ``nki.isa`` instructions or ``nki.language.ndarray`` (by identity);
+   subscript bases must be tensors.  Otherwise the loop runs normally.
+3. The first ``WARMUP`` iterations run normally; then iterations run normally while their effects are observed
+   (:class:`_Watch`: the appended column slices, the new and touched live ranges, tiles, partitions and buffers,
+   the number of new interned patterns, the instruction count and buffer ids, each allocator call and release
+   with its address, every instruction an issue-cache hit of a layout cached before (so validated, with the same
+   rules, as every skipped one would be), no warning shown, no new cache entry, no barrier, fence or block
+   tensor).  As soon as the last three blocks of ``p`` iterations (``p <= PMAX``) are equal up to integers that
+   change by the same amount from block to block, and the allocators' states repeat every ``p`` iterations, the
+   blocks up to iteration ``n - p`` are made from the last observed one (NumPy for the integers, C loops --
+   list repetition, zip, str.format -- for the rest) and appended, unless a moving operand extent would leave
+   its buffer on the way (then the loop runs normally and fails where it fails without replay); the buffer id
+   counter and instruction count advance; the issue cache's replay counters advance as the skipped hits would
+   have advanced them (``GEN_AFTER``).  The remaining iterations run normally (so the kernel's names hold what
+   the last iteration made) and the first block of them is checked against the prediction: a difference raises
+   :class:`LoopReplayError` (impossible by construction; the check is the proof's backstop).  The cycle
+   collector is paused from the first observed iteration to the end of the checked block.
+
+Not mirrored (memos whose numbers or contents never reach a record): the issue cache's view-layout numbering for
+the HBM offsets of skipped ``dma_copy`` s; Python objects (views, buffers) of skipped iterations, which no name
+holds after the loop; when the cycle collector frees tiles held in reference cycles (their addresses go back to
+the allocator later or sooner; addresses never reach a record, and differ with the collector's timing in a run
+without replay too).  A slice that leaves its tensor in a dimension while its element range stays inside the
+buffer (a multi-dimensional slice past a middle dimension's end) fails at the checked block, with that
+iteration's index in the message, instead of at the first iteration past the end.
+``TRNSIM_LOOP_REPLAY=0`` turns the replay off.
+"""
+
+from __future__ import annotations
+
+import enum
+import gc
+import itertools
+import os
+import re
+import sys
+import types
+import warnings
+from itertools import islice
+
+import numpy as np
+
+from ..memory import Tensor, space as _space
+from ..memory.dtypes import DType
+from . import issue_cache as _ic
+from .context import current
+from .loop_rewrite import LOOPS, rewritten as _rewritten
+
+__all__ = ["enabled", "set_enabled", "rewritten", "STATS", "LoopReplayError"]
+
+_enabled = os.environ.get("TRNSIM_LOOP_REPLAY", "1") not in ("0", "false", "False", "")
+
+# shorter loops run normally: observing, fitting and appending cost ~2.5 ms per loop (the stream kernel of
+# benchmarks/bench_timing.py, 5 instructions per iteration, best of 5: 64 iterations 1.96 ms normally, 3.31 ms with
+# the replay; 128: 3.39 / 3.78 ms; 256: 6.20 / 4.39 ms), so a loop pays from ~150 iterations
+MIN_ITERATIONS = 160
+WARMUP = 2              # iterations run before observing (the first makes the issue cache's layouts)
+PMAX = 4                # longest period looked for
+# what happened, for tests and benchmarks: loops replayed, iterations appended in bulk, loops declined, the
+# period of the last loop replayed, why the last loop declined
+STATS = {"replayed": 0, "bulk_iterations": 0, "declined": 0, "period": 0, "why": ""}
+
+
+class LoopReplayError(RuntimeError):
+    """The iterations run after a bulk append differ from the prediction (an internal error)."""
+
+
+def enabled() -> bool:
+    return _enabled
+
+
+def set_enabled(on: bool) -> bool:
+    global _enabled
+    prev = _enabled
+    _enabled = bool(on)
+    return prev
+
+
+def rewritten(fn):
+    """``fn`` with its eligible loops going through the replay iterator (``loop_rewrite.rewritten``), or None."""
+    return _rewritten(fn, _loop)
+
+
+# -- the check when a loop starts --------------------------------------------------------------------------------------
+
+_ALLOWED_CALLEES = None
+
+
+def _allowed_callees():
+    global _ALLOWED_CALLEES
+    if _ALLOWED_CALLEES is None:
+        from .. import isa as _isa
+        from . import isa_api, language
+        s = {id(getattr(isa_api, n)) for n in _isa.INSTRUCTIONS if hasattr(isa_api, n)}
+        s.add(id(isa_api.dma_copy))
+        s.add(id(language.ndarray))
+        _ALLOWED_CALLEES = s
+    return _ALLOWED_CALLEES
+
+
+_PLAIN_VALUES = (int, float, str, bool, type(None), DType, np.dtype, enum.Enum, types.FunctionType,
+                 types.BuiltinFunctionType, np.ufunc, type)
+
+
+def _plain(v):
+    if isinstance(v, _PLAIN_VALUES):
+        return True
+    if type(v) is tuple:
+        return all(_plain(x) for x in v)
+    return False
+
+
+def _lookup(frame, name):
+    loc = frame.f_locals
+    if name in loc:
+        return True, loc[name]
+    g = frame.f_globals
+    if name in g:
+        return True, g[name]
+    b = g.get("__builtins__", __builtins__)
+    b = b if isinstance(b, dict) else vars(b)
+    if name in b:
+        return True, b[name]
+    return False, None
+
+
+def _dynamic_ok(info, frame):
+    for n in info.free:
+        ok, v = _lookup(frame, n)
+        if not ok:
+            return False
+        if isinstance(v, types.ModuleType):
+            if n in info.subs or n in info.ints:
+                return False
+            continue
+        if isinstance(v, Tensor):
+            if n in info.ints:
+                return False
+            continue
+        if n in info.subs:
+            return False
+        if n in info.ints and type(v) is not int:
+            return False
+        if not _plain(v):
+            return False
+    allowed = _allowed_callees()
+    for chain in info.callees:
+        ok, v = _lookup(frame, chain[0])
+        if not ok or not isinstance(v, types.ModuleType):
+            return False
+        for a in chain[1:]:
+            v = getattr(v, a, None)
+            if v is None:
+                return False
+        if id(v) not in allowed:
+            return False
+    return True
+
+
+def _loop(lid, iterable):
+    """The iterator a rewritten loop runs over: ``iterable`` itself unless the replay applies."""
+    if not _enabled or type(iterable) is not range or len(iterable) < MIN_ITERATIONS or not _ic._enabled:
+        return iterable
+    try:
+        ctx = current()
+    except Exception:
+        return iterable
+    core = ctx.core
+    if len(ctx.cores) != 1 or core.execute or not core._record or core.programs is not None \
+            or core.occupancy.log is not None:
+        return iterable
+    info = LOOPS[lid]
+    if not _dynamic_ok(info, sys._getframe(1)):
+        STATS["declined"] += 1
+        STATS["why"] = "a name or callee of the body is not one the replay knows"
+        return iterable
+    return _replay(iterable, core, info)
+
+
+# -- observing, predicting, appending -------------------------------------------------------------------------
+
+_COLS = ("eng", "cost", "pre", "opcode", "flops", "loc", "nw", "nops", "dma", "rows", "part0", "nbytes", "dge",
+         "b", "lo", "hi", "v")
+_DIG = re.compile(r"(\d+)")
+
+
+class _Same:
+    """An object compared by identity inside a skeleton."""
+    __slots__ = ("o",)
+
+    def __init__(self, o):
+        self.o = o
+
+    def __eq__(self, other):
+        return type(other) is _Same and other.o is self.o
+
+    def __hash__(self):
+        return id(self.o)
+
+
+def _split(x, ints):
+    """The skeleton of ``x`` (what must be equal between blocks) with its integers appended to ``ints``."""
+    t = type(x)
+    if t is int:
+        ints.append(x)
+        return 0
+    if t is tuple:
+        return (1, tuple([_split(y, ints) for y in x]))
+    if t is str:
+        parts = _DIG.split(x)
+        if len(parts) == 1:
+            return (3, x)
+        sk = []
+        for i, p in enumerate(parts):
+            if i % 2 and str(int(p)) == p:
+                ints.append(int(p))
+                sk.append(None)
+            else:
+                sk.append(p)
+        return (2, tuple(sk))
+    if t is float:
+        return (4, x.hex())
+    if t is list:
+        return (6, tuple([_split(y, ints) for y in x]))
+    return (5, _Same(x))
+
+
+
+
+def _gen(sk, cols, nxt, m):
+    """``m`` objects of skeleton ``sk`` whose integers are the next columns of ``cols`` (lists of ``m`` ints,
+    ``nxt`` yields their indices), made column-wise by C loops (zip, map, str.format)."""
+    if sk == 0:
+        return cols[next(nxt)]
+    k = sk[0]
+    if k == 1 or k == 6:
+        parts = [_gen(x, cols, nxt, m) for x in sk[1]]
+        if not parts:
+            return [() for _ in range(m)] if k == 1 else [[] for _ in range(m)]
+        return list(zip(*parts)) if k == 1 else list(map(list, zip(*parts)))
+    if k == 2:
+        fmt = "".join("{}" if p is None else p.replace("{", "{{").replace("}", "}}") for p in sk[1])
+        return list(map(fmt.format, *[cols[next(nxt)] for p in sk[1] if p is None]))
+    if k == 3:
+        return [sk[1]] * m
+    if k == 4:
+        return [float.fromhex(sk[1])] * m
+    return [sk[1].o] * m
+
+
+def _alloc_state(spaces):
+    return tuple((tuple(sp._free), sp.live, sp.peak) for sp in spaces)
+
+
+def _next_id():
+    r = repr(_space._ids)          # "count(N)": the next buffer id, read without taking it
+    return int(r[6:-1])
+
+
+class _Watch:
+    """Observes one iteration's effects on the core."""
+
+    def __init__(self, core, spaces):
+        self.core = core
+        self.spaces = spaces
+        self.events = None
+        self.hits = 0
+        self.shown = 0
+
+    def mark(self):
+        c = self.core.columns
+        occ = self.core.occupancy
+        core = self.core
+        return ([len(getattr(c, f)) for f in _COLS], len(c.bar), c.barrier, occ.seq, len(occ.ranges),
+                len(occ.tiles), len(occ.parts), len(occ.blocks), len(occ.fences), len(core.buffers),
+                len(core._views), len(core.issue_cache), _next_id(), _alloc_state(self.spaces))
+
+    def delta(self, a, b):
+        """The fields of the iteration between marks ``a`` and ``b`` (None: not replayable)."""
+        core = self.core
+        c = core.columns
+        occ = core.occupancy
+        if a[1] != b[1] or a[2] != b[2] or a[7] != b[7] or a[8] != b[8] or a[11] != b[11]:
+            STATS["why"] = "a barrier, fence, block tensor or new issue-cache entry"
+            return None
+        d = {}
+        for j, f in enumerate(_COLS):
+            d[f] = getattr(c, f)[a[0][j]:b[0][j]]
+        nr = b[4] - a[4]
+        rk = list(islice(reversed(occ.ranges), nr))[::-1]
+        new = set(rk)
+        d["rk"] = rk
+        d["rv"] = [tuple(occ.ranges[k]) for k in rk]
+        if b[5] - a[5] != nr or b[6] - a[6] != nr:
+            STATS["why"] = "tile tables out of step"
+            return None
+        tk = list(islice(reversed(occ.tiles), nr))[::-1]
+        pk = list(islice(reversed(occ.parts), nr))[::-1]
+        if tk != rk or pk != rk:
+            STATS["why"] = "tile tables out of step"
+            return None
+        d["tv"] = [occ.tiles[k] for k in rk]
+        d["pv"] = [occ.parts[k] for k in rk]
+        mk = []
+        seen = set()
+        blocks = occ.blocks
+        for bid in d["b"]:
+            if bid in blocks:
+                STATS["why"] = "a block tensor touched"
+                return None
+            key = (bid, -1)
+            if key in new or key in seen:
+                continue
+            if key in occ.ranges:
+                seen.add(key)
+                mk.append(key)
+        d["mk"] = mk
+        d["mv"] = [tuple(occ.ranges[k]) for k in mk]
+        nb = b[9] - a[9]
+        bk = list(islice(reversed(core.buffers), nb))[::-1]
+        d["bk"] = bk
+        d["bv"] = [core.buffers[k] for k in bk]
+        d["events"] = self.events
+        d["#"] = (b[3] - a[3], b[10] - a[10], b[12] - a[12])
+        if self.hits != b[3] - a[3] or self.shown:
+            STATS["why"] = "an instruction not replayed from the issue cache, or a warning shown"
+            return None
+        return d
+
+    # allocator calls and releases, recorded while observing
+    def hook(self):
+        w = self
+        for sp in self.spaces:
+            take, alloc, rel = sp.take, sp.allocate, sp.release
+
+            def t_(size, what="tensor", _f=take, _n=sp.name):
+                r = _f(size, what)
+                w.events.append((_n, "take", size, r))
+                return r
+
+            def a_(size, what="tensor", _f=alloc, _n=sp.name):
+                r = _f(size, what)
+                w.events.append((_n, "alloc", size, r))
+                return r
+
+            def r_(addr, size, _f=rel, _n=sp.name):
+                w.events.append((_n, "rel", addr, size))
+                return _f(addr, size)
+            sp.take, sp.allocate, sp.release = t_, a_, r_
+
+    def unhook(self):
+        for sp in self.spaces:
+            for a in ("take", "allocate", "release"):
+                sp.__dict__.pop(a, None)
+
+    def new_events(self):
+        self.events = ev = []
+        return ev
+
+
+class _Fit:
+    """Blocks of ``p`` iterations, equal up to integers changing by a constant from block to block: the last
+    observed block (``base``, field -> items) and per field the positions whose integers change."""
+
+    def __init__(self, p, blocks):
+        self.p = p
+        self.base = blocks[-1]
+        self.var = {}          # field -> [(position, skeleton, base ints, delta per block)]
+        self.counts = None     # (instructions, new interned patterns, buffer ids) per block
+
+
+def _concat(its):
+    out = {}
+    for d in its:
+        for f, v in d.items():
+            if f == "#" or f == "hits" or f == "S":
+                continue
+            out.setdefault(f, []).extend(v)
+    return out
+
+
+def _splits(d):
+    """Per field of iteration ``d``: each item's skeleton and its integers (:func:`_split`), made once."""
+    out = {}
+    for f, items in d.items():
+        if f == "#" or f == "hits":
+            continue
+        sks, ints = [], []
+        for x in items:
+            i = []
+            sks.append(_split(x, i))
+            ints.append(i)
+        out[f] = (sks, ints)
+    return out
+
+
+def _concat_splits(its):
+    out = {}
+    for d in its:
+        for f, (sks, ints) in d["S"].items():
+            o = out.get(f)
+            if o is None:
+                out[f] = (list(sks), list(ints))
+            else:
+                o[0].extend(sks)
+                o[1].extend(ints)
+    return out
+
+
+def _fit(its, p, states):
+    """A _Fit of the last three blocks of ``p`` iterations of ``its`` (per-iteration fields), or None.
+    ``states``: the allocator state at the start of each iteration of ``its`` and after the last."""
+    if len(its) < 3 * p:
+        return None
+    n = len(its)
+    # the allocators repeat every p iterations over the three blocks
+    for j in range(n - 3 * p, n - p + 1):
+        if states[j] != states[j + p]:
+            return None
+    for j in range(n - 3 * p, n - p):
+        if its[j]["#"] != its[j + p]["#"] or its[j]["hits"] != its[j + p]["hits"]:
+            return None
+    blocks = [_concat(its[n - 3 * p + i * p: n - 3 * p + (i + 1) * p]) for i in range(3)]
+    splits = [_concat_splits(its[n - 3 * p + i * p: n - 3 * p + (i + 1) * p]) for i in range(3)]
+    fit = _Fit(p, blocks)
+    for f, items in blocks[2].items():
+        (s0, j0), (s1, j1), (s2, j2) = splits[0][f], splits[1][f], splits[2][f]
+        if s0 != s2 or s1 != s2:          # (also when the lengths differ)
+            return None
+        var = []
+        for pos in range(len(items)):
+            i0, i1, i2 = j0[pos], j1[pos], j2[pos]
+            if i2 == i1 == i0:
+                continue
+            delta = [y - z for y, z in zip(i2, i1)]
+            if delta != [y - z for y, z in zip(i1, i0)]:
+                return None
+            if any(abs(v) > 1 << 40 for v in i2) or any(abs(v) > 1 << 30 for v in delta):
+                return None
+            var.append((pos, s2[pos], i2, delta))
+        fit.var[f] = var
+    fit.counts = its[-1]["#"] if p == 1 else tuple(sum(its[n - p + i]["#"][k] for i in range(p)) for k in range(3))
+    return fit
+
+
+def _predict(fit, q0, m):
+    """The fields of ``m`` blocks after the base block, the first ``q0`` blocks after it."""
+    out = {}
+    qs = np.arange(q0, q0 + m, dtype=np.int64)
+    for f, items in fit.base.items():
+        L = len(items)
+        res = items * m
+        for pos, sk, ints, delta in fit.var.get(f, ()):
+            arr = np.asarray(ints, dtype=np.int64)[None, :] + qs[:, None] * np.asarray(delta, dtype=np.int64)[None, :]
+            objs = _gen(sk, arr.T.tolist(), iter(range(len(ints))), m)
+            res[pos::L] = objs
+        out[f] = res
+    return out
+
+
+def _extents_ok(core, fit, m):
+    """Whether every operand extent that moves stays inside its buffer up to the last block appended (``m``
+    blocks after the base one): a slice past the end would raise in the iteration that makes it, so such a loop
+    runs normally and raises there.  (The slice's arguments are affine in the index: if the first observed block
+    and the last appended one are inside, every block between is.)"""
+    moving = {}
+    for f in ("lo", "hi"):
+        for pos, sk, ints, delta in fit.var.get(f, ()):
+            if sk != 0:
+                return False
+            moving.setdefault(pos, {})[f] = ints[0] + m * delta[0]
+    if not moving:
+        return True
+    bvar = {pos for pos, _, _, _ in fit.var.get("b", ())}
+    bases = fit.base["b"]
+    for pos, ends in moving.items():
+        info = core.buffers.get(bases[pos]) if pos not in bvar else None
+        if info is None:
+            return False
+        kind, bpp, parts, isz = info
+        nelem = (bpp if kind == _space.HBM else bpp * parts) // isz
+        lo = ends.get("lo", fit.base["lo"][pos])
+        hi = ends.get("hi", fit.base["hi"][pos])
+        if lo < 0 or hi > nelem:
+            return False
+    return True
+
+
+def _apply(core, pred, m, fit):
+    c = core.columns
+    occ = core.occupancy
+    views = core._views
+    sd = views.setdefault
+    v = pred["v"]
+    if fit.var.get("v"):
+        L = len(fit.base["v"])
+        for pos, _, _, _ in fit.var["v"]:
+            v[pos::L] = [sd(x, x) for x in v[pos::L]]
+    for f in _COLS:
+        getattr(c, f).extend(pred[f])
+    occ.ranges.update(zip(pred["rk"], map(list, pred["rv"])))
+    occ.tiles.update(zip(pred["rk"], pred["tv"]))
+    occ.parts.update(zip(pred["rk"], pred["pv"]))
+    ranges = occ.ranges
+    for k, val in zip(pred["mk"], pred["mv"]):
+        ranges[k][:] = val
+    core.buffers.update(zip(pred["bk"], pred["bv"]))
+    ninstr, nviews, nids = fit.counts
+    occ.seq += m * ninstr
+    _space._ids = itertools.count(_next_id() + m * nids)
+
+
+def _same(pred, d):
+    for f, items in pred.items():
+        got = d[f]
+        if len(got) != len(items):
+            return f
+        for x, y in zip(items, got):
+            i1, i2 = [], []
+            if _split(x, i1) != _split(y, i2) or i1 != i2:
+                return f
+    return None
+
+
+def _replay(rng, core, info):
+    """The replay iterator (a generator) over ``rng``.  The cycle collector is paused from the first observed
+    iteration to the end of the checked block: tiles caught in reference cycles (the first iteration's, through the
+    issue cache's probe) go back to the allocator when a collection runs, and a collection in the middle would
+    make the allocators' states differ between blocks; the collector runs again, later, as it would have."""
+    st = {"gc": gc.isenabled(), "done": False}
+    gc.disable()
+    try:
+        for v in _replay_steps(rng, core, info, st):
+            if st["done"] and st["gc"]:
+                st["gc"] = False
+                gc.enable()
+            yield v
+    finally:
+        if st["gc"]:
+            gc.enable()
+
+
+def _replay_steps(rng, core, info, st):
+    n = len(rng)
+    spaces = (core.sbuf, core.psum, core.chip.hbm)
+    k = 0
+    while k < WARMUP:
+        yield rng[k]
+        k += 1
+    w = _Watch(core, spaces)
+    cache = core.issue_cache
+    wrapped = {}
+    hits_by = {}
+
+    def counter(prog, run):
+        def run_counted(core_, loc, leaves):
+            w.hits += 1
+            hits_by[id(prog)] = hits_by.get(id(prog), 0) + 1
+            r = run(core_, loc, leaves)
+            if prog.run is not run_counted:     # the layout's code was just made (GEN_AFTER): count through it
+                wrapped[id(prog)] = (prog, prog.run, counter(prog, prog.run))
+                prog.run = wrapped[id(prog)][2]
+            return r
+        return run_counted
+
+    old_show = warnings._showwarnmsg
+
+    def show(msg):
+        w.shown += 1
+        return old_show(msg)
+
+    fit = None
+    its, states = [], []
+    try:
+        for prog in cache.values():
+            if prog:
+                # (by id: a _Prog is a tuple, equal to another layout's with the same steps)
+                wrapped[id(prog)] = (prog, prog.run, counter(prog, prog.run))
+                prog.run = wrapped[id(prog)][2]
+        warnings._showwarnmsg = show
+        w.hook()
+        last = n - 2 * PMAX
+        mark = w.mark()
+        states.append(mark[-1])
+        while k < min(WARMUP + 3 * PMAX + PMAX, last):
+            w.new_events()
+            w.hits = 0
+            w.shown = 0
+            hits_by.clear()
+            yield rng[k]
+            k += 1
+            m2 = w.mark()
+            d = w.delta(mark, m2)
+            mark = m2
+            if d is None:
+                its.clear()
+                states[:] = [m2[-1]]
+                continue
+            d["hits"] = [tuple(sorted(hits_by.items()))]
+            d["S"] = _splits(d)
+            its.append(d)
+            states.append(m2[-1])
+            for p in range(1, PMAX + 1):
+                fit = _fit(its, p, states)
+                if fit is not None:
+                    break
+            if fit is not None:
+                break
+    finally:
+        warnings._showwarnmsg = old_show
+        w.unhook()
+        for prog, run, wr in wrapped.values():
+            if prog.run is wr:
+                prog.run = run
+    if fit is None:
+        STATS["declined"] += 1
+        if not its:
+            STATS["why"] = "no periodic blocks: " + STATS["why"]
+        else:
+            STATS["why"] = "no periodic blocks"
+        st["done"] = True
+        while k < n:
+            yield rng[k]
+            k += 1
+        return
+    p = fit.p
+    m = (n - p - k) // p
+    if m <= 0 or not _extents_ok(core, fit, m):
+        STATS["why"] = "too few iterations left" if m <= 0 else "a moving slice would leave its tensor"
+        st["done"] = True
+        while k < n:
+            yield rng[k]
+            k += 1
+        return
+    blockhits = {}
+    for d in its[len(its) - p:]:
+        for pid, h in d["hits"][0]:
+            blockhits[pid] = blockhits.get(pid, 0) + h
+    fit.base.pop("events", None)
+    fit.var.pop("events", None)
+    try:
+        pred = _predict(fit, 1, m)
+        state0 = states[-1]
+        _apply(core, pred, m, fit)
+        for pid, h in blockhits.items():
+            prog = wrapped[pid][0]
+            if prog.run == prog._warm:
+                nn = prog.n + h * m
+                if nn >= _ic.GEN_AFTER:
+                    prog.n = _ic.GEN_AFTER
+                    prog.run = prog._generate()
+                else:
+                    prog.n = nn
+    except Exception as e:       # pragma: no cover  (a bug of this module)
+        raise LoopReplayError(f"loop replay of the loop at {info.filename}:{info.line} failed ({e!r}); run with "
+                              "TRNSIM_LOOP_REPLAY=0") from e
+    STATS["replayed"] += 1
+    STATS["bulk_iterations"] += m * p
+    STATS["period"] = p
+    k += m * p
+    # the next block runs normally and is checked against the prediction
+    check = _predict(fit, m + 1, 1)
+    w2 = _Watch(core, spaces)
+    mark = w2.mark()
+    ids0 = mark[12]
+    seq0 = mark[3]
+    views0 = mark[10]
+    got = []
+    for _ in range(p):
+        w2.hits = 0
+        yield rng[k]
+        k += 1
+        m2 = w2.mark()
+        d = _fields(w2, mark, m2)
+        mark = m2
+        got.append(d)
+    g = _concat(got)
+    bad = _same({f: v for f, v in check.items() if f in g}, g)
+    if bad is None and mark[-1] != state0:
+        bad = f"allocator state {mark[-1]} != {state0}"
+    if bad is None and (mark[3] - seq0, mark[10] - views0, mark[12] - ids0) != fit.counts:
+        bad = "instruction count or buffer ids"
+    if bad is not None:
+        raise LoopReplayError(
+            f"loop replay: the iterations run after the bulk append of the loop at {info.filename}:{info.line} "
+            f"differ from the prediction ({bad}); this is a trnsim bug: run with TRNSIM_LOOP_REPLAY=0 and report it")
+    st["done"] = True
+    while k < n:
+        yield rng[k]
+        k += 1
+
+
+def _fields(w, a, b):
+    """The fields of an iteration for the check (as :meth:`_Watch.delta`, without its refusals)."""
+    w.events = []
+    w.shown = 0
+    hits = w.hits
+    w.hits = b[3] - a[3]
+    d = w.delta(a, b)
+    w.hits = hits
+    if d is None:
+        return {"eng": [None]}
+    d.pop("events", None)
+    return d
