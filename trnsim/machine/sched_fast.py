@@ -285,8 +285,8 @@ def _dep_tuples(deps, ndeps):
             continue
         if k == 0:
             obj[sel] = np.fromiter([()] * len(sel), object, len(sel))
-        else:
-            obj[sel] = np.fromiter(map(tuple, deps[sel, :k].tolist()), object, len(sel))
+        else:          # zip makes the k-tuples straight from k column lists (no per-row list)
+            obj[sel] = np.fromiter(zip(*(deps[sel, j].tolist() for j in range(k))), object, len(sel))
     return obj.tolist()
 
 
