@@ -63,7 +63,8 @@ def mirror(at, b, TK=128, TM=128, TN=512):
                 else:
                     np.add(acc, a_t.T @ b_t, out=acc)
             res = np.empty(TM * TN, np.float32).reshape(TM, TN)
-            # round to bf16 (nearest even) into the tile's float32 storage, NaN kept: what trnsim stores
+            # round to bf16 (nearest even) into the tile's float32 storage: what trnsim stores (a NaN is kept whole
+            # here, trnsim keeps its upper half; these products hold no NaN)
             bits = acc.view(np.uint32)
             r = res.view(np.uint32)
             np.right_shift(bits, 16, out=r)
