@@ -21,6 +21,7 @@ ratio against its baseline measured in the same run.  Run against a trnsim witho
 """
 
 import argparse
+import gc
 import statistics
 import time
 
@@ -175,6 +176,8 @@ def main():
                              ("cache on + loop replay", t_rep, t_sched_rep)):
             tot = (ti + ts) / n * 1e6
             print(f"   1,000,000 instructions issued + scheduled, {name}: {tot:.1f} s ({tag}; aim: under 3 s)")
+        del tl_on, tl_rep
+        gc.collect()        # section 1's results are not collected inside a later section's timing
 
         # 2. functional small tiles ---------------------------------------------------------------------
         xs = np.random.default_rng(0).standard_normal((128, 64), dtype=np.float32) * 1e-3
