@@ -1,6 +1,6 @@
 """Check of one nki-library moe_block_tkg golden (issue 13): is the "numeric mismatch" trnsim's or the golden's?
 
-Cases: test_moe_block_tkg.py::TestMoEBlockTkgKernel::test_moe_block_kernel_model[MODEL_WIP_GENERALITY_ln-2_ae-1_ba-<B>_
+Cases: test_moe_block_tkg.py::TestMoEBlockTkgKernel::test_moe_block_kernel_model[MODEL_WIP_GENERALITY_ln-2_ae-<0|1>_ba-<B>_
 sq-<S>_hi-<H>_ha-<HA>_im-<I>_ge-<E>_le-<EL>_tk-4_rf-1_af-3_sm-1_wd-bfloat16_id-bfloat16_se-0_bi-1_cl-1_ra-0_np-0_sr-0_
 rd-bfloat16] (seen with hi-3072 ha-2880 ge-128 and im-360 le-16 ba-64/512 sq-4, im-1440 le-4 ba-2048 sq-1); the
 sizes are read from each case's directory name.  Run it with ``tools/run_nki_library.py -k ... --keep-tmp --keep-outputs`` and pass the kept run directory:
@@ -27,7 +27,7 @@ import nki_cpu_simulator  # noqa: F401  (gives the snapshot's `import nki` the s
 
 SNAPSHOT_SRC = "/work/ext/nki-library/src"
 # the test id's sizes: ba x sq tokens, hidden hi (actual ha), intermediate im, ge experts of which le are local
-CASE = re.compile(r"ae_1_ba_(\d+)_sq_(\d+)_hi_(\d+)_ha_(\d+)_im_(\d+)_ge_(\d+)_le_(\d+)_tk_4_rf_1_af_3_sm_1_"
+CASE = re.compile(r"ae_([01])_ba_(\d+)_sq_(\d+)_hi_(\d+)_ha_(\d+)_im_(\d+)_ge_(\d+)_le_(\d+)_tk_4_rf_1_af_3_sm_1_"
                   r"wd_bfloat16_id_bfloat16_se_0_bi_1_cl_1_ra_0_np_0_sr_0_rd_bfloat16")
 RTOL, ATOL = 1e-2, 1e-5                            # the test's tolerances for a bf16 weight dtype
 
@@ -36,16 +36,16 @@ def main(run_dir):
     """Check every case of this family (any ba and sq) found in the run directory."""
     dirs = [d for d in sorted(glob.glob(run_dir + "/out/out-*")) if CASE.search(d)]
     if not dirs:
-        print(f"no moe_block_tkg ae-1 case in {run_dir}/out (the runner keeps each test\'s inputs and outputs only with --keep-tmp --keep-outputs)")
+        print(f"no moe_block_tkg case of this family in {run_dir}/out (the runner keeps each test\'s inputs and outputs only with --keep-tmp --keep-outputs)")
         return 1
     for d in dirs:
-        ba, sq, H, HA, I, E, EL = map(int, CASE.search(d).groups())
+        ae, ba, sq, H, HA, I, E, EL = map(int, CASE.search(d).groups())
         print(f"== {d.rsplit('/', 1)[1]} (ba {ba} x sq {sq} = {ba * sq} tokens)")
-        check(d, ba, sq, H, HA, I, E, EL)
+        check(d, ba, sq, H, HA, I, E, EL, bool(ae))
     return 0
 
 
-def check(d, ba, sq, H, HA, I, E, EL):
+def check(d, ba, sq, H, HA, I, E, EL, all_expert=True):
     T = ba * sq
     sys.path.insert(0, SNAPSHOT_SRC)
     import nkilib_src.nkilib.core.moe_block.moe_block_tkg_torch as M
@@ -55,7 +55,9 @@ def check(d, ba, sq, H, HA, I, E, EL):
 
     def ld(n, s):
         return torch.tensor(np.fromfile(f"{d}/inp-{n}-000.bin", dtype=bf).astype(np.float32).reshape(s))
-    rank = np.fromfile(f"{d}/inp-rank_id-000.bin", dtype=np.uint32).astype(np.int32).reshape(1, 1)
+    # rank_id is an input of the all-expert variant (ae-1) only; the selective one (ae-0) gets None
+    rank = (np.fromfile(f"{d}/inp-rank_id-000.bin", dtype=np.uint32).astype(np.int32).reshape(1, 1)
+            if all_expert else None)
     kw = dict(inp=ld("inp", (ba, sq, H)), gamma=ld("gamma", (1, H)), router_weights=ld("router_weights", (H, E)),
               expert_gate_up_weights=ld("expert_gate_up_weights", (EL, H, 2, I)),
               expert_down_weights=ld("expert_down_weights", (EL, I, H)),
@@ -64,8 +66,8 @@ def check(d, ba, sq, H, HA, I, E, EL):
               router_pre_norm=False, norm_topk_prob=False,
               expert_affinities_scaling_mode=ExpertAffinityScaleMode.POST_SCALE, hidden_act_fn=ActFnType.Swish,
               gate_clamp_upper_limit=7.0, gate_clamp_lower_limit=None, up_clamp_upper_limit=8.0,
-              up_clamp_lower_limit=-6.0, router_mm_dtype=None, hidden_actual=HA, is_all_expert=True,
-              rank_id=torch.tensor(rank))
+              up_clamp_lower_limit=-6.0, router_mm_dtype=None, hidden_actual=HA, is_all_expert=all_expert,
+              rank_id=torch.tensor(rank) if all_expert else None)
     gold = np.fromfile(f"{d}/infer_result/golden-out.bin", dtype=np.float32).reshape(T, H)
     out = np.fromfile(f"{d}/infer_result/out.bin", dtype=bf).astype(np.float32).reshape(T, H)
 
