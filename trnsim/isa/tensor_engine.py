@@ -173,7 +173,7 @@ def _overwrite_into(dst, s, m, M, N):
     if dst.dtype.name != "float32" or dst._rv is not None:
         return False
     buf = dst.buf
-    claimed = buf.fresh and _whole(dst) and buf.claim_whole()       # every element is stored: no fill first
+    claimed = _whole(dst) and buf.claim_whole()       # every element is stored: no fill first
     cur = dst.np
     if not cur.flags.c_contiguous:
         if claimed:

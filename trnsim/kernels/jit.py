@@ -141,7 +141,7 @@ def run_kernel(fn, args, kwargs, grid=(1,), target=None, execute=True, precise=N
     if raised:
         gc.set_threshold(GC_YOUNG, *thr[1:])
     run_fn = fn
-    if nprog == 1 and not execute and loop_replay._enabled:
+    if nprog == 1 and not execute and loop_replay.enabled():
         # shape-only, one program: eligible loops append their later iterations in bulk (loop_replay.py)
         run_fn = loop_replay.rewritten(fn) or fn
     try:

@@ -183,7 +183,7 @@ def _dynamic_ok(info, frame):
 
 def _loop(lid, iterable):
     """The iterator a rewritten loop runs over: ``iterable`` itself unless the replay applies."""
-    if not _enabled or type(iterable) is not range or len(iterable) < MIN_ITERATIONS or not _ic._enabled:
+    if not _enabled or type(iterable) is not range or len(iterable) < MIN_ITERATIONS or not _ic.enabled():
         return iterable
     try:
         ctx = current()
@@ -247,8 +247,6 @@ def _split(x, ints):
     if t is list:
         return (6, tuple([_split(y, ints) for y in x]))
     return (5, _Same(x))
-
-
 
 
 def _gen(sk, cols, nxt, m):
@@ -529,7 +527,7 @@ def _apply(core, pred, m, fit):
     for k, val in zip(pred["mk"], pred["mv"]):
         ranges[k][:] = val
     core.buffers.update(zip(pred["bk"], pred["bv"]))
-    ninstr, nviews, nids = fit.counts
+    ninstr, _, nids = fit.counts
     occ.seq += m * ninstr
     _space._ids = itertools.count(_next_id() + m * nids)
 
@@ -642,19 +640,13 @@ def _replay_steps(rng, core, info, st):
             STATS["why"] = "no periodic blocks: " + STATS["why"]
         else:
             STATS["why"] = "no periodic blocks"
-        st["done"] = True
-        while k < n:
-            yield rng[k]
-            k += 1
+        yield from _rest(rng, k, st)
         return
     p = fit.p
     m = (n - p - k) // p
     if m <= 0 or not _extents_ok(core, fit, m):
         STATS["why"] = "too few iterations left" if m <= 0 else "a moving slice would leave its tensor"
-        st["done"] = True
-        while k < n:
-            yield rng[k]
-            k += 1
+        yield from _rest(rng, k, st)
         return
     blockhits = {}
     for d in its[len(its) - p:]:
@@ -708,10 +700,13 @@ def _replay_steps(rng, core, info, st):
         raise LoopReplayError(
             f"loop replay: the iterations run after the bulk append of the loop at {info.filename}:{info.line} "
             f"differ from the prediction ({bad}); this is a trnsim bug: run with TRNSIM_LOOP_REPLAY=0 and report it")
+    yield from _rest(rng, k, st)
+
+
+def _rest(rng, k, st):
+    """Iterations ``k`` onwards of ``rng``, run normally (``st["done"]``: the collector may run again)."""
     st["done"] = True
-    while k < n:
-        yield rng[k]
-        k += 1
+    yield from rng[k:]
 
 
 def _fields(w, a, b):

@@ -347,5 +347,4 @@ def _make(fn, loop_fn):
     new.__module__ = fn.__module__
     new.__doc__ = fn.__doc__
     new.__dict__.update(fn.__dict__)
-    new.__wrapped_original__ = fn
     return new

@@ -135,8 +135,9 @@ class Occupancy:
         (``reorder.py``).  ``instructions``: the core's record (one per sequence number), else :attr:`log`."""
         mems = ((SBUF, target.sbuf_partition_bytes, target.sbuf_partitions),
                 (PSUM, target.psum_partition_bytes, target.psum_partitions))
+        placed = _placed_keys(self.tiles)       # (one C loop over the tiles serves both placement checks)
         for kind, cap, nparts in mems:
-            self._check_bounds(kind, cap, nparts)
+            self._check_bounds(kind, cap, nparts, placed)
         prog = {}
         fail = None
         for kind, cap, nparts in mems:
@@ -173,10 +174,10 @@ class Occupancy:
             else:
                 self._refuse(*first[0], first[1], first[2])     # as the first order has it (the simpler one)
         for kind, _, _ in mems:
-            self._check_overlaps(kind)
+            self._check_overlaps(kind, placed)
 
-    def _check_bounds(self, kind, cap, nparts):
-        for key in _placed_keys(self.tiles):
+    def _check_bounds(self, kind, cap, nparts, placed):
+        for key in placed:
             k, size, name, p = self.tiles[key]
             if k != kind:
                 continue
@@ -239,9 +240,9 @@ class Occupancy:
             f"{'; '.join(items)}{more}.{tail}",
             "ndarray", "shape", live, cap, r[2])
 
-    def _check_overlaps(self, kind):
+    def _check_overlaps(self, kind, placed_keys):
         tiles = self.tiles
-        placed = [(tiles[key][3], key) for key in _placed_keys(tiles) if tiles[key][0] == kind]
+        placed = [(tiles[key][3], key) for key in placed_keys if tiles[key][0] == kind]
         if len(placed) < 2:
             return
         placed.sort(key=lambda x: x[0][2])

@@ -89,8 +89,8 @@ def _bf16_round(x, out=None):
     """Round float32 values to the nearest bfloat16 (ties to even), returned as float32.
 
     Done with integer arithmetic on the float32 bits, which is several times faster than a round trip through
-    ml_dtypes; NaN stays NaN (``_bf16_nan_bits``) and infinities stay infinite.  ``out``: a float32 array of ``x``'s shape sharing no
-    memory with it, which receives the result (no new array)."""
+    ml_dtypes; NaN stays NaN (``_bf16_nan_bits``) and infinities stay infinite.  ``out``: a float32 array of
+    ``x``'s shape sharing no memory with it, which receives the result (no new array)."""
     x = np.asarray(x, dtype=np.float32)
     bits = x.view(np.uint32)
     # bits + 0x7FFF + lsb, masked, worked in one array (uint32 addition wraps the same in any order)
