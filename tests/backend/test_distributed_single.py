@@ -78,3 +78,25 @@ def test_collectives_are_rows_in_torch_profiler(world1):
         dist.broadcast(x, 0)
     names = {e.key for e in prof.key_averages()}
     assert {"neuron::all_reduce", "neuron::broadcast"} <= names
+
+
+def test_shutdown_releases_the_inner_gloo_group():
+    """destroy_process_group (and interpreter exit, for scripts that never call it) release the inner gloo group,
+    so its worker threads drop their finished works while the interpreter can still take their tensors back."""
+    dist.init_process_group("neuron", store=dist.HashStore(), rank=0, world_size=1,
+                            timeout=datetime.timedelta(seconds=20))
+    pg = dist.group.WORLD
+    x = torch.ones(3, device="neuron")
+    dist.all_reduce(x)
+    assert pg in D._LIVE and pg._gloo is not None
+    dist.destroy_process_group()
+    assert pg._gloo is None and pg not in D._LIVE
+    with pytest.raises(D.NeuronCollectiveError, match="after the process group was shut down"):
+        pg.allreduce([x])
+    # the exit hook releases groups nobody destroyed
+    dist.init_process_group("neuron", store=dist.HashStore(), rank=0, world_size=1,
+                            timeout=datetime.timedelta(seconds=20))
+    pg2 = dist.group.WORLD
+    D._release_at_exit()
+    assert pg2._gloo is None and not D._LIVE
+    dist.destroy_process_group()

@@ -21,10 +21,12 @@ Environment: ``TRNSIM_TOPOLOGY`` (default by target: trn1.32xlarge, trn2.48xlarg
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import os
 import struct
 import sys
+import weakref
 import zlib
 
 import torch
@@ -130,6 +132,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
             secs = min(timeout.total_seconds() if timeout else _MAX_DEFAULT_TIMEOUT_S, _MAX_DEFAULT_TIMEOUT_S)
         self._timeout = datetime.timedelta(seconds=secs)
         self._gloo = ProcessGroupGloo(store, rank, size, self._timeout)
+        _LIVE.add(self)
         self._seq = 0
         self._name = group_name
         self._world = dist.get_world_size() if dist.is_initialized() else size
@@ -151,6 +154,24 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     def _set_group_name(self, name):
         self._name = name
+
+    # -- shutdown --------------------------------------------------------------------------------------------
+    def shutdown(self):
+        """Release the inner gloo group now (``dist.destroy_process_group`` calls this; so does interpreter exit).
+
+        gloo's worker threads drop a finished work, and with it the Python objects of its tensors, only after
+        ``wait()`` has returned.  If that happens while the interpreter is finalizing, the thread cannot take the
+        GIL and the process aborts ("terminate called without an active exception").  Destroying the gloo group
+        joins those threads first, while the interpreter is whole (its binding releases the GIL meanwhile)."""
+        gloo, self._gloo = self._gloo, None
+        _LIVE.discard(self)
+        del gloo
+
+    def _live_gloo(self, op):
+        if self._gloo is None:
+            raise NeuronCollectiveError(f"neuron backend: {op} on ranks {self._global} after the process group "
+                                        "was shut down (dist.destroy_process_group)")
+        return self._gloo
 
     # -- the protocol ----------------------------------------------------------------------------------------
     def _topo(self):
@@ -182,6 +203,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     def _arrive(self, op, ts, extra=0, check_shapes=True):
         """Exchange headers; raise on disagreement; return the latest arrival (ns) among the ranks."""
+        self._live_gloo(op)
         self._seq += 1
         try:
             self._store.set(f"trnsim/{self._seq}/{self.rank()}", op)
@@ -414,6 +436,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     # point to point: the header travels with the payload (the sender's clock)
     def send(self, tensors, dst, tag=0):
+        self._live_gloo("send")
         ts = _flat(tensors)
         head = torch.tensor([_f2i(STATE.now_ns), sum(t.numel() for t in ts)], dtype=torch.int64)
         try:
@@ -430,6 +453,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         return _Done()        # gloo's point-to-point work must not be waited on twice
 
     def recv(self, tensors, src, tag=0):
+        self._live_gloo("recv")
         ts = _flat(tensors)
         head = torch.empty(2, dtype=torch.int64)
         try:
@@ -502,6 +526,14 @@ def _create(dist_opts, backend_options=None):
 
 
 _REGISTERED = False
+_LIVE = weakref.WeakSet()       # groups whose gloo group is not yet released
+
+
+@atexit.register
+def _release_at_exit():
+    """Scripts that never call ``destroy_process_group``: release every group before finalization begins."""
+    for pg in list(_LIVE):
+        pg.shutdown()
 
 
 def register():
