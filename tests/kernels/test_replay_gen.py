@@ -165,6 +165,7 @@ def _state(res):
         colv["b"] = [ids[b] for b in cols.b]
         colv["bar"] = sorted(cols.bar.items())
         occ = c.occupancy
+        occ.materialize()
         ranges = sorted(((ids[k[0]], k[1]), _typed(v)) for k, v in occ.ranges.items())
         out.append((recs, colv, ranges, occ.seq, repr(occ.report), len(c._views)))
     tls = []

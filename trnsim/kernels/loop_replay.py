@@ -33,7 +33,10 @@ How (``run_kernel`` uses :func:`rewritten` only for a one-program shape-only lau
    change by the same amount from block to block, and the allocators' states repeat every ``p`` iterations, the
    blocks up to iteration ``n - p`` are made from the last observed one (NumPy for the integers, C loops --
    list repetition, zip, str.format -- for the rest) and appended, unless a moving operand extent would leave
-   its buffer on the way (then the loop runs normally and fails where it fails without replay); the buffer id
+   its buffer on the way (then the loop runs normally and fails where it fails without replay).  The new tiles'
+   live ranges and table entries are not made one by one: they go to the occupancy as one segment
+   (:class:`_TileSegment`, ``Occupancy.add_bulk``), whose columns the capacity sweep reads as arrays and which
+   is put in the tables only when something needs them (a refusal, a quadrant-placed tile); the buffer id
    counter and instruction count advance; the issue cache's replay counters advance as the skipped hits would
    have advanced them (``GEN_AFTER``).  The remaining iterations run normally (so the kernel's names hold what
    the last iteration made) and the first block of them is checked against the prediction: a difference raises
@@ -465,11 +468,14 @@ def _fit(its, p, states):
     return fit
 
 
-def _predict(fit, q0, m):
-    """The fields of ``m`` blocks after the base block, the first ``q0`` blocks after it."""
+def _predict(fit, q0, m, fields=None):
+    """The fields of ``m`` blocks after the base block, the first ``q0`` blocks after it (only ``fields``, when
+    given)."""
     out = {}
     qs = np.arange(q0, q0 + m, dtype=np.int64)
     for f, items in fit.base.items():
+        if fields is not None and f not in fields:
+            continue
         L = len(items)
         res = items * m
         for pos, sk, ints, delta in fit.var.get(f, ()):
@@ -508,6 +514,10 @@ def _extents_ok(core, fit, m):
     return True
 
 
+_TABLES = ("rk", "rv", "tv", "pv")      # the new tiles' keys, live ranges, entries and partitions
+_MODIFIED = ("mk", "mv")                 # earlier tiles whose live ranges the iterations extend
+
+
 def _apply(core, pred, m, fit):
     c = core.columns
     occ = core.occupancy
@@ -520,16 +530,91 @@ def _apply(core, pred, m, fit):
             v[pos::L] = [sd(x, x) for x in v[pos::L]]
     for f in _COLS:
         getattr(c, f).extend(pred[f])
-    occ.ranges.update(zip(pred["rk"], map(list, pred["rv"])))
-    occ.tiles.update(zip(pred["rk"], pred["tv"]))
-    occ.parts.update(zip(pred["rk"], pred["pv"]))
+    occ.add_bulk(_TileSegment(fit, 1, m))
+    # an earlier tile's range ends where the last block leaves it
+    last = _predict(fit, m, 1, _MODIFIED)
     ranges = occ.ranges
-    for k, val in zip(pred["mk"], pred["mv"]):
+    for k, val in zip(last["mk"], last["mv"]):
         ranges[k][:] = val
     core.buffers.update(zip(pred["bk"], pred["bv"]))
     ninstr, _, nids = fit.counts
     occ.seq += m * ninstr
     _space._ids = itertools.count(_next_id() + m * nids)
+
+
+_BULK_FIELDS = frozenset(_COLS + ("bk", "bv"))
+
+
+class _TileSegment:
+    """The tiles made by ``m`` replayed blocks (blocks ``q0`` ..), kept as the fit that predicts them rather than
+    as table entries (``Occupancy.add_bulk``): the capacity sweep reads their columns as arrays; anything else
+    that needs the tables has them made (:meth:`items`, as :func:`_predict` makes every field)."""
+
+    __slots__ = ("fit", "q0", "m", "n", "at", "placed")
+
+    def __init__(self, fit, q0, m):
+        self.fit, self.q0, self.m = fit, q0, m
+        self.n = m * len(fit.base["rk"])
+        self.at = 0
+        self.placed = any(t[3] is not None for t in fit.base["tv"])
+
+    def items(self):
+        pred = _predict(self.fit, self.q0, self.m, _TABLES)
+        return pred["rk"], pred["rv"], pred["tv"], pred["pv"]
+
+    def _ints(self, f, pos, count):
+        """The first ``count`` integers of item ``pos`` of field ``f`` in each block, as an ``(m, count)`` array, or
+        None when they are not plain leading integers of the item."""
+        base = self.fit.base[f][pos]
+        qs = np.arange(self.q0, self.q0 + self.m, dtype=np.int64)[:, None]
+        for p_, sk, ints, delta in self.fit.var.get(f, ()):
+            if p_ == pos:
+                if type(sk) is int:                      # the item is an integer itself
+                    if count != 1:
+                        return None
+                elif not (sk[0] in (1, 6) and len(sk[1]) >= count
+                          and all(type(x) is int for x in sk[1][:count])):
+                    return None
+                return np.asarray(ints[:count], np.int64)[None, :] + qs * np.asarray(delta[:count], np.int64)
+        vals = [base] if count == 1 and type(base) is int else list(base[:count])
+        if any(type(x) is not int for x in vals):
+            return None
+        return np.broadcast_to(np.asarray(vals, np.int64), (self.m, count))
+
+    def columns(self, kind):
+        """``(bid, block, first, last, size, parts, index)`` arrays of this segment's tiles of memory ``kind``,
+        ordered as made, or None when an entry is not of the plain form (then the tables are made instead)."""
+        base = self.fit.base
+        L = len(base["rk"])
+        outs = [[] for _ in range(7)]
+        for pos in range(L):
+            t = base["tv"][pos]
+            if t[0] != kind:
+                continue
+            if t[3] is not None or not self._size_fixed(pos):
+                return None
+            key = self._ints("rk", pos, 2)
+            rng = self._ints("rv", pos, 2)
+            pp = self._ints("pv", pos, 1)
+            if key is None or rng is None or pp is None:
+                return None
+            for o, a in zip(outs, (key[:, 0], key[:, 1], rng[:, 0], rng[:, 1],
+                                   np.full(self.m, t[1], np.int64), pp[:, 0],
+                                   np.arange(self.m, dtype=np.int64) * L + pos)):
+                o.append(a)
+        if not outs[0]:
+            return tuple(np.zeros(0, np.int64) for _ in range(7))
+        cols = [np.stack(o, axis=1).reshape(-1) for o in outs]     # block by block, positions in order
+        return tuple(cols)
+
+    def _size_fixed(self, pos):
+        """Whether the tile entry's kind and byte size are the same in every block (only its name may change)."""
+        for p_, sk, ints, delta in self.fit.var.get("tv", ()):
+            if p_ == pos:
+                i = []
+                _split(self.fit.base["tv"][pos][0], i)
+                return sk[0] == 1 and sk[1][1] == 0 and all(d == 0 for d in delta[:len(i) + 1])
+        return True
 
 
 def _same(pred, d):
@@ -655,7 +740,7 @@ def _replay_steps(rng, core, info, st):
     fit.base.pop("events", None)
     fit.var.pop("events", None)
     try:
-        pred = _predict(fit, 1, m)
+        pred = _predict(fit, 1, m, _BULK_FIELDS)
         state0 = states[-1]
         _apply(core, pred, m, fit)
         for pid, h in blockhits.items():

@@ -73,7 +73,7 @@ def modulo_placement(base_addr, base_partition=0, num_par_tiles=(), num_free_til
 class Occupancy:
     """Live ranges of one core's on-chip tiles, in program order (instruction sequence numbers)."""
 
-    __slots__ = ("seq", "ranges", "tiles", "parts", "blocks", "fences", "log", "report")
+    __slots__ = ("seq", "ranges", "tiles", "parts", "blocks", "fences", "log", "report", "bulk")
 
     def __init__(self, log=False):
         self.seq = 0
@@ -93,6 +93,38 @@ class Occupancy:
         # what the last check found: per memory the peak bytes per partition in program order, and in the
         # reordered order when program order overflowed; how many instructions moved
         self.report = None
+        # tiles appended in bulk (a shape-only loop replay) and not yet in the three tables above: segments whose
+        # entries come, in the order the tiles were made, right after the first ``seg.at`` entries of the tables
+        # (see :meth:`add_bulk`); :meth:`materialize` puts them in
+        self.bulk: list = []
+
+    def add_bulk(self, seg):
+        """Append a segment of tiles made in bulk, after every tile in the tables so far.  ``seg`` has ``at``
+        (set here), ``n`` (its tiles), ``placed`` (whether any is explicitly placed), ``items()`` -> the lists of
+        keys, ranges, tile entries and partitions in the order made, and ``columns(kind)`` -> NumPy arrays
+        ``(bid, block, first, last, size, parts, index)`` of its tiles of memory ``kind`` (``index``: the tile's
+        position in the segment), or None.  Its tiles are never touched again (they belong to iterations whose
+        Python objects no longer exist), so their ranges are final."""
+        seg.at = len(self.ranges)
+        self.bulk.append(seg)
+
+    def materialize(self):
+        """Put the bulk segments' tiles into the tables, where they would be had the tiles been made one by one.
+        The tables are the same dict objects afterwards."""
+        if not self.bulk:
+            return
+        segs, self.bulk = self.bulk, []
+        for table, col in ((self.ranges, 1), (self.tiles, 2), (self.parts, 3)):
+            old = list(table.items())
+            table.clear()
+            done = 0
+            for seg in segs:
+                table.update(old[done:seg.at])
+                done = seg.at
+                items = seg.items()
+                vals = map(list, items[1]) if col == 1 else items[col]
+                table.update(zip(items[0], vals))
+            table.update(old[done:])
 
     def fence(self, loc, why):
         """Nothing issued from now on may be moved before what was issued so far (``why``: what the fence is)."""
@@ -135,18 +167,21 @@ class Occupancy:
         (``reorder.py``).  ``instructions``: the core's record (one per sequence number), else :attr:`log`."""
         mems = ((SBUF, target.sbuf_partition_bytes, target.sbuf_partitions),
                 (PSUM, target.psum_partition_bytes, target.psum_partitions))
+        if any(seg.placed for seg in self.bulk):
+            self.materialize()
         placed = _placed_keys(self.tiles)       # (one C loop over the tiles serves both placement checks)
         for kind, cap, nparts in mems:
             self._check_bounds(kind, cap, nparts, placed)
         prog = {}
         fail = None
         for kind, cap, nparts in mems:
-            peak, f = _sweep(self.tiles, self.ranges, kind, cap, self.parts, nparts)
+            peak, f = self._sweep_program(kind, cap, nparts)
             prog[kind] = peak
             if f is not None and fail is None:
                 fail = (kind, cap) + f
         self.report = {"program": prog, "reordered": None, "moved": 0}
         if fail is not None:
+            self.materialize()
             if instructions is not None:
                 ops = [(r.writes, r.reads, r.loc) for r in instructions]
             else:
@@ -175,6 +210,15 @@ class Occupancy:
                 self._refuse(*first[0], first[1], first[2])     # as the first order has it (the simpler one)
         for kind, _, _ in mems:
             self._check_overlaps(kind, placed)
+
+    def _sweep_program(self, kind, cap, nparts):
+        """:func:`_sweep` of the tables in program order, bulk segments included (as arrays when they qualify)."""
+        if self.bulk:
+            got = _sweep_bulk(self, kind, cap, nparts)
+            if got is not None:
+                return got
+            self.materialize()
+        return _sweep(self.tiles, self.ranges, kind, cap, self.parts, nparts)
 
     def _check_bounds(self, kind, cap, nparts, placed):
         for key in placed:
@@ -361,6 +405,86 @@ def _sweep_one_span(keys, tiles, ranges, cap, parts, nparts):
     if over.size:
         e = int(over[0])
         fail = (keys[int(idx[e]) >> 1], (int(ev[e]) // m) >> 1, int(live[e]))
+    return peak, fail
+
+
+def _sweep_bulk(occ, kind, cap, nparts):
+    """:func:`_sweep_one_span` over the tables and the bulk segments together, without putting the segments in the
+    tables: the same events in the same order (tiles ordered as they were made), or None when some tile does not
+    qualify (then the caller materializes and sweeps the tables)."""
+    nq = max(1, -(-nparts // _QUADRANT))
+    tiles, ranges, parts = occ.tiles, occ.ranges, occ.parts
+    mask = np.fromiter(map(eq, map(_KIND, tiles.values()), repeat(kind)), bool, len(tiles))
+    dpos = np.flatnonzero(mask)
+    keys = list(compress(tiles, mask))
+    tl = list(map(tiles.__getitem__, keys))
+    if any(map(is_not, map(_PLACEMENT, tl), repeat(None))):
+        return None
+    rl = list(map(ranges.__getitem__, keys))
+    firsts = [np.fromiter(map(_FIRST, rl), np.int64, len(keys))]
+    lasts = [np.fromiter(map(_LAST, rl), np.int64, len(keys))]
+    sizes = [np.fromiter(map(_SIZE, tl), np.int64, len(keys))]
+    pts = set(map(parts.get, keys, repeat(nparts)))
+    # each tile's place in the order made: a table entry at dict position d follows every segment with at <= d
+    ats = np.array([seg.at for seg in occ.bulk], np.int64)
+    lens = np.array([seg.n for seg in occ.bulk], np.int64)
+    before = np.concatenate(([0], np.cumsum(lens)))
+    orders = [dpos + before[np.searchsorted(ats, dpos, side="right")]]
+    segcols = []
+    for g, seg in enumerate(occ.bulk):
+        cols = seg.columns(kind)
+        if cols is None:
+            return None
+        bid, blk, first, last, size, pp, index = cols
+        segcols.append((bid, blk))
+        firsts.append(first)
+        lasts.append(last)
+        sizes.append(size)
+        pts.update(np.unique(pp).tolist())
+        orders.append(seg.at + before[g] + index)
+    span = None
+    for pt in pts:
+        sp = _SPANS.get((pt, nq)) or _spans(pt, nq)
+        if len(sp) != 1 or (span is not None and sp[0] != span):
+            return None
+        span = sp[0]
+    first = np.concatenate(firsts)
+    last = np.concatenate(lasts)
+    size = np.concatenate(sizes)
+    order = np.concatenate(orders)
+    n = len(first)
+    if n == 0:
+        return 0, None
+    m = 2 * int(order.max() + 1)
+    if int(last.max()) + 2 >= (1 << 62) // (2 * m):        # keys would not fit in int64
+        return None
+    j2 = order * 2
+    ev = np.concatenate(((first * 2 + 1) * m + j2, (last + 1) * 2 * m + j2 + 1))
+    ev.sort()
+    idx = ev % m
+    row = np.empty(m // 2, np.int64)
+    row[order] = np.arange(n, dtype=np.int64)
+    src = row[idx >> 1]
+    placing = (idx & 1) == 0
+    sz = size[src]
+    live = np.cumsum(np.where(placing, sz, -sz))
+    lp = live[placing]
+    peak = max(0, int(lp.max())) if lp.size else 0
+    over = np.flatnonzero(placing & (live > cap))
+    fail = None
+    if over.size:
+        e = int(over[0])
+        i = int(src[e])
+        if i < len(keys):
+            key = keys[i]
+        else:
+            i -= len(keys)
+            for bid, blk in segcols:
+                if i < len(bid):
+                    key = (int(bid[i]), int(blk[i]))
+                    break
+                i -= len(bid)
+        fail = (key, (int(ev[e]) // m) >> 1, int(live[e]))
     return peak, fail
 
 
