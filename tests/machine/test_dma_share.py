@@ -153,7 +153,7 @@ def stream2(x, n, load, store):
 
 
 def _own_share(tl):
-    """The engines' round robin over a timeline's own transfers (one core): (rows, data starts, ends)."""
+    """A one-core timeline's DMA rows and the columns ``dma_share`` reads."""
     cols = {f: getattr(tl, f) for f in ("start", "data_start", "end", "done", "work", "queue", "nqueues",
                                         "engine", "bind", "deps", "dge")}
     rows = np.array([i for i, e in enumerate(tl.engine) if e == "dma"])
