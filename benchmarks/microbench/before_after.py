@@ -55,16 +55,17 @@ def split_copy(x):
     return out
 
 
-def stream_named(x, mode=None, engine=None):
+def stream_named(x, mode=None, engine=None, store_engine=None):
     """split_stream on one program with every transfer's DGE mode and trigger engine named (``dge_mode``,
-    ``engine``): one DMA queue for all loads and stores when ``engine`` is given (isa/dma_dge.py)."""
+    ``engine``): one DMA queue for all loads and stores when ``engine`` is given (isa/dma_dge.py); the stores on
+    the queue of ``store_engine`` when that is given (two queues)."""
     R, C = x.shape
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     for i in range(R // 128):
         t = nl.ndarray((128, C), dtype=x.dtype, buffer=nl.sbuf)
         nisa.dma_copy(t, x[i * 128:(i + 1) * 128, :], dge_mode=mode, engine=engine)
         nisa.tensor_scalar(t, t, nl.multiply, 2.0)
-        nisa.dma_copy(out[i * 128:(i + 1) * 128, :], t, dge_mode=mode, engine=engine)
+        nisa.dma_copy(out[i * 128:(i + 1) * 128, :], t, dge_mode=mode, engine=store_engine or engine)
     return out
 
 
@@ -116,6 +117,10 @@ def cases():
             lambda a, m=mode: stream_named(a, getattr(nisa.dge_mode, m)), (x,), (1,), "trn2")
     out["stream 4096x512 fp32, every transfer engine=sync (one queue), trn2"] = (
         lambda a: stream_named(a, engine=nisa.engine.sync), (x,), (1,), "trn2")
+    # loads and stores on two queues (the DMA engines serve them round robin on trn1/trn2, dma_share)
+    for tg in ("trn2", "trn1"):
+        out[f"stream 4096x512 fp32, loads engine=sync, stores engine=scalar (two queues), {tg}"] = (
+            lambda a: stream_named(a, engine=nisa.engine.sync, store_engine=nisa.engine.scalar), (x,), (1,), tg)
     idx = r.permutation(4096)[:128].astype(np.int32).reshape(128, 1)
     out["gather_rows 128 of 4096x512 fp32 (indirect, dge_mode unknown), trn2"] = (
         gather_rows, (f(4096, 512), idx), (1,), "trn2", True)

@@ -116,7 +116,7 @@ def hbm_share_rounds_changes(res):
     tg = res.cores[0].target
     cap = tg.hbm_peak_bytes_per_s * 1e-9
     first = scheduler._schedule_pass(res.cores, cap, "python", None, None, 0)
-    return scheduler.hbm_share_rounds(res.cores, first, cap, lambda ov: pytest.fail("rescheduled"))
+    return scheduler.share_rounds(res.cores, first, cap, lambda *ov: pytest.fail("rescheduled"))
 
 
 def test_the_findings_name_the_chip_hbm_peak(eight_cores):

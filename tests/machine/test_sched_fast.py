@@ -48,9 +48,9 @@ def assert_same(ref, got):
 
 # ---------------------------------------------------------------------------------------------- kernels
 
-def stream(x, n):
+def stream(x, n, load=None, store=None):
     """load, three engine instructions, store per tile (the benchmark's streaming kernel); each program of a
-    launch stores into its own rows of the output."""
+    launch stores into its own rows of the output.  ``load``/``store``: the trigger engines (DMA queues) named."""
     P, F = x.shape
     nprog = nl.num_programs(0)
     pid = nl.program_id(0)
@@ -58,12 +58,12 @@ def stream(x, n):
     out = full[pid * P:(pid + 1) * P, :]
     for _ in range(n):
         t = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(t, x)
+        nisa.dma_copy(t, x, engine=load)
         u = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
         nisa.tensor_scalar(u, t, nl.multiply, 2.0)
         nisa.activation(t, nl.exp, u)
         nisa.tensor_tensor(u, t, u, op=nl.add)
-        nisa.dma_copy(out, u)
+        nisa.dma_copy(out, u, engine=store)
     return full
 
 
@@ -99,6 +99,11 @@ def _cases():
         "stream": (stream, (np.zeros((128, 64), np.float32),), (1,), {"n": 300}),
         "pressure": (pressure, (np.zeros((128, 8192), np.float32),), (1,), {"n": 40}),
         "stream_2_cores": (stream, (np.zeros((128, 64), np.float32),), (2,), {"n": 50}),
+        # loads and stores on two DMA queues: the engines' round robin (dma_share) over both loops' schedules
+        "stream_2_queues": (stream, (np.zeros((128, 512), np.float32),), (1,),
+                            {"n": 60, "load": nisa.engine.sync, "store": nisa.engine.scalar}),
+        "stream_2_queues_2_cores": (stream, (np.zeros((128, 512), np.float32),), (2,),
+                                    {"n": 20, "load": nisa.engine.sync, "store": nisa.engine.gpsimd}),
         # dependent instructions with 1 to 3 SBUF/PSUM operands (their latency counts each access request)
         "operand_chain": (ts.operand_chain, (b(128, 128), b(128, 512)), (1,)),
     })

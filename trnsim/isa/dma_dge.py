@@ -28,7 +28,9 @@ applies the result, ``machine/scheduler.py``):
   program order.  A transfer whose trigger engine is not given gets no queue constraint (the compiler's queue
   assignment is not documented; one shared default queue would hold every load behind every earlier store in
   program order, which trnsim cannot claim of the hardware), and DMA engines keep interleaving the transfers of
-  different queues (round robin, approximated by filling each engine's free time in program order).
+  different queues: on NeuronCore-v2/v3 round robin among the named queues, the transfers of no named queue
+  taking one share among them (``machine/dma_share.py``); on v4 by filling each engine's free time in program
+  order (its queue QoS has no figure).
 """
 
 from __future__ import annotations

@@ -222,10 +222,11 @@ def encode(core):
     return arrs, emap, rec_cols
 
 
-def schedule_core_fast(core, hbm_bytes_per_ns, ns_over=None):
+def schedule_core_fast(core, hbm_bytes_per_ns, ns_over=None, moves=None):
     """``(columns, counters)`` of one core, as ``scheduler._schedule_core`` returns them, or None when the record
     needs the reference loop (a barrier, an unknown memory kind, an empty record).  ``ns_over``: DMA row -> the
-    ns it costs instead of its record's (``hbm_share``)."""
+    ns it costs instead of its record's (``hbm_share``); ``moves``: DMA row -> (data start move, end move)
+    (``dma_share``)."""
     k = _kernels()
     if k is None:
         return None
@@ -248,7 +249,8 @@ def schedule_core_fast(core, hbm_bytes_per_ns, ns_over=None):
             float(tg.semaphore_ns), float(tg.dma_fixed_ns),
             int(tg.dma_engines_per_core), int(tg.dma_partitions_per_engine), float(hbm_bytes_per_ns),
             int(tg.sbuf_partition_bytes), int(tg.psum_partition_bytes), int(tg.sbuf_partitions),
-            int(tg.psum_partitions), arrs["dge_m"], arrs["dge_q"], arrs["dge_c"], QUEUE_KEYS)
+            int(tg.psum_partitions), arrs["dge_m"], arrs["dge_q"], arrs["dge_c"], QUEUE_KEYS,
+            *_moves(moves, len(arrs["eng"])))
     except Exception as exc:          # a numba compile error: use the reference loop from now on
         _STATE["kernels"] = None
         _STATE["failed"] = f"{type(exc).__name__}: {exc}"
@@ -267,6 +269,20 @@ def schedule_core_fast(core, hbm_bytes_per_ns, ns_over=None):
     cid = core.core_id
     counters = _counters(k, cid, lt_kind, lt_size, lt_t0, lt_t1, dstart, end, hbm)
     return cols, counters
+
+
+def _moves(moves, n):
+    """``dma_share``'s data starts and ends after the arrivals as the kernel's ``mv_ds``/``mv_end`` arrays (NaN: a
+    row placed as usual; empty: none)."""
+    if not moves:
+        return np.zeros(0), np.zeros(0)
+    rows = np.fromiter(moves.keys(), np.int64, len(moves))
+    mv = np.array(list(moves.values()), np.float64).reshape(-1, 2)
+    mv_ds = np.full(n, np.nan)
+    mv_end = np.full(n, np.nan)
+    mv_ds[rows] = mv[:, 0]
+    mv_end[rows] = mv[:, 1]
+    return mv_ds, mv_end
 
 
 def _dge_spans(mode, unit, s, e):

@@ -9,6 +9,8 @@ queue number or -1, DGE cost: ``InstrRecord.dge``); its operands are ``ptr[i]:pt
 of them written and the rest read (indices into the operand arrays ``op_b`` (dense buffer), ``op_lo``, ``op_hi``,
 ``op_v`` (interned view)).  Per view: ``v_pitch``/``v_c0``/``v_c1`` (row geometry, pitch -1 if none) and
 ``v_size`` (elements).  Per buffer: ``b_mem`` (0 HBM, 1 SBUF, 2 PSUM) and ``b_size`` (bytes per partition).
+``mv_ds``/``mv_end``: per row, a DMA row's data start and end after its arrival at the engines under their
+round robin (``dma_share``; NaN: placed as usual), or empty arrays (none).
 
 A buffer's live accesses (``deps.AccessTracker``) are segments of a pooled array of operand indices, kept sorted
 by low element with ties in arrival order, as the tracker keeps them.
@@ -203,7 +205,7 @@ def _heap_pop(ht, hs, hz, hp, hn):
 def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, ptr, nw,
                     op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, v_size, b_mem, b_size,
                     static, acc, sema, fixed, nq, ppe, hbm_bytes_per_ns, cap_sbuf, cap_psum, parts_sbuf, parts_psum,
-                    dge_m, dge_q, dge_c, nqk):
+                    dge_m, dge_q, dge_c, nqk, mv_ds, mv_end):
     n = eng.shape[0]
     nb = b_mem.shape[0]
     nop = op_b.shape[0]
@@ -529,8 +531,14 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
                     delayed_by = ob
             if fin > ds + xfer + 1e-9 and delayed_by >= 0:
                 b = delayed_by
+            ds_arr = ds
             if have_first:
                 ds = first_piece
+            if mv_ds.shape[0] > 0 and mv_ds[idx] == mv_ds[idx]:     # the engines' round robin (dma_share)
+                ds = ds_arr + mv_ds[idx]
+                fin = ds_arr + mv_end[idx]
+                if fin < ds + xfer:
+                    fin = ds + xfer
             start[idx] = issue
             dstart[idx] = ds
             end[idx] = fin

@@ -25,6 +25,14 @@ The model (every figure from the target, which takes it from shared/hardware.md)
   cost.  The fixed cost is latency, not occupancy.  An engine interleaves the descriptors of its 16 queues: a
   ready transfer takes the engine's free time from its data start on, filling the gaps between transfers placed
   earlier (the most recent 32 gaps are searched), so a store waiting for compute does not block later loads.
+  On NeuronCore-v2/v3 the engine serves its queues round robin ("DMA transfers from different DMA queues are
+  scheduled in a round robin fashion", dma-overview): transfers of different named queues moving at the same time
+  share the engine equally, each slowed while the others move (``dma_share``: processor sharing, the transfers of
+  no named queue one class among themselves in the gap filling's order).  A later transfer can slow an earlier
+  one, so the cores are scheduled again with each transfer's data start and end after its arrival taken from
+  the shared engines, until the schedule is its own round robin (at most ``dma_share.MAX_ROUNDS`` schedules; if
+  not, the gap filling, with a warning).  The engines' busy time is the gap filling's; individual ends differ.
+  NeuronCore-v4 (trn3) serves "based on the queue QoS configured", with no figure: the gap filling stays.
   Transfers on one DMA queue (a trigger engine and DGE mode the kernel named, ``isa/dma_dge.py``) move their
   data on each DMA engine in program order ("DMA transfers within a queue on the same DMA engine are executed in
   order", dma-overview): a transfer starts on an engine no sooner than the previous transfer of its queue ended
@@ -50,8 +58,10 @@ import heapq
 from bisect import bisect_right
 
 from ..isa.dma_dge import QUEUE_KEYS
-from . import hbm_share, sched_fast
+
+from . import sched_fast
 from .deps import AccessTracker, overlaps
+from .sharing import share_rounds
 from .timeline import Timeline
 
 __all__ = ["schedule", "schedule_core"]
@@ -81,8 +91,8 @@ def schedule(cores, *, progress=None, impl=None) -> Timeline:
     gc.disable()
     try:
         results = _schedule_pass(cores, cap, impl, None, progress, total)
-        over = hbm_share_rounds(cores, results, cap,
-                                lambda ov: _schedule_pass(cores, cap, impl, ov, None, total))
+        over = share_rounds(cores, results, cap,
+                            lambda ov, mv: _schedule_pass(cores, cap, impl, ov, None, total, mv))
         if over is not None:
             results = over
         for cols, counters in results:
@@ -96,79 +106,22 @@ def schedule(cores, *, progress=None, impl=None) -> Timeline:
     return tl
 
 
-def _schedule_pass(cores, cap, impl, overrides, progress, total):
-    """One schedule of every core (``overrides``: per core, DMA row -> its ns, or None); returns each core's
+def _schedule_pass(cores, cap, impl, overrides, progress, total, moves=None):
+    """One schedule of every core (``overrides``: per core, DMA row -> its ns, or None; ``moves``: per core, DMA
+    row -> its data start and end after its arrival, from ``dma_share``, or None); returns each core's
     ``(columns, counters)``."""
     gens = []
     done = 0
     for i, c in enumerate(cores):
         ov = overrides[i] if overrides is not None else None
-        fast = sched_fast.schedule_core_fast(c, cap, ov) if sched_fast.use_fast(c, impl) else None
+        mv = moves[i] if moves is not None else None
+        fast = sched_fast.schedule_core_fast(c, cap, ov, mv) if sched_fast.use_fast(c, impl) else None
         if fast is not None:
             gens.append(_finished(fast))
         else:
-            gens.append(_schedule_core(c, cap, progress, done, total, ov))
+            gens.append(_schedule_core(c, cap, progress, done, total, ov, mv))
         done += len(c.instructions)
     return _run_with_barriers(cores, gens)
-
-
-def hbm_share_rounds(cores, results, cap, reschedule):
-    """Share each chip's HBM bandwidth among the transfers in flight (``hbm_share``): returns the rescheduled
-    ``(columns, counters)`` per core, or None when no transfer is slowed.  ``reschedule(overrides)`` schedules
-    every core again with the DMA rows' ns replaced."""
-    tg = cores[0].target
-    groups = {}
-    for i, c in enumerate(cores):
-        groups.setdefault(id(c.chip), []).append(i)
-    # a chip whose launched cores' DMA engines cannot together exceed its HBM peak (each moves at most twice its
-    # practical rate, HBM to HBM) needs no sharing: every single-core launch on every generation
-    bound = 2 * tg.dma_bytes_per_ns_per_core
-    groups = [g for g in groups.values() if len(g) * bound > cap]
-    if not groups:
-        return None
-    fixed = tg.dma_fixed_ns
-    base = {}                          # (core, row) -> (unshared work, slowdown applied)
-    changed_any = False
-    for _ in range(hbm_share.MAX_ROUNDS):
-        overrides = [None] * len(cores)
-        changed = False
-        for g in groups:
-            key, st, en, hb, prev, grp, gcap = [], [], [], [], [], [], []
-            for gi, i in enumerate(g):
-                cols = results[i][0]
-                nh = 1.0
-                for k, h in enumerate(cols["hbm_bytes"]):
-                    if h:
-                        w, f = base.setdefault((i, k), (cols["work"][k], 1.0))
-                        key.append((i, k))
-                        st.append(cols["data_start"][k])
-                        # in flight from its data start for its own engine time (stretched by the slowdown
-                        # applied): not to its end, which may include gaps the core's other transfers filled
-                        en.append(cols["data_start"][k] + w * f)
-                        hb.append(h)
-                        prev.append(f)
-                        grp.append(gi)
-                        nh = max(nh, h / max(1, cols["nbytes"][k]))
-                # the core's own limit: its DMA engines' practical rate, in HBM bytes (twice for HBM to HBM)
-                gcap.append(tg.dma_bytes_per_ns_per_core * nh)
-            if not key:
-                continue
-            f_new = hbm_share.slowdowns(st, en, hb, prev, cap, grp, gcap)
-            for (i, k), f0, f in zip(key, prev, f_new.tolist()):
-                if abs(f - f0) > 1e-9 * f0:
-                    changed = True
-                    base[(i, k)] = (base[(i, k)][0], f)
-                else:
-                    f = f0
-                if f != 1.0:
-                    if overrides[i] is None:
-                        overrides[i] = {}
-                    overrides[i][k] = fixed + base[(i, k)][0] * f
-        if not changed:
-            break
-        changed_any = True
-        results = reschedule(overrides)
-    return results if changed_any else None
 
 
 def _finished(result):
@@ -227,11 +180,13 @@ def schedule_core(core, *, hbm_bytes_per_ns=None, progress=None, progress_base=0
             return stop.value
 
 
-def _schedule_core(core, hbm_bytes_per_ns=None, progress=None, progress_base=0, progress_total=0, ns_over=None):
+def _schedule_core(core, hbm_bytes_per_ns=None, progress=None, progress_base=0, progress_total=0, ns_over=None,
+                   moves=None):
     """The scheduling of one core's record, as a generator: at a ``core_barrier`` record it yields
     ``(participant core ids, the time it is ready to start)`` and is sent the time the barrier completes (the
     latest arrival of the participants); it returns ``(columns, counters)``.  ``ns_over``: DMA row -> the ns
-    it costs instead of its record's (the HBM sharing of ``hbm_share``)."""
+    it costs instead of its record's (the HBM sharing of ``hbm_share``); ``moves``: DMA row -> its data start
+    and end after its arrival at the engines under their round robin (``dma_share``)."""
     tg = core.target
     recs = core.instructions
     binfo = core.buffers
@@ -488,7 +443,15 @@ def _schedule_core(core, hbm_bytes_per_ns=None, progress=None, progress_base=0, 
                     delayed_by = ob
             if fin > ds + xfer + 1e-9 and delayed_by >= 0:
                 b = delayed_by
+            ds_arr = ds
             ds = first_piece if first_piece is not None else ds
+            if moves is not None:
+                mv = moves.get(idx)
+                if mv is not None:             # the engines' round robin (dma_share): shared data start and end
+                    ds = ds_arr + mv[0]
+                    fin = ds_arr + mv[1]
+                    if fin < ds + xfer:        # (its engine time changed since: hbm_share's stretch)
+                        fin = ds + xfer
             start[idx] = issue
             dstart[idx] = ds
             end[idx] = fin
