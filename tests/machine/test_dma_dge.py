@@ -8,7 +8,7 @@ import trnsim
 from trnsim.isa.dma_dge import DGE_HW, DGE_NONE, DGE_SW, NO_QUEUE, dge_of
 from trnsim.isa.errors import NkiValidationError
 from trnsim.kernels.jit import run_kernel
-from trnsim.machine import schedule, sched_fast
+from trnsim.machine import dma_share, schedule, sched_fast
 from trnsim.profiler.trace import trace_events
 from trnsim.targets import get_target
 
@@ -96,9 +96,15 @@ def test_transfers_on_one_queue_move_in_program_order():
     default = _dma(_timelines(_store_then_load(None, None), x, x))
     # on another queue (or with no queue named) the load does not wait for the store
     assert other[2].end < store.start and default[2].end == other[2].end
-    # there it moves at once, with the first load (of no named queue: another class, dma_share): the engines
-    # serve the two in turn, both end at 2 x their engine time, and the compute and the store come that much
-    # later than with one queue, where the first load moved alone
+    assert other[1].end == store.end
+    # with the round robin on (opt-in, dma_share): it moves at once with the first load (of no named queue:
+    # another class), the engines serve the two in turn, both end at 2 x their engine time, and the compute and
+    # the store come that much later than with one queue, where the first load moved alone
+    prev = dma_share.set_enabled(True)
+    try:
+        other = _dma(_timelines(_store_then_load(E.scalar, E.sync), x, x))
+    finally:
+        dma_share.set_enabled(prev)
     w = other[0].work
     assert other[0].end == pytest.approx(other[0].data_start + 2 * w) == pytest.approx(other[2].end)
     assert same[0].end == pytest.approx(same[0].data_start + w)

@@ -20,6 +20,23 @@ import nki.language as nl  # noqa: E402
 E = nisa.engine
 
 
+@pytest.fixture(autouse=True)
+def round_robin_on():
+    """The round robin is opt-in (``TRNSIM_DMA_ROUND_ROBIN``): on for this file."""
+    prev = dma_share.set_enabled(True)
+    yield
+    dma_share.set_enabled(prev)
+
+
+def test_off_by_default_the_gap_filling_stays():
+    dma_share.set_enabled(False)
+    x = np.zeros((128, 2048), np.float32)
+    tl = _timeline(_two_loads(nisa.engine.sync, nisa.engine.scalar), x, x)
+    a, b = _dma(tl)[:2]
+    assert a.end == pytest.approx(a.data_start + a.work)      # the first moves alone, the second fills after it
+    assert b.data_start == pytest.approx(a.end) and b.end == pytest.approx(b.data_start + b.work)
+
+
 def _sim(arrive, work, cls, root=None, prev_end=None, groups=None):
     m = len(arrive)
     groups = groups or [np.arange(m)]

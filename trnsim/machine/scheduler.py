@@ -25,8 +25,10 @@ The model (every figure from the target, which takes it from shared/hardware.md)
   cost.  The fixed cost is latency, not occupancy.  An engine interleaves the descriptors of its 16 queues: a
   ready transfer takes the engine's free time from its data start on, filling the gaps between transfers placed
   earlier (the most recent 32 gaps are searched), so a store waiting for compute does not block later loads.
-  On NeuronCore-v2/v3 the engine serves its queues round robin ("DMA transfers from different DMA queues are
-  scheduled in a round robin fashion", dma-overview): transfers of different named queues moving at the same time
+  With ``TRNSIM_DMA_ROUND_ROBIN=1`` (off by default: on long capacity-bound streams the rescheduling below finds
+  no fixed point, see ``dma_share``), on NeuronCore-v2/v3 the engine serves its queues round robin ("DMA
+  transfers from different DMA queues are scheduled in a round robin fashion", dma-overview): transfers of
+  different named queues moving at the same time
   share the engine equally, each slowed while the others move (``dma_share``: processor sharing, the transfers of
   no named queue one class among themselves in the gap filling's order).  A later transfer can slow an earlier
   one, so the cores are scheduled again with each transfer's data start and end after its arrival taken from
