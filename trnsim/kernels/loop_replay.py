@@ -35,7 +35,7 @@ How (``run_kernel`` uses :func:`rewritten` only for a one-program shape-only lau
    list repetition, zip, str.format -- for the rest) and appended, unless a moving operand extent would leave
    its buffer on the way (then the loop runs normally and fails where it fails without replay).  The new tiles'
    live ranges and table entries are not made one by one: they go to the occupancy as one segment
-   (:class:`_TileSegment`, ``Occupancy.add_bulk``), whose columns the capacity sweep reads as arrays and which
+   (``loop_fit._TileSegment``, ``Occupancy.add_bulk``), whose columns the capacity sweep reads as arrays and which
    is put in the tables only when something needs them (a refusal, a quadrant-placed tile); the buffer id
    counter and instruction count advance; the issue cache's replay counters advance as the skipped hits would
    have advanced them (``GEN_AFTER``).  The remaining iterations run normally (so the kernel's names hold what
