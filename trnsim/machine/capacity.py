@@ -384,28 +384,46 @@ def _sweep_one_span(keys, tiles, ranges, cap, parts, nparts):
             return None
         span = sp[0]
     n = len(keys)
-    m = 2 * n
     rl = list(map(ranges.__getitem__, keys))
     first = np.fromiter(map(_FIRST, rl), np.int64, n)
     last = np.fromiter(map(_LAST, rl), np.int64, n)
     size = np.fromiter(map(_SIZE, tl), np.int64, n)
+    got = _event_sweep(first, last, size, np.arange(n, dtype=np.int64), cap)
+    if got is None:
+        return None
+    peak, fail = got
+    return peak, (fail and (keys[fail[0]],) + fail[1:])
+
+
+def _event_sweep(first, last, size, order, cap):
+    """The one-span sweep as arrays: tiles ``first``/``last`` (live range), ``size`` (bytes per partition), ``order``
+    (distinct ints, the order the tiles were made: ties at one position go placement of a tile before the frees
+    after it, frees in that order).  Returns ``(peak, (row, position, live) of the first overflow or None)``, or
+    None when the event keys would not fit in int64.  One int per event, (position * 2 + placing) * 2n + (2j for
+    tile j's placement, 2j + 1 for its free), sorts exactly so."""
+    n = len(first)
+    if n == 0:
+        return 0, None
+    m = 2 * (int(order.max()) + 1)
     if int(last.max()) + 2 >= (1 << 62) // (2 * m):        # keys would not fit in int64
         return None
-    j2 = np.arange(0, m, 2, dtype=np.int64)
+    j2 = order * 2
     ev = np.concatenate(((first * 2 + 1) * m + j2, (last + 1) * 2 * m + j2 + 1))
     ev.sort()
     idx = ev % m
-    sz = size[idx >> 1]
+    row = np.empty(m // 2, np.int64)
+    row[order] = np.arange(n, dtype=np.int64)
+    src = row[idx >> 1]
     placing = (idx & 1) == 0
+    sz = size[src]
     live = np.cumsum(np.where(placing, sz, -sz))
     lp = live[placing]
     peak = max(0, int(lp.max())) if lp.size else 0
     over = np.flatnonzero(placing & (live > cap))
-    fail = None
-    if over.size:
-        e = int(over[0])
-        fail = (keys[int(idx[e]) >> 1], (int(ev[e]) // m) >> 1, int(live[e]))
-    return peak, fail
+    if not over.size:
+        return peak, None
+    e = int(over[0])
+    return peak, (int(src[e]), (int(ev[e]) // m) >> 1, int(live[e]))
 
 
 def _sweep_bulk(occ, kind, cap, nparts):
@@ -448,44 +466,24 @@ def _sweep_bulk(occ, kind, cap, nparts):
         if len(sp) != 1 or (span is not None and sp[0] != span):
             return None
         span = sp[0]
-    first = np.concatenate(firsts)
-    last = np.concatenate(lasts)
-    size = np.concatenate(sizes)
-    order = np.concatenate(orders)
-    n = len(first)
-    if n == 0:
-        return 0, None
-    m = 2 * int(order.max() + 1)
-    if int(last.max()) + 2 >= (1 << 62) // (2 * m):        # keys would not fit in int64
+    got = _event_sweep(np.concatenate(firsts), np.concatenate(lasts), np.concatenate(sizes),
+                       np.concatenate(orders), cap)
+    if got is None:
         return None
-    j2 = order * 2
-    ev = np.concatenate(((first * 2 + 1) * m + j2, (last + 1) * 2 * m + j2 + 1))
-    ev.sort()
-    idx = ev % m
-    row = np.empty(m // 2, np.int64)
-    row[order] = np.arange(n, dtype=np.int64)
-    src = row[idx >> 1]
-    placing = (idx & 1) == 0
-    sz = size[src]
-    live = np.cumsum(np.where(placing, sz, -sz))
-    lp = live[placing]
-    peak = max(0, int(lp.max())) if lp.size else 0
-    over = np.flatnonzero(placing & (live > cap))
-    fail = None
-    if over.size:
-        e = int(over[0])
-        i = int(src[e])
-        if i < len(keys):
-            key = keys[i]
-        else:
-            i -= len(keys)
-            for bid, blk in segcols:
-                if i < len(bid):
-                    key = (int(bid[i]), int(blk[i]))
-                    break
-                i -= len(bid)
-        fail = (key, (int(ev[e]) // m) >> 1, int(live[e]))
-    return peak, fail
+    peak, fail = got
+    if fail is None:
+        return peak, None
+    i = fail[0]
+    if i < len(keys):
+        key = keys[i]
+    else:
+        i -= len(keys)
+        for bid, blk in segcols:
+            if i < len(bid):
+                key = (int(bid[i]), int(blk[i]))
+                break
+            i -= len(bid)
+    return peak, (key,) + fail[1:]
 
 
 _QUADRANT = 32     # partitions per SBUF/PSUM quadrant (hardware.md "Memory rules": start partitions 0/32/64/96)
