@@ -68,6 +68,24 @@ def test_progress_is_throttled_but_never_drops_the_end():
     assert s.getvalue().count("\r") == 2 and "100/100" in s.getvalue()     # the first and the last
 
 
+def test_scheduling_says_when_the_compiled_loop_is_loading(monkeypatch):
+    """Before the compiled scheduler's first use in a process (numba loads it, or compiles it: ~15 s after an
+    install, with no progress of its own) the line says so; then the bar."""
+    from trnsim.cli import Progress
+    from trnsim.machine import sched_fast
+    s = _Stream(tty=True)
+    p = Progress(True, s)
+    p.line.min_interval = 0                              # (no throttling between the calls below)
+    monkeypatch.setattr(sched_fast, "compiled", lambda: False)
+    p.scheduling(0, sched_fast.FAST_MIN)
+    assert "loading the numba scheduler" in s.getvalue()
+    p.scheduling(0, sched_fast.FAST_MIN - 1)           # small records: the reference loop, its own bar
+    assert s.getvalue().rstrip().endswith(f"0/{sched_fast.FAST_MIN - 1:,}")
+    monkeypatch.setattr(sched_fast, "compiled", lambda: True)
+    p.scheduling(0, sched_fast.FAST_MIN)
+    assert s.getvalue().count("loading the numba scheduler") == 1
+
+
 def test_progress_wanted(monkeypatch):
     monkeypatch.delenv("TRNSIM_PROGRESS", raising=False)
     assert progress_wanted(_Stream(True)) and not progress_wanted(_Stream(False))

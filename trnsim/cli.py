@@ -51,6 +51,12 @@ class Progress:
     def scheduling(self, done, total):
         if not self.enabled or total <= 0:
             return
+        from .machine import sched_fast
+        if done == 0 and total >= sched_fast.FAST_MIN and sched_fast.mode() != "python" and not sched_fast.compiled():
+            # the compiled loop's first use in this process: numba loads it from its cache, or compiles it (the
+            # first run after an install: 15 s measured on a 2-core machine), with no progress of its own
+            self.line.show("  scheduling: loading the numba scheduler (compiled on first use: ~15 s)", force=True)
+            return
         w = 30
         k = int(w * done / total)
         self.line.show(f"  scheduling: [{'#' * k}{'.' * (w - k)}] {done:,}/{total:,}", force=done >= total)

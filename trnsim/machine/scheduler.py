@@ -117,8 +117,14 @@ def _schedule_pass(cores, cap, impl, overrides, progress, total, moves=None):
     for i, c in enumerate(cores):
         ov = overrides[i] if overrides is not None else None
         mv = moves[i] if moves is not None else None
-        fast = sched_fast.schedule_core_fast(c, cap, ov, mv) if sched_fast.use_fast(c, impl) else None
+        fast = None
+        if sched_fast.use_fast(c, impl):
+            if progress is not None and total > 0:
+                progress(done, total)          # (the compiled loop reports its core at its start and end)
+            fast = sched_fast.schedule_core_fast(c, cap, ov, mv)
         if fast is not None:
+            if progress is not None and total > 0:
+                progress(done + len(c.instructions), total)
             gens.append(_finished(fast))
         else:
             gens.append(_schedule_core(c, cap, progress, done, total, ov, mv))
