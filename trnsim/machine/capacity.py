@@ -114,14 +114,14 @@ class Occupancy:
         if not self.bulk:
             return
         segs, self.bulk = self.bulk, []
+        made = [seg.items() for seg in segs]          # (each segment's entries are predicted once)
         for table, col in ((self.ranges, 1), (self.tiles, 2), (self.parts, 3)):
             old = list(table.items())
             table.clear()
             done = 0
-            for seg in segs:
+            for seg, items in zip(segs, made):
                 table.update(old[done:seg.at])
                 done = seg.at
-                items = seg.items()
                 vals = map(list, items[1]) if col == 1 else items[col]
                 table.update(zip(items[0], vals))
             table.update(old[done:])

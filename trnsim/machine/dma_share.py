@@ -82,18 +82,15 @@ def queue_classes(core):
     c = getattr(core, "columns", None)
     n = len(core.instructions)
     if c is not None and len(c) == n and len(c.nops) == n:
-        dges = c.dge
-        if dges.count(None) == len(dges):
-            return None
-        rows = c.dma
+        rows, dges = c.dma, c.dge
     else:
         rows, dges = [], []
         for r in core.instructions:
             if r.engine == "dma":
                 rows.append(r.id)
                 dges.append(r.dge)
-        if dges.count(None) == len(dges):
-            return None
+    if dges.count(None) == len(dges):
+        return None
     cls = np.fromiter((0 if d is None or d[1] < 0 else d[1] + 1 for d in dges), np.int64, len(dges))
     if len(cls) == 0 or (cls == cls[0]).all():
         return None
@@ -228,9 +225,9 @@ def roots(cols, rows, sema):
     descriptor generation only, or the chain reached no transfer)."""
     n = len(cols["engine"])
     rl = rows.tolist()
-    bind = np.asarray(cols["bind"], np.int64)
+    bind_a = np.asarray(cols["bind"], np.int64)
     nxt = np.empty(n + 1, np.int64)
-    nxt[:n] = np.where(bind >= 0, bind, n)
+    nxt[:n] = np.where(bind_a >= 0, bind_a, n)
     nxt[n] = n
     nxt[rows] = rows                        # a chain stops at the first transfer it reaches
     while True:

@@ -28,9 +28,9 @@ The model (every figure from the target, which takes it from shared/hardware.md)
   With ``TRNSIM_DMA_ROUND_ROBIN=1`` (off by default: on long capacity-bound streams the rescheduling below finds
   no fixed point, see ``dma_share``), on NeuronCore-v2/v3 the engine serves its queues round robin ("DMA
   transfers from different DMA queues are scheduled in a round robin fashion", dma-overview): transfers of
-  different named queues moving at the same time
-  share the engine equally, each slowed while the others move (``dma_share``: processor sharing, the transfers of
-  no named queue one class among themselves in the gap filling's order).  A later transfer can slow an earlier
+  different named queues moving at the same time share the engine equally, each slowed while the others move
+  (``dma_share``: processor sharing, the transfers of no named queue one class among themselves in the gap
+  filling's order).  A later transfer can slow an earlier
   one, so the cores are scheduled again with each transfer's data start and end after its arrival taken from
   the shared engines, until the schedule is its own round robin (at most ``dma_share.MAX_ROUNDS`` schedules; if
   not, the gap filling, with a warning).  The engines' busy time is the gap filling's; individual ends differ.
@@ -60,7 +60,6 @@ import heapq
 from bisect import bisect_right
 
 from ..isa.dma_dge import QUEUE_KEYS
-
 from . import sched_fast
 from .deps import AccessTracker, overlaps
 from .sharing import share_rounds
