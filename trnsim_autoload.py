@@ -5,12 +5,11 @@ under ``TORCHNEURON_TARGET=sim``: then ``import nki`` resolves to trnsim's NKI a
 device is registered (unless a real Neuron backend already is: then it warns and registers nothing).
 """
 
-import os
-
 
 def autoload():
-    if os.environ.get("TORCHNEURON_TARGET") != "sim":
-        if os.environ.get("NKI_SIMULATOR", "") not in ("", "0", "false", "False", "no"):
+    from trnsim import config
+    if config.torchneuron_target != "sim":
+        if config.nki_simulator:
             # vLLM's CPU mode: kernels called with CPU tensors inside torch.compile become one graph node
             from trnsim.backend import nki_bridge
             nki_bridge.install_cpu()

@@ -14,11 +14,12 @@ import os
 import sys
 
 _TOPS = ("nki", "neuronxcc")
+_ON = ("1", "true", "on", "yes")     # trnsim.config.TRUE_WORDS (not imported here: the start hook stays light)
 
 
 def enabled(environ=os.environ) -> bool:
     """Whether the environment asks for the simulator."""
-    return (environ.get("NKI_SIMULATOR", "") not in ("", "0", "false", "False", "no")
+    return (environ.get("NKI_SIMULATOR", "").strip().lower() in _ON
             or environ.get("TORCHNEURON_TARGET") == "sim")
 
 

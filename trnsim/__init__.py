@@ -1,7 +1,6 @@
 """trnsim: a cycle-approximate simulator of AWS Trainium NeuronCores that runs NKI kernels on a CPU."""
 
 import importlib as _importlib
-import os as _os
 
 __version__ = "0.1.0"
 
@@ -43,5 +42,5 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
 
-if _os.environ.get("TORCHNEURON_TARGET") == "sim":
+if _importlib.import_module(".config", __name__).torchneuron_target == "sim":
     __getattr__("install_nki")()

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import shutil
 import sys
 import threading
 import time
+
+from . import config
 
 __all__ = ["OneLineParser", "progress_wanted", "ProgressLine"]
 
@@ -36,7 +37,7 @@ def progress_wanted(stream=None, force=None):
     unless ``TRNSIM_PROGRESS=0``."""
     if force is not None:
         return bool(force)
-    if os.environ.get("TRNSIM_PROGRESS", "").strip() == "0":
+    if not config.progress:
         return False
     stream = sys.stderr if stream is None else stream
     try:

@@ -8,13 +8,13 @@ Under ``TORCHNEURON_TARGET=sim``: ``import nki`` in the tests' kernel files reso
 never imports torch).
 """
 
-import os
-
 import pytest
+
+from . import config
 
 
 def _sim():
-    return os.environ.get("TORCHNEURON_TARGET") == "sim"
+    return config.torchneuron_target == "sim"
 
 
 def pytest_addoption(parser):

@@ -18,9 +18,10 @@ Code asks a :class:`Target` for a figure; it never writes the literal itself.
 from __future__ import annotations
 
 import dataclasses
-import os
 from types import MappingProxyType
 from typing import Mapping
+
+from . import config
 
 __all__ = ["Target", "TRN1", "TRN2", "TRN3", "TARGETS", "get_target", "resolve_target_name"]
 
@@ -246,7 +247,7 @@ def get_target(target: "str | Target | None" = None) -> Target:
     if isinstance(target, Target):
         return target
     if target is None:
-        env = os.environ.get(ENV_VAR)
+        env = config.platform_target
         if not env:
             return TRN2
         try:

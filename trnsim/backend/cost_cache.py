@@ -20,6 +20,8 @@ import json
 import os
 import warnings
 
+from .. import config
+
 __all__ = ["lookup", "store", "flush", "enabled", "path"]
 
 _FLUSH_EVERY = 200
@@ -27,7 +29,7 @@ _state = {"loaded": False, "entries": {}, "new": 0, "path": None, "fp": None}
 
 
 def enabled() -> bool:
-    return os.environ.get("TRNSIM_COST_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
+    return config.cost_cache
 
 
 def _fingerprint():
@@ -49,7 +51,7 @@ def _fingerprint():
 
 
 def path():
-    base = os.environ.get("TRNSIM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "trnsim")
+    base = config.cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "trnsim")
     return os.path.join(base, f"op-costs-{_fingerprint()}.json")
 
 

@@ -7,18 +7,18 @@ import os
 
 import torch
 
+from .. import config
 from ..targets import get_target
 
 DEVICE_TYPE = "neuron"
 
 
 def _lnc(target):
-    env = os.environ.get("NEURON_LOGICAL_NC_CONFIG")
-    if not env:
+    lnc = config.logical_nc_config
+    if lnc is None:
         return target.default_lnc
-    lnc = int(env)
     if lnc not in target.allowed_lnc:
-        raise ValueError(f"NEURON_LOGICAL_NC_CONFIG={env}: {target.name} allows LNC in {target.allowed_lnc}")
+        raise ValueError(f"NEURON_LOGICAL_NC_CONFIG={lnc}: {target.name} allows LNC in {target.allowed_lnc}")
     return lnc
 
 
@@ -29,7 +29,7 @@ class DeviceState:
         self.now_ns = 0.0                 # simulated device clock: eager ops run back to back
         self.fallback_counts = {}         # aten op name -> calls that ran on the CPU
         self.warned = set()
-        self.fallback_mode = os.environ.get("TORCHNEURON_FALLBACK", "warn").strip().lower() or "warn"
+        self.fallback_mode = config.fallback
         self.generator = torch.Generator()   # torch.Generator(device="neuron") cannot be made from Python
         self.generator.manual_seed(torch.initial_seed())
         self.profilers = []               # active profile_torch() recorders

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import atexit
 import datetime
-import os
 import struct
 import sys
 import weakref
@@ -34,6 +33,7 @@ import torch.distributed as dist
 import torch._C._distributed_c10d as _c10d
 from torch._C._distributed_c10d import ProcessGroupGloo, ReduceOp
 
+from .. import config
 from .device_state import STATE
 
 __all__ = ["NeuronProcessGroup", "NeuronCollectiveError", "register", "COLLECTIVE_OPS", "cluster_topology"]
@@ -62,13 +62,11 @@ class NeuronCollectiveError(RuntimeError):
 def cluster_topology(world_size: int):
     """The topology the world's ranks are placed on (``TRNSIM_TOPOLOGY``, ``TRNSIM_NODES``)."""
     from ..collectives import get_topology
-    name = os.environ.get("TRNSIM_TOPOLOGY") or _DEFAULT_TOPOLOGY[STATE.target.name]
+    name = config.topology or _DEFAULT_TOPOLOGY[STATE.target.name]
     topo = get_topology(name, lnc=STATE.lnc if STATE.lnc in get_topology(name).target.allowed_lnc else None)
     per_node = topo.chips_per_domain * topo.logical_cores_per_chip
-    env = os.environ.get("TRNSIM_NODES")
-    if env:
-        nodes = int(env)
-    else:
+    nodes = config.nodes
+    if nodes is None:
         nodes = -(-world_size // per_node)
         while world_size % nodes:
             nodes += 1
@@ -125,10 +123,8 @@ class NeuronProcessGroup(dist.ProcessGroup):
         super().__init__(rank, size)
         self._store = store
         self._global = list(global_ranks) if global_ranks else list(range(size))
-        env = os.environ.get("TRNSIM_DIST_TIMEOUT")
-        if env:
-            secs = float(env)
-        else:
+        secs = config.dist_timeout
+        if secs is None:
             secs = min(timeout.total_seconds() if timeout else _MAX_DEFAULT_TIMEOUT_S, _MAX_DEFAULT_TIMEOUT_S)
         self._timeout = datetime.timedelta(seconds=secs)
         self._gloo = ProcessGroupGloo(store, rank, size, self._timeout)

@@ -7,6 +7,7 @@ import sys
 
 import torch
 
+from .. import config
 from .errors import NeuronBackendConflict
 
 _REGISTERED = False
@@ -75,7 +76,7 @@ def register(force=False):
 
 
 def register_if_sim():
-    if os.environ.get("TORCHNEURON_TARGET") == "sim":
+    if config.torchneuron_target == "sim":
         register()
         return True
     return False

@@ -26,6 +26,8 @@ import sys
 import numpy as np
 import torch
 
+from .. import config
+
 
 def simulated_backend():
     """trnsim's backend module if the simulated ``neuron`` device is registered in this process, else ``None``."""
@@ -94,7 +96,7 @@ def hardware_target():
             info["instance_type"] = name
     except OSError:
         pass
-    env = os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE")
+    env = config.platform_target
     if env:
         info["name"] = env
     if info:

@@ -32,6 +32,7 @@ import warnings
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .. import config
 from . import bundle as _bundle
 from .capture import host_tensor, leaves
 from .device import device_kind, dist_rank, hardware_target, simulated_target, versions
@@ -396,7 +397,7 @@ class Recorder:
             self._handles.append(M.register_module_full_backward_hook(self._bwd_post))
         if self.kernels:
             hooks = sys.modules.get("trnsim.kernels.hooks")    # loaded only where trnsim simulates kernels
-            if hooks is None and os.environ.get("TORCHNEURON_TARGET") == "sim":
+            if hooks is None and config.torchneuron_target == "sim":
                 import importlib
                 hooks = importlib.import_module("trnsim.kernels.hooks")    # the simulated target: load it now
             if hooks is not None:

@@ -39,6 +39,7 @@ import types
 
 import numpy as np
 
+from .. import config
 from ..memory import HBM, PSUM, Tensor
 from ..machine.replay_gen import compile_program
 from ..memory.dtypes import DType
@@ -46,8 +47,6 @@ from ..memory.dtypes import DType
 __all__ = ["enabled", "set_enabled", "issue", "MAX_ENTRIES"]
 
 MAX_ENTRIES = 4096          # layouts cached per core; past this, new layouts are validated and not kept
-
-_enabled = os.environ.get("TRNSIM_ISSUE_CACHE", "1") not in ("0", "false", "False", "")
 
 # instructions whose rules and cost do not read an HBM operand's offset (checked in trnsim/isa/dma.py)
 _HBM_OFFSET_FREE = frozenset(("dma_copy", "dma_transpose"))
@@ -61,15 +60,12 @@ _SAFE_ATTRS = frozenset(("target", "execute", "precise", "strict", "matmul_f32")
 
 
 def enabled() -> bool:
-    return _enabled
+    return config.issue_cache
 
 
 def set_enabled(on: bool) -> bool:
     """Turn the cache on or off for this process; returns the previous setting."""
-    global _enabled
-    prev = _enabled
-    _enabled = bool(on)
-    return prev
+    return config.set("issue_cache", bool(on))
 
 
 class _Uncacheable(Exception):

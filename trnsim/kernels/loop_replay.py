@@ -66,6 +66,7 @@ from itertools import islice
 
 import numpy as np
 
+from .. import config
 from ..memory import Tensor, space as _space
 from ..memory.dtypes import DType
 from . import issue_cache as _ic
@@ -74,8 +75,6 @@ from .loop_fit import _concat, _fit, _predict, _same, _splits, _TileSegment
 from .loop_rewrite import LOOPS, rewritten as _rewritten
 
 __all__ = ["enabled", "set_enabled", "rewritten", "STATS", "LoopReplayError"]
-
-_enabled = os.environ.get("TRNSIM_LOOP_REPLAY", "1") not in ("0", "false", "False", "")
 
 # shorter loops run normally: observing, fitting and appending cost ~2.5 ms per loop (the stream kernel of
 # benchmarks/bench_timing.py, 5 instructions per iteration, best of 5: 64 iterations 1.96 ms normally, 3.31 ms with
@@ -93,14 +92,11 @@ class LoopReplayError(RuntimeError):
 
 
 def enabled() -> bool:
-    return _enabled
+    return config.loop_replay
 
 
 def set_enabled(on: bool) -> bool:
-    global _enabled
-    prev = _enabled
-    _enabled = bool(on)
-    return prev
+    return config.set("loop_replay", bool(on))
 
 
 def rewritten(fn):
@@ -186,7 +182,7 @@ def _dynamic_ok(info, frame):
 
 def _loop(lid, iterable):
     """The iterator a rewritten loop runs over: ``iterable`` itself unless the replay applies."""
-    if not _enabled or type(iterable) is not range or len(iterable) < MIN_ITERATIONS or not _ic.enabled():
+    if not config.loop_replay or type(iterable) is not range or len(iterable) < MIN_ITERATIONS or not _ic.enabled():
         return iterable
     try:
         ctx = current()

@@ -7,11 +7,11 @@ user's source line: the input of the timing scheduler.
 
 from __future__ import annotations
 
-import os
 import weakref
 
 import numpy as np
 
+from .. import config
 from ..isa.tensor_engine import matmul_f32 as _matmul_f32
 from ..memory import HBM, ON_CHIP, PSUM, SBUF, Buffer, MemorySpace
 from ..targets import Target, get_target
@@ -80,10 +80,10 @@ class NeuronCore:
         self.core_id = core_id
         self.execute = execute
         if precise is None:
-            precise = os.environ.get("NKI_PRECISE_FP", "1") not in ("0", "false", "False")
+            precise = config.precise_fp
         self.precise = precise
         if strict is None:
-            strict = os.environ.get("TRNSIM_STRICT_UNINIT", "0") not in ("0", "", "false", "False")
+            strict = config.strict_uninit
         self.strict = strict
         tg = self.target
         self.sbuf = MemorySpace(SBUF, tg.sbuf_partition_bytes, tg.sbuf_partitions, align=4, name="sbuf",

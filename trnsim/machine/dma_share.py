@@ -42,9 +42,10 @@ the transfers that are not moved; the moved ones report the shared start and end
 from __future__ import annotations
 
 import heapq
-import os
 
 import numpy as np
+
+from .. import config
 
 __all__ = ["MAX_ROUNDS", "applies", "queue_classes", "simulate", "core_share"]
 
@@ -55,25 +56,22 @@ MAX_ROUNDS = 12         # trnsim's choice: schedules of a core until it is its o
 # first round, still 1,928 after the twelfth, 0.06 s -> 1.2 s to schedule; 10,000 tiles: 51 s), and those fall
 # back to the gap filling.  A model that changes with a kernel's length would make "which kernel is faster"
 # answers depend on it, so the default stays the gap filling for every kernel (docs/notes/s19r.md, NOTES.md).
-_enabled = os.environ.get("TRNSIM_DMA_ROUND_ROBIN", "0") not in ("0", "", "false", "False")
 
 
 def enabled() -> bool:
-    return _enabled
+    return config.dma_round_robin
 
 
 def set_enabled(on: bool) -> bool:
     """Turn the round robin on or off for this process; returns the previous setting."""
-    global _enabled
-    prev, _enabled = _enabled, bool(on)
-    return prev
+    return config.set("dma_round_robin", bool(on))
 _EPS = 1e-9
 
 
 def applies(target) -> bool:
     """Round robin among a DMA engine's queues: when turned on (:func:`enabled`), on NeuronCore-v2 and v3 (trn1,
     trn2; dma-overview, above)."""
-    return _enabled and target.nc_version in (2, 3)
+    return config.dma_round_robin and target.nc_version in (2, 3)
 
 
 def queue_classes(core):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import warnings
 
+from .. import config
 from ..isa.dma_rmw import ATOMIC_OPCODES
 from ..isa.errors import NkiValidationError
 from .deps import AccessTracker
@@ -36,7 +37,7 @@ class RaceError(NkiValidationError):
 
 
 def strict_from_env() -> bool:
-    return os.environ.get("TRNSIM_STRICT_RACES", "0") not in ("0", "", "false", "False", "no")
+    return config.strict_races
 
 
 def _where(loc):

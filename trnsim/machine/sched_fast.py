@@ -19,6 +19,7 @@ from operator import attrgetter
 
 import numpy as np
 
+from .. import config
 from ..isa.dma_dge import QUEUE_KEYS
 from .deps import _geo
 
@@ -37,7 +38,7 @@ _FIELDS = attrgetter("engine", "cycles", "ns", "pre", "rows", "part0", "nbytes",
 def _kernels():
     """The compiled module, or None (numba missing or failing)."""
     if _STATE["kernels"] is None and _STATE["failed"] is None:
-        if os.environ.get("TRNSIM_NO_NUMBA", "0") not in ("0", "", "false", "False"):
+        if config.no_numba:
             _STATE["failed"] = "TRNSIM_NO_NUMBA is set"
             return None
         try:
@@ -55,10 +56,7 @@ def fast_available() -> bool:
 
 
 def mode() -> str:
-    m = os.environ.get("TRNSIM_SCHEDULER", "auto")
-    if m not in ("auto", "python", "numba"):
-        raise ValueError(f"TRNSIM_SCHEDULER={m!r}: expected 'auto', 'python' or 'numba'")
-    return m
+    return config.scheduler
 
 
 def use_fast(core, force=None) -> bool:

@@ -24,6 +24,7 @@ import warnings
 
 import torch
 
+from ... import config
 from . import cache as _cache
 from . import stats
 from .errors import NeuronCompileError, NeuronCompileWarning
@@ -36,8 +37,7 @@ _FALLBACK_ENV = "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"
 def _fallback_allowed(options):
     if "fallback_execution" in options:
         return bool(options["fallback_execution"])
-    v = os.environ.get(_FALLBACK_ENV, "1").strip().lower()
-    return v in ("0", "false", "no", "off")
+    return not config.disable_fallback_execution
 
 
 def _symbolic(example_inputs):

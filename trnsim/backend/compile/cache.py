@@ -24,6 +24,7 @@ import warnings
 
 import torch
 
+from ... import config
 from ...fileio import atomic_write
 from ..device_state import STATE
 from .errors import NeuronCacheWarning
@@ -41,7 +42,7 @@ def _version():
 
 
 def cache_dir():
-    d = os.environ.get("TORCH_NEURONX_NEFF_CACHE_DIR")
+    d = config.neff_cache_dir
     if d:
         return d
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -79,7 +80,7 @@ def _checksum(payload):
 
 
 def _retry_failed():
-    return "--retry_failed_compilation" in os.environ.get("NEURON_CC_FLAGS", "")
+    return "--retry_failed_compilation" in config.neuron_cc_flags
 
 
 class CompileCache:
@@ -89,7 +90,7 @@ class CompileCache:
     # -- paths ------------------------------------------------------------------------------------------------
     @staticmethod
     def enabled():
-        return os.environ.get("TRNSIM_COMPILE_CACHE", "1").strip() not in ("0", "false", "off")
+        return config.compile_cache
 
     @staticmethod
     def path(key):
@@ -187,7 +188,8 @@ class CompileCache:
         """Delete least recently used entries until the cache holds at most ``max_bytes``; returns the number
         deleted."""
         if max_bytes is None:
-            max_bytes = int(os.environ.get("TRNSIM_COMPILE_CACHE_MAX_BYTES", DEFAULT_MAX_BYTES))
+            max_bytes = config.compile_cache_max_bytes
+            max_bytes = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
         root = cache_dir()
         entries = []
         for dirpath, _, files in os.walk(root):
