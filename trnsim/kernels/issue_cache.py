@@ -301,6 +301,17 @@ class _Prog(tuple):
             self.run = self._generate()
         _replay_generic(self, core, loc, leaves)
 
+    def count_replays(self, n: int) -> None:
+        """Count ``n`` replays made without calling :attr:`run` (the loop replay's skipped iterations), as if
+        they had run: past ``GEN_AFTER`` the layout's straight-line code is made, as the ``n`` calls would have."""
+        if self.run != self._warm:
+            return
+        if self.n + n >= GEN_AFTER:
+            self.n = GEN_AFTER
+            self.run = self._generate()
+        else:
+            self.n += n
+
     def _generate(self):
         gen = []
         for p in self:

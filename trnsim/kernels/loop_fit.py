@@ -86,7 +86,7 @@ class _Fit:
         self.counts = None     # (instructions, new interned patterns, buffer ids) per block
 
 
-def _concat(its):
+def concat(its):
     out = {}
     for d in its:
         for f, v in d.items():
@@ -96,7 +96,7 @@ def _concat(its):
     return out
 
 
-def _splits(d):
+def splits(d):
     """Per field of iteration ``d``: each item's skeleton and its integers (:func:`_split`), made once."""
     out = {}
     for f, items in d.items():
@@ -124,7 +124,7 @@ def _concat_splits(its):
     return out
 
 
-def _fit(its, p, states):
+def fit_blocks(its, p, states):
     """A _Fit of the last three blocks of ``p`` iterations of ``its`` (per-iteration fields), or None.
     ``states``: the allocator state at the start of each iteration of ``its`` and after the last."""
     if len(its) < 3 * p:
@@ -137,7 +137,7 @@ def _fit(its, p, states):
     for j in range(n - 3 * p, n - p):
         if its[j]["#"] != its[j + p]["#"] or its[j]["hits"] != its[j + p]["hits"]:
             return None
-    blocks = [_concat(its[n - 3 * p + i * p: n - 3 * p + (i + 1) * p]) for i in range(3)]
+    blocks = [concat(its[n - 3 * p + i * p: n - 3 * p + (i + 1) * p]) for i in range(3)]
     splits = [_concat_splits(its[n - 3 * p + i * p: n - 3 * p + (i + 1) * p]) for i in range(3)]
     fit = _Fit(p, blocks)
     for f, items in blocks[2].items():
@@ -160,7 +160,7 @@ def _fit(its, p, states):
     return fit
 
 
-def _predict(fit, q0, m, fields=None):
+def predict(fit, q0, m, fields=None):
     """The fields of ``m`` blocks after the base block, the first ``q0`` blocks after it (only ``fields``, when
     given)."""
     out = {}
@@ -181,10 +181,10 @@ def _predict(fit, q0, m, fields=None):
 _TABLES = ("rk", "rv", "tv", "pv")      # the new tiles' keys, live ranges, entries and partitions
 
 
-class _TileSegment:
+class TileSegment:
     """The tiles made by ``m`` replayed blocks (blocks ``q0`` ..), kept as the fit that predicts them rather than
     as table entries (``Occupancy.add_bulk``): the capacity sweep reads their columns as arrays; anything else
-    that needs the tables has them made (:meth:`items`, as :func:`_predict` makes every field)."""
+    that needs the tables has them made (:meth:`items`, as :func:`predict` makes every field)."""
 
     __slots__ = ("fit", "q0", "m", "n", "at", "placed")
 
@@ -195,7 +195,7 @@ class _TileSegment:
         self.placed = any(t[3] is not None for t in fit.base["tv"])
 
     def items(self):
-        pred = _predict(self.fit, self.q0, self.m, _TABLES)
+        pred = predict(self.fit, self.q0, self.m, _TABLES)
         return pred["rk"], pred["rv"], pred["tv"], pred["pv"]
 
     def _ints(self, f, pos, count):
@@ -253,7 +253,7 @@ class _TileSegment:
         return True
 
 
-def _same(pred, d):
+def same(pred, d):
     for f, items in pred.items():
         got = d[f]
         if len(got) != len(items):

@@ -35,7 +35,7 @@ How (``run_kernel`` uses :func:`rewritten` only for a one-program shape-only lau
    list repetition, zip, str.format -- for the rest) and appended, unless a moving operand extent would leave
    its buffer on the way (then the loop runs normally and fails where it fails without replay).  The new tiles'
    live ranges and table entries are not made one by one: they go to the occupancy as one segment
-   (``loop_fit._TileSegment``, ``Occupancy.add_bulk``), whose columns the capacity sweep reads as arrays and which
+   (``loop_fit.TileSegment``, ``Occupancy.add_bulk``), whose columns the capacity sweep reads as arrays and which
    is put in the tables only when something needs them (a refusal, a quadrant-placed tile); the buffer id
    counter and instruction count advance; the issue cache's replay counters advance as the skipped hits would
    have advanced them (``GEN_AFTER``).  The remaining iterations run normally (so the kernel's names hold what
@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import enum
 import gc
-import itertools
 import os
 import sys
 import types
@@ -67,11 +66,11 @@ from itertools import islice
 import numpy as np
 
 from .. import config
-from ..memory import Tensor, space as _space
+from ..memory import HBM, Tensor, next_buffer_id, skip_buffer_ids
 from ..memory.dtypes import DType
 from . import issue_cache as _ic
 from .context import current
-from .loop_fit import _concat, _fit, _predict, _same, _splits, _TileSegment
+from .loop_fit import TileSegment, concat, fit_blocks, predict, same, splits
 from .loop_rewrite import LOOPS, rewritten as _rewritten
 
 __all__ = ["enabled", "set_enabled", "rewritten", "STATS", "LoopReplayError"]
@@ -189,7 +188,7 @@ def _loop(lid, iterable):
     except Exception:
         return iterable
     core = ctx.core
-    if len(ctx.cores) != 1 or core.execute or not core._record or core.programs is not None \
+    if len(ctx.cores) != 1 or core.execute or not core.recording or core.programs is not None \
             or core.occupancy.log is not None:
         return iterable
     info = LOOPS[lid]
@@ -205,12 +204,7 @@ def _loop(lid, iterable):
 _COLS = ("eng", "cost", "pre", "opcode", "flops", "loc", "nw", "nops", "dma", "rows", "part0", "nbytes", "dge",
          "b", "lo", "hi", "v")
 def _alloc_state(spaces):
-    return tuple((tuple(sp._free), sp.live, sp.peak) for sp in spaces)
-
-
-def _next_id():
-    r = repr(_space._ids)          # "count(N)": the next buffer id, read without taking it
-    return int(r[6:-1])
+    return tuple(sp.state() for sp in spaces)
 
 
 class _Watch:
@@ -229,7 +223,7 @@ class _Watch:
         core = self.core
         return ([len(getattr(c, f)) for f in _COLS], len(c.bar), c.barrier, occ.seq, len(occ.ranges),
                 len(occ.tiles), len(occ.parts), len(occ.blocks), len(occ.fences), len(core.buffers),
-                len(core._views), len(core.issue_cache), _next_id(), _alloc_state(self.spaces))
+                core.interned_patterns, len(core.issue_cache), next_buffer_id(), _alloc_state(self.spaces))
 
     def delta(self, a, b):
         """The fields of the iteration between marks ``a`` and ``b`` (None: not replayable)."""
@@ -334,7 +328,7 @@ def _extents_ok(core, fit, m):
         if info is None:
             return False
         kind, bpp, parts, isz = info
-        nelem = (bpp if kind == _space.HBM else bpp * parts) // isz
+        nelem = (bpp if kind == HBM else bpp * parts) // isz
         lo = ends.get("lo", fit.base["lo"][pos])
         hi = ends.get("hi", fit.base["hi"][pos])
         if lo < 0 or hi > nelem:
@@ -348,25 +342,24 @@ _MODIFIED = ("mk", "mv")                 # earlier tiles whose live ranges the i
 def _apply(core, pred, m, fit):
     c = core.columns
     occ = core.occupancy
-    views = core._views
-    sd = views.setdefault
+    sd = core.intern_pattern
     v = pred["v"]
     if fit.var.get("v"):
         L = len(fit.base["v"])
         for pos, _, _, _ in fit.var["v"]:
-            v[pos::L] = [sd(x, x) for x in v[pos::L]]
+            v[pos::L] = [sd(x) for x in v[pos::L]]
     for f in _COLS:
         getattr(c, f).extend(pred[f])
-    occ.add_bulk(_TileSegment(fit, 1, m))
+    occ.add_bulk(TileSegment(fit, 1, m))
     # an earlier tile's range ends where the last block leaves it
-    last = _predict(fit, m, 1, _MODIFIED)
+    last = predict(fit, m, 1, _MODIFIED)
     ranges = occ.ranges
     for k, val in zip(last["mk"], last["mv"]):
         ranges[k][:] = val
     core.buffers.update(zip(pred["bk"], pred["bv"]))
     ninstr, _, nids = fit.counts
     occ.seq += m * ninstr
-    _space._ids = itertools.count(_next_id() + m * nids)
+    skip_buffer_ids(m * nids)
 
 
 _BULK_FIELDS = frozenset(_COLS + ("bk", "bv"))
@@ -413,11 +406,11 @@ def _replay_steps(rng, core, info, st):
             return r
         return run_counted
 
-    old_show = warnings._showwarnmsg
+    old_show = warnings.showwarning
 
-    def show(msg):
+    def show(*args, **kwargs):
         w.shown += 1
-        return old_show(msg)
+        return old_show(*args, **kwargs)
 
     fit = None
     its, states = [], []
@@ -427,7 +420,7 @@ def _replay_steps(rng, core, info, st):
                 # (by id: a _Prog is a tuple, equal to another layout's with the same steps)
                 wrapped[id(prog)] = (prog, prog.run, counter(prog, prog.run))
                 prog.run = wrapped[id(prog)][2]
-        warnings._showwarnmsg = show
+        warnings.showwarning = show
         w.hook()
         last = n - 2 * PMAX
         mark = w.mark()
@@ -447,17 +440,17 @@ def _replay_steps(rng, core, info, st):
                 states[:] = [m2[-1]]
                 continue
             d["hits"] = [tuple(sorted(hits_by.items()))]
-            d["S"] = _splits(d)
+            d["S"] = splits(d)
             its.append(d)
             states.append(m2[-1])
             for p in range(1, PMAX + 1):
-                fit = _fit(its, p, states)
+                fit = fit_blocks(its, p, states)
                 if fit is not None:
                     break
             if fit is not None:
                 break
     finally:
-        warnings._showwarnmsg = old_show
+        warnings.showwarning = old_show
         w.unhook()
         for prog, run, wr in wrapped.values():
             if prog.run is wr:
@@ -483,18 +476,11 @@ def _replay_steps(rng, core, info, st):
     fit.base.pop("events", None)
     fit.var.pop("events", None)
     try:
-        pred = _predict(fit, 1, m, _BULK_FIELDS)
+        pred = predict(fit, 1, m, _BULK_FIELDS)
         state0 = states[-1]
         _apply(core, pred, m, fit)
         for pid, h in blockhits.items():
-            prog = wrapped[pid][0]
-            if prog.run == prog._warm:
-                nn = prog.n + h * m
-                if nn >= _ic.GEN_AFTER:
-                    prog.n = _ic.GEN_AFTER
-                    prog.run = prog._generate()
-                else:
-                    prog.n = nn
+            wrapped[pid][0].count_replays(h * m)
     except Exception as e:       # pragma: no cover  (a bug of this module)
         raise LoopReplayError(f"loop replay of the loop at {info.filename}:{info.line} failed ({e!r}); run with "
                               "TRNSIM_LOOP_REPLAY=0") from e
@@ -503,7 +489,7 @@ def _replay_steps(rng, core, info, st):
     STATS["period"] = p
     k += m * p
     # the next block runs normally and is checked against the prediction
-    check = _predict(fit, m + 1, 1)
+    check = predict(fit, m + 1, 1)
     w2 = _Watch(core, spaces)
     mark = w2.mark()
     ids0 = mark[12]
@@ -518,8 +504,8 @@ def _replay_steps(rng, core, info, st):
         d = _fields(w2, mark, m2)
         mark = m2
         got.append(d)
-    g = _concat(got)
-    bad = _same({f: v for f, v in check.items() if f in g}, g)
+    g = concat(got)
+    bad = same({f: v for f, v in check.items() if f in g}, g)
     if bad is None and mark[-1] != state0:
         bad = f"allocator state {mark[-1]} != {state0}"
     if bad is None and (mark[3] - seq0, mark[10] - views0, mark[12] - ids0) != fit.counts:

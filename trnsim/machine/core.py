@@ -106,6 +106,21 @@ class NeuronCore:
         self.program = None      # this core's Program in it
 
     # -- memory -------------------------------------------------------------------------------------
+    @property
+    def recording(self) -> bool:
+        """Whether this core records its instructions into record columns (the scheduler's input)."""
+        return self._record
+
+    @property
+    def interned_patterns(self) -> int:
+        """How many distinct access patterns the core has interned (:meth:`intern_pattern`)."""
+        return len(self._views)
+
+    def intern_pattern(self, v):
+        """The core's one object equal to access pattern ``v`` (``v`` itself the first time): records hold
+        each distinct pattern once."""
+        return self._views.setdefault(v, v)
+
     def space(self, kind):
         if kind == SBUF:
             return self.sbuf

@@ -19,7 +19,7 @@ import numpy as np
 
 from .dtypes import DType
 
-__all__ = ["MemorySpace", "Buffer", "OutOfMemory", "SBUF", "PSUM", "HBM"]
+__all__ = ["MemorySpace", "Buffer", "OutOfMemory", "SBUF", "PSUM", "HBM", "next_buffer_id", "skip_buffer_ids"]
 
 SBUF = "sbuf"
 PSUM = "psum"
@@ -31,6 +31,23 @@ _SHAPES: dict = {}     # a shape as given -> (the shape as a tuple of ints, its 
 # (shape as given, id(dtype), kind) -> (dtype, shape as ints, elements, elements per partition, bytes per partition)
 # of an on-chip buffer already made by the general constructor: Buffer.tile's geometry
 _TILE_GEOM: dict = {}
+
+
+def next_buffer_id() -> int:
+    """The id the next buffer made will get (read without taking it)."""
+    global _ids
+    n = next(_ids)
+    _ids = itertools.count(n)
+    return n
+
+
+def skip_buffer_ids(n: int) -> None:
+    """Advance the buffer id counter by ``n``, as ``n`` buffers made and dropped would (the loop replay's bulk
+    append, trnsim/kernels/loop_replay.py)."""
+    global _ids
+    if n < 0:
+        raise ValueError(f"skip_buffer_ids: n={n} must be >= 0")
+    _ids = itertools.count(next(_ids) + n)
 
 
 class OutOfMemory(MemoryError):
@@ -56,6 +73,11 @@ class MemorySpace:
         # PSUM are refused by live range in program order instead (trnsim/machine/capacity.py), not by how many
         # tile objects Python still holds.  A tile larger than the whole capacity is always refused.
         self.overcommit = overcommit
+
+    def state(self) -> tuple:
+        """``(free ranges, live bytes, peak bytes)``: the allocator's whole state, as a hashable value (equal
+        states allocate alike from then on)."""
+        return (tuple(self._free), self.live, self.peak)
 
     # -- allocation ---------------------------------------------------------------------------------
     def _place(self, size: int) -> int:
