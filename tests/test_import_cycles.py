@@ -157,3 +157,118 @@ def test_broken_circles_stay_broken_even_through_deferred_imports(group):
     sub = {m: g[m] & set(group) for m in group}
     found = cycles(sub)
     assert not found, _describe(sub, found)
+
+
+# -- the direction of the layers (docs/ARCHITECTURE.md, "Layers") ---------------------------------------------------
+# Each unit (a subpackage of trnsim, or a top-level module of it) imports only the units its row names.  The rows
+# are docs/ARCHITECTURE.md's table; the test below checks the two list the same rows.
+
+BASE = {"config", "fileio", "targets", "cliutil"}
+MAY_IMPORT = {
+    "config": set(),
+    "fileio": set(),
+    "targets": {"config"},
+    "cliutil": {"config"},
+    "memory": BASE,
+    "isa": BASE | {"memory"},
+    "machine": BASE | {"memory", "isa"},
+    "profiler": BASE | {"machine"},
+    "collectives": BASE,
+    "kernels": BASE | {"memory", "isa", "machine", "profiler", "collectives"},
+    "backend": BASE | {"memory", "isa", "machine", "profiler", "collectives", "kernels"},
+    "cost": BASE | {"backend", "collectives"},
+    "difftest": BASE,
+    "profiling": BASE | {"memory", "isa", "machine", "profiler", "kernels"},
+    "cli": None,                 # None: anything
+    "pytest_plugin": None,
+    "__main__": None,
+    "trnsim": None,              # the package root: lazy names for the public API
+}
+# Imports allowed only inside functions (they run on use, not when the module is imported).
+MAY_IMPORT_DEFERRED = {
+    # the simulated device's paths only: on real hardware and on the CPU, difftest imports no simulator code
+    "difftest": {"backend", "kernels"},
+}
+# Single edges outside the rows, each with its reason.  Keep this short.
+EXCEPTIONS = {
+    ("trnsim.backend.cost_cache", "trnsim"): "the cache fingerprint reads the package's __version__ and __file__",
+    ("trnsim.cost.step", "trnsim"): "trnsim.profile_torch, the root's lazy name for backend.profiler.profile_torch",
+}
+
+
+def unit(module):
+    parts = module.split(".")
+    return "trnsim" if len(parts) == 1 else parts[1]
+
+
+def layer_violations(graph, deferred):
+    bad = []
+    for a, targets in sorted(graph.items()):
+        ua = unit(a)
+        allowed = MAY_IMPORT[ua]
+        if allowed is None:
+            continue
+        allowed = allowed | (MAY_IMPORT_DEFERRED.get(ua, set()) if deferred else set())
+        for b in sorted(targets):
+            ub = unit(b)
+            if ub != ua and ub not in allowed and (a, b) not in EXCEPTIONS:
+                bad.append(f"{a} imports {b}: {ua} may import {sorted(allowed) or 'nothing of trnsim'}")
+    return bad
+
+
+def test_every_unit_has_a_row():
+    units = {unit(m) for m in import_graph("trnsim")}
+    assert units == set(MAY_IMPORT), f"units without a row: {sorted(units - set(MAY_IMPORT))}; rows without a " \
+                                     f"unit: {sorted(set(MAY_IMPORT) - units)}"
+
+
+def test_layer_checker_finds_a_planted_upward_import():
+    g = {"trnsim.memory.space": {"trnsim.machine.core"}, "trnsim.machine.core": {"trnsim.memory.space"},
+         "trnsim.difftest.replaying": {"trnsim.backend"}}
+    assert layer_violations(g, deferred=False) == [
+        "trnsim.difftest.replaying imports trnsim.backend: difftest may import "
+        "['cliutil', 'config', 'fileio', 'targets']",
+        "trnsim.memory.space imports trnsim.machine.core: memory may import ['cliutil', 'config', 'fileio', 'targets']"]
+    assert layer_violations(g, deferred=True) == [layer_violations(g, deferred=False)[1]]
+
+
+@pytest.mark.parametrize("deferred", [False, True], ids=["module-level", "function-level"])
+def test_imports_follow_the_layers(deferred):
+    bad = layer_violations(import_graph("trnsim", deferred=deferred), deferred)
+    assert not bad, "imports against docs/ARCHITECTURE.md's layers:\n" + "\n".join(bad)
+
+
+def test_exceptions_are_still_needed():
+    g = import_graph("trnsim", deferred=True)
+    stale = [e for e in EXCEPTIONS if e[1] not in g.get(e[0], ())]
+    assert not stale, f"exceptions no longer used (remove them): {stale}"
+
+
+def test_trnsim_imports_nothing_of_the_repository_around_it():
+    outside = ("conformance", "tests", "benchmarks", "tools", "examples")
+    bad = []
+    for name, path in _modules("trnsim").items():
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        for n in ast.walk(tree):
+            names = [a.name for a in n.names] if isinstance(n, ast.Import) else \
+                [n.module or ""] if isinstance(n, ast.ImportFrom) and not n.level else []
+            bad += [f"{name} imports {x}" for x in names if x.split(".")[0] in outside]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_architecture_document_lists_the_same_rows():
+    """docs/ARCHITECTURE.md's layer table (``| `unit` | ... | may import |``) says what MAY_IMPORT says."""
+    import re
+    with open(os.path.join(ROOT, "docs", "ARCHITECTURE.md"), encoding="utf-8") as f:
+        text = f.read()
+    section = text.split("## Layers", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        m = re.match(r"\|\s*`([\w_]+)`\s*\|.*\|\s*([^|]*)\|\s*$", line)
+        if m:
+            cell = m.group(2).strip()
+            rows[m.group(1)] = None if cell == "anything" else \
+                set() if cell == "nothing" else set(re.findall(r"`([\w_]+)`", cell.split(";")[0]))
+    want = {u: (None if v is None else set(v)) for u, v in MAY_IMPORT.items()}
+    assert rows == want

@@ -1,6 +1,6 @@
 """tools/run_nki_library.py: the classification of nki-library's results, the harness stand-ins, and a small slice
-of nki-library's own suite run through the runner when the snapshot is on this machine (``NKI_LIBRARY_PATH``,
-default /work/ext/nki-library; skipped otherwise, as in CI)."""
+of nki-library's own suite run through the runner when the snapshot is on this machine (``NKI_LIBRARY_PATH``
+names a checkout; skipped otherwise, as in CI)."""
 
 import importlib.util
 import itertools
@@ -13,8 +13,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from trnsim import config
+
 REPO = Path(__file__).resolve().parent.parent
-SNAPSHOT = os.environ.get("NKI_LIBRARY_PATH", "/work/ext/nki-library")
+SNAPSHOT = config.nki_library_path or ""
 
 
 def _load(name, path):

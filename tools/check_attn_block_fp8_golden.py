@@ -35,7 +35,7 @@ import sys
 
 import numpy as np
 
-SNAP = os.environ.get("NKI_LIBRARY_PATH", "/work/ext/nki-library")
+SNAP = os.environ.get("NKI_LIBRARY_PATH", "")        # a checkout of aws-neuron/nki-library
 HERE = os.path.dirname(os.path.abspath(__file__))
 SUPPORT = os.path.join(HERE, "..", "tests", "support", "nki_library")
 CASE = re.compile(r"out-test_attn_blk_model_(MODEL_WIP_[A-Z_]+?)_(\d.*)_[0-9a-f]{12}$")

@@ -16,6 +16,7 @@ operands.
 """
 
 import glob
+import os
 import re
 import sys
 
@@ -25,7 +26,7 @@ import torch
 
 import nki_cpu_simulator  # noqa: F401  (gives the snapshot's `import nki` the simulator)
 
-SNAPSHOT_SRC = "/work/ext/nki-library/src"
+SNAPSHOT_SRC = os.path.join(os.environ.get("NKI_LIBRARY_PATH", ""), "src")    # a checkout of aws-neuron/nki-library
 # the test id's sizes: ba x sq tokens, hidden hi (actual ha), intermediate im, ge experts of which le are local
 CASE = re.compile(r"ae_([01])_ba_(\d+)_sq_(\d+)_hi_(\d+)_ha_(\d+)_im_(\d+)_ge_(\d+)_le_(\d+)_tk_4_rf_1_af_3_sm_1_"
                   r"wd_bfloat16_id_bfloat16_se_0_bi_1_cl_1_ra_0_np_0_sr_0_rd_bfloat16")

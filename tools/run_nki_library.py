@@ -32,7 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 SUPPORT = os.path.join(REPO, "tests", "support", "nki_library")
 STANDINS = os.path.join(SUPPORT, "standins")
-DEFAULT_SNAPSHOT = os.environ.get("NKI_LIBRARY_PATH", "/work/ext/nki-library")
+DEFAULT_SNAPSHOT = os.environ.get("NKI_LIBRARY_PATH", "")
 DEFAULT_OUT = os.path.join(REPO, "conformance", "reports", "nki-library")
 GOLDEN_DEFECTS = os.path.join(SUPPORT, "golden_defects.json")
 
@@ -310,7 +310,7 @@ def build_parser():
     p = argparse.ArgumentParser(prog="run_nki_library.py", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--snapshot", default=DEFAULT_SNAPSHOT,
-                   help="nki-library checkout (default: $NKI_LIBRARY_PATH or /work/ext/nki-library)")
+                   help="nki-library checkout (default: $NKI_LIBRARY_PATH)")
     p.add_argument("--snapshot-commit", default=None,
                    help="commit of the snapshot, for the report (default: git rev-parse, else $NKI_LIBRARY_COMMIT)")
     p.add_argument("-j", "--jobs", type=int, default=1, help="pytest-xdist workers (default 1: no xdist)")
@@ -344,6 +344,9 @@ def build_parser():
 
 
 def run(args, argv):
+    if not args.snapshot:
+        print("run_nki_library: no nki-library checkout: give --snapshot PATH or set NKI_LIBRARY_PATH", file=sys.stderr)
+        return 2
     snap = os.path.abspath(args.snapshot)
     if not os.path.isfile(os.path.join(snap, "test", "conftest.py")):
         print(f"run_nki_library: {snap} is not an nki-library checkout (no test/conftest.py)", file=sys.stderr)
@@ -444,7 +447,7 @@ def run(args, argv):
             print("run_nki_library: pytest recorded no test", file=sys.stderr)
             return 1
         summary = classify(recs)
-        rep = {"snapshot": snap, "snapshot_commit": snapshot_commit(snap, args.snapshot_commit),
+        rep = {"snapshot": os.path.basename(snap), "snapshot_commit": snapshot_commit(snap, args.snapshot_commit),
                "platform": args.platform, "every": args.every, "offset": args.offset, "limit": args.limit, "jobs": args.jobs,
                "command": "python tools/run_nki_library.py " + " ".join(argv),
                "standins": used, "max_memory_gib": args.max_memory or None, "wall_s": wall, "partial": partial,

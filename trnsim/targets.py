@@ -1,6 +1,6 @@
 """Hardware descriptions of the Trainium generations trnsim models.
 
-Every figure comes from the published sources listed in ``shared/hardware.md``; the comment beside each
+Every figure comes from the published sources listed in ``docs/hardware.md`` (section "Sources"); the comment beside each
 value names the page.  Abbreviations used in the comments:
 
 * ``chip:trn1/2/3`` -- AWS Neuron docs, about-neuron/arch/neuron-hardware/trainium{,2,3}.rst

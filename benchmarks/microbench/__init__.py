@@ -3,7 +3,7 @@
 Each benchmark is a small NKI kernel run through ``trnsim.profile`` in shape-only mode (timing only); it returns
 rows of ``Claim(name, document, simulated, unit, tolerance, source)``.  ``python -m benchmarks.microbench`` prints
 the table (document figure, trnsim figure, error); ``tests/machine/test_microbench.py`` asserts each claim
-within its tolerance.  The documents' figures come from ../shared/hardware.md, which quotes them with sources.
+within its tolerance.  The documents' figures come from docs/hardware.md, which quotes them with sources.
 """
 
 from __future__ import annotations

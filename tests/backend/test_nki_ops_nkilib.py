@@ -1,7 +1,7 @@
 """An AWS nki-library kernel as a PyTorch operator in a model on ``neuron`` (issue 21): the RMSNorm kernel
 ``rmsnorm_tkg`` of the fetched snapshot (not copied into trnsim) registered with ``nki_op`` and used for both norms
 of a small transformer block, trained a few steps; its loss curve equals the PyTorch reference's within bf16
-tolerance.  Skips cleanly when the snapshot is absent (``NKI_LIBRARY_PATH``, default /work/ext/nki-library)."""
+tolerance.  Skips cleanly when the snapshot is absent (``NKI_LIBRARY_PATH`` unset or not a checkout)."""
 
 import importlib
 import math
@@ -14,9 +14,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import trnsim
+from trnsim import config
 from trnsim.backend.neuronx_standin import nki_op
 
-NKILIB = os.environ.get("NKI_LIBRARY_PATH", "/work/ext/nki-library")
+NKILIB = config.nki_library_path or ""
 SRC = os.path.join(NKILIB, "src")
 pytestmark = pytest.mark.skipif(not os.path.isfile(os.path.join(SRC, "nkilib_src", "nkilib", "core", "subkernels",
                                                                 "rmsnorm_tkg.py")),

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import trnsim
+from trnsim import config
 from trnsim.collectives import collective_time, get_topology
 
 trnsim.install_nki()
@@ -188,10 +189,11 @@ def test_compute_overlaps_the_collective_in_the_timeline():
     assert all(cc.start <= e.start and e.end <= cc.end for e in exps)
 
 
-NKILIB = "/work/ext/nki-library/src"
+NKILIB = os.path.join(config.nki_library_path or "", "src")
 
 
-@pytest.mark.skipif(not os.path.isdir(NKILIB), reason="AWS nki-library is not extracted here")
+@pytest.mark.skipif(not config.nki_library_path or not os.path.isdir(NKILIB),
+                    reason="AWS nki-library is not here (set NKI_LIBRARY_PATH to a checkout)")
 @pytest.mark.parametrize("mod", ["experimental.collectives.sb2sb_allgather", "experimental.collectives.fgcc",
                                  "experimental.collectives.fg_allgather",
                                  "experimental.transformer.attention_block_tkg_sharding"])

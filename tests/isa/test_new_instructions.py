@@ -55,7 +55,7 @@ def test_nonzero_with_count(f, offset, pad, seed):
         nz = np.flatnonzero(x[p])
         want = np.concatenate([nz + offset, np.full(f - nz.size, pad), [nz.size]])
         np.testing.assert_array_equal(got[p], want)
-    assert last_cycles(core) == 150 + (f + 1)     # shared/hardware.md: GpSimd about 150 + N
+    assert last_cycles(core) == 150 + (f + 1)     # docs/hardware.md#instruction-cost-model: GpSimd about 150 + N
 
 
 def test_nonzero_with_count_doc_example_through_nisa():

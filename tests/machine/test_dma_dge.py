@@ -1,5 +1,5 @@
 """DMA queues (in order within a queue) and descriptor generation (none / swdge / hwdge): isa/dma_dge.py and the
-scheduler, against the rules of shared/hardware.md ("DMA in detail"); the compiled loop gives the same timeline."""
+scheduler, against the rules of docs/hardware.md#dma-in-detail; the compiled loop gives the same timeline."""
 
 import numpy as np
 import pytest

@@ -1,6 +1,6 @@
 """Cluster topologies as data: chips, the links between them, and which logical rank lives on which chip.
 
-Sources (AWS Neuron documentation, paths as in ``shared/hardware.md``):
+Sources (AWS Neuron documentation, paths as in ``docs/hardware.md#sources``):
 
 * ``trn2-arch`` -- about-neuron/arch/neuron-hardware/trn2-arch.rst (trn2.48xlarge 4x4 2D torus, chip i at
   (i//4, i%4) linked to its four torus neighbours; NeuronLink-v3 1.28 TB/s per chip: 1,024 GB/s inside the

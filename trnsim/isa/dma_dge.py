@@ -1,4 +1,4 @@
-"""Descriptor generation (DGE) and the DMA queue of a transfer (shared/hardware.md, "DMA in detail").
+"""Descriptor generation (DGE) and the DMA queue of a transfer (docs/hardware.md#dma-in-detail).
 
 Sources (hardware.md's rows, quoting nki/deep-dives/nki-dge.rst and nki/get-started/about/nki-dma-overview.rst):
 

@@ -5,7 +5,7 @@ value, op)``, whose destination is usually an HBM tensor indexed by a tile of ro
 ``src`` goes to row ``indices[p]`` of dst).  The reference allows one operator, add.
 
 Numerics: the DMA engine reads each destination row, adds the source row in fp32 (casting inside a DMA goes through
-FP32, shared/hardware.md "DMA in detail") and writes it back rounded to dst's dtype, row after row in partition
+FP32, docs/hardware.md#dma-in-detail) and writes it back rounded to dst's dtype, row after row in partition
 order: two partitions naming the same destination row both land (the update is atomic per row), which a plain
 scatter would lose.  Each instruction takes effect whole before another program's, so updates from several
 programs of a launch to the same rows all land too (they are not reported as races between each other).

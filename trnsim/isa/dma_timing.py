@@ -1,4 +1,4 @@
-"""How long a DMA transfer keeps the DMA engines busy: descriptors and bandwidth (shared/hardware.md, "DMA in
+"""How long a DMA transfer keeps the DMA engines busy: descriptors and bandwidth (docs/hardware.md, "DMA in
 detail").
 
 A transfer is split over the core's DMA engines by partition (each engine serves 8 partitions).  Each engine

@@ -1,8 +1,8 @@
 """GpSimd Engine data-movement and search instructions: nonzero_with_count, sequence_bounds, local_gather,
 nc_n_gather, tensor_partition_reduce and topk.
 
-The GpSimd Engine is eight cores, each wired to 16 consecutive SBUF partitions (shared/hardware.md); several of
-these instructions work per core.  Costs use the GpSimd formula of shared/hardware.md (about 150 + N cycles, N
+The GpSimd Engine is eight cores, each wired to 16 consecutive SBUF partitions (docs/hardware.md#per-neuroncore); several of
+these instructions work per core.  Costs use the GpSimd formula of docs/hardware.md#instruction-cost-model (about 150 + N cycles, N
 the elements per partition of the largest operand) unless the instruction's reference gives its own.
 """
 
@@ -18,7 +18,7 @@ from .vector import _check_bitvec, _resolve_alu
 
 __all__ = ["nonzero_with_count", "sequence_bounds", "local_gather", "nc_n_gather", "tensor_partition_reduce", "topk"]
 
-PARTITIONS_PER_GPSIMD_CORE = 16     # each GpSimd core is wired to 16 SBUF partitions (shared/hardware.md, GpSimd)
+PARTITIONS_PER_GPSIMD_CORE = 16     # each GpSimd core is wired to 16 SBUF partitions (docs/hardware.md#per-neuroncore)
 
 
 def _sbuf_operands(core, I, loc, *named):

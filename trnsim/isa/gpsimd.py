@@ -15,7 +15,7 @@ __all__ = ["iota", "affine_select", "max8", "nc_find_index8", "nc_match_replace8
 
 
 def gpsimd_cycles(target, n):
-    """About 150 + N cycles (shared/hardware.md, GpSimd instructions)."""
+    """About 150 + N cycles (docs/hardware.md#instruction-cost-model, GpSimd instructions)."""
     return float(target.gpsimd_fixed_cycles + n)
 
 

@@ -196,7 +196,7 @@ def nc_matmul_mx(core, loc, dst, stationary, moving, stationary_scale, moving_sc
         s2 = s.transpose(0, 2, 1).reshape(4 * K, M).astype(np.float32)
         m2 = m.transpose(0, 2, 1).reshape(4 * K, N).astype(np.float32)
         psum_accumulate(core, dst, core.matmul_f32(s2.T, m2), M, N, acc)
-    # assumption (no published MX figure): the matmul formula of shared/hardware.md at the bf16 rate, each PE
+    # assumption (no published MX figure): the matmul formula of docs/hardware.md#instruction-cost-model at the bf16 rate, each PE
     # taking one packed element (4 values) per cycle
     core.record(I, "tensor", (dst,), (stationary, moving, stationary_scale, moving_scale),
                 matmul_cycles(tg, K, M, N, False), loc, flops=2 * 4 * K * M * N)

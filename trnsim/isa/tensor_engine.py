@@ -18,7 +18,7 @@ _FP32ISH = ("float32", "tfloat32")
 
 
 def stationary_load_cycles(target, n_stationary, fp32):
-    """PE cycles to load a stationary tile: the min(64, N_stationary) term of the matmul cost (shared/hardware.md:
+    """PE cycles to load a stationary tile: the min(64, N_stationary) term of the matmul cost (docs/hardware.md#instruction-cost-model:
     loading is up to 4x faster than a multiply of its size); the scheduler overlaps it with the previous multiply
     and skips it when the same stationary tile is reused."""
     cyc = float(min(64, n_stationary))
@@ -27,7 +27,7 @@ def stationary_load_cycles(target, n_stationary, fp32):
 
 def matmul_cycles(target, k_rows, n_stationary, n_moving, fp32):
     """PE cycles of one matmul: max(min(64, N_stationary), N_moving), 4x for fp32 operands
-    (shared/hardware.md, instruction cost model).  The stationary load overlaps the previous multiply."""
+    (docs/hardware.md#instruction-cost-model).  The stationary load overlaps the previous multiply."""
     cyc = float(max(min(64, n_stationary), n_moving))
     if fp32:
         cyc *= target.fp32_matmul_slowdown

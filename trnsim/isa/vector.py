@@ -115,7 +115,7 @@ _TT_FAST_OPS = frozenset(("add", "multiply", "subtract"))
 
 
 def elementwise_cycles(core, engine, n, dst, srcs, kind, op=None):
-    """Engine cycles of an elementwise instruction over ``n`` elements per partition (shared/hardware.md):
+    """Engine cycles of an elementwise instruction over ``n`` elements per partition (docs/hardware.md#instruction-cost-model):
     max(MIN_II, N), or 2N for tensor_tensor off its fast path (``op``: its ALU operator's name); trn2's Vector
     performance mode runs bf16/fp16 SBUF-to-SBUF copies and tensor_scalar 4x (2x when strided or touching
     PSUM)."""

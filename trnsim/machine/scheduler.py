@@ -1,6 +1,6 @@
 """The scheduler: turns the in-order instruction record of each NeuronCore into start/end times per engine.
 
-The model (every figure from the target, which takes it from shared/hardware.md):
+The model (every figure from the target, which takes it from docs/hardware.md):
 
 * Engines (Tensor, Vector, Scalar, GpSimd) each run their own instructions in program order.  An instruction
   starts when its engine is free and the instructions it depends on have finished.  Dependencies are overlaps of

@@ -3,7 +3,7 @@
 Floating-point data of every width is *stored* in float32 arrays holding values that are exactly representable
 in the tensor's declared dtype (a "shadow" float32 store).  Rounding happens once, when a value is written
 (:func:`round_to`); reads need no conversion.  This keeps bf16/fp8 arithmetic as fast as fp32 (converting an
-ml_dtypes tile costs more than the arithmetic itself, see shared/performance-notes.md) while every stored value
+ml_dtypes tile costs more than the arithmetic itself, see docs/notes/speed.md#host-side-costs) while every stored value
 is bit-for-bit what the hardware would hold.  Integer and bool data is stored in its own NumPy dtype.
 """
 

@@ -1,6 +1,6 @@
 """Views of a :class:`~trnsim.machine.timeline.Timeline`: a Chrome/Perfetto trace, a PNG timeline, a summary table.
 
-This package reads a Timeline and knows nothing of who made it (shared/DESIGN.md)."""
+This package reads a Timeline and knows nothing of who made it (docs/ARCHITECTURE.md#layers)."""
 
 from .summary import format_summary
 from .trace import trace_events, write_trace
