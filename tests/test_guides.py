@@ -27,7 +27,7 @@ def guide_blocks(path):
 
 
 # docs/guides/ only (docs/notes/ holds engineering notes); differential-testing.md has its own runner
-# (tests/difftest/test_docs.py: its blocks share one folder and one interpreter's state)
+# (tests/difftest/test_difftest_guide.py: its blocks share one folder and one interpreter's state)
 GUIDES = sorted(p for p in (DOCS / "guides").glob("*.md") if p.name != "differential-testing.md") \
     if DOCS.is_dir() else []
 

@@ -5,11 +5,8 @@ kernel in shape-only mode, memoised per (kernel, shapes, dtypes, target): each d
 Ops without one get a roofline estimate from the target, marked ``estimated``.  Eager execution adds a per-op
 launch cost; a CPU fallback adds its device-to-host and host-to-device transfers.
 
-Duration of a simulated kernel -- INTERIM: until the scheduler lands (``trnsim.machine.schedule(cores)`` returning a
-Timeline with ``total_ns``), the duration is the maximum over engines of the engine's busy time
-(``NeuronCore.busy_ns_by_engine()``), with the DMA busy time spread over the core's ``dma_engines_per_core``
-engines.  That ignores dependencies between engines (optimistic) and overlap is assumed perfect.  As soon as
-``schedule`` exists, :func:`kernel_duration_ns` uses it instead (see the one ``hasattr`` test there).
+The duration of a simulated kernel is the total time of the timeline ``trnsim.machine.schedule`` makes of its
+record: the one timing model, with dependencies between engines and DMA queues.
 """
 
 from __future__ import annotations
@@ -28,14 +25,8 @@ _MEMO = {}
 
 
 def kernel_duration_ns(result) -> float:
-    """Simulated duration of one shape-only kernel launch (see the module docstring)."""
-    if hasattr(_machine, "schedule"):
-        return float(_machine.schedule(result.cores).total_ns)
-    core = result.cores[0]
-    busy = core.busy_ns_by_engine()
-    if "dma" in busy:       # interim: transfers spread evenly over the core's DMA engines
-        busy["dma"] = busy["dma"] / core.target.dma_engines_per_core
-    return max(busy.values()) if busy else 0.0
+    """Simulated duration of one shape-only kernel launch: its scheduled timeline's total (ns)."""
+    return float(_machine.schedule(result.cores).total_ns)
 
 
 def _np_dtype(dtype_name):

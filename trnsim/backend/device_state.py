@@ -35,8 +35,5 @@ class DeviceState:
         self.profilers = []               # active profile_torch() recorders
         self.native_counts = {}
 
-    def reset_clock(self):
-        self.now_ns = 0.0
-
 
 STATE = DeviceState()

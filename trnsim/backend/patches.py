@@ -1,5 +1,6 @@
 """Every private-API patch the ``neuron`` device needs, in one place, each guarded by the torch version it was
-written for.  Each has a test in tests/backend/test_patches.py.
+written for.  Each has a test in tests/backend/test_device_ops.py
+(``test_patches_each_applied``) or tests/backend/test_compile.py (``test_compile_patches_each_applied``).
 
 1. ``torch.optim.optimizer._foreach_supported_types`` and ``torch.utils._foreach_utils._foreach_supported_types``:
    exact-type allow-lists; without NeuronTensor in them AdamW and clip_grad_norm_ silently take the slow path.

@@ -95,9 +95,6 @@ class Schedule:
     def latency_ns(self) -> float:
         return sum(s.latency_ns for s in self.steps)
 
-    def ns_per_byte(self) -> float:
-        return sum(s.unit_fraction * s.ns_per_unit_byte for s in self.steps)
-
     def breakdown(self, size: float) -> list:
         """``[(label, ns, bottleneck resource)]`` per step."""
         return [(s.label, s.time_ns(size), s.bottleneck) for s in self.steps]

@@ -202,10 +202,6 @@ class Estimate:
         return d
 
 
-class DoesNotFit(ValueError):
-    pass
-
-
 def capacity_per_rank(instance, lnc=None):
     """HBM bytes one rank (logical core) of ``instance`` has."""
     from ..targets import get_target

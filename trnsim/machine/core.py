@@ -376,12 +376,3 @@ class NeuronCore:
             k = f"{r.engine}.{r.opcode}"
             out[k] = out.get(k, 0) + 1
         return out
-
-    def busy_ns_by_engine(self):
-        """Sum of instruction durations per engine (no overlap modelling: the scheduler does that)."""
-        tg = self.target
-        out = {}
-        for r in self.instructions:
-            ns = r.ns if r.cycles is None else tg.cycles_to_ns(r.engine, r.cycles)
-            out[r.engine] = out.get(r.engine, 0.0) + ns
-        return out

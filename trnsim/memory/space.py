@@ -171,9 +171,6 @@ class MemorySpace:
             free[lo - 1] = (free[lo - 1][0], free[lo - 1][1] + free[lo][1])
             del free[lo]
 
-    def reset_peak(self):
-        self.peak = self.live
-
 
 class Buffer:
     """The storage behind tensors: one allocation in one memory space.
