@@ -49,3 +49,35 @@ def test_no_tracked_text_file_refers_outside_the_repository():
             for ref in outside_references(line):
                 hits.append(f"{rel}:{i}: {ref} in {line.strip()[:100]}")
     assert len(hits) == 0, "references to files outside the repository:\n" + "\n".join(hits)
+
+
+def _slug(heading):
+    """GitHub's anchor of a Markdown heading."""
+    h = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return h.replace(" ", "-")
+
+
+def test_citations_of_in_repo_documents_resolve():
+    """``docs/....md#anchor`` in code, tests and docs names an existing document and one of its headings."""
+    cite = re.compile(r"(docs/[\w/.-]+\.md)(?:#([\w-]+))?")
+    bad = []
+    for rel in _tracked():
+        if not rel.endswith((".py", ".md", ".json", ".toml", ".txt")) or rel == "tests/test_no_outside_references.py":
+            continue
+        try:
+            with open(os.path.join(ROOT, rel), encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError):
+            continue
+        for m in cite.finditer(text):
+            doc, anchor = m.group(1), m.group(2)
+            path = os.path.join(ROOT, doc)
+            if not os.path.isfile(path):
+                bad.append(f"{rel}: {m.group(0)}: no such document")
+                continue
+            if anchor:
+                with open(path, encoding="utf-8") as f:
+                    heads = {_slug(h) for h in re.findall(r"^#+ (.*)$", f.read(), re.M)}
+                if anchor not in heads:
+                    bad.append(f"{rel}: {m.group(0)}: no heading with that anchor")
+    assert not bad, "\n".join(bad)

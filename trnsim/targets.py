@@ -164,7 +164,7 @@ _COMMON_OVERHEADS = dict(
 # trnsim charges none beyond the latency every dependency already has (the scheduler: cost + static overhead + 60
 # cycles per SBUF/PSUM access request).  Earlier trnsim derived 118 ns here from the 189 ns dependent chain; that
 # chain is measured on ONE engine (nki_perf_guide.rst, Opt #5a: back-to-back dependent ScalarE activations,
-# "189 ns (264 ScalarE cycles on NC-v2)"), so it holds no cross-engine cost (docs/notes/s16e.md).
+# "189 ns (264 ScalarE cycles on NC-v2)"), so it holds no cross-engine cost (docs/notes/timing.md#engines).
 _SEMAPHORE_NS = 0.0
 
 

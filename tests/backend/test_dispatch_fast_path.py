@@ -151,7 +151,7 @@ def test_python_operators_match_torchs_own_operator_path():
 def test_python_operators_keep_autograd_modes_and_profiler_as_user_code():
     """What the shortcut must not hide: gradients, dispatch modes and the torch profiler see the op exactly as for
     any other device.  (Forward-mode AD is not tested: make_dual on neuron tensors crashes the process with or
-    without the shortcut; see docs/notes/s12.md.)"""
+    without the shortcut; see docs/notes/backend.md#dispatch-speed.)"""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     xc, yc = torch.randn(5), torch.randn(5)

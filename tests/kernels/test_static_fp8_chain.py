@@ -1,4 +1,4 @@
-"""Numerics two nki-library golden checks rely on (issue 13, docs/notes/s16n.md), each pinned by a small kernel of our
+"""Numerics two nki-library golden checks rely on (issue 13, docs/notes/nki-library.md), each pinned by a small kernel of our
 own against a float64 / ml_dtypes reference:
 
 - static fp8 input quantization as nki-library's STATIC projections write it: scale on the Scalar Engine into bf16,

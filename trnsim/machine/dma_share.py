@@ -55,7 +55,7 @@ MAX_ROUNDS = 12         # trnsim's choice: schedules of a core until it is its o
 # output (a 2,000-tile load/compute/store stream on two queues: 3,996 transfers off the fixed point after the
 # first round, still 1,928 after the twelfth, 0.06 s -> 1.2 s to schedule; 10,000 tiles: 51 s), and those fall
 # back to the gap filling.  A model that changes with a kernel's length would make "which kernel is faster"
-# answers depend on it, so the default stays the gap filling for every kernel (docs/notes/s19r.md, NOTES.md).
+# answers depend on it, so the default stays the gap filling for every kernel (docs/notes/timing.md#dma, NOTES.md).
 
 
 def enabled() -> bool:
