@@ -9,6 +9,17 @@ import pytest
 import trnsim.config as config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(autouse=True)
+def _environment_decides():
+    """Each test starts with no override (other tests' ``set_enabled`` calls leave theirs) and leaves them as found."""
+    saved = config.overridden()
+    config.reset()
+    yield
+    config.reset()
+    for name, value in saved.items():
+        config.set(name, value)
 BOOLS = [k for k in config.KNOBS.values() if k.kind == "on/off"]
 
 
@@ -70,6 +81,16 @@ def test_numbers_and_choices_are_checked(monkeypatch, env, text, match):
     monkeypatch.setenv(env, text)
     with pytest.raises(config.ConfigError, match=f"{env}=.*{match}"):
         getattr(config, knob.name)
+
+
+def test_set_and_reset(monkeypatch):
+    monkeypatch.setenv("TRNSIM_STRICT_RACES", "yes")
+    assert config.set("strict_races", False) is True
+    assert config.strict_races is False and config.overridden() == {"strict_races": False}
+    config.reset("strict_races")
+    assert config.strict_races is True and config.overridden() == {}
+    with pytest.raises(config.ConfigError, match="no switch 'races'"):
+        config.reset("races")
 
 
 def test_override_wins_over_the_environment_and_is_restored(monkeypatch):

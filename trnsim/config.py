@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 __all__ = ["ConfigError", "Knob", "KNOBS", "TRUE_WORDS", "FALSE_WORDS", "parse_bool", "override", "set", "reset",
-           "raw", "markdown_table"]
+           "overridden", "markdown_table"]
 
 TRUE_WORDS = ("1", "true", "on", "yes")
 FALSE_WORDS = ("0", "false", "off", "no")
@@ -231,11 +231,6 @@ def __dir__():
     return sorted({*globals(), *KNOBS})
 
 
-def raw(name: str) -> "str | None":
-    """The environment text of switch ``name`` (None when unset), for messages that quote it."""
-    return os.environ.get(KNOBS[name].env) if name not in _overrides else None
-
-
 def _knob(name):
     knob = KNOBS.get(name)
     if knob is None:
@@ -250,6 +245,11 @@ def set(name: str, value) -> Any:        # noqa: A001 - the module's verb, as co
     prev = _get(knob)
     _overrides[name] = knob.check(value)
     return prev
+
+
+def overridden() -> dict:
+    """``{name: value}`` of the switches set by :func:`set` or :func:`override` (None: the default)."""
+    return dict(_overrides)
 
 
 def reset(name: "str | None" = None) -> None:

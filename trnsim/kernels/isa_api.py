@@ -119,7 +119,7 @@ def _wrap(fn):
         f = _getframe(1)
         loc = f.f_code.co_filename
         loc = (loc, f.f_lineno) if _USER.get(loc) else caller_location()
-        if not _ic.enabled():
+        if not core.issue_cache_on:
             return fn(core, loc, *args, **kwargs)
         return issue(fn, core, loc, args, kwargs)    # checked once per operand layout
     call.__doc__ = fn.__doc__
@@ -147,7 +147,7 @@ def dma_copy(dst, src, *args, name=None, **kwargs):
             f = _getframe(1)
             loc = f.f_code.co_filename
             loc = (loc, f.f_lineno) if _USER.get(loc) else caller_location()
-            if not _ic.enabled():
+            if not core.issue_cache_on:
                 return _DMA_COPY(core, loc, dst, src, *args, **kwargs)
             return _ic.issue(_DMA_COPY, core, loc, (dst, src) + args, kwargs)
         return _dma_copy_skip_oob(dst, src, *args, **kwargs)

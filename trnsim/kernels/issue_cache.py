@@ -64,7 +64,8 @@ def enabled() -> bool:
 
 
 def set_enabled(on: bool) -> bool:
-    """Turn the cache on or off for this process; returns the previous setting."""
+    """Turn the cache on or off for this process (for the cores made from now on: each reads the setting once,
+    ``NeuronCore.issue_cache_on``); returns the previous setting."""
     return config.set("issue_cache", bool(on))
 
 

@@ -98,6 +98,9 @@ class NeuronCore:
         self._record = record
         self._views: dict = {}    # access pattern -> its one tuple object (_ranges)
         self.issue_cache: dict = {}   # operand layout -> records to replay (trnsim/kernels/issue_cache.py)
+        # whether instructions issued on this core go through that cache (TRNSIM_ISSUE_CACHE), read once per core:
+        # the check is on every instruction's path, and a configuration read costs ~0.5 us
+        self.issue_cache_on = config.issue_cache
         self.columns = RecordColumns()   # the record, column-wise (record_cols.py)
         # the record as InstrRecord objects, made from the columns when read (record_cols.Records)
         self.instructions: Records = Records(self.columns)
