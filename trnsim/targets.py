@@ -1,7 +1,7 @@
 """Hardware descriptions of the Trainium generations trnsim models.
 
-Every figure comes from the published sources listed in ``docs/hardware.md`` (section "Sources"); the comment beside each
-value names the page.  Abbreviations used in the comments:
+Every figure comes from the published sources listed in ``docs/hardware.md`` (section "Sources"); the comment
+beside each value names the page.  Abbreviations used in the comments:
 
 * ``chip:trn1/2/3`` -- AWS Neuron docs, about-neuron/arch/neuron-hardware/trainium{,2,3}.rst
 * ``arch:v2/v3/v4`` -- AWS Neuron docs, nki/guides/architecture/{trainium_inferentia2,trainium2,trainium3}_arch.rst
@@ -125,7 +125,7 @@ def _clocks(tensor, vector, scalar, gpsimd):
 
 _COMMON_OVERHEADS = dict(
     min_ii_cycles=64,            # isa-cost: MIN_II about 64 engine cycles
-    # hardware.md instruction cost model, "static overhead" row: "about 100 cycles for a tiny or dependent
+    # docs/hardware.md instruction cost model, "static overhead" row: "about 100 cycles for a tiny or dependent
     # instruction" (trainium_inferentia2_arch.rst: "add a static instruction overhead of 100 engine cycles to the
     # above execution cost estimate" for an instruction depending on the previous one's output)
     static_overhead_cycles=100,
@@ -135,15 +135,15 @@ _COMMON_OVERHEADS = dict(
     access_request_cycles=60,
     gpsimd_fixed_cycles=150,     # isa-cost: GpSimd instructions about 150 + N cycles
     dynamic_offset_cycles=600,   # isa-cost: dynamic (register) offset max(about 600, N)
-    vector_sbuf_fmax=64 * 1024,  # hardware.md memory rules: vector free size up to 64K elements from SBUF
-    vector_psum_fmax=4 * 1024,   # hardware.md memory rules: 4K elements from PSUM
+    vector_sbuf_fmax=64 * 1024,  # docs/hardware.md memory rules: vector free size up to 64K elements from SBUF
+    vector_psum_fmax=4 * 1024,   # docs/hardware.md memory rules: 4K elements from PSUM
     dma_engines_per_core=16,     # dma-ov: 16 DMA engines per core
     dma_fixed_ns=1300.0,         # dma-bw: about 1,300 ns from semaphore to start per transfer
     dma_dge_instruction_ns=600.0,  # dge: about 600 ns per hardware-DGE instruction
     dma_partitions_per_engine=8,   # dma-bw: each engine serves 8 partitions
     dma_small_payload_bytes=256,   # dma-bw: < 256 B per partition is overhead-bound
     dma_saturating_payload_bytes=4096,  # dma-bw: >= 4 KiB per partition saturates
-    # dma-ov plot (hardware.md "DMA in detail"): throughput is proportional to bytes per partition below the
+    # dma-ov plot (docs/hardware.md "DMA in detail"): throughput is proportional to bytes per partition below the
     # knee: 1.4/2.6/5.0/10/21/42% at 32..1024 B give a knee of 32/.014=2286, 64/.026=2462, 128/.05=2560,
     # 256/.10=2560, 512/.21=2438, 1024/.42=2438 B: mean 2450 B per partition (one descriptor per row)
     dma_knee_bytes_per_partition=2450.0,
@@ -151,7 +151,7 @@ _COMMON_OVERHEADS = dict(
     # maximum with exponent 8 gives 81.7% and 99.8%
     dma_knee_sharpness=8.0,
     pe_rows=128, pe_cols=128,    # arch:v2/v3/v4: 128x128 systolic array
-    moving_fmax=512,             # hardware.md memory rules: moving <= 128 x 512
+    moving_fmax=512,             # docs/hardware.md memory rules: moving <= 128 x 512
     sbuf_partitions=128,         # arch: 128 partitions
     psum_partitions=128,         # arch: 128 partitions
     psum_partition_bytes=16 * KiB,  # arch: PSUM 2 MiB = 128 x 16 KiB
@@ -159,7 +159,7 @@ _COMMON_OVERHEADS = dict(
     fp32_matmul_slowdown=4,      # arch / isa-cost: FP32 matmul costs 4x (20 vs 79 TFLOPS)
 )
 
-# The cross-engine semaphore wait of the compute engines is not published (hardware.md gives none; the Neuron docs
+# The cross-engine semaphore wait of the compute engines is not published (docs/hardware.md gives none; the Neuron docs
 # say only that engines synchronise "through atomic semaphores in hardware", trainium_inferentia2_arch.rst), so
 # trnsim charges none beyond the latency every dependency already has (the scheduler: cost + static overhead + 60
 # cycles per SBUF/PSUM access request).  Earlier trnsim derived 118 ns here from the 189 ns dependent chain; that

@@ -53,7 +53,7 @@ def _stream_loads(src, ntransfers):
     return None
 
 
-# DMA throughput against bytes per partition, 128 partitions, % of the 32 KiB point (hardware.md "DMA in detail":
+# DMA throughput against bytes per partition, 128 partitions, % of the 32 KiB point (docs/hardware.md "DMA in detail":
 # the plot of nki-dma-overview, read to about +-2 points)
 DMA_CURVE = {32: 1.4, 64: 2.6, 128: 5.0, 256: 10, 512: 21, 1024: 42, 2048: 81, 4096: 97, 8192: 98, 16384: 99,
              32768: 100}
@@ -77,7 +77,7 @@ def dma_curve_claims(target="trn2"):
         sim = 100.0 * dma_throughput(b, target) / ref
         # the plot is read to about +-2%; the smallest values (a few % of the scale) to about +-10%
         out.append(Claim(f"DMA throughput at {b} B/partition (% of 32 KiB)", pct, sim, "%",
-                         0.10 if pct < 5 else 0.05, "nki-dma-overview plot (hardware.md, DMA in detail)"))
+                         0.10 if pct < 5 else 0.05, "nki-dma-overview plot (docs/hardware.md, DMA in detail)"))
     return out
 
 
@@ -92,14 +92,14 @@ def dma_example1_claim(target="trn2"):
     p = _profile(_one_load, ((4, 2048), np.float32), target=target)
     r = next(p.timeline.rows())
     return Claim("one engine: 4 partitions x 8 KiB busy time", 1416.0, r.work, "ns", 0.03,
-                 "nki-dma-overview Example 1 (hardware.md)")
+                 "nki-dma-overview Example 1 (docs/hardware.md)")
 
 
 def dma_fixed_cost_claim(target="trn2"):
     """A tiny transfer costs its semaphore-to-start latency, about 1,300 ns."""
     p = _profile(_one_load, ((1, 1), np.float32), target=target)
     return Claim("tiny transfer (1 element) latency", 1300.0, p.total_ns, "ns", 0.10,
-                 "nki-dma-bandwidth-guide: ~1300 ns semaphore-to-start (hardware.md)")
+                 "nki-dma-bandwidth-guide: ~1300 ns semaphore-to-start (docs/hardware.md)")
 
 
 def dma_rate_claims():
@@ -108,7 +108,7 @@ def dma_rate_claims():
     for tg, gbps in (("trn1", 272.0), ("trn2", 368.0), ("trn3", 528.0)):
         sim = dma_throughput(32768, tg)
         out.append(Claim(f"{tg}: 16-engine practical rate", gbps, sim, "GB/s", 0.03,
-                         "nki-dma-bandwidth-guide practical rates (hardware.md)"))
+                         "nki-dma-bandwidth-guide practical rates (docs/hardware.md)"))
     return out
 
 
@@ -145,10 +145,10 @@ def hbm_shared_throughput(target, nprog, active=None, hbm_to_hbm=False, ntransfe
 
 
 def hbm_sharing_claims():
-    """The chip's HBM peak (hardware.md, "Per chip and instance") shared over time by the transfers in flight:
+    """The chip's HBM peak (docs/hardware.md, "Per chip and instance") shared over time by the transfers in flight:
     the aggregate of many streaming cores is the peak; a core streaming alone while the others compute gets its
     full practical rate (not a fixed share per launched core)."""
-    chip = "hardware.md per chip: HBM {} (chip page); DMA practical rate {} GB/s per core (dma-bandwidth-guide)"
+    chip = "docs/hardware.md per chip: HBM {} (chip page); DMA practical rate {} GB/s per core (dma-bandwidth-guide)"
     out = []
     # trn2: 8 cores x 368 GB/s = 2,944 GB/s asked of 2,900 GB/s
     sim = hbm_shared_throughput("trn2", 8)
@@ -206,7 +206,7 @@ def vector_cycles_per_element(kind, dtype, target="trn2", F=2048, n_instr=32):
 def vector_claims():
     import ml_dtypes
     bf16 = ml_dtypes.bfloat16
-    # hardware.md instruction cost model: max(MIN_II, N) for tensor_scalar/tensor_copy (1 cycle per element);
+    # docs/hardware.md instruction cost model: max(MIN_II, N) for tensor_scalar/tensor_copy (1 cycle per element);
     # tensor_tensor 2N off its fast path (fp32), N on it (all bf16); trn2 performance mode: bf16 SBUF-to-SBUF
     # copies and tensor_scalar 4x, tensor_tensor all-bf16 in SBUF 2x
     spec = [("tensor_scalar", np.float32, "trn1", 1.0), ("tensor_copy", np.float32, "trn1", 1.0),
@@ -218,7 +218,7 @@ def vector_claims():
     for kind, dt, tg, cpe in spec:
         sim = vector_cycles_per_element(kind, dt, tg)
         out.append(Claim(f"{tg} vector {kind} {np.dtype(dt).name}: cycles/element", cpe, sim, "cycles", 0.02,
-                         "NKI ISA cost notes; trainium2_arch performance mode (hardware.md)"))
+                         "NKI ISA cost notes; trainium2_arch performance mode (docs/hardware.md)"))
     return out
 
 
@@ -259,13 +259,13 @@ def _none(src):
 
 
 def engine_cost_claims(F=2048):
-    """The instruction cost model's per-dtype, per-memory and per-mode statements (hardware.md, "Instruction cost
+    """The instruction cost model's per-dtype, per-memory and per-mode statements (docs/hardware.md, "Instruction cost
     model"), each measured as back-to-back independent instructions: cycles per element of N = ``F`` elements
     per partition, or cycles per instruction where the statement is a fixed cost."""
     import ml_dtypes
     bf16 = ml_dtypes.bfloat16
-    src_isa = "NKI ISA cost notes (hardware.md, instruction cost model)"
-    mode = "trainium2_arch performance mode (hardware.md)"
+    src_isa = "NKI ISA cost notes (docs/hardware.md, instruction cost model)"
+    mode = "trainium2_arch performance mode (docs/hardware.md)"
 
     def ts_stride(step):      # tensor_scalar reading every ``step``-th element
         def body(src, a):
@@ -380,7 +380,7 @@ def matmul_fp32_claim(target="trn2", n=32):
     import ml_dtypes
     ratio = _matmul_flops_per_ns(target, n, ml_dtypes.bfloat16) / _matmul_flops_per_ns(target, n, np.float32)
     return Claim(f"{target} matmul throughput bf16 / fp32", 4.0, ratio, "x",
-                 0.02, "NKI ISA cost notes: nc_matmul FP32 costs 4x (hardware.md)")
+                 0.02, "NKI ISA cost notes: nc_matmul FP32 costs 4x (docs/hardware.md)")
 
 
 def matmul_throughput_claim(target="trn2", n=64):
@@ -390,7 +390,7 @@ def matmul_throughput_claim(target="trn2", n=64):
     tflops = _matmul_flops_per_ns(target, n, ml_dtypes.bfloat16) * 1e-3
     peak = get_target(target).tensor_bf16_flops_per_core * 1e-12
     return Claim(f"{target} back-to-back bf16 matmul throughput", peak, tflops, "TFLOPS", 0.02,
-                 "trainium2_arch: 128x128 PE at 2.4 GHz (hardware.md)")
+                 "trainium2_arch: 128x128 PE at 2.4 GHz (docs/hardware.md)")
 
 
 def _dependent_chain_per_instr(target, engine, F, n=32):
@@ -421,7 +421,7 @@ def dependent_chain_claims():
     per = _dependent_chain_per_instr("trn1", nisa.scalar_engine, 1)
     out.append(Claim("trn1 dependent 1-element chain on one engine (Scalar), per instruction", 189.0, per, "ns",
                      0.10, "nki_perf_guide Opt #5a: 189 ns (264 ScalarE cycles) measured; static overhead and "
-                     "access request rows (hardware.md)"))
+                     "access request rows (docs/hardware.md)"))
     # trainium_inferentia2_arch.rst, Vector Engine cost model: with every instruction depending on the previous
     # one's output, "add a static instruction overhead of 100 engine cycles" to the N-cycle estimate: N + 100.
     # trnsim adds the two access requests too (2,048 + 100 + 120).
@@ -429,7 +429,7 @@ def dependent_chain_claims():
     per = _dependent_chain_per_instr("trn1", nisa.vector_engine, F) * 1e-9 * tg.engine_clock_hz["vector"]
     out.append(Claim(f"trn1 dependent chain of {F}-element vector tensor_scalar: cycles/instruction", F + 100.0,
                      per, "cycles", 0.10, "trainium_inferentia2_arch Vector Engine cost model: N + 100 static "
-                     "overhead when dependent (hardware.md static overhead row)"))
+                     "overhead when dependent (docs/hardware.md static overhead row)"))
     return out
 
 

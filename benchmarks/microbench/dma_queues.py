@@ -1,4 +1,4 @@
-"""Microbenchmarks of the DMA queues and of descriptor generation (hardware.md, "DMA in detail"; the model in
+"""Microbenchmarks of the DMA queues and of descriptor generation (docs/hardware.md, "DMA in detail"; the model in
 trnsim/isa/dma_dge.py and the scheduler).
 
 * "DMA transfers within a queue on the same DMA engine are executed in order" (dma-overview): a load on the queue
@@ -19,8 +19,8 @@ from trnsim.targets import get_target
 
 __all__ = ["queue_order_claims", "dge_claims"]
 
-_DMA_OV = "nki-dma-overview: in order within a queue (hardware.md, DMA in detail)"
-_DGE = "nki-dge (hardware.md, DMA in detail)"
+_DMA_OV = "nki-dma-overview: in order within a queue (docs/hardware.md, DMA in detail)"
+_DGE = "nki-dge (docs/hardware.md, DMA in detail)"
 
 
 def _profile(kernel, *shapes_dtypes, target="trn2"):
@@ -126,7 +126,7 @@ def dge_claims(target="trn2"):
     clk = tg.engine_clock_hz["gpsimd"] * 1e-9
     out.append(Claim("swdge: GpSimd Engine busy for 8 DMA instructions", 8 * (150 + 1) / clk,
                      p.timeline.busy_ns().get((0, "gpsimd"), 0.0), "ns", 0.001,
-                     _DGE + ": costs GpSimd cycles; trnsim: GpSimd instruction cost about 150 + N (hardware.md)"))
+                     _DGE + ": costs GpSimd cycles; trnsim: GpSimd instruction cost about 150 + N (docs/hardware.md)"))
     return out
 
 

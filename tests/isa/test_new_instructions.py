@@ -310,7 +310,7 @@ def test_unary_alu_op_in_tensor_scalar_reduce(op, ref):
     r64 = ref(x.astype(np.float64))
     np.testing.assert_allclose(dst.np, r64, rtol=1e-6)
     np.testing.assert_allclose(res.np[:, 0], r64.max(1), rtol=1e-6)
-    assert last_cycles(core) == max(64, 10) + 64       # hardware.md: max(MIN_II, N) + MIN_II
+    assert last_cycles(core) == max(64, 10) + 64       # docs/hardware.md: max(MIN_II, N) + MIN_II
 
 
 def test_scalar_tensor_tensor_dtype_rounds_result():

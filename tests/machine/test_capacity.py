@@ -235,7 +235,7 @@ def narrow_tiles(x, n):
 
 
 def test_narrow_tiles_share_byte_ranges_in_different_quadrants():
-    """Tiles of 13 partitions may start at partition 0, 32, 64 or 96 (hardware.md "Memory rules"), so four of
+    """Tiles of 13 partitions may start at partition 0, 32, 64 or 96 (docs/hardware.md "Memory rules"), so four of
     them can hold the same bytes per partition in different quadrants: the check counts bytes per quadrant.  The
     accumulator (2 KiB) and the 7 KiB weight tiles are spread over the four quadrants; one tile more than fits in
     the emptiest quadrant is refused, and the refusal lists the tiles' partitions."""

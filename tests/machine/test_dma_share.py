@@ -1,4 +1,4 @@
-"""Round robin among the queues of a DMA engine (NeuronCore-v2/v3; hardware.md "DMA in detail", dma-overview):
+"""Round robin among the queues of a DMA engine (NeuronCore-v2/v3; docs/hardware.md "DMA in detail", dma-overview):
 ``trnsim.machine.dma_share``'s processor sharing against hand-computed ends, and the scheduler's fixed point
 (both loops give the same timeline; trn3 keeps the gap filling; one queue stays in order; the engines' busy time
 is unchanged)."""

@@ -276,7 +276,7 @@ def operand_chain(a_in, b_in):
 @pytest.mark.parametrize("tg", [TRN1, TRN2, TRN3], ids=lambda t: t.name)
 def test_a_dependent_instruction_waits_for_static_overhead_and_access_requests(tg):
     """Each instruction's result is committed its cost + the static overhead + 60 cycles per SBUF/PSUM operand
-    after its start (hardware.md static overhead row); the engine itself is busy for the cost only."""
+    after its start (docs/hardware.md static overhead row); the engine itself is busy for the cost only."""
     tl = timeline(operand_chain, np.zeros((128, 128), BF16), np.zeros((128, 512), BF16), target=tg.name)
     mm, tt, ts, act = (rows(tl, op)[0] for op in ("nc_matmul", "tensor_tensor", "tensor_scalar", "activation"))
     for prod, cons, nops in ((mm, tt, 3), (tt, ts, 3), (ts, act, 3)):

@@ -85,7 +85,7 @@ def test_dge_time_of_a_lone_hwdge_transfer():
     tl = timeline(one_load, x, nisa.dge_mode.hwdge)
     dma = [r for r in tl.rows() if r.engine == "dma"]
     assert len(dma) == 1
-    g = TRN2.dma_dge_instruction_ns                               # hardware.md: about 600 ns per DMA instruction
+    g = TRN2.dma_dge_instruction_ns                               # docs/hardware.md: about 600 ns per DMA instruction
     per, waiting, on_path = dge_time(tl)
     assert per == {"hwdge": (1, pytest.approx(g))}
     # the transfer is the whole critical path; it waited for its descriptors from its trigger (t=0) for 600 ns

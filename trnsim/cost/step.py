@@ -58,7 +58,7 @@ _FP8_OPS = ("aten::mm", "aten::addmm", "aten::bmm")
 
 def fp8_matmul_ns(target, m, k, n, batch=1):
     """(matmul ns, cast ns) of one [m, k] x [k, n] product (``batch`` of them) with fp8 operands in the Tensor
-    Engine's double-row mode: two rows of the contraction per PE row in the bf16 time (hardware.md: "Tensor FP8
+    Engine's double-row mode: two rows of the contraction per PE row in the bf16 time (docs/hardware.md: "Tensor FP8
     158 TFLOPS (double-row: K=256 per instruction in the BF16 time)", trn2 and later) and one byte per element.
     Both together make it the same work as the bf16 kernel on a contraction of k/2 (instructions and bytes), so
     it is charged as the simulated bf16 kernel of [m, k/2] x [k/2, n].  The two operands are cast to fp8 by the

@@ -124,7 +124,7 @@ def dma_transpose(core, loc, dst, src, axes=None, priority=None, dge_mode=None, 
             write(core, dst, np.ascontiguousarray(as_f32(v) if dst.dtype.is_float else v).reshape(dst.shape))
     rows = _rows(dst)
     # the 16 engines write one [128, 16] SBUF tile at a time with its 16 elements contiguous (trainium2_arch,
-    # hardware.md): a descriptor per 16-element run of each row
+    # docs/hardware.md): a descriptor per 16-element run of each row
     descs = descriptors_per_row(max(1, dst.size // max(1, rows)), _TRANSPOSE_RUN)
     core.record_dma(I, (dst,), (src,), src.nbytes, rows, dma_cost_ns(core.target, src.nbytes, rows, descs), loc,
                     _part0(dst), dge_of(core, I, loc, dge_mode, None, descs))

@@ -1,6 +1,6 @@
 """Descriptor generation (DGE) and the DMA queue of a transfer (docs/hardware.md#dma-in-detail).
 
-Sources (hardware.md's rows, quoting nki/deep-dives/nki-dge.rst and nki/get-started/about/nki-dma-overview.rst):
+Sources (docs/hardware.md's rows, quoting nki/deep-dives/nki-dge.rst and nki/get-started/about/nki-dma-overview.rst):
 
 * ``dge_mode``: ``none`` -- descriptors pre-computed on the host and stored in HBM, "no on-device cost";
   ``swdge`` -- the GpSimd Engine generates them at run time ("costs GpSimd cycles", no figure given; the only mode
@@ -16,11 +16,11 @@ applies the result, ``machine/scheduler.py``):
   except for an indirect gather/scatter (a ``vector_offset`` access pattern), which resolves to ``swdge``, the only
   mode the document allows for it.  An explicit mode is taken as given.
 * ``swdge``: a GpSimd instruction in front of the transfer, in the GpSimd Engine's program order, of the GpSimd
-  instruction cost "about 150 + N" cycles (hardware.md, "Instruction cost model") with N the descriptors it writes
+  instruction cost "about 150 + N" cycles (docs/hardware.md, "Instruction cost model") with N the descriptors it writes
   per partition (the transfer's descriptors per row).  No document gives a figure for software descriptor
   generation; this is the generic GpSimd cost applied to the descriptor list as the instruction's elements.
 * ``hwdge``: ``Target.dma_dge_instruction_ns`` (600 ns) on one of the core's two hardware DGE blocks (the one free
-  first), in front of the transfer's semaphore-to-start cost (hardware.md does not say the 600 ns is inside the
+  first), in front of the transfer's semaphore-to-start cost (docs/hardware.md does not say the 600 ns is inside the
   1,300 ns; the DGE writes the descriptors the engines then run).  It occupies no compute engine (the overlap with
   compute the document states).
 * The queue: a transfer whose kernel names its trigger engine (``dma_copy(engine=...)``) is on the queue of (that
@@ -88,7 +88,7 @@ def dge_of(core, I, loc, dge_mode, engine, descs_per_row, gathered=False):
         fail(I, "engine", f"is {e!r}; a DMA is triggered by one of {', '.join(_TRIGGERS)}", e, _TRIGGERS, loc)
     tg = core.target
     if mode == DGE_SW:
-        cost = float(tg.gpsimd_fixed_cycles + max(1, int(descs_per_row)))   # hardware.md: GpSimd about 150 + N
+        cost = float(tg.gpsimd_fixed_cycles + max(1, int(descs_per_row)))   # docs/hardware.md: GpSimd about 150 + N
     elif mode == DGE_HW:
         cost = float(tg.dma_dge_instruction_ns)                             # nki-dge: about 600 ns
     else:

@@ -19,7 +19,7 @@ __all__ = ["tensor_copy_dynamic_src", "tensor_copy_dynamic_dst", "dynamic_copy_c
 
 def dynamic_copy_cycles(target, n):
     """Engine cycles of a copy at a dynamic offset moving ``n`` elements per partition: max(MIN_II_DYNAMIC, N),
-    MIN_II_DYNAMIC being ``target.dynamic_offset_cycles`` (about 600: hardware.md "Instruction cost model"; the
+    MIN_II_DYNAMIC being ``target.dynamic_offset_cycles`` (about 600: docs/hardware.md "Instruction cost model"; the
     NKI ISA cost notes of tensor_copy_dynamic_src/_dst)."""
     return float(max(target.dynamic_offset_cycles, n))
 

@@ -105,7 +105,7 @@ def _onchip_operands(core, instr, engine, loc, *named):
 _LOW = ("bfloat16", "float16")
 
 
-# tensor_tensor's fast path, the instruction cost model (hardware.md, "Instruction cost model", from the NKI ISA
+# tensor_tensor's fast path, the instruction cost model (docs/hardware.md, "Instruction cost model", from the NKI ISA
 # cost notes): "max(MIN_II, N) if one input is in PSUM, or both in SBUF, all BF16, add/mul/sub, contiguous;
 # otherwise max(MIN_II, 2N)".  Two inputs may never both be in PSUM, so "one in PSUM or both in SBUF" would hold
 # for every legal call: the sentence is read as (one input in PSUM) or (both in SBUF, all BF16, one of these
@@ -115,7 +115,8 @@ _TT_FAST_OPS = frozenset(("add", "multiply", "subtract"))
 
 
 def elementwise_cycles(core, engine, n, dst, srcs, kind, op=None):
-    """Engine cycles of an elementwise instruction over ``n`` elements per partition (docs/hardware.md#instruction-cost-model):
+    """Engine cycles of an elementwise instruction over ``n`` elements per partition
+    (docs/hardware.md#instruction-cost-model):
     max(MIN_II, N), or 2N for tensor_tensor off its fast path (``op``: its ALU operator's name); trn2's Vector
     performance mode runs bf16/fp16 SBUF-to-SBUF copies and tensor_scalar 4x (2x when strided or touching
     PSUM)."""

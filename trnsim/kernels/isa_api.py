@@ -176,7 +176,7 @@ def dma_copy(dst, src, *args, name=None, **kwargs):
                 continue
             raise bad
         # one DMA instruction: its descriptor generation (swdge when dge_mode is unknown: the only mode for an
-        # indirect gather/scatter, hardware.md nki-dge) is charged once, on the first row moved (isa/dma_dge.py)
+        # indirect gather/scatter, docs/hardware.md nki-dge) is charged once, on the first row moved (isa/dma_dge.py)
         first = b if first is None else first
         _isa.dma_copy(core, loc, d, s_, *args, _piece=(b - first, n), **kwargs)
 

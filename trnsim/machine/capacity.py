@@ -20,7 +20,7 @@ when that runs out of memory, ``nki_alloc_fallback``.) Tiles placed at explicit 
 (``ncc.sbuf.mod_alloc(base_addr=...)``, ``nl.ndarray(..., address=...)``) are checked for overlap in program order
 instead, and instructions touching them are not moved: two placements sharing bytes of a partition while both are live
 would corrupt each other on hardware.  Bytes are counted per 32-partition quadrant: a tile of 32 or fewer partitions
-may start at partition 0, 32, 64 or 96 and one of 33-64 at 0 or 64 (hardware.md "Memory rules"), so narrow tiles
+may start at partition 0, 32, 64 or 96 and one of 33-64 at 0 or 64 (docs/hardware.md "Memory rules"), so narrow tiles
 can share a byte range in different quadrants (:class:`_Quadrants`).
 """
 
@@ -486,11 +486,11 @@ def _sweep_bulk(occ, kind, cap, nparts):
     return peak, (key,) + fail[1:]
 
 
-_QUADRANT = 32     # partitions per SBUF/PSUM quadrant (hardware.md "Memory rules": start partitions 0/32/64/96)
+_QUADRANT = 32     # partitions per SBUF/PSUM quadrant (docs/hardware.md "Memory rules": start partitions 0/32/64/96)
 
 
 def _starts(parts, nparts):
-    """The partitions a tile of ``parts`` partitions may start at.  hardware.md "Memory rules": a tile spanning
+    """The partitions a tile of ``parts`` partitions may start at.  docs/hardware.md "Memory rules": a tile spanning
     more than 64 partitions starts at partition 0; 33-64 partitions start at 0 or 64; 32 or fewer at 0, 32, 64
     or 96."""
     if parts > 2 * _QUADRANT:

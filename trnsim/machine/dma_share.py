@@ -1,6 +1,6 @@
 """Round robin among the queues of a DMA engine (NeuronCore-v2 and v3), as processor sharing, to a fixed point.
 
-hardware.md, "DMA in detail", quoting dma-overview: "DMA transfers within a queue on the same DMA engine are
+docs/hardware.md, "DMA in detail", quoting dma-overview: "DMA transfers within a queue on the same DMA engine are
 executed in order. DMA transfers from different DMA queues are scheduled in a round robin fashion (for
 NeuronCore-v2 and v3) or based on the queue QoS configured (for NeuronCore-v4)".  An engine serving its queues
 round robin, descriptor by descriptor, is modelled as a fluid (each descriptor small against a transfer):

@@ -1,6 +1,6 @@
 """The chip's HBM bandwidth shared over time by the DMA transfers in flight (processor sharing).
 
-Every core of a launch on one chip moves its HBM bytes through the same HBM (hardware.md, "Per chip and
+Every core of a launch on one chip moves its HBM bytes through the same HBM (docs/hardware.md, "Per chip and
 instance": 820 GB/s trn1, 2.9 TB/s trn2, 4.9 TB/s trn3, the chip pages' peak; ``Target.hbm_peak_bytes_per_s``).
 The scheduler first places every core's transfers as if each had the HBM to itself (a transfer moves at the rate
 its descriptors and DMA engines allow, ``isa/dma_timing.py``, never above the chip's peak).  Then this module

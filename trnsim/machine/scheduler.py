@@ -234,7 +234,7 @@ def _schedule_core(core, hbm_bytes_per_ns=None, progress=None, progress_base=0, 
     synced = True                          # every transfer so far used all engines: engine 0 stands for all
     qend = [[0.0] * QUEUE_KEYS for _ in range(nq)]     # per DMA engine and queue: end of its last transfer
     qlast = [[-1] * QUEUE_KEYS for _ in range(nq)]     # and that transfer's row
-    dge_s = ([], [])                       # busy intervals of the core's two hardware DGE blocks (hardware.md,
+    dge_s = ([], [])                       # busy intervals of the core's two hardware DGE blocks (docs/hardware.md,
     dge_e = ([], [])                       # nki-dge: two per NeuronCore), with the row of each
     dge_o = ([], [])
     dge_log = []                           # (row, mode, unit, start, end) of each descriptor generation

@@ -142,7 +142,7 @@ class Timeline:
 
     @property
     def peak_flops_per_s(self) -> float:
-        """Tensor Engine peak of the launched cores: 79 TFLOPS per core on trn2/trn3 (hardware.md), the
+        """Tensor Engine peak of the launched cores: 79 TFLOPS per core on trn2/trn3 (docs/hardware.md), the
         target's BF16 rate on trn1."""
         return self.target.tensor_bf16_flops_per_core * self.ncores
 
@@ -158,7 +158,7 @@ class Timeline:
 
     @property
     def hbm_peak_bytes_per_s(self) -> float:
-        """HBM bandwidth available to the launched cores: the chip peak (hardware.md, chip pages) divided
+        """HBM bandwidth available to the launched cores: the chip peak (docs/hardware.md, chip pages) divided
         evenly among the chip's physical cores."""
         tg = self.target
         return tg.hbm_peak_bytes_per_s / tg.physical_cores_per_chip * self.ncores
