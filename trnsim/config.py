@@ -149,8 +149,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     _k("logical_nc_config", "NEURON_LOGICAL_NC_CONFIG", _int(1), None,
        "Logical NeuronCore size (1 or 2, as the target allows). Unset: the target's default."),
     _k("nki_nc_version", "NKI_NC_VERSION", _str, None,
-       "The NeuronCore generation `nki.simulate_kernel` runs on (gen2, gen3, gen4). Unset: as "
-       "NEURON_PLATFORM_TARGET_OVERRIDE."),
+       "The NeuronCore generation `nki.cpu_simulate` (nki-library's harness) runs on: gen2, gen3, gen4. "
+       "Unset: as NEURON_PLATFORM_TARGET_OVERRIDE."),
     # -- the PyTorch device -----------------------------------------------------------------------------------
     _k("fallback", "TORCHNEURON_FALLBACK", _choice("warn", "error"), "warn",
        "What an op without a device lowering does: `warn` runs it on the CPU with a warning, `error` raises."),
@@ -179,7 +179,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     _k("issue_cache", "TRNSIM_ISSUE_CACHE", _bool, True,
        "Reuse an instruction's checks and cost when it is issued again with the same layout."),
     _k("loop_replay", "TRNSIM_LOOP_REPLAY", _bool, True,
-       "Replay the timing records of a loop's repeated iterations instead of re-issuing them."),
+       "Shape-only runs: append a straight-line loop's later iterations in bulk from the observed ones "
+       "(same records and timeline)."),
     _k("scheduler", "TRNSIM_SCHEDULER", _choice("auto", "python", "numba"), "auto",
        "Which scheduler loop runs: `python` (the reference), `numba` (compiled), `auto` (compiled for large "
        "records)."),
@@ -191,7 +192,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     _k("strict_races", "TRNSIM_STRICT_RACES", _bool, False,
        "On: a race between programs sharing memory without a barrier raises (off: a warning)."),
     _k("dma_round_robin", "TRNSIM_DMA_ROUND_ROBIN", _bool, False,
-       "On: DMA queues of one engine share it round robin (NeuronCore-v2/v3); off: first come, first served."),
+       "On: the named DMA queues of one engine share it round robin (NeuronCore-v2/v3); off: each transfer "
+       "fills the engine's free time in program order."),
     # -- command line -----------------------------------------------------------------------------------------
     _k("progress", "TRNSIM_PROGRESS", _bool, True,
        "Off: the `trnsim` command shows no progress line (it shows one only on a terminal anyway)."),
