@@ -113,7 +113,11 @@ def _timed_simulate_kernel(kernel_func, kernel_input, lnc_count):
     target = os.environ.get("NKI_NC_VERSION") or None
     cleaned = {k.removesuffix(".must_alias_input"): v for k, v in kernel_input.items()}
     t0 = time.time()
+    override = os.environ.get("TRNSIM_HW_COUNTS_LNC")
     rec = dict(_CURRENT, lnc=int(lnc_count), target=target)
+    if override:                 # diagnostic (--lnc): another LNC than the harness's
+        rec.update(harness_lnc=int(lnc_count), lnc=int(override))
+        lnc_count = int(override)
     try:
         prof = trnsim.profile(kernel_func, grid=int(lnc_count), target=target, execute=False)(**cleaned)
     except Exception as e:      # a refusal is a result: the report lists it
@@ -211,8 +215,17 @@ def build_report(recs, commit, wall_s, before=None):
     b_ratios = [x["before_ratio"] for x in rows if "before_ratio" in x]
     b_mae, b_sf, b_scale = error_figures(b_ratios)
     over = [x["hardware_ns"] / x["roofline_ns"] for x in rows if x.get("roofline_ns")]
+    per_fn = {}
+    for fn in DEV_FUNCTIONS:
+        rs = [x["ratio"] for x in rows if x["function"] == fn and "ratio" in x]
+        if rs:
+            m, f, sc = error_figures(rs)
+            per_fn[fn] = {"configurations": len(rs), "median_ratio": sc, "median_abs_error": m,
+                          "scale_free_error": f}
     worst = sorted((x for x in rows if "ratio" in x), key=lambda x: -abs(math.log(x["ratio"])))[:WORST]
+    overridden = sorted({r["lnc"] for r in recs if "harness_lnc" in r})
     return {"snapshot_commit": commit, "test_file": TEST_FILE, "functions": list(DEV_FUNCTIONS),
+            "lnc_override": overridden[0] if overridden else None,
             "configurations": len(rows), "timed": len(ratios),
             "refused": sum(1 for x in rows if "error" in x),
             "median_abs_error": mae, "scale_free_error": sf, "median_ratio": scale,
@@ -220,7 +233,7 @@ def build_report(recs, commit, wall_s, before=None):
                        "timed": len(b_ratios)} if b_ratios else None,
             "hardware_over_roofline": {"min": min(over), "median": statistics.median(over), "max": max(over)}
             if over else None,
-            "worst": [x["nodeid"] for x in worst], "rows": rows, "wall_s": round(wall_s, 1)}
+            "per_function": per_fn, "worst": [x["nodeid"] for x in worst], "rows": rows, "wall_s": round(wall_s, 1)}
 
 
 def _ms(ns):
@@ -232,6 +245,9 @@ def render_md(rep):
            f"nki-library @ {rep['snapshot_commit']}, `{rep['test_file']}`, functions "
            + ", ".join(f"`{f}`" for f in rep["functions"]) + ".  Produced by `python benchmarks/hw_counts.py` "
            "(docs/guides/hardware-counts.md); hardware time = `tpbSgCyclesSum` read as picoseconds.", ""]
+    if rep.get("lnc_override"):
+        out += [f"**Diagnostic run: every configuration launched with LNC={rep['lnc_override']}, not the "
+                "harness's LNC** (`--lnc`).", ""]
     if rep["median_abs_error"] is not None:
         out += [f"- configurations: {rep['configurations']} ({rep['timed']} timed, {rep['refused']} refused)",
                 f"- median ratio trnsim / hardware: {rep['median_ratio']:.2f}",
@@ -247,6 +263,13 @@ def render_md(rep):
             out.append(f"- hardware time (as picoseconds) over the Tensor Engine roofline of the kernel's matmuls "
                        f"(bf16 rate, all launched cores): min {h['min']:.2f}, median {h['median']:.2f}, "
                        f"max {h['max']:.2f}")
+        out.append("")
+    if rep.get("per_function"):
+        out += ["| function | configurations | median ratio | median abs error | scale-free error |",
+                "|---|---|---|---|---|"]
+        for fn, v in rep["per_function"].items():
+            out.append(f"| {fn} | {v['configurations']} | {v['median_ratio']:.2f} | "
+                       f"{100 * v['median_abs_error']:.1f}% | {100 * v['scale_free_error']:.1f}% |")
         out.append("")
     out += ["| function | configuration | LNC | hardware ms | TE roofline ms | before ms | before ratio | "
             "trnsim ms | ratio | busiest engine (ms) |",
@@ -281,7 +304,7 @@ def snapshot_commit(path):
         return os.environ.get("NKI_LIBRARY_COMMIT", "unknown")
 
 
-def run_harness(snap, results, keyword=None, timeout=None):
+def run_harness(snap, results, keyword=None, timeout=None, lnc=None):
     """Run the harness's pytest on the development set with this file as a plugin; records go to ``results``."""
     sys.path.insert(0, os.path.join(REPO, "tools"))
     import run_nki_library as rnl
@@ -293,6 +316,8 @@ def run_harness(snap, results, keyword=None, timeout=None):
                                         + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env.update(PYTHONDONTWRITEBYTECODE="1", TRNSIM_HW_COUNTS_RESULTS=results, NKILIB_SIMULATION_RUN_ALL="1",
                TRNSIM_PROGRESS="0")
+    if lnc:
+        env["TRNSIM_HW_COUNTS_LNC"] = str(lnc)
     kexpr = " or ".join(DEV_FUNCTIONS)
     if keyword:
         kexpr = f"({kexpr}) and ({keyword})"
@@ -315,6 +340,8 @@ def main(argv=None):
     ap.add_argument("-k", dest="keyword", default=None, help="narrow the configurations (pytest -k expression)")
     ap.add_argument("--results", default=None, help="build the report from an earlier run's JSON lines")
     ap.add_argument("--before", default=None, help="records of an earlier run (JSON lines) to show beside")
+    ap.add_argument("--lnc", type=int, choices=(1, 2), default=None,
+                    help="diagnostic: launch every configuration with this LNC instead of the harness's")
     args = ap.parse_args(argv)
     snap = os.path.abspath(args.snapshot)
     if not args.results and not os.path.isfile(os.path.join(snap, TEST_FILE)):
@@ -326,7 +353,7 @@ def main(argv=None):
     else:
         results = os.path.join(tempfile.mkdtemp(prefix="trnsim-hwcounts-res-"), "results.jsonl")
         open(results, "w").close()
-        proc = run_harness(snap, results, args.keyword)
+        proc = run_harness(snap, results, args.keyword, lnc=args.lnc)
         if proc.returncode not in (0, 5) and not os.path.getsize(results):
             print(proc.stdout[-3000:], proc.stderr[-3000:], file=sys.stderr)
             return 1
