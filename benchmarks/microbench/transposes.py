@@ -22,7 +22,7 @@ from trnsim.kernels.nki import language as nl
 
 __all__ = ["dma_transpose_claims"]
 
-_ARCH = "trainium2_arch: DMA Transpose (hardware.md)"
+_ARCH = "trainium2_arch.rst, DMA Transpose: Performance Consideration"
 
 
 def _profile(kernel, *shapes_dtypes, target="trn2"):
