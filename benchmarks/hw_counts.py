@@ -189,7 +189,7 @@ def error_figures(ratios):
     return mae, sf, s
 
 
-def build_report(recs, commit, wall_s, before=None):
+def build_report(recs, commit, wall_s, before=None, before_label="an earlier run"):
     """The report's dict from the plugin's records; ``before``: records of an earlier run (another trnsim) whose
     times are shown beside, by node id."""
     prev = {r["nodeid"]: r for r in (before or []) if "trnsim_ns" in r}
@@ -230,7 +230,7 @@ def build_report(recs, commit, wall_s, before=None):
             "refused": sum(1 for x in rows if "error" in x),
             "median_abs_error": mae, "scale_free_error": sf, "median_ratio": scale,
             "before": {"median_abs_error": b_mae, "scale_free_error": b_sf, "median_ratio": b_scale,
-                       "timed": len(b_ratios)} if b_ratios else None,
+                       "timed": len(b_ratios), "label": before_label} if b_ratios else None,
             "hardware_over_roofline": {"min": min(over), "median": statistics.median(over), "max": max(over)}
             if over else None,
             "per_function": per_fn, "worst": [x["nodeid"] for x in worst], "rows": rows, "wall_s": round(wall_s, 1)}
@@ -255,7 +255,7 @@ def render_md(rep):
                 f"- scale-free error: {100 * rep['scale_free_error']:.1f}%"]
         b = rep.get("before")
         if b:
-            out.append(f"- before (the trnsim the `--before` records came from): median ratio "
+            out.append(f"- before ({b.get('label', 'an earlier run')}): median ratio "
                        f"{b['median_ratio']:.2f}, median absolute error {100 * b['median_abs_error']:.1f}%, "
                        f"scale-free {100 * b['scale_free_error']:.1f}% ({b['timed']} configurations)")
         h = rep.get("hardware_over_roofline")
@@ -340,6 +340,7 @@ def main(argv=None):
     ap.add_argument("-k", dest="keyword", default=None, help="narrow the configurations (pytest -k expression)")
     ap.add_argument("--results", default=None, help="build the report from an earlier run's JSON lines")
     ap.add_argument("--before", default=None, help="records of an earlier run (JSON lines) to show beside")
+    ap.add_argument("--before-label", default="an earlier run", help="what --before's records are (for the report)")
     ap.add_argument("--lnc", type=int, choices=(1, 2), default=None,
                     help="diagnostic: launch every configuration with this LNC instead of the harness's")
     args = ap.parse_args(argv)
@@ -363,7 +364,7 @@ def main(argv=None):
     if args.before:
         with open(args.before) as f:
             before = [json.loads(ln) for ln in f if ln.strip()]
-    rep = build_report(recs, snapshot_commit(snap), time.time() - t0, before)
+    rep = build_report(recs, snapshot_commit(snap), time.time() - t0, before, args.before_label)
     from trnsim.fileio import atomic_write, atomic_write_json
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     atomic_write_json(args.out + ".json", rep, indent=1)
