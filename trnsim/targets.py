@@ -71,6 +71,10 @@ class Target:
     dma_saturating_payload_bytes: int    # at or above this per partition a transfer saturates
     dma_knee_bytes_per_partition: float  # packet-rate knee of the throughput curve (isa/dma_timing.py)
     dma_knee_sharpness: float            # exponent of the smooth maximum joining packet rate and bandwidth
+    dma_transpose_tile_partitions: int   # a DMA transpose writes [partitions, elems] SBUF tiles, all engines at once
+    dma_transpose_tile_elems: int
+    dma_transpose_hbm_efficiency: float  # share of the core's DMA throughput an HBM->SBUF transpose reaches
+    dma_transpose_sbuf_efficiency: float  # same for SBUF->SBUF
     # -- instruction overheads -----------------------------------------------------------------
     min_ii_cycles: int
     static_overhead_cycles: int
@@ -150,6 +154,16 @@ _COMMON_OVERHEADS = dict(
     # dma-ov plot: 81% at 2 KiB and 97% at 4 KiB, where a hard knee at 2450 B gives 84% and 100%; a smooth
     # maximum with exponent 8 gives 81.7% and 99.8%
     dma_knee_sharpness=8.0,
+    # arch:v3, "DMA Transpose": "all 16x DMA engines ... work co-operatively ... write into a single
+    # [nl.par_dim(128), 16] SBUF tile in parallel at a time, where the 16 elements along free dimension must be
+    # contiguous"; other tile sizes work "at the cost of DMA performance" (trnsim: a partial tile costs a whole one)
+    dma_transpose_tile_partitions=128,
+    dma_transpose_tile_elems=16,
+    # arch:v3: "DMA transpose on Trainium2 can achieve up to 90% DMA throughput utilization given hardware-friendly
+    # tensor access patterns" (HBM2SBUF) and "SBUF2SBUF transpose can achieve up to 50% of DMA throughput on
+    # Trainium2".  Stated for Trainium2 only; trn1 and trn3 take the same shares (no figure of their own).
+    dma_transpose_hbm_efficiency=0.9,
+    dma_transpose_sbuf_efficiency=0.5,
     pe_rows=128, pe_cols=128,    # arch:v2/v3/v4: 128x128 systolic array
     moving_fmax=512,             # docs/hardware.md memory rules: moving <= 128 x 512
     sbuf_partitions=128,         # arch: 128 partitions

@@ -448,6 +448,8 @@ def all_claims():
     from .dma_queues import dge_claims, queue_order_claims
     out += queue_order_claims()
     out += dge_claims()
+    from .transposes import dma_transpose_claims
+    out += dma_transpose_claims()
     return out
 
 

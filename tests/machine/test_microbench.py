@@ -28,5 +28,6 @@ def test_the_table_covers_every_document_statement():
                  "8 cores streaming", "HBM->HBM together", "streaming alone", "4 of 8 launched cores",
                  "one input in PSUM", "maximum, both in SBUF", "add, non-contiguous",
                  "one DMA queue", "two DMA queues", "hwdge: a lone tiny transfer", "two DGE blocks",
-                 "beside 8 hwdge", "swdge: GpSimd Engine busy", "dge_mode unknown"):
+                 "beside 8 hwdge", "swdge: GpSimd Engine busy", "dge_mode unknown",
+                 "DMA transpose HBM->SBUF", "DMA transpose SBUF->SBUF throughput", "8-element runs"):
         assert what in names

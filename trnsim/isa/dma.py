@@ -8,7 +8,8 @@ from ..memory import HBM, PSUM, SBUF
 from ..memory.tensor import GatheredView
 from .common import as_f32, flag, int_tuple, number, read, require_space, write, write_same_dtype
 from .dma_dge import dge_of
-from .dma_timing import contiguous_run, descriptors_per_row, engine_time_ns, transfer_engines
+from .dma_timing import (contiguous_run, descriptors_per_row, engine_time_ns, transfer_engines,
+                         transpose_engine_time_ns)
 from .errors import fail
 from .ops import op_name
 
@@ -124,10 +125,23 @@ def dma_transpose(core, loc, dst, src, axes=None, priority=None, dge_mode=None, 
             write(core, dst, np.ascontiguousarray(as_f32(v) if dst.dtype.is_float else v).reshape(dst.shape))
     rows = _rows(dst)
     # the 16 engines write one [128, 16] SBUF tile at a time with its 16 elements contiguous (trainium2_arch,
-    # docs/hardware.md): a descriptor per 16-element run of each row
+    # docs/hardware.md): a descriptor per 16-element run of each row (descriptor generation)
     descs = descriptors_per_row(max(1, dst.size // max(1, rows)), _TRANSPOSE_RUN)
-    core.record_dma(I, (dst,), (src,), src.nbytes, rows, dma_cost_ns(core.target, src.nbytes, rows, descs), loc,
-                    _part0(dst), dge_of(core, I, loc, dge_mode, None, descs))
+    itemsize = max(dst.dtype.itemsize, src.dtype.itemsize)
+    _record_transpose(core, I, loc, dst, (src,), src.nbytes, itemsize, not src.on_chip,
+                      dge_of(core, I, loc, dge_mode, None, descs))
+
+
+def _record_transpose(core, I, loc, dst, srcs, nbytes, itemsize, from_hbm, dge):
+    """Record a DMA transpose: all the core's DMA engines work on it together (trainium2_arch, "DMA Transpose"),
+    for its tiles' time at the transpose's share of the DMA throughput (``dma_timing.transpose_engine_time_ns``)
+    after the fixed semaphore-to-start cost."""
+    tg = core.target
+    rows = _rows(dst)
+    ns = tg.dma_fixed_ns + transpose_engine_time_ns(tg, rows, dst.size // max(1, rows),
+                                                     contiguous_run(dst.shape, dst.strides), itemsize, from_hbm)
+    every = tg.dma_engines_per_core * tg.dma_partitions_per_engine
+    core.record_dma(I, (dst,), tuple(srcs), nbytes, every, ns, loc, 0, dge)
 
 
 def _transpose_axes(I, nd, axes, loc, what=""):
@@ -149,9 +163,9 @@ def _dma_transpose_gathered(core, loc, dst, src, axes, dge_mode, oob_mode):
     src in HBM, a 2-byte dtype, ``src.shape[-1] <= 128``, ``src.shape[0]`` a multiple of 16, a 4-D src with
     ``shape[1]`` or ``shape[2]`` equal to 1, dge_mode unknown or swdge.  The index tensor itself was resolved by
     ``ap()`` and is not checked here (its 2-D uint32 SBUF layout).  A row whose index is out of range raises, or
-    with ``oob_mode=skip`` leaves its dst column unwritten (as ``dma_copy`` skips the row).  Cost: one transfer of
-    the gathered bytes with a descriptor per 16-element run, as the direct form; the read of the index tensor is not
-    a dependency (as for ``dma_copy``'s gathers)."""
+    with ``oob_mode=skip`` leaves its dst column unwritten (as ``dma_copy`` skips the row).  Cost: the direct
+    form's, from HBM (``_record_transpose``); the read of the index tensor is not a dependency (as for
+    ``dma_copy``'s gathers)."""
     I = "dma_transpose"
     require_space(I, "dst", dst, (SBUF,), loc)
     shape = tuple(src.shape)
@@ -218,8 +232,8 @@ def _dma_transpose_gathered(core, loc, dst, src, axes, dge_mode, oob_mode):
     nbytes = len(good) * (size // max(1, shape[0])) * src.dtype.itemsize
     prow = _rows(dst)
     descs = descriptors_per_row(max(1, dst.size // max(1, prow)), _TRANSPOSE_RUN)
-    core.record_dma(I, (dst,), tuple(good), nbytes, prow, dma_cost_ns(core.target, nbytes, prow, descs), loc,
-                    _part0(dst), dge_of(core, I, loc, dge_mode, None, descs, gathered=True))
+    _record_transpose(core, I, loc, dst, good, nbytes, max(dst.dtype.itemsize, src.dtype.itemsize), True,
+                      dge_of(core, I, loc, dge_mode, None, descs, gathered=True))
 
 
 DMA_COMPUTE_MAX_SRCS = 16    # NKI reference, dma_compute: "The max number of source tensors in srcs is 16"

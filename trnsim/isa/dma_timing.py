@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["contiguous_run", "descriptors_per_row", "engine_time_ns", "transfer_engines"]
+__all__ = ["contiguous_run", "descriptors_per_row", "engine_time_ns", "transfer_engines", "transpose_tiles",
+           "transpose_engine_time_ns"]
 
 
 def transfer_engines(target, rows: int) -> int:
@@ -63,3 +64,27 @@ def engine_time_ns(target, nbytes: float, rows: int, descs_per_row: int = 1) -> 
     if hi <= 0.0:
         return 0.0
     return hi * ((t_bw / hi) ** p + (t_desc / hi) ** p) ** (1.0 / p)
+
+
+def transpose_tiles(target, rows: int, row_elems: int, run: int) -> int:
+    """SBUF tiles a DMA transpose writes: its destination of ``rows`` partitions x ``row_elems`` elements, whose
+    innermost free run of ``run`` contiguous elements is cut into tiles of ``dma_transpose_tile_elems`` (16)
+    elements, over ``dma_transpose_tile_partitions`` (128) partitions.  A partial tile (fewer partitions, a run
+    that is not a multiple of 16) counts as a whole one: the architecture guide says only that such shapes cost
+    DMA performance."""
+    tp, tf = target.dma_transpose_tile_partitions, target.dma_transpose_tile_elems
+    rows = max(1, int(rows))
+    row_elems = max(1, int(row_elems))
+    run = max(1, min(int(run), row_elems))
+    return -(-rows // tp) * -(-row_elems // run) * -(-run // tf)
+
+
+def transpose_engine_time_ns(target, rows: int, row_elems: int, run: int, itemsize: int, from_hbm: bool) -> float:
+    """Busy time of the DMA engines for one DMA transpose (without the fixed semaphore-to-start latency).  All the
+    core's engines work together on one tile at a time (trainium2_arch.rst, "DMA Transpose"), at a share of the
+    core's DMA throughput: up to 90% from HBM, up to 50% SBUF to SBUF (same page).  The transfer is not split into
+    per-row descriptors as a copy is: its cost is its tiles' bytes at that throughput."""
+    tiles = transpose_tiles(target, rows, row_elems, run)
+    tile_bytes = target.dma_transpose_tile_partitions * target.dma_transpose_tile_elems * max(1, int(itemsize))
+    eff = target.dma_transpose_hbm_efficiency if from_hbm else target.dma_transpose_sbuf_efficiency
+    return tiles * tile_bytes / (eff * target.dma_engines_per_core * target.dma_bytes_per_ns_per_engine)
