@@ -11,7 +11,7 @@ A generated section is marked in the Markdown (the markers are invisible when re
 and its text is what the producer ``KEY`` below makes: a fenced block of a command's output, or one figure
 inside a sentence.  ``docs/estimates.md`` is generated whole (``python -m trnsim.cost.table``).  Every run is
 made with the defaults (the environment's ``NEURON_PLATFORM_TARGET_OVERRIDE``, ``TRNSIM_*`` and ``NKI_*``
-switches are removed), in a temporary folder.
+switches are removed, except the cost cache's), in a temporary folder.
 
 Run it after any change to timing, the cost model or the collectives, and commit what it changed:
 ``tests/test_guides.py::test_generated_doc_figures_are_current`` fails until the docs match the code.
@@ -38,9 +38,14 @@ WHOLE = {"docs/estimates.md": "estimates"}
 _MARK = re.compile(r"(<!-- gen: ([\w.-]+) -->)(.*?)(<!-- /gen -->)", re.S)
 
 
+# switches that change no figure (where the persistent cost cache lives, whether it is used) are kept
+_KEEP = ("TRNSIM_COST_CACHE", "TRNSIM_CACHE_DIR")
+
+
 def _env():
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("TRNSIM_", "NKI_", "PYTEST", "COV")) and k != "NEURON_PLATFORM_TARGET_OVERRIDE"}
+           if k in _KEEP or (not k.startswith(("TRNSIM_", "NKI_", "PYTEST", "COV"))
+                             and k != "NEURON_PLATFORM_TARGET_OVERRIDE")}
     env.update(TRNSIM_PROGRESS="0", PYTHONDONTWRITEBYTECODE="1", MPLBACKEND="Agg")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     return env
