@@ -3,10 +3,9 @@ table per model, the ranked fallback list, the diff against a baseline).  Files 
 
 from __future__ import annotations
 
-import datetime
 import json
 
-from .report import _md_escape, atomic_write
+from .report import _md_escape, atomic_write, with_provenance
 
 __all__ = ["write_models_json", "load_models_json", "write_models_markdown", "models_summary", "compare_models"]
 
@@ -27,8 +26,9 @@ def models_summary(records):
 
 
 def write_models_json(records, path, meta=None):
-    doc = {"format": FORMAT, "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "meta": meta or {}, "summary": models_summary(records), "records": records}
+    meta = with_provenance(meta)
+    doc = {"format": FORMAT, "generated": meta["made"], "meta": meta, "summary": models_summary(records),
+           "records": records}
     atomic_write(path, json.dumps(doc, sort_keys=True, separators=(",", ":")).replace('},{', '},\n{') + "\n")
 
 
@@ -78,9 +78,11 @@ def ranked_fallbacks(records):
 
 def write_models_markdown(records, path, baseline=None, meta=None, known_causes=None):
     known_causes = known_causes or {}
-    lines = ["# trnsim model sweep", ""]
-    if meta:
-        lines += [", ".join(f"{k}: {v}" for k, v in meta.items()), ""]
+    meta = with_provenance(meta)
+    lines = ["# trnsim model sweep", "", f"Made at commit {meta['commit']} on {meta['made']}.", ""]
+    rest = {k: v for k, v in meta.items() if k not in ("commit", "made")}
+    if rest:
+        lines += [", ".join(f"{k}: {v}" for k, v in rest.items()), ""]
     lines += [f"**{models_summary(records)}**", ""]
     counts = {}
     for r in records:

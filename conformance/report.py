@@ -14,7 +14,7 @@ import os
 from trnsim.fileio import atomic_write as _atomic_write
 
 __all__ = ["OPS_STATUSES", "NKI_STATUSES", "summary_line", "write_json", "load_json", "write_markdown",
-           "compare", "namespace_of", "atomic_write"]
+           "compare", "namespace_of", "atomic_write", "provenance", "with_provenance"]
 
 OPS_STATUSES = ("native", "fallback", "mismatch", "error", "skip")
 NKI_STATUSES = ("pass", "mismatch", "error", "skip")
@@ -26,6 +26,34 @@ def atomic_write(path, text):
     """Write ``text`` (UTF-8) to ``path`` atomically (``trnsim.fileio.atomic_write``)."""
     with _atomic_write(path, "w", encoding="utf-8") as f:
         f.write(text)
+
+
+def provenance(root=None):
+    """Where and when a report is made: ``{"commit": ..., "made": ISO date}``.  ``commit`` is ``git rev-parse HEAD``
+    of the checkout holding this package (with ``+dirty`` when tracked files differ from it, so a report from
+    uncommitted code says so), or ``"unknown (not a git checkout)"`` for an installed wheel."""
+    import subprocess
+    root = root or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    made = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=30)
+        if head.returncode != 0:
+            raise OSError(head.stderr.strip())
+        commit = head.stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=30)
+        if dirty.returncode == 0 and dirty.stdout.strip():
+            commit += "+dirty"
+    except (OSError, subprocess.SubprocessError):
+        commit = "unknown (not a git checkout)"
+    return {"commit": commit, "made": made}
+
+
+def with_provenance(meta):
+    """``meta`` with the commit and date the report is made at first (kept when the caller already set them)."""
+    meta = dict(meta or {})
+    prov = provenance() if "commit" not in meta or "made" not in meta else {}
+    return {**prov, **meta}
 
 
 def namespace_of(name):
@@ -100,8 +128,9 @@ def summary_line(records):
 
 
 def write_json(records, path, meta=None):
-    doc = {"format": "trnsim-conformance/1", "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(
-        timespec="seconds"), "meta": meta or {}, "summary": summary_line(records), "records": records}
+    meta = with_provenance(meta)
+    doc = {"format": "trnsim-conformance/1", "generated": meta["made"], "meta": meta,
+           "summary": summary_line(records), "records": records}
     atomic_write(path, json.dumps(doc, sort_keys=True, separators=(",", ":")).replace('},{', '},\n{') + "\n")
 
 
@@ -173,9 +202,11 @@ def _ops_coverage(ops):
 def write_markdown(records, path, baseline=None, meta=None):
     ops = [r for r in records if r["suite"] == "ops"]
     nki = [r for r in records if r["suite"] == "nki"]
-    out = ["# trnsim conformance report", ""]
-    if meta:
-        out += [", ".join(f"{k}: {v}" for k, v in meta.items()), ""]
+    meta = with_provenance(meta)
+    out = ["# trnsim conformance report", "", f"Made at commit {meta['commit']} on {meta['made']}.", ""]
+    rest = {k: v for k, v in meta.items() if k not in ("commit", "made")}
+    if rest:
+        out += [", ".join(f"{k}: {v}" for k, v in rest.items()), ""]
     out += ["**Summary:** " + summary_line(records), ""]
     bad = [r for r in records if r["status"] in ("mismatch", "error")]
     out += ["## Mismatches and errors", ""]

@@ -282,8 +282,9 @@ def _models_main(a, t0):
                     and (not e.get("requires") or r.get(e["requires"]) is True):
                 known[r["name"]] = e
                 r["cause"] = e["cause"]
-    meta = {"suite": "models", "models": a.models or a.ops or "all", "wall_s": round(time.perf_counter() - t0, 1),
-            **{k: v for k, v in LAST_RUN.items() if k.startswith("models")}}
+    meta = report.with_provenance({"suite": "models", "models": a.models or a.ops or "all",
+                                   "wall_s": round(time.perf_counter() - t0, 1),
+                                   **{k: v for k, v in LAST_RUN.items() if k.startswith("models")}})
     with _out_lock(a.out):
         models_report.write_models_json(records, os.path.join(a.out, "models.json"), meta)
         models_report.write_models_markdown(records, os.path.join(a.out, "models.md"), baseline, meta,
@@ -345,8 +346,9 @@ def main(argv=None):
     records = run(a.suite, dtypes, a.ops, a.out, a.jobs, modes, a.max_samples, a.timeout, a.fresh)
     records.sort(key=lambda r: (r["suite"], r["name"], r["dtype"], r["mode"]))
     unexplained = report.annotate_known(records, report.load_known())
-    meta = {"suite": a.suite, "ops": a.ops or "all", "dtypes": ",".join(dtypes) if dtypes else "default",
-            "max_samples": a.max_samples, "wall_s": round(time.perf_counter() - t0, 1), **LAST_RUN}
+    meta = report.with_provenance({"suite": a.suite, "ops": a.ops or "all",
+                                   "dtypes": ",".join(dtypes) if dtypes else "default", "max_samples": a.max_samples,
+                                   "wall_s": round(time.perf_counter() - t0, 1), **LAST_RUN})
     with _out_lock(a.out):
         report.write_json(records, os.path.join(a.out, "report.json"), meta)
         report.write_markdown(records, os.path.join(a.out, "report.md"), baseline, meta)

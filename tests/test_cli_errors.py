@@ -92,7 +92,79 @@ def test_missing_file(capsys, tmp_path):
 
 
 def test_kernel_without_inputs(capsys, kfile, tmp_path):
-    _one_line_error(capsys, ["profile", kfile + "::add", "--out", str(tmp_path)], "takes inputs", "--arg")
+    _one_line_error(capsys, ["profile", kfile + "::add", "--out", str(tmp_path)], "takes (a, b)",
+                    "no inputs given (missing a, b)", "--arg")
+
+
+def _def_line(name, text=KERNELS):
+    return text.splitlines().index(f"def {name}(a, b):") + 1
+
+
+@pytest.mark.parametrize("args, fragments", [
+    # a name the kernel does not have, with the close one suggested, and the parameter left out by it
+    (["--arg", "x=128x64", "--arg", "b=128x64"], ["--arg x is not one of its parameters (did you mean a?)",
+                                                  "missing a"]),
+    # one input missing
+    (["--arg", "a=128x64"], ["missing b", "--arg NAME=SHAPE[:DTYPE]"]),
+    # one input too many
+    (["--arg", "a=128x64", "--arg", "b=128x64", "--arg", "c=128x64"], ["--arg c is not one of its parameters"]),
+    # the same input twice
+    (["--arg", "a=128x64", "--arg", "a=128x64", "--arg", "b=128x64"], ["--arg a is given twice"]),
+    # --inputs gives too many positional inputs, or one that --arg gives again
+    (["--inputs", "three"], ["--inputs three gives 3 positional inputs, it takes at most 2"]),
+    (["--inputs", "two", "--arg", "b=128x64"], ["b is given twice (--inputs two and --arg b)"]),
+    (["--inputs", "named", "--arg", "b=128x64"], ["b is given twice (by --inputs named (keyword b) and --arg b)"]),
+    (["--inputs", "named_wrong"], ["--inputs named_wrong (keyword bb) is not one of its parameters "
+                                   "(did you mean b?)", "missing b"]),
+])
+def test_profile_inputs_that_do_not_match_the_kernel(capsys, tmp_path, args, fragments):
+    """A mismatch between the inputs and the kernel's parameters is one line naming the kernel, where it is
+    defined, its parameters and what is wrong, and the kernel never runs."""
+    text = KERNELS + textwrap.dedent("""
+        import numpy as np
+
+        def three():
+            return tuple(np.zeros((128, 64), np.float32) for _ in range(3))
+
+        def two():
+            return np.zeros((128, 64), np.float32), np.zeros((128, 64), np.float32)
+
+        def named():
+            return {"a": np.zeros((128, 64), np.float32), "b": np.zeros((128, 64), np.float32)}
+
+        def named_wrong():
+            return {"a": np.zeros((128, 64), np.float32), "bb": np.zeros((128, 64), np.float32)}
+    """)
+    p = tmp_path / "kernels.py"
+    p.write_text(text)
+    out = tmp_path / "o"
+    line = _one_line_error(capsys, ["profile", f"{p}::add", "--out", str(out), "--no-plot"] + args,
+                           "trnsim profile: error: kernel add (", f"kernels.py:{_def_line('add')})",
+                           "takes (a, b): ", *fragments)
+    assert "TypeError" not in line
+    assert not list(out.glob("*.json"))         # nothing ran, nothing written
+
+
+LEGACY = textwrap.dedent("""
+    import neuronxcc.nki as nki
+    import neuronxcc.nki.language as nl
+
+    @nki.jit
+    def add_kernel(a_t, b, scale=1.0):
+        c = nl.ndarray(a_t.shape, dtype=a_t.dtype, buffer=nl.shared_hbm)
+        nl.store(c, value=nl.add(nl.load(a_t), nl.load(b)))
+        return c
+""")
+
+
+def test_profile_legacy_kernel_inputs_are_checked_too(capsys, tmp_path):
+    p = tmp_path / "legacy.py"
+    p.write_text(LEGACY)
+    line = _one_line_error(capsys, ["profile", f"{p}::add_kernel", "--grid", "2", "--arg", "a=128x64",
+                                    "--arg", "b=128x64", "--out", str(tmp_path), "--no-plot"],
+                           "kernel add_kernel (", "legacy.py:6)", "takes (a_t, b, scale=1.0)",
+                           "--arg a is not one of its parameters (did you mean a_t?)", "missing a_t")
+    assert "scale" not in line.split("missing")[1]      # a parameter with a default is never missing
 
 
 def test_unusable_output_directory(capsys, kfile, tmp_path):

@@ -217,6 +217,12 @@ def _pct(a, b):
     return f"{100.0 * a / b:.1f}%" if b else "n/a"
 
 
+def _made_line(rep):
+    """The trnsim commit and date the report was made at (older reports: from the git history, so marked)."""
+    line = f"Made with trnsim at commit {rep.get('trnsim_commit', 'unknown')} on {rep.get('made', 'unknown')}."
+    return line + (f" ({rep['trnsim_commit_note']})" if rep.get("trnsim_commit_note") else "")
+
+
 def render_md(rep):
     s = rep["summary"]
     out = [f"# nki-library in simulation mode against trnsim",
@@ -224,6 +230,7 @@ def render_md(rep):
            f"Snapshot: aws-neuron/nki-library at commit `{rep['snapshot_commit']}` (Apache-2.0), run from "
            f"`{rep['snapshot']}` with `--test-mode simulation --platform-target {rep['platform']}`.",
            f"Command: `{rep['command']}`",
+           _made_line(rep),
            f"Selection: every {rep['every']}th collected test"
            + (f" from offset {rep['offset']}" if rep.get("offset") else "") + (f", at most {rep['limit']}" if rep['limit'] else "")
            + f" ({s['tests']} tests); {rep['jobs']} worker(s); {rep['wall_s']:.0f} s wall."
@@ -447,7 +454,9 @@ def run(args, argv):
             print("run_nki_library: pytest recorded no test", file=sys.stderr)
             return 1
         summary = classify(recs)
-        rep = {"snapshot": os.path.basename(snap), "snapshot_commit": snapshot_commit(snap, args.snapshot_commit),
+        from conformance.report import provenance
+        made = provenance()                 # the trnsim commit and date this report is made at
+        rep = {"trnsim_commit": made["commit"], "made": made["made"], "snapshot": os.path.basename(snap), "snapshot_commit": snapshot_commit(snap, args.snapshot_commit),
                "platform": args.platform, "every": args.every, "offset": args.offset, "limit": args.limit, "jobs": args.jobs,
                "command": "python tools/run_nki_library.py " + " ".join(argv),
                "standins": used, "max_memory_gib": args.max_memory or None, "wall_s": wall, "partial": partial,

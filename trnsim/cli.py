@@ -230,6 +230,100 @@ def _names(mod):
                   and (hasattr(v, "fn") or getattr(v, "__module__", None) == mod.__name__))
 
 
+def _where(fn):
+    """``file:line`` of a kernel's definition (its ``def`` line), or ``None`` when Python cannot tell."""
+    import inspect
+    try:
+        path = inspect.getsourcefile(fn) or inspect.getfile(fn)
+        line = fn.__code__.co_firstlineno     # the first decorator's line: move on to the ``def``
+    except (TypeError, AttributeError):
+        return None
+    import linecache
+    for ln in range(line, line + 50):
+        text = linecache.getline(path, ln).lstrip()
+        if text.startswith(("def ", "async def ")):
+            line = ln
+            break
+    try:
+        path = os.path.relpath(path)
+    except ValueError:                  # another drive (Windows)
+        pass
+    if not path.startswith(".."):
+        return f"{path}:{line}"
+    return f"{os.path.abspath(path)}:{line}"
+
+
+def _check_inputs(kern, kname, pargs, kwargs, sources, problems=()):
+    """Check the inputs the command line built against the kernel's parameters before running it, so that a
+    mismatch is one line naming the kernel, where it is defined, its parameters and what is missing, unknown or
+    given twice (never a ``TypeError`` traceback from inside the launch).  ``sources[name]`` says which option
+    gave each keyword input; positional inputs come from ``--inputs``; ``problems`` are ones found already."""
+    import difflib
+    import inspect
+
+    from .profiling import _unwrap
+    fn = inspect.unwrap(_unwrap(kern)[0])
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):     # no signature to check against (a builtin): let the launch decide
+        if problems:
+            raise UsageError(f"kernel {kname}: " + "; ".join(problems)) from None
+        return
+    params = list(sig.parameters.values())
+    P = inspect.Parameter
+    shown = []
+    for q in params:
+        if q.kind is P.VAR_POSITIONAL:
+            shown.append("*" + q.name)
+        elif q.kind is P.VAR_KEYWORD:
+            shown.append("**" + q.name)
+        elif q.default is not P.empty:
+            shown.append(f"{q.name}={q.default!r}")
+        else:
+            shown.append(q.name)
+    where = _where(fn)
+    head = f"kernel {kname}{f' ({where})' if where else ''} takes ({', '.join(shown)})"
+    named = [q for q in params if q.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD, P.KEYWORD_ONLY)]
+    positional = [q for q in params if q.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)]
+    var_pos = any(q.kind is P.VAR_POSITIONAL for q in params)
+    var_kw = any(q.kind is P.VAR_KEYWORD for q in params)
+    problems = list(problems)
+    if len(pargs) > len(positional) and not var_pos:
+        problems.append(f"{sources.get('*', '--inputs')} gives {len(pargs)} positional inputs, it takes at most "
+                        f"{len(positional)}")
+    filled = {q.name for q in positional[:len(pargs)]}
+    by_name = {q.name: q for q in named}
+    unknown, twice = [], []
+    missing_names = [q.name for q in named if q.name not in filled and q.name not in kwargs]
+    strays = [k for k in kwargs if (k not in by_name and not var_kw) or
+              (k in by_name and by_name[k].kind is P.POSITIONAL_ONLY)]
+    for name in kwargs:
+        q = by_name.get(name)
+        if q is None or q.kind is P.POSITIONAL_ONLY:
+            if q is None and var_kw:
+                continue
+            # the one parameter left without a value, when this is the one input it has no place for; else a
+            # close spelling
+            near = missing_names if len(missing_names) == 1 and len(strays) == 1 else \
+                difflib.get_close_matches(name, missing_names, n=1, cutoff=0.3) or \
+                difflib.get_close_matches(name, [q.name for q in named], n=1)
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            what = "is positional-only" if q is not None else "is not one of its parameters"
+            unknown.append(f"{sources.get(name, name)} {what}{hint}")
+        elif name in filled:
+            twice.append(f"{name} is given twice ({sources.get('*', '--inputs')} and {sources.get(name, name)})")
+    missing = [q.name for q in named if q.default is P.empty and q.name not in filled and q.name not in kwargs]
+    problems += unknown + twice
+    if missing:
+        if not pargs and not kwargs:
+            problems.append(f"no inputs given (missing {', '.join(missing)}): give them with "
+                            f"--arg NAME=SHAPE[:DTYPE] or --inputs FUNC")
+        else:
+            problems.append(f"missing {', '.join(missing)} (add --arg NAME=SHAPE[:DTYPE] for each)")
+    if problems:
+        raise UsageError(f"{head}: " + "; ".join(problems))
+
+
 def _profile(args):
     from .isa.errors import NkiValidationError
     from .profiling import profile
@@ -265,6 +359,15 @@ def _profile(args):
             pargs, kwargs = list(built[0]), dict(built[1])
         else:
             pargs = list(built) if isinstance(built, (list, tuple)) else [built]
+    sources = {"*": f"--inputs {args.inputs}"}
+    sources.update({k: f"--inputs {args.inputs} (keyword {k})" for k in kwargs})
+    twice = []
+    for name, shape, dtype in specs:
+        if name in sources:
+            twice.append(f"--arg {name} is given twice" if sources[name] == f"--arg {name}" else
+                         f"{name} is given twice (by {sources[name]} and --arg {name})")
+        sources[name] = f"--arg {name}"
+    _check_inputs(kern, kname, pargs, {**kwargs, **{n: None for n, _, _ in specs}}, sources, twice)
     for name, shape, dtype in specs:
         kwargs[name] = make_input(shape, dtype, rng, execute)
     prog = Progress(True if args.progress else (False if args.no_progress else None))
@@ -281,11 +384,6 @@ def _profile(args):
             prog.finish()
             print(f"trnsim profile: {kname} broke a hardware rule: {e}", file=sys.stderr)
             return 1
-        except TypeError as e:
-            if "argument" in str(e) and not pargs and not kwargs:
-                raise UsageError(f"kernel {kname!r} takes inputs: give them with --arg NAME=SHAPE[:DTYPE] or "
-                                 f"--inputs FUNC ({e})") from None
-            raise
     finally:
         prog.finish()
     wall = time.perf_counter() - t0
@@ -305,10 +403,11 @@ def _profile(args):
 _EPILOGS = {
     "demo": "examples:\n  trnsim demo\n  trnsim demo --target trn3 --m 512 --k 1024 --n 2048\n"
             "  trnsim demo --no-plot --out /tmp/demo",
-    "profile": "examples:\n  trnsim profile my_kernels.py::matmul --arg a_t=512x256:bfloat16 "
+    # the kernels are examples/my_kernels.py's (tests/test_guides.py runs these lines from the repository)
+    "profile": "examples:\n  trnsim profile examples/my_kernels.py::matmul --arg a_t=512x256:bfloat16 "
                "--arg b=512x1024:bfloat16\n"
-               "  trnsim profile my_kernels.py::add --inputs make_inputs --shape-only --target trn3\n"
-               "  trnsim profile legacy.py::add_kernel --grid 2x2 --arg a=256x1024 --arg b=256x1024",
+               "  trnsim profile examples/my_kernels.py::matmul --inputs make_inputs --shape-only --target trn3\n"
+               "  trnsim profile examples/my_kernels.py::scaled_add --arg a=256x1024 --arg b=256x1024 --no-plot",
 }
 
 
@@ -321,7 +420,8 @@ def build_parser():
     from . import __version__
     p = _Parser(prog="trnsim", description="Trainium NeuronCore simulator: run, check and time NKI kernels and "
                 "PyTorch code on a simulated Trainium.", formatter_class=argparse.RawDescriptionHelpFormatter,
-                epilog="examples:\n  trnsim demo\n  trnsim profile kernels.py::matmul --arg a=128x512:bfloat16\n"
+                epilog="examples:\n  trnsim demo\n  trnsim profile examples/my_kernels.py::matmul "
+                       "--arg a_t=512x256:bfloat16 --arg b=512x1024:bfloat16\n"
                        "  trnsim conformance --suite nki\n\nrun 'trnsim COMMAND --help' for a command's options")
     p.add_argument("--version", action="version", version=f"trnsim {__version__}")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
@@ -339,7 +439,8 @@ def build_parser():
                           "and a PNG timeline.")
     pr.add_argument("kernel", help="FILE::KERNEL, e.g. my_kernels.py::matmul")
     pr.add_argument("--arg", action="append", metavar="NAME=SHAPE[:DTYPE]",
-                    help="an input, e.g. --arg a=128x512:bfloat16 (repeatable; random values, seed --seed)")
+                    help="an input, e.g. --arg a_t=512x256:bfloat16 (one per parameter of the kernel; random "
+                    "values, seed --seed)")
     pr.add_argument("--inputs", metavar="FUNC", help="a function in FILE returning the inputs (a tuple of "
                     "positional arguments, a dict of keyword arguments, or (args, kwargs))")
     pr.add_argument("--target", default=None, help="trn1, trn2 (default) or trn3")
