@@ -43,7 +43,7 @@ import torch
 
 from .models import ModelSpec, load_model
 
-__all__ = ["Parallelism", "Estimate", "estimate", "INSTANCES", "load_prices", "rank_layout", "state_memory",
+__all__ = ["Parallelism", "Estimate", "estimate", "INSTANCES", "instance_name", "load_prices", "rank_layout", "state_memory",
            "capacity_per_rank"]
 
 _DATA = os.path.join(os.path.dirname(__file__), "data")
@@ -56,6 +56,21 @@ def _load(name):
 
 
 INSTANCES = {k: v for k, v in _load("instances.json").items() if not k.startswith("_")}
+
+
+def instance_name(name) -> str:
+    """The one name of an instance type (a key of :data:`INSTANCES`, the same names as
+    ``trnsim.collectives.TOPOLOGIES``) for ``name`` or any alias ``trnsim.collectives.MACHINE_ALIASES`` accepts
+    (``trn2u.48xlarge`` is ``trn2-ultraserver``); a clear error naming the accepted names otherwise."""
+    from ..collectives.topology import MACHINE_ALIASES, machine_name
+    try:
+        key = machine_name(name)
+    except ValueError:
+        key = None
+    if key not in INSTANCES:
+        raise ValueError(f"instance {name!r}: expected one of {', '.join(INSTANCES)} (aliases: "
+                         f"{', '.join(f'{a} = {b}' for a, b in MACHINE_ALIASES.items() if b in INSTANCES)})")
+    return key
 
 
 def _price_rows(doc, where):
@@ -74,10 +89,11 @@ def _price_rows(doc, where):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
             raise ValueError(f"price file {where}: row {i} ({r['instance']}): usd_per_hour {v!r} is not a "
                              f"positive number")
-        if r["instance"] not in INSTANCES:
-            raise ValueError(f"price file {where}: row {i}: unknown instance {r['instance']!r} (expected one of "
-                             f"{', '.join(INSTANCES)})")
-        out.setdefault(r["instance"], r)
+        try:
+            name = instance_name(r["instance"])
+        except ValueError as e:
+            raise ValueError(f"price file {where}: row {i}: {e}") from None
+        out.setdefault(name, dict(r, instance=name))
     return out
 
 
@@ -209,13 +225,13 @@ class DoesNotFit(ValueError):
 def capacity_per_rank(instance, lnc=None):
     """HBM bytes one rank (logical core) of ``instance`` has."""
     from ..targets import get_target
-    tg = get_target(INSTANCES[instance]["target"])
+    tg = get_target(INSTANCES[instance_name(instance)]["target"])
     return tg.hbm_bytes_per_logical_core(lnc or tg.default_lnc)
 
 
 def _topology(inst, count, lnc):
     from ..collectives import get_topology
-    return get_topology(INSTANCES[inst]["topology"], nodes=count, lnc=lnc)
+    return get_topology(INSTANCES[instance_name(inst)]["topology"], nodes=count, lnc=lnc)
 
 
 def _coll(op, nbytes, topo, group):
@@ -257,8 +273,7 @@ def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, c
     from .step import head_cost, layer_cost, prepare
 
     spec: ModelSpec = load_model(model)
-    if instance not in INSTANCES:
-        raise ValueError(f"instance {instance!r}: expected one of {', '.join(INSTANCES)}")
+    instance = instance_name(instance)
     if count < 1:
         raise ValueError(f"count {count}: at least one instance")
     if precision not in ("bf16", "fp8"):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 
-from .estimator import INSTANCES, GiB, Parallelism, capacity_per_rank, estimate, state_memory
+from .estimator import INSTANCES, GiB, instance_name, Parallelism, capacity_per_rank, estimate, state_memory
 from .models import load_model
 
 __all__ = ["candidates", "search", "pareto"]
@@ -29,7 +29,7 @@ def candidates(model, instance, counts=(1,), micro_batches=(1, 2), seq=4096, lnc
     spec = load_model(model)
     out = []
     for count in counts:
-        topo = get_topology(INSTANCES[instance]["topology"], nodes=count, lnc=lnc)
+        topo = get_topology(INSTANCES[instance_name(instance)]["topology"], nodes=count, lnc=lnc)
         ranks = topo.ranks
         for tp in [t for t in (1, 2, 4, 8, 16, 32) if ranks % t == 0 and (max_tp is None or t <= max_tp)
                    and spec.heads % t == 0]:
@@ -78,6 +78,7 @@ def search(model, instance, counts=(1,), micro_batches=(1, 2), seq=4096, global_
     from .step import prepare
     import torch
     spec = load_model(model)
+    instance = instance_name(instance)
     cap = capacity_per_rank(instance, lnc)
     cands = candidates(spec, instance, counts, micro_batches, seq, lnc)
     keep, rejected = [], []
