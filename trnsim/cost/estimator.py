@@ -68,7 +68,7 @@ def instance_name(name) -> str:
     except ValueError:
         key = None
     if key not in INSTANCES:
-        raise ValueError(f"instance {name!r}: expected one of {', '.join(INSTANCES)} (aliases: "
+        raise ValueError(f"unknown instance {name!r}: expected one of {', '.join(INSTANCES)} (aliases: "
                          f"{', '.join(f'{a} = {b}' for a, b in MACHINE_ALIASES.items() if b in INSTANCES)})")
     return key
 
