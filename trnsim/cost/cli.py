@@ -114,8 +114,11 @@ def main(argv=None) -> int:
         if a.search or all(v is None for v in (a.tp, a.pp, a.dp)):
             counts = a.counts or [a.count]
             try:
+                # the best configuration with --compile: rank every candidate eagerly, compile the 2 fastest
+                # (--search --compile compiles every candidate)
                 res, front, rejected = search(a.model, a.instance, counts=counts, micro_batches=a.micro_batches,
-                                              progress=_search_progress(line), jobs=a.jobs, **common)
+                                              progress=_search_progress(line), jobs=a.jobs,
+                                              compile_top=None if a.search else 2, **common)
             finally:
                 line.clear()
             if not res:
