@@ -23,8 +23,11 @@ How a step is put together (each piece from the simulator, never from a fitted c
   kernels (:func:`trnsim.cost.step.fp8_matmul_ns`), with the casts of their operands; the rest stays bf16.
 * compiled (``compiled=True``): every layer and the head run through ``torch.compile(backend="neuron")`` on the
   shape-only device (the compile backend's fused kernels and one launch per graph; attention stays the flash
-  kernel between graphs); the compile time before the first step is the compile backend's neuronx-cc model
-  (``trnsim.backend.compile.stats``, an assumption) on the stage's forward and backward graphs, priced too.
+  kernel between graphs; a group of ops costs the lesser of its fused kernel and its ops' eager kernels, so a
+  compiled layer is never slower than eager); the compile time before the first step is the compile backend's
+  neuronx-cc model (``trnsim.backend.compile.stats``, an assumption) on the stage's forward and backward graphs,
+  priced too.  Layer runs are kept by the layer-cost cache (:mod:`trnsim.cost.layer_cache`): a layer is compiled
+  once, not once per estimate.
 * speed: the kernel simulations a configuration needs are collected first (a run with them deferred) and
   simulated over the machine's cores (:func:`trnsim.cost.step.prepare`); they are memoised per process and kept
   on disk by the op-cost cache (``trnsim.backend.cost_cache``).
@@ -310,8 +313,9 @@ def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, c
                      "stay bf16/fp32; MFU is against the bf16 peak")
     if compiled:
         notes.append("compiled: every layer runs through torch.compile(backend='neuron') on the shape-only device "
-                     "(fused kernels, one launch per graph); compile time is the compile backend's neuronx-cc "
-                     "model (an assumption: 20 s per graph + 0.05 s per aten op)")
+                     "(fused kernels, each no slower than its ops run eagerly; one launch per graph; TP "
+                     "collectives stay exposed, as the runtime documents); compile time is the compile backend's "
+                     "neuronx-cc model (an assumption: 20 s per graph + 0.05 s per aten op)")
     s_local = seq // cp
     split = 1.0 / lnc                 # the device simulates one physical core; a logical core has lnc of them
     # -- compute per micro-batch per stage ----------------------------------------------------------------
