@@ -6,7 +6,7 @@ resource has moved its bytes.  Resources: each direction of each NeuronLink, eac
 and out, each chip's HBM (shared by the chip's ranks) and each rank's DMA engines.  Two transfers crossing one
 link in one step share it: the link's load is the sum of their bytes.
 
-Costs, each from the Neuron documents (paths as in docs of the AWS Neuron SDK):
+Costs, each from the Neuron documents (paths in the AWS Neuron SDK documentation):
 
 * **per collective** (:func:`fixed_costs`): the NeuronCore triggers its CC core with a write (the compiler's
   PseudoTriggerCollective2, which the runtime turns into a Write instruction; neuron-runtime/explore/
@@ -24,10 +24,11 @@ Costs, each from the Neuron documents (paths as in docs of the AWS Neuron SDK):
   generation is charged per step.  No figure is published for the CC core's own scheduling between steps; it is
   taken to be inside the hop latency.
 * **bandwidth**: each resource's bytes over its bandwidth, the step taking the largest.  A reducing transfer
-  (``reads > 1``) reads its operands from HBM, reduces them in the DMA engine and writes the result
-  (intranode-collective-comm.rst counts KangaRing's reduce-scatter as "3R1W" HBM accesses): the chip's HBM is
-  charged every read and write, and the DMA engines of the rank doing it the larger of the bytes they read and
-  write (assumption: an engine's practical rate bounds each of its two streams).
+  (``reads > 1``) reads its operands from HBM, reduces them and writes the result (intranode-collective-comm.rst
+  counts KangaRing's reduce-scatter as "3R1W" HBM accesses; neuron-runtime/about/collectives.rst: the CC cores
+  "control when and how data movement engines transfer data"): the chip's HBM is charged every read and write,
+  and the DMA engines of the rank doing it the larger of the bytes they read and write (assumptions: the DMA
+  engines do the reduction, and an engine's practical rate bounds each of its two streams).
 * **reduction pipelining**: "a chunk transmit is divided into two sliced transmissions, where the first slice
   reduction overlaps the second slice communication" (intranode-collective-comm.rst).  With transfer time X and
   reduction time R per step, two slices take X/2 + max(X/2, R/2) + R/2 = max(X, R) + min(X, R)/2: the step pays
