@@ -1,6 +1,7 @@
 """Collectives across NeuronCores and chips: topologies as data, the Neuron runtime's algorithms as timed step
 schedules (the runtime's fixed costs, bandwidth, hop latency, link contention, HBM traffic), the physical bound
-of each collective's paths, and functional collectives between simulated ranks in one process.  Layering: imports ``trnsim.targets`` (and machine/memory) only."""
+of each collective's paths, and functional collectives between simulated ranks in one process.  Layering:
+imports ``trnsim.targets`` (and machine/memory) only."""
 
 from . import functional
 from .algorithms import ALGORITHMS, OPS, CollectiveCost, bus_factor, choose_algorithm, collective_time

@@ -46,7 +46,8 @@ import torch
 
 from .models import ModelSpec, load_model
 
-__all__ = ["Parallelism", "Estimate", "estimate", "INSTANCES", "instance_name", "load_prices", "rank_layout", "state_memory",
+__all__ = ["Parallelism", "Estimate", "estimate", "INSTANCES", "instance_name", "load_prices", "rank_layout",
+           "state_memory",
            "capacity_per_rank"]
 
 _DATA = os.path.join(os.path.dirname(__file__), "data")
