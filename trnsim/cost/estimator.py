@@ -47,8 +47,7 @@ import torch
 from .models import ModelSpec, load_model
 
 __all__ = ["Parallelism", "Estimate", "estimate", "INSTANCES", "instance_name", "load_prices", "rank_layout",
-           "state_memory",
-           "capacity_per_rank"]
+           "state_memory", "capacity_per_rank"]
 
 _DATA = os.path.join(os.path.dirname(__file__), "data")
 GiB = 2 ** 30

@@ -7,8 +7,8 @@ A group's kernel reads its external inputs from HBM once and writes its material
 kernel and the eager device's kernels for its ops one by one (launches excluded), so fusion never makes a graph
 slower than the same ops run eagerly (the library's fused kernels are unblocked and simple; where the eager
 device's blocked matmul or elementwise kernels beat them, the group is taken as not fused).  Layout changes
-between kernels (a permute feeding a matmul) are taken to be
-free access patterns of the DMAs, an optimistic simplification.
+between kernels (a permute feeding a matmul) are taken to be free access patterns of the DMAs, an optimistic
+simplification.
 """
 
 from __future__ import annotations
