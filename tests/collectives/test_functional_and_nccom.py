@@ -70,7 +70,8 @@ def _run(argv):
 def test_table_columns_and_bus_bandwidth():
     rc, text = _run(["-r", "64", "-b", "8", "-e", "4G", "-f", "4", "-d", "fp32", "allr"])
     assert rc == 0
-    lines = text.splitlines()
+    head, *lines = text.splitlines()
+    assert head.startswith("# trnsim nccom-test (simulated): trn2.48xlarge") and "64 ranks on 16 chips" in head
     assert lines[0].split() == ["size(B)", "count(elems)", "type", "time(us)", "algbw(GB/s)", "busbw(GB/s)"]
     body = [ln.split() for ln in lines[1:-1]]
     assert len(body) == len(sizes(8, 4 << 30, stepfactor=4))
@@ -82,11 +83,16 @@ def test_table_columns_and_bus_bandwidth():
     assert avg == pytest.approx(np.mean([float(b[5]) for b in body]), abs=0.01)
 
 
-def test_rows_algbw_is_gib_per_s_of_size_over_time():
+def test_rows_algbw_is_decimal_gb_per_s_of_size_over_time():
+    """One unit: GB/s = 10^9 B/s = bytes per ns, as the Python API's busbw_bytes_per_ns and the topologies."""
+    from trnsim.collectives import collective_time
     for op in ("all_gather", "reduce_scatter", "send_recv"):
-        for m, cnt, dt, t_us, algbw, busbw, algo in rows(op, [1 << 20, 1 << 28], "trn2", 64, "bf16"):
-            assert algbw == pytest.approx(m / (t_us * 1e-6) / 2 ** 30)
+        for m, cnt, dt, t_us, algbw, busbw, algo, bound, floor in rows(op, [1 << 20, 1 << 28], "trn2", 64,
+                                                                        "bf16"):
+            assert algbw == pytest.approx(m / (t_us * 1e-6) / 1e9)
             assert busbw == pytest.approx(algbw * bus_factor(op, 64))
+            assert busbw == pytest.approx(collective_time(op, m, "trn2", nranks=64).busbw_bytes_per_ns)
+            assert busbw <= bound and 0 < floor < t_us
 
 
 def test_check_and_errors():

@@ -36,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from .schedule import Schedule, StepBuilder
+from .schedule import Schedule, StepBuilder, fixed_costs
 from .topology import Placement, Topology, get_topology, is_power_of_two
 
 MiB = 1024 * 1024
@@ -122,29 +122,30 @@ def _repeat(step, k):
 
 
 def _kangaring_steps(g: _Group, op, frac, label):
-    prim, sec = [], {}
+    """Two opposite cycles over the chips' rank pairs (a, b); a is primary in the forward cycle and b in the
+    backward one (the page: primaries and secondaries alternate between cycles, "so that each rank is active in
+    half of them"), each cycle carrying one unit per step.  Needs at least two chips (applicable())."""
+    pairs = []
     for c in g.chips:
         rs = g.by_chip[c]
-        for k in range(0, len(rs), 2):
-            prim.append(rs[k])
-            sec[rs[k]] = rs[k + 1]
-    n = len(prim)
+        pairs += [(rs[k], rs[k + 1]) for k in range(0, len(rs), 2)]
+    n = len(pairs)
     steps = []   # reduce-scatter: the primary reads its secondary's chunks itself (3R1W), nothing moves first
-    if n > 1:
-        b = StepBuilder(g.p, f"{label} step", frac)
-        for i, r in enumerate(prim):
-            for nb in (prim[(i + 1) % n], prim[(i - 1) % n]):
-                if op == "all_gather":
-                    b.send(r, nb, 1.0, reads=1.0, writes=1.0, src_writes=1.0)   # 1R2W: duplicated write
-                else:
-                    b.send(r, nb, 1.0, reads=3.0, writes=1.0)                   # 3R1W
-        steps += _repeat(b.build(), n - 1)
+    b = StepBuilder(g.p, f"{label} step", frac)
+    for i, (a, s) in enumerate(pairs):
+        for src, dst in ((a, pairs[(i + 1) % n][0]), (s, pairs[(i - 1) % n][1])):
+            if op == "all_gather":
+                b.send(src, dst, 1.0, reads=1.0, writes=1.0, src_writes=1.0)   # 1R2W: duplicated write
+            else:
+                b.send(src, dst, 1.0, reads=3.0, writes=1.0)                   # 3R1W
+    steps += _repeat(b.build(), n - 1)
     b = StepBuilder(g.p, f"{label} secondaries", frac)
-    for r in prim:
-        if op == "all_gather":
-            b.send(r, sec[r], 2.0 if n == 1 else 1.0, reads=1.0, writes=1.0)    # the last chunk to the secondary
-        else:
-            b.send(r, sec[r], 1.0, reads=2.0 if n > 1 else 3.0, writes=1.0)     # the secondary's reduced chunk
+    for a, s in pairs:      # each cycle's primary hands its secondary the last chunk (or reduced chunk)
+        for src, dst in ((a, s), (s, a)):
+            if op == "all_gather":
+                b.send(src, dst, 0.5, reads=1.0, writes=1.0)
+            else:
+                b.send(src, dst, 0.5, reads=2.0, writes=1.0)
     steps.append(b.build())
     return steps
 
@@ -285,7 +286,8 @@ def _half(g: _Group, op, algorithm, frac):
 
 def applicable(g: _Group, algorithm: str, op: str) -> bool:
     if algorithm == "kangaring":
-        return (len(g.nodes()) == 1 and g.whole_chips() and g.t.logical_cores_per_chip % 2 == 0
+        # a cycle over the primaries: at least two chips (one chip's pair has no ring to run)
+        return (len(g.nodes()) == 1 and len(g.chips) > 1 and g.whole_chips() and g.t.logical_cores_per_chip % 2 == 0
                 and op in ("all_reduce", "all_gather", "reduce_scatter"))
     if algorithm == "rdh":
         return _rdh_dims(g) is not None and op in ("all_reduce", "all_gather", "reduce_scatter")
@@ -370,7 +372,10 @@ def build_schedule(topology: Topology, nranks: int, group: tuple, op: str, algor
             raise ValueError(f"algorithm {algorithm!r} does not apply to broadcast")
     else:
         raise ValueError(f"unknown collective {op!r}: expected one of {', '.join(OPS)}")
-    return Schedule(op, algorithm if algorithm != "hierarchical" else f"hierarchical({intra})", n, tuple(steps))
+    steps = [s for s in steps if s.loads]      # a step with nothing to move (one chip's mesh) is not run
+    fixed = fixed_costs(topology, len(g.nodes()) > 1) if n > 1 else ()
+    return Schedule(op, algorithm if algorithm != "hierarchical" else f"hierarchical({intra})", n, tuple(steps),
+                    fixed)
 
 
 def _hier_half(g: _Group, op, frac, intra):
@@ -412,8 +417,9 @@ def _merge(steps, placement):
         v = u / t.resource_bandwidth(res)
         if v > worst:
             worst, bott = v, res
-    return Step(steps[0].label, max(s.latency_ns for s in steps), steps[0].unit_fraction, worst, bott,
-                tuple(sorted(loads.items())))
+    tail = max(s.tail_ns_per_unit_byte for s in steps)    # the merged steps are the same step on each node
+    return Step(steps[0].label, max(s.latency_ns for s in steps), steps[0].unit_fraction, worst + tail, bott,
+                tuple(sorted(loads.items())), tail)
 
 
 # -- public entry ------------------------------------------------------------------------------------------

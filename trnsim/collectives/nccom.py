@@ -3,13 +3,22 @@
 Same arguments and output as the Neuron tool (tools/neuron-sys-tools/nccom-test.rst): ``<cc operation>``,
 ``-r/--nworkers``, ``-N/--nnodes``, ``-b/--minbytes``, ``-e/--maxbytes``, ``-i/--stepbytes``, ``-f/--stepfactor``,
 ``-n/--iters``, ``-w/--warmup_iters``, ``-d/--datatype``, ``-c/--check``, ``-s/--hosts``; columns ``size(B)
-count(elems) type time(us) algbw(GB/s) busbw(GB/s)`` and ``Avg bus bandwidth``.  As in the tool, algbw and busbw
-are in GiB/s (the page: "gibibytes ... per second"), busbw = algbw x the collective's bus factor.
+count(elems) type time(us) algbw(GB/s) busbw(GB/s)`` and ``Avg bus bandwidth``; busbw = algbw x the collective's
+bus factor.
 
-trnsim additions: ``--topology`` (default trn2.48xlarge), ``--lnc``, ``--algorithm`` (force one),
-``--show-algorithm`` (an extra column), ``--plot PNG`` with ``--compare TOPO,...`` (busbw against size for
-several topologies).  The simulator is deterministic, so the P50 over ``--iters`` is the one simulated time;
-``--iters``/``--warmup_iters`` are accepted for compatibility and change nothing.
+Units: trnsim prints decimal GB/s (10^9 bytes per second, = bytes per ns), the unit of every bandwidth in trnsim
+(topologies, the Python API's ``busbw_bytes_per_ns``, the plot), so the label says what the number is.  AWS's
+nccom-test on real hardware prints gibibytes per second under the same ``GB/s`` label (its page,
+tools/neuron-sys-tools/nccom-test.rst: algbw "in gibibytes (1GiB = 1,073,741,824 bytes) per second"): to compare
+a trnsim figure with one from the real tool, divide trnsim's by 1.0737 (or multiply the tool's by it).
+
+trnsim additions: ``--topology``/``--instance`` (the machine, default trn2.48xlarge; the same names and aliases
+as ``trnsim estimate --instance``, ``trnsim.collectives.MACHINE_ALIASES``), ``--lnc``, ``--algorithm`` (force
+one), ``--show-algorithm`` (an extra column), ``--show-bound`` (two more: the physical busbw bound of the ranks'
+paths, :mod:`.bounds`, and the fixed-cost floor, the time as the size goes to zero), ``--plot PNG`` with
+``--compare TOPO,...`` (busbw against size for several topologies).  A ``#`` line before the table names the
+machine and where the ranks sit.  The simulator is deterministic, so the P50 over ``--iters`` is the one simulated
+time; ``--iters``/``--warmup_iters`` are accepted for compatibility and change nothing.
 """
 
 from __future__ import annotations
@@ -22,11 +31,12 @@ import sys
 import numpy as np
 
 from .algorithms import bus_factor, collective_time
-from .topology import get_topology
+from .bounds import physical_bound
+from .topology import Placement, get_topology
 from . import functional
 from ..cliutil import OneLineParser
 
-GiB = 1024 ** 3
+GiB = 1024 ** 3     # binary size units of -b/-e (1G = 1 GiB, as the tool's examples)
 
 DTYPES = {"uint8": np.uint8, "int8": np.int8, "uint16": np.uint16, "int16": np.int16, "fp16": np.float16,
           "bf16": "bfloat16", "int32": np.int32, "uint32": np.uint32, "fp32": np.float32}
@@ -78,11 +88,15 @@ def build_parser(p=None):
     p.add_argument("-d", "--datatype", choices=list(DTYPES), default="uint8")
     p.add_argument("-c", "--check", action="store_true", help="check results with the functional collective")
     p.add_argument("-s", "--hosts", nargs="*", default=None, help="accepted; the simulated nodes need no hosts")
-    p.add_argument("--topology", default="trn2.48xlarge", help="trn2.48xlarge (default), trn2-ultraserver, "
-                   "trn1.32xlarge, trn3-gen1-ultraserver, trn3-gen2-ultraserver")
+    p.add_argument("--topology", "--instance", dest="topology", default="trn2.48xlarge",
+                   help="the machine: trn2.48xlarge (default), trn2-ultraserver, trn1.32xlarge, "
+                   "trn3-gen1-ultraserver, trn3-gen2-ultraserver (aliases trn1, trn2, trn2u, trn2u.48xlarge, trn3, "
+                   "...: the names trnsim estimate --instance takes)")
     p.add_argument("--lnc", type=int, default=None, help="logical NeuronCore config (default: the target's)")
     p.add_argument("--algorithm", default=None, help="force mesh, rdh, kangaring, ring or hierarchical")
     p.add_argument("--show-algorithm", action="store_true", help="add the algorithm the runtime picks")
+    p.add_argument("--show-bound", action="store_true", help="add the physical busbw bound of the ranks' paths "
+                   "and the fixed-cost floor (us)")
     p.add_argument("--plot", default=None, metavar="PNG", help="write busbw against size to this PNG")
     p.add_argument("--compare", default="", help="more topologies for --plot, comma separated (each at its "
                    "full rank count)")
@@ -115,25 +129,45 @@ def _measured_size(op, size, itemsize, n):
 
 
 def rows(op, size_list, topology, nranks, datatype="uint8", algorithm=None):
-    """``[(size, count, type, time_us, algbw GiB/s, busbw GiB/s, algorithm)]``."""
+    """``[(size, count, type, time_us, algbw GB/s, busbw GB/s, algorithm, bound busbw GB/s, floor_us)]``;
+    GB/s are decimal (bytes per ns), see the module docstring.  The bound is ``inf`` for collectives without
+    one (send/recv, permute, broadcast)."""
     out = []
     isz = _ITEMSIZE[datatype]
+    topo = get_topology(topology) if isinstance(topology, str) else topology
+    place = Placement(topo, nranks)
     for s in size_list:
         m = _measured_size(op, s, isz, nranks)
-        c = collective_time(op, m, topology, nranks=nranks, algorithm=algorithm)
+        c = collective_time(op, m, topo, nranks=nranks, algorithm=algorithm)
         t_us = c.time_ns / 1e3
-        algbw = (m / (c.time_ns * 1e-9)) / GiB if c.time_ns else 0.0
-        out.append((m, m // isz, datatype, t_us, algbw, algbw * bus_factor(op, nranks), c.algorithm))
+        algbw = m / c.time_ns if c.time_ns else 0.0
+        bound = physical_bound(op, m, place, range(nranks)).busbw_bytes_per_ns \
+            if op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all") else float("inf")
+        out.append((m, m // isz, datatype, t_us, algbw, algbw * bus_factor(op, nranks), c.algorithm, bound,
+                    c.schedule.latency_ns() / 1e3))
     return out
 
 
-def format_table(rs, show_algorithm=False):
+def describe(topo, nranks) -> str:
+    """The ``#`` line naming the machine and where the ranks sit."""
+    p = Placement(topo, nranks)
+    chips = len({p.chip(r) for r in range(nranks)})
+    return (f"# trnsim nccom-test (simulated): {topo.name} ({topo.target.name}, LNC={topo.effective_lnc}, "
+            f"{topo.ranks} ranks), {nranks} ranks on {chips} chip{'s' if chips > 1 else ''} of "
+            f"{topo.nodes} node{'s' if topo.nodes > 1 else ''}; GB/s = 10^9 B/s")
+
+
+def format_table(rs, show_algorithm=False, show_bound=False):
     head = f"{'size(B)':>14}{'count(elems)':>16}{'type':>9}{'time(us)':>12}{'algbw(GB/s)':>15}{'busbw(GB/s)':>15}"
+    if show_bound:
+        head += f"{'bound(GB/s)':>15}{'floor(us)':>12}"
     if show_algorithm:
         head += "  algorithm"
     lines = [head]
-    for m, cnt, dt, t, a, b, algo in rs:
+    for m, cnt, dt, t, a, b, algo, bound, floor in rs:
         line = f"{m:>14}{cnt:>16}{dt:>9}{t:>12.0f}{a:>15.2f}{b:>15.2f}"
+        if show_bound:
+            line += f"{bound:>15.2f}{floor:>12.1f}"
         if show_algorithm:
             line += f"  {algo}"
         lines.append(line)
@@ -182,7 +216,7 @@ def check(op, size, nranks, datatype):
 
 
 def plot(path, curves, op):
-    """``curves`` = {label: [(size, busbw GiB/s), ...]} -> a log-x PNG, written atomically."""
+    """``curves`` = {label: [(size, busbw GB/s), ...]} -> a log-x PNG, written atomically."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -191,7 +225,7 @@ def plot(path, curves, op):
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=label)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("size (bytes)")
-    ax.set_ylabel("busbw (GiB/s)")
+    ax.set_ylabel("busbw (GB/s = 10^9 B/s)")
     ax.set_title(f"trnsim nccom-test: {op} (simulated)")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
@@ -212,7 +246,8 @@ def main(args, out=sys.stdout) -> int:
     except ValueError as e:
         print(f"nccom-test: error: {e}", file=sys.stderr)
         return 2
-    print(format_table(rs, args.show_algorithm), file=out)
+    print(describe(topo, args.nworkers), file=out)
+    print(format_table(rs, args.show_algorithm, args.show_bound), file=out)
     status = 0
     if args.check:
         errors = 0

@@ -33,7 +33,7 @@ from typing import Mapping
 
 from ..targets import TRN1, TRN2, TRN3, Target
 
-__all__ = ["Topology", "TOPOLOGIES", "get_topology", "Placement", "GiB_per_s"]
+__all__ = ["Topology", "TOPOLOGIES", "MACHINE_ALIASES", "machine_name", "get_topology", "Placement", "GiB_per_s"]
 
 GiB_per_s = 1024 ** 3 / 1e9      # one GiB/s in bytes per ns
 
@@ -321,23 +321,38 @@ TOPOLOGIES: Mapping[str, Topology] = MappingProxyType({
     "trn3-gen2-ultraserver": _trn3_gen2(),
 })
 
-_ALIASES = {"trn1": "trn1.32xlarge", "trn2": "trn2.48xlarge", "trn2u": "trn2-ultraserver",
-            "trn2u.48xlarge": "trn2.48xlarge", "trn3": "trn3-gen1-ultraserver", "trn3-gen1": "trn3-gen1-ultraserver",
-            "trn3-gen2": "trn3-gen2-ultraserver", "trn1n.32xlarge": "trn1.32xlarge"}
+# One name per machine (the keys of TOPOLOGIES), used by every command (nccom-test --topology/--instance, estimate
+# --instance, TRNSIM_TOPOLOGY); these aliases are accepted everywhere and mapped to it.  A Trn2 UltraServer is four
+# trn2u.48xlarge instances (trn2-arch), and the unit nccom-test and estimate both mean by that name is the
+# UltraServer, so trn2u.48xlarge names trn2-ultraserver.
+MACHINE_ALIASES: Mapping[str, str] = MappingProxyType({
+    "trn1": "trn1.32xlarge", "trn1n.32xlarge": "trn1.32xlarge",
+    "trn2": "trn2.48xlarge",
+    "trn2u": "trn2-ultraserver", "trn2u.48xlarge": "trn2-ultraserver", "trn2-us": "trn2-ultraserver",
+    "trn3": "trn3-gen1-ultraserver", "trn3-gen1": "trn3-gen1-ultraserver",
+    "trn3-gen2": "trn3-gen2-ultraserver",
+})
+
+
+def machine_name(name) -> str:
+    """The one canonical name of a machine (a key of :data:`TOPOLOGIES`) for ``name`` or any of its aliases
+    (case and surrounding spaces ignored); a clear error naming the accepted names otherwise."""
+    key = str(name).strip().lower()
+    key = MACHINE_ALIASES.get(key, key)
+    if key not in TOPOLOGIES:
+        raise ValueError(f"unknown machine {name!r}: expected one of {', '.join(TOPOLOGIES)} "
+                         f"(aliases: {', '.join(f'{a} = {b}' for a, b in MACHINE_ALIASES.items())})")
+    return key
 
 
 def get_topology(name: "str | Topology" = "trn2.48xlarge", nodes: int = 1, lnc: int | None = None) -> Topology:
-    """A topology by name (``trn2.48xlarge``, ``trn2-ultraserver``, ``trn1.32xlarge``, ``trn3-gen1-ultraserver``,
-    ``trn3-gen2-ultraserver``; short aliases ``trn1``, ``trn2``, ``trn2u``, ``trn3``, ``trn3-gen2``), ``nodes`` of
+    """A topology by machine name (``trn2.48xlarge``, ``trn2-ultraserver``, ``trn1.32xlarge``,
+    ``trn3-gen1-ultraserver``, ``trn3-gen2-ultraserver``, or an alias in :data:`MACHINE_ALIASES`), ``nodes`` of
     them joined by EFA, at the given LNC (default: the target's)."""
     if isinstance(name, Topology):
         t = name
     else:
-        key = _ALIASES.get(str(name).strip().lower(), str(name).strip().lower())
-        if key not in TOPOLOGIES:
-            raise ValueError(f"unknown topology {name!r}: expected one of {', '.join(TOPOLOGIES)} "
-                             f"(aliases {', '.join(_ALIASES)})")
-        t = TOPOLOGIES[key]
+        t = TOPOLOGIES[machine_name(name)]
     if nodes != 1 or t.nodes != 1:
         t = t.with_nodes(nodes)
     if lnc is not None:

@@ -14,7 +14,7 @@ __all__ = ["main"]
 _EXAMPLES = """examples:
   trnsim estimate --model qwen3-32b --instance trn2.48xlarge --count 1 --tp 4 --seq 8192 --global-batch 64
   trnsim estimate --model llama3-8b --instance trn2.48xlarge            # best parallelism found for 1 instance
-  trnsim estimate --model deepseek-v3 --instance trn2u.48xlarge --tp 8 --ep 8 --pp 4 --checkpointing --json
+  trnsim estimate --model deepseek-v3 --instance trn2-ultraserver --tp 8 --ep 8 --pp 4 --checkpointing --json
   trnsim estimate --model ./config.json --instance trn3-gen1-ultraserver --search --counts 1,2 -j 2
 """
 
@@ -42,6 +42,14 @@ def _positive(text):
     return v
 
 
+def _instance(text):
+    from .estimator import instance_name
+    try:
+        return instance_name(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def build_parser():
     from .estimator import INSTANCES
     from .models import builtin_names
@@ -51,8 +59,9 @@ def build_parser():
                             "instance's topology.")
     p.add_argument("--model", required=True, help=f"built-in ({', '.join(builtin_names())}) or a Hugging Face "
                    "config.json path")
-    p.add_argument("--instance", required=True, choices=sorted(INSTANCES), metavar="INSTANCE",
-                   help=f"one of {', '.join(sorted(INSTANCES))}")
+    p.add_argument("--instance", "--topology", dest="instance", required=True, type=_instance, metavar="INSTANCE",
+                   help=f"one of {', '.join(INSTANCES)} (aliases as in nccom-test: trn1, trn2, trn2u, "
+                        "trn2u.48xlarge, trn3, ...)")
     p.add_argument("--count", type=_positive, default=1, help="instances (UltraServers for the UltraServer types)")
     for flag in ("--tp", "--pp", "--cp", "--ep", "--dp"):
         p.add_argument(flag, type=_positive, default=None, help=f"{flag[2:].upper()} degree")
@@ -105,8 +114,11 @@ def main(argv=None) -> int:
         if a.search or all(v is None for v in (a.tp, a.pp, a.dp)):
             counts = a.counts or [a.count]
             try:
+                # the best configuration with --compile: rank every candidate eagerly, compile the 2 fastest
+                # (--search --compile compiles every candidate)
                 res, front, rejected = search(a.model, a.instance, counts=counts, micro_batches=a.micro_batches,
-                                              progress=_search_progress(line), jobs=a.jobs, **common)
+                                              progress=_search_progress(line), jobs=a.jobs,
+                                              compile_top=None if a.search else 2, **common)
             finally:
                 line.clear()
             if not res:

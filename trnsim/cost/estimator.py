@@ -23,8 +23,11 @@ How a step is put together (each piece from the simulator, never from a fitted c
   kernels (:func:`trnsim.cost.step.fp8_matmul_ns`), with the casts of their operands; the rest stays bf16.
 * compiled (``compiled=True``): every layer and the head run through ``torch.compile(backend="neuron")`` on the
   shape-only device (the compile backend's fused kernels and one launch per graph; attention stays the flash
-  kernel between graphs); the compile time before the first step is the compile backend's neuronx-cc model
-  (``trnsim.backend.compile.stats``, an assumption) on the stage's forward and backward graphs, priced too.
+  kernel between graphs; a group of ops costs the lesser of its fused kernel and its ops' eager kernels, so a
+  compiled layer is never slower than eager); the compile time before the first step is the compile backend's
+  neuronx-cc model (``trnsim.backend.compile.stats``, an assumption) on the stage's forward and backward graphs,
+  priced too.  Layer runs are kept by the layer-cost cache (:mod:`trnsim.cost.layer_cache`): a layer is compiled
+  once, not once per estimate.
 * speed: the kernel simulations a configuration needs are collected first (a run with them deferred) and
   simulated over the machine's cores (:func:`trnsim.cost.step.prepare`); they are memoised per process and kept
   on disk by the op-cost cache (``trnsim.backend.cost_cache``).
@@ -43,8 +46,8 @@ import torch
 
 from .models import ModelSpec, load_model
 
-__all__ = ["Parallelism", "Estimate", "estimate", "INSTANCES", "load_prices", "rank_layout", "state_memory",
-           "capacity_per_rank"]
+__all__ = ["Parallelism", "Estimate", "estimate", "INSTANCES", "instance_name", "load_prices", "rank_layout",
+           "state_memory", "capacity_per_rank"]
 
 _DATA = os.path.join(os.path.dirname(__file__), "data")
 GiB = 2 ** 30
@@ -56,6 +59,21 @@ def _load(name):
 
 
 INSTANCES = {k: v for k, v in _load("instances.json").items() if not k.startswith("_")}
+
+
+def instance_name(name) -> str:
+    """The one name of an instance type (a key of :data:`INSTANCES`, the same names as
+    ``trnsim.collectives.TOPOLOGIES``) for ``name`` or any alias ``trnsim.collectives.MACHINE_ALIASES`` accepts
+    (``trn2u.48xlarge`` is ``trn2-ultraserver``); a clear error naming the accepted names otherwise."""
+    from ..collectives.topology import MACHINE_ALIASES, machine_name
+    try:
+        key = machine_name(name)
+    except ValueError:
+        key = None
+    if key not in INSTANCES:
+        raise ValueError(f"unknown instance {name!r}: expected one of {', '.join(INSTANCES)} (aliases: "
+                         f"{', '.join(f'{a} = {b}' for a, b in MACHINE_ALIASES.items() if b in INSTANCES)})")
+    return key
 
 
 def _price_rows(doc, where):
@@ -74,10 +92,11 @@ def _price_rows(doc, where):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
             raise ValueError(f"price file {where}: row {i} ({r['instance']}): usd_per_hour {v!r} is not a "
                              f"positive number")
-        if r["instance"] not in INSTANCES:
-            raise ValueError(f"price file {where}: row {i}: unknown instance {r['instance']!r} (expected one of "
-                             f"{', '.join(INSTANCES)})")
-        out.setdefault(r["instance"], r)
+        try:
+            name = instance_name(r["instance"])
+        except ValueError as e:
+            raise ValueError(f"price file {where}: row {i}: {e}") from None
+        out.setdefault(name, dict(r, instance=name))
     return out
 
 
@@ -205,13 +224,13 @@ class Estimate:
 def capacity_per_rank(instance, lnc=None):
     """HBM bytes one rank (logical core) of ``instance`` has."""
     from ..targets import get_target
-    tg = get_target(INSTANCES[instance]["target"])
+    tg = get_target(INSTANCES[instance_name(instance)]["target"])
     return tg.hbm_bytes_per_logical_core(lnc or tg.default_lnc)
 
 
 def _topology(inst, count, lnc):
     from ..collectives import get_topology
-    return get_topology(INSTANCES[inst]["topology"], nodes=count, lnc=lnc)
+    return get_topology(INSTANCES[instance_name(inst)]["topology"], nodes=count, lnc=lnc)
 
 
 def _coll(op, nbytes, topo, group):
@@ -253,8 +272,7 @@ def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, c
     from .step import head_cost, layer_cost, prepare
 
     spec: ModelSpec = load_model(model)
-    if instance not in INSTANCES:
-        raise ValueError(f"instance {instance!r}: expected one of {', '.join(INSTANCES)}")
+    instance = instance_name(instance)
     if count < 1:
         raise ValueError(f"count {count}: at least one instance")
     if precision not in ("bf16", "fp8"):
@@ -291,8 +309,9 @@ def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, c
                      "stay bf16/fp32; MFU is against the bf16 peak")
     if compiled:
         notes.append("compiled: every layer runs through torch.compile(backend='neuron') on the shape-only device "
-                     "(fused kernels, one launch per graph); compile time is the compile backend's neuronx-cc "
-                     "model (an assumption: 20 s per graph + 0.05 s per aten op)")
+                     "(fused kernels, each no slower than its ops run eagerly; one launch per graph; TP "
+                     "collectives stay exposed, as the runtime documents); compile time is the compile backend's "
+                     "neuronx-cc model (an assumption: 20 s per graph + 0.05 s per aten op)")
     s_local = seq // cp
     split = 1.0 / lnc                 # the device simulates one physical core; a logical core has lnc of them
     # -- compute per micro-batch per stage ----------------------------------------------------------------

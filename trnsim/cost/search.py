@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 
-from .estimator import INSTANCES, GiB, Parallelism, capacity_per_rank, estimate, state_memory
+from .estimator import INSTANCES, GiB, instance_name, Parallelism, capacity_per_rank, estimate, state_memory
 from .models import load_model
 
 __all__ = ["candidates", "search", "pareto"]
@@ -29,7 +29,7 @@ def candidates(model, instance, counts=(1,), micro_batches=(1, 2), seq=4096, lnc
     spec = load_model(model)
     out = []
     for count in counts:
-        topo = get_topology(INSTANCES[instance]["topology"], nodes=count, lnc=lnc)
+        topo = get_topology(INSTANCES[instance_name(instance)]["topology"], nodes=count, lnc=lnc)
         ranks = topo.ranks
         for tp in [t for t in (1, 2, 4, 8, 16, 32) if ranks % t == 0 and (max_tp is None or t <= max_tp)
                    and spec.heads % t == 0]:
@@ -70,14 +70,31 @@ def _one(model, instance, c, seq, global_batch, lnc, checkpointing, kw):
 
 
 def search(model, instance, counts=(1,), micro_batches=(1, 2), seq=4096, global_batch=None, lnc=None,
-           checkpointing=(False, True), progress=None, jobs=None, **kw):
+           checkpointing=(False, True), progress=None, jobs=None, compile_top=None, **kw):
     """Every candidate that fits in memory, estimated; returns ``(feasible, front, rejected)``.  Memory is
     checked first (the training state, then with activations: a configuration that does not fit is retried
     with activation checkpointing, then dropped).  ``jobs``: processes for the kernel simulations (default: the
-    usable cores).  See the module docstring."""
+    usable cores).  ``compile_top=k`` with ``compiled=True``: every candidate is estimated eagerly (its layers run
+    op by op, the kernel simulations in parallel), and only the ``k`` fastest are compiled and estimated
+    compiled (a layer's ``torch.compile`` costs seconds of CPU per shape; compilation changes a configuration's
+    step time by a few percent, not its rank among configurations seconds apart); ``feasible`` then holds those
+    ``k`` compiled estimates.  See the module docstring."""
+    if compile_top and kw.get("compiled"):
+        eager, _, rejected = search(model, instance, counts, micro_batches, seq, global_batch, lnc, checkpointing,
+                                    progress, jobs, None, **dict(kw, compiled=False))
+        res = []
+        for e in sorted(eager, key=lambda e: e.step_time_s)[:int(compile_top)]:
+            p = e.parallelism
+            res.append(estimate(model, instance, e.count, dp=p.dp, tp=p.tp, pp=p.pp, cp=p.cp, ep=p.ep,
+                                micro_batch=p.micro_batch, seq=seq, global_batch=global_batch, lnc=lnc,
+                                checkpointing=p.checkpointing, jobs=jobs, **kw))
+            res[-1].notes.append(f"compiled search: every configuration estimated eagerly, the {int(compile_top)} "
+                                 f"fastest compiled")
+        return res, pareto(res), rejected
     from .step import prepare
     import torch
     spec = load_model(model)
+    instance = instance_name(instance)
     cap = capacity_per_rank(instance, lnc)
     cands = candidates(spec, instance, counts, micro_batches, seq, lnc)
     keep, rejected = [], []

@@ -1,8 +1,9 @@
 """One decoder layer's forward and backward on the shape-only ``neuron`` device: simulated time by engine class,
 device launches, fallbacks, and the bytes autograd saves for backward (the layer's activation memory).
 
-Each (layer kind, shard shapes, micro-batch, sequence, dtype, target) is run once per process and memoised: a
-61-layer model costs two layer runs (dense and MoE), not 61.
+Each (layer kind, shard shapes, micro-batch, sequence, dtype, target) is run once and memoised: a 61-layer model
+costs two layer runs (dense and MoE), not 61, and the layer-cost cache (:mod:`.layer_cache`) keeps the result for
+later processes, so a layer compiled once is not compiled again by the next estimate.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 
 import torch
+
+from . import layer_cache
 
 __all__ = ["LayerCost", "layer_cost", "head_cost", "classify"]
 
@@ -197,9 +200,19 @@ def layer_cost(spec, kind, *, tp=1, ep=1, micro_batch=1, seq=2048, dtype=torch.b
     sequence parallel, the layer's input is the rank's 1/tp of the sequence)."""
     key, job = _key_job("layer", spec, kind=kind, tp=tp, ep=ep, micro_batch=micro_batch, seq=seq, dtype=dtype,
                         target=target, precision=precision, compiled=compiled, sp=sp)
+    return _cached(key, job)
+
+
+def _cached(key, job):
+    """The memoised cost of ``key``: this process's, the layer-cost cache's (an earlier process ran it), or a
+    run now (then kept in both)."""
     r = _MEMO.get(key)
     if r is None:
-        r = _MEMO[key] = _run(*job())
+        r = layer_cache.lookup(key)
+        if r is None:
+            r = _run(*job())
+            layer_cache.store(key, r)
+        _MEMO[key] = r
     return r
 
 
@@ -208,10 +221,7 @@ def head_cost(spec, *, tp=1, micro_batch=1, seq=2048, dtype=torch.bfloat16, targ
     """The final norm, vocabulary projection and cross-entropy (forward + backward), plus the embedding lookup."""
     key, job = _key_job("head", spec, tp=tp, micro_batch=micro_batch, seq=seq, dtype=dtype, target=target,
                         precision=precision, compiled=compiled, sp=sp)
-    r = _MEMO.get(key)
-    if r is None:
-        r = _MEMO[key] = _run(*job())
-    return r
+    return _cached(key, job)
 
 
 # -- many layer shapes at once: collect their missing kernel simulations, run those in parallel -------------
@@ -225,7 +235,13 @@ def prepare(requests, jobs=None):
     pending = {}
     for what, spec, kw in requests:
         key, job = _key_job(what, spec, **kw)
-        if key in _MEMO or key in _SEEN or kw.get("compiled"):
+        if key in _MEMO or key in _SEEN:
+            continue
+        cached = layer_cache.lookup(key)
+        if cached is not None:
+            _MEMO[key] = cached     # run by an earlier process: no layer run at all
+            continue
+        if kw.get("compiled"):
             continue            # a compiled graph's plan keeps its kernel costs (and is cached): never deferred
         _SEEN.add(key)
         mine = {}
@@ -233,6 +249,7 @@ def prepare(requests, jobs=None):
             r = _run(*job())
         if not mine:
             _MEMO[key] = r          # nothing was missing: this run was the real one (a warm cache: one run)
+            layer_cache.store(key, r)
         for k, c in mine.items():
             pending.setdefault(k, c)
     if not pending:

@@ -25,13 +25,13 @@ CONFIGS = [
     ("llama3-8b", "trn1.32xlarge", 1, dict(tp=8)),
     ("llama3-8b", "trn2.48xlarge", 1, dict(tp=4)),
     ("llama3-8b", "trn3-gen1-ultraserver", 1, dict(tp=4)),
-    ("llama3-70b", "trn2u.48xlarge", 1, dict(tp=8, pp=4)),
+    ("llama3-70b", "trn2-ultraserver", 1, dict(tp=8, pp=4)),
     ("llama3-70b", "trn3-gen1-ultraserver", 1, dict(tp=8, pp=4)),
     ("qwen3-32b", "trn2.48xlarge", 1, dict(tp=4, pp=2)),
     ("qwen3-32b", "trn3-gen1-ultraserver", 1, dict(tp=4, pp=2)),
-    ("gpt-oss-120b", "trn2u.48xlarge", 1, dict(tp=4, ep=8)),
+    ("gpt-oss-120b", "trn2-ultraserver", 1, dict(tp=4, ep=8)),
     ("gpt-oss-120b", "trn3-gen1-ultraserver", 1, dict(tp=4, ep=8)),
-    ("deepseek-v3", "trn2u.48xlarge", 4, dict(tp=8, pp=8, ep=16)),
+    ("deepseek-v3", "trn2-ultraserver", 4, dict(tp=8, pp=8, ep=16)),
     ("deepseek-v3", "trn3-gen1-ultraserver", 4, dict(tp=8, pp=8, ep=16)),
 ]
 

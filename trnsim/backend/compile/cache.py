@@ -41,6 +41,27 @@ def _version():
         return "unknown"
 
 
+_FP = []
+
+
+def _cost_model_fingerprint():
+    """A plan holds simulated kernel costs: a change to the cost model (the op-cost cache's fingerprint: library
+    kernels, ISA, machine, memory, targets) or to the backend that plans and prices graphs makes old plans stale,
+    so the key carries a hash of both, not only the package version."""
+    if not _FP:
+        from .. import cost_cache
+        h = hashlib.sha256(cost_cache._fingerprint().encode())
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))      # trnsim/backend
+        for d, dirs, files in sorted(os.walk(root)):
+            dirs.sort()
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    with open(os.path.join(d, name), "rb") as f:
+                        h.update(name.encode() + f.read())
+        _FP.append(h.hexdigest()[:16])
+    return _FP[0]
+
+
 def cache_dir():
     d = config.neff_cache_dir
     if d:
@@ -70,8 +91,8 @@ def graph_key(gm, example_inputs, kind, opts_key):
                 h.update(p.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes()
                          if p.numel() else b"")
     h.update(json.dumps([_meta_of(x) for x in example_inputs]).encode())
-    h.update(json.dumps([kind, STATE.target.name, STATE.lnc, _version(), PLAN_FORMAT, _ENTRY_FORMAT,
-                         opts_key]).encode())
+    h.update(json.dumps([kind, STATE.target.name, STATE.lnc, _version(), _cost_model_fingerprint(), PLAN_FORMAT,
+                         _ENTRY_FORMAT, opts_key]).encode())
     return h.hexdigest()
 
 

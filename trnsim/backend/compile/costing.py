@@ -3,8 +3,12 @@ kernel the group becomes (memoised per kernel signature), or, for a group with n
 reduction over leading dims), what the eager device charges that op minus its launch.
 
 A group's kernel reads its external inputs from HBM once and writes its materialised outputs once; scalars
-(one-element tensors) are immediates.  Layout changes between kernels (a permute feeding a matmul) are taken to be
-free access patterns of the DMAs, an optimistic simplification.
+(one-element tensors) are immediates.  The compiler keeps the faster plan: a group costs the lesser of its fused
+kernel and the eager device's kernels for its ops one by one (launches excluded), so fusion never makes a graph
+slower than the same ops run eagerly (the library's fused kernels are unblocked and simple; where the eager
+device's blocked matmul or elementwise kernels beat them, the group is taken as not fused).  Layout changes
+between kernels (a permute feeding a matmul) are taken to be free access patterns of the DMAs, an optimistic
+simplification.
 """
 
 from __future__ import annotations
@@ -106,8 +110,34 @@ def _split_inputs(fz, g, full_numel, row_numel=None):
     return full, small, row
 
 
+def _eager_ops_cost(g):
+    """(ns, flops, bytes, estimated) of the group's ops as the eager device runs them one by one, without their
+    launches; None when one of them has no eager cost."""
+    ns = fl = 0.0
+    nb, est = 0, False
+    for n in g.nodes:
+        if n.op != "call_function":
+            continue
+        try:
+            a, f, b, e = eager_kernel_cost(n)
+        except Exception:       # noqa: BLE001 -- an op the eager charging cannot price: keep the fused cost
+            return None
+        ns, fl, nb, est = ns + a, fl + f, nb + b, est or e
+    return ns, fl, nb, est
+
+
 def group_cost(fz, g):
-    """(ns, flops, bytes, estimated, label) of one group's kernel."""
+    """(ns, flops, bytes, estimated, label) of one group's kernel: the lesser of its fused kernel and the eager
+    kernels of its ops (module docstring)."""
+    r = _fused_group_cost(fz, g)
+    if g.kind in ("pointwise", "rows", "matmul") and r[0] > 0:
+        e = _eager_ops_cost(g)
+        if e is not None and e[0] < r[0]:
+            return e + (r[4],)
+    return r
+
+
+def _fused_group_cost(fz, g):
     outs = fz.outputs(g)
     if g.kind == "custom":        # timed when it runs, by the kernels it calls (nki_bridge)
         return 0.0, 0.0, 0, False, O.op_name(g.anchor.target)
@@ -115,10 +145,11 @@ def group_cost(fz, g):
         ns, fl, nb, est = eager_kernel_cost(g.anchor)
         return ns, fl, nb, est, O.op_name(g.anchor.target)
     if g.kind == "reduce":
-        x = g.anchor.args[0]
-        xn, on = numel(x) or 0, max(numel(g.anchor) or 1, 1)
-        ns, fl, nb = costs.reduction_cost(STATE.target, on, max(1, xn // on), _dtype(x))
-        return ns, fl, nb, False, O.op_name(g.anchor.target)
+        # the eager device's kernel for the reduction (minus its launch), so a compiled graph never pays more
+        # for it than eager: that includes its choice of kernel, e.g. a sum over a short outer dimension (the
+        # backward of a GQA head repeat) as a few elementwise adds, not a row reduction of 2-element rows
+        ns, fl, nb, est = eager_kernel_cost(g.anchor)
+        return ns, fl, nb, est, O.op_name(g.anchor.target)
     label = "+".join(O.op_name(n.target) for n in g.nodes)
     if not outs:
         return 0.0, 0.0, 0, False, label            # nothing of it is used: dead code, no kernel
@@ -179,22 +210,26 @@ def _matmul_cost(fz, g, outs, steps, label):
     small = [x for x in small if x is not a and x is not b]
     st = (("vec",) if name == "addmm" else ()) + steps
     item = np.dtype(costs._np_dtype(dt)).itemsize
+    # unfused: the eager device's matmul kernel, then the epilogue (if any) as its own pointwise kernel
+    ns, fl, nb = costs.matmul_cost(tg, M, K, N, dt, batch)
+    if st:
+        R, C = costs._rows_cols(M * N * batch)
+        e = _sim(("pw", tg.name, R, C, dt, (dt,) * (1 + len(full)), 0, st, len(outs)), fused.pointwise,
+                 [_inp((R, C), dt) for _ in range(1 + len(full))],
+                 dict(shape=(R, C), dtype=dt, steps=st, n_out=len(outs)))
+        ns, fl, nb = ns + e[0], fl + e[1], nb + e[2]
     if not fused.epilogue_fits(tg, mp, kp, np_, item, len(full)):
-        # operands too large to stay resident: the plain matmul, then the epilogue as its own pointwise kernel
-        ns, fl, nb = costs.matmul_cost(tg, M, K, N, dt, batch)
-        if st:
-            R, C = costs._rows_cols(M * N * batch)
-            e = _sim(("pw", tg.name, R, C, dt, (dt,) * (1 + len(full)), 0, st, len(outs)), fused.pointwise,
-                     [_inp((R, C), dt) for _ in range(1 + len(full))],
-                     dict(shape=(R, C), dtype=dt, steps=st, n_out=len(outs)))
-            ns, fl, nb = ns + e[0], fl + e[1], nb + e[2]
-        return ns, fl, nb, False, label
+        return ns, fl, nb, False, label     # operands too large to stay resident: unfused
     args = [_inp((kp, mp), dt), _inp((kp, np_), dt)] + [_inp((mp, np_), _dtype(x)) for x in full] + \
         [_inp((min(P, mp), np_), _dtype(x)) for x in small]
     key = ("mm", tg.name, mp, kp, np_, dt, tuple(_dtype(x) for x in full), len(small), st, len(outs))
-    ns, fl, nb = _sim(key, fused.matmul_epilogue, args,
-                      dict(n_small=len(small), steps=st, n_out=max(1, len(outs))))
-    return ns * batch, 2.0 * M * K * N * batch, nb * batch, False, label
+    fns, ffl, fnb = _sim(key, fused.matmul_epilogue, args,
+                         dict(n_small=len(small), steps=st, n_out=max(1, len(outs))))
+    if fns * batch >= ns:
+        # the compiler keeps the faster plan: fusing the epilogue into the matmul kernel only when that beats
+        # the eager matmul kernel followed by the epilogue's own kernel (the fused kernel is unblocked)
+        return ns, fl, nb, False, label
+    return fns * batch, 2.0 * M * K * N * batch, fnb * batch, False, label
 
 
 def clear_memo():

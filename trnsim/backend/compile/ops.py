@@ -113,7 +113,10 @@ def step(name, n_tensor_args):
     if base in ("clone", "contiguous", "alias", "lift_fresh_copy"):
         return None          # no instruction: the value is already in SBUF
     if base == "_to_copy":
-        return "cast"
+        # no instruction inside a fused chain: intermediates stay in SBUF in fp32 (fusion.py) and an engine reads
+        # and writes any dtype, so the conversion happens in the neighbouring step's read or write; a kernel that
+        # is nothing but the conversion still pays its one copy (library.fused.pointwise with no steps)
+        return None
     if n_tensor_args >= 2:
         return "vec"
     return "vs"

@@ -24,19 +24,35 @@ FREE_TILE = 2048   # elements per partition per instruction, as in elementwise.p
 MAX_COLS = 16384   # a row kernel holds whole rows in SBUF: the limit of softmax.py and normalization.py
 
 
-def _apply(step, t, others, k):
-    """Issue one step on tile ``t``; ``others`` are the other input tiles (same shape), used round-robin."""
+def _apply(step, t, others, k, src=None):
+    """Issue one step writing tile ``t`` from ``src`` (default ``t`` itself: in place); ``others`` are the other
+    input tiles (same shape), used round-robin.  An engine reads and writes any dtype and computes in fp32, so
+    the first step of a chain reads the loaded tile directly and the last writes the output's dtype directly (no
+    separate conversion copies)."""
+    src = t if src is None else src
     if step == "act":
-        nisa.activation(t, "exp", t)
+        nisa.activation(t, "exp", src)
     elif step == "vec":
-        u = others[k % len(others)] if others else t
-        nisa.tensor_tensor(t, t, u, op="add")
+        u = others[k % len(others)] if others else src
+        nisa.tensor_tensor(t, src, u, op="add")
     elif step == "vs":
-        nisa.tensor_scalar(t, t, "multiply", 1.0)
+        nisa.tensor_scalar(t, src, "multiply", 1.0)
     elif step == "cast":
-        nisa.tensor_copy(t, t)
+        nisa.tensor_copy(t, src)
     else:
         raise ValueError(f"fused kernel: unknown step {step!r}")
+
+
+def _chain(steps, first, others, make_work, out_tile):
+    """Run ``steps`` from tile ``first``: intermediate results in an fp32 work tile (``make_work()``), the last step
+    straight into ``out_tile`` when one is given; returns the tile holding the result."""
+    cur = first
+    for k, st in enumerate(steps):
+        last = k == len(steps) - 1
+        dst = out_tile if (last and out_tile is not None) else (cur if cur is not first else make_work())
+        _apply(st, dst, others, k, src=cur)
+        cur = dst
+    return cur
 
 
 def pointwise(*ins, shape, dtype="float32", n_small=0, steps=(), n_out=1):
@@ -64,17 +80,22 @@ def pointwise(*ins, shape, dtype="float32", n_small=0, steps=(), n_out=1):
                 t = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.sbuf)
                 nisa.dma_copy(t, x[r0:r0 + p, c0:c0 + f])
                 tiles.append(t)
-            work = nl.ndarray((p, f), dtype=nl.float32, buffer=nl.sbuf)
-            if tiles:
-                nisa.tensor_copy(work, tiles[0])
-            else:
-                nisa.memset(work, 0.0)
             others = tiles[1:] + [s[0:p, 0:f] for s in res if s.shape[0] >= p and s.shape[1] >= f]
-            for k, st in enumerate(steps):
-                _apply(st, work, others, k)
+            if tiles:
+                first = tiles[0]
+            else:
+                first = nl.ndarray((p, f), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.memset(first, 0.0)
+            single = n_out == 1 and steps
+            out_t = nl.ndarray((p, f), dtype=outs[0].dtype, buffer=nl.sbuf) if single else None
+            work = _chain(steps, first, others, lambda: nl.ndarray((p, f), dtype=nl.float32, buffer=nl.sbuf),
+                          out_t)
             for o in outs:
-                t = nl.ndarray((p, f), dtype=o.dtype, buffer=nl.sbuf)
-                nisa.tensor_copy(t, work)
+                if single:
+                    t = work                    # the last step wrote the output's dtype
+                else:
+                    t = nl.ndarray((p, f), dtype=o.dtype, buffer=nl.sbuf)
+                    nisa.tensor_copy(t, work)
                 nisa.dma_copy(o[r0:r0 + p, c0:c0 + f], t)
     return tuple(outs) if n_out != 1 else outs[0]
 
@@ -168,7 +189,10 @@ def matmul_epilogue(at, b, *ins, n_small=0, steps=(), n_out=1):
         nisa.dma_copy(t, s)
         res.append(t)
     for m in range(M // TM):
-        band = nl.ndarray((TM, N), dtype=nl.float32, buffer=nl.sbuf, name="c_band")
+        single = n_out == 1
+        # PSUM is evacuated straight into the output's dtype when no epilogue follows
+        band = nl.ndarray((TM, N), dtype=outs[0].dtype if single and not steps else nl.float32, buffer=nl.sbuf,
+                          name="c_band")
         tiles = []
         for x in full:
             t = nl.ndarray((TM, N), dtype=x.dtype, buffer=nl.sbuf)
@@ -181,10 +205,13 @@ def matmul_epilogue(at, b, *ins, n_small=0, steps=(), n_out=1):
                                b_s[:, k * N + n * TN:k * N + (n + 1) * TN])
             nisa.tensor_copy(band[:, n * TN:(n + 1) * TN], acc)
         others = tiles + [s for s in res if tuple(s.shape) == (TM, N)]
-        for k, st in enumerate(steps):
-            _apply(st, band, others, k)
+        out_t = nl.ndarray((TM, N), dtype=outs[0].dtype, buffer=nl.sbuf) if single and steps else None
+        band = _chain(steps, band, others, lambda: band, out_t)
         for o in outs:
-            t = nl.ndarray((TM, N), dtype=o.dtype, buffer=nl.sbuf)
-            nisa.tensor_copy(t, band)
+            if single:
+                t = band                        # already the output's dtype
+            else:
+                t = nl.ndarray((TM, N), dtype=o.dtype, buffer=nl.sbuf)
+                nisa.tensor_copy(t, band)
             nisa.dma_copy(o[m * TM:(m + 1) * TM, :], t)
     return tuple(outs) if n_out != 1 else outs[0]

@@ -1,0 +1,118 @@
+"""A persistent cache of whole layer costs (:class:`trnsim.cost.step.LayerCost`): a layer compiled (or run) once
+is reused by every later estimate, in this process and the next.
+
+A compiled layer costs its ``torch.compile`` (dynamo tracing and AOTAutograd: about 4 s of CPU for a Qwen3-32B
+layer) even when every kernel cost is already in the op-cost cache; with this cache the second estimate of the
+same layer shapes runs no layer at all.
+
+* Key: the layer's memo key (``repr``: model spec, layer kind, shard shapes, micro-batch, sequence, dtype,
+  target, precision, compiled, sequence parallel) under a fingerprint of every source file of the ``trnsim``
+  package and its version, so any change to the code starts a fresh file.
+* Format: JSON (never pickle), one file per fingerprint beside the op-cost cache (``$TRNSIM_CACHE_DIR``, default
+  ``~/.cache/trnsim``), written atomically when the process ends (concurrent writers merge what is on disk).
+* On and off with the op-cost cache (``TRNSIM_COST_CACHE=0`` turns both off; the test suite does).  A corrupt
+  or foreign file is ignored with a warning and rewritten.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import hashlib
+import json
+import os
+import warnings
+
+__all__ = ["lookup", "store", "flush", "path"]
+
+_state = {"loaded": False, "entries": {}, "new": 0, "path": None, "fp": None}
+
+
+def _enabled():
+    from ..backend import cost_cache
+    return cost_cache.enabled()
+
+
+def _fingerprint():
+    if _state["fp"] is None:
+        import trnsim
+        root = os.path.dirname(os.path.abspath(trnsim.__file__))
+        h = hashlib.sha256(trnsim.__version__.encode())
+        for d, dirs, files in sorted(os.walk(root)):
+            dirs.sort()
+            for name in sorted(files):
+                if name.endswith((".py", ".json")):
+                    with open(os.path.join(d, name), "rb") as f:
+                        h.update(os.path.relpath(os.path.join(d, name), root).encode() + f.read())
+        _state["fp"] = h.hexdigest()[:16]
+    return _state["fp"]
+
+
+def path():
+    base = os.environ.get("TRNSIM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "trnsim")
+    return os.path.join(base, f"layer-costs-{_fingerprint()}.json")
+
+
+def _fields():
+    from .step import LayerCost
+    return {f.name for f in dataclasses.fields(LayerCost)}
+
+
+def _read(p):
+    try:
+        with open(p, encoding="utf-8") as f:
+            doc = json.load(f)
+        names = _fields()
+        if not isinstance(doc, dict) or not all(isinstance(v, dict) and set(v) == names for v in doc.values()):
+            raise ValueError("unexpected layout")
+        return doc
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        warnings.warn(f"trnsim: ignoring the unreadable layer-cost cache {p} ({e}); it will be rewritten",
+                      RuntimeWarning, stacklevel=3)
+        return {}
+
+
+def _load():
+    if not _state["loaded"]:
+        _state["loaded"] = True
+        _state["path"] = path()
+        _state["entries"] = _read(_state["path"])
+        atexit.register(flush)
+
+
+def lookup(key):
+    """The cached LayerCost of a memo key, or None."""
+    if not _enabled():
+        return None
+    _load()
+    d = _state["entries"].get(repr(key))
+    if d is None:
+        return None
+    from .step import LayerCost
+    return LayerCost(**dict(d, fallbacks=tuple(d["fallbacks"])))
+
+
+def store(key, cost):
+    if not _enabled():
+        return
+    _load()
+    d = dataclasses.asdict(cost)
+    d["fallbacks"] = list(d["fallbacks"])
+    _state["entries"][repr(key)] = d
+    _state["new"] += 1
+
+
+def flush():
+    """Merge this process's new entries into the file on disk (atomically)."""
+    if not _state["new"] or not _state["path"]:
+        return
+    from ..fileio import FileWriteError, atomic_write_json
+    merged = _read(_state["path"])
+    merged.update(_state["entries"])
+    try:
+        atomic_write_json(_state["path"], merged)
+        _state["new"] = 0
+    except FileWriteError as e:
+        warnings.warn(f"trnsim: layer-cost cache not saved: {e}", RuntimeWarning, stacklevel=2)
