@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """trnsim's kernel time against AWS's recorded hardware counts (the attention CTE development set, issue 29).
 
-    python benchmarks/hw_counts.py [--snapshot /work/ext/nki-library] [--out benchmarks/reports/hw-counts]
+    python benchmarks/hw_counts.py [--snapshot PATH (default: $NKI_LIBRARY_PATH)] [--out benchmarks/reports/hw-counts]
 
 nki-library's attention CTE tests (``test/integration/nkilib/core/attention/test_attention_cte.py``) carry, per
 configuration, the time AWS measured on a Trainium2 as the parameter ``tpbSgCyclesSum`` (neuron-profile's
@@ -37,7 +37,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-DEFAULT_SNAPSHOT = os.environ.get("NKI_LIBRARY_PATH", "/work/ext/nki-library")
+DEFAULT_SNAPSHOT = os.environ.get("NKI_LIBRARY_PATH", "")
 DEFAULT_OUT = os.path.join(REPO, "benchmarks", "reports", "hw-counts")
 TEST_FILE = "test/integration/nkilib/core/attention/test_attention_cte.py"
 # every test function of the file whose configurations carry a tpbSgCyclesSum (the context-parallel and sweep
@@ -335,7 +335,7 @@ def main(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="examples:\n  python benchmarks/hw_counts.py\n"
                                         "  python benchmarks/hw_counts.py -k 'no_cp_unit and 16384' --out /tmp/hw")
-    ap.add_argument("--snapshot", default=DEFAULT_SNAPSHOT, help="nki-library checkout (default %(default)s)")
+    ap.add_argument("--snapshot", default=DEFAULT_SNAPSHOT, help="nki-library checkout (default: $NKI_LIBRARY_PATH)")
     ap.add_argument("--out", default=DEFAULT_OUT, help="report path without extension (default %(default)s)")
     ap.add_argument("-k", dest="keyword", default=None, help="narrow the configurations (pytest -k expression)")
     ap.add_argument("--results", default=None, help="build the report from an earlier run's JSON lines")

@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 hw = pytest.importorskip("benchmarks.hw_counts")
 
-SNAPSHOT = os.environ.get("NKI_LIBRARY_PATH", "/work/ext/nki-library")
+SNAPSHOT = os.environ.get("NKI_LIBRARY_PATH", "")
 
 
 def test_error_figures():
