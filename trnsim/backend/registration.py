@@ -64,6 +64,7 @@ def register(force=False):
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=False, for_module=False, for_packed_sequence=False,
                                                          for_storage=True)
     tensor.DEVICE = torch.device("neuron", 0)
+    tensor.NeuronTensor._dev = tensor.CURRENT = tensor.DEVICE     # the home device until set_device moves it
     factories.register()
     patches.apply(tensor.NeuronTensor, mod)
     from . import operators; operators.install()  # noqa: E702  a + b without the C++ dispatcher when unobservable

@@ -1,8 +1,17 @@
-"""The ``neuron`` tensor: a wrapper subclass on device ``neuron:0`` whose data is a plain CPU tensor (the payload).
+"""The ``neuron`` tensor: a wrapper subclass on a ``neuron`` device whose data is a plain CPU tensor (the payload).
 
 Every aten op that reaches ``__torch_dispatch__`` is unwrapped, run on the payloads (natively, with the device's
 numerics, or as a counted CPU fallback), charged simulated time, and rewrapped.  An output that is an input's
 payload comes back as that input's wrapper, which covers in-place ops and ``out=``.
+
+Device indices: every wrapper is ``neuron:0`` to C++ (torch's Python device guard reports one device, so its
+autograd engine has one device queue and would refuse any other index); the index Python sees (``t.device``,
+``t.get_device()``) is the wrapper's ``_dev``: the class default (the process's home device, which
+``torch.neuron.set_device`` moves while no device tensor is alive) or, for a tensor on another index, its own.
+Once a process holds tensors on two indices (``MULTI``), ops take the slow path, which puts results on their
+inputs' index and refuses inputs on different indices, as CUDA does.  A factory (or a C++ path) asking for
+``neuron:0`` is indistinguishable from torch's own requests for a wrapper's C++ device, so it means the current
+device; ``t.to("neuron:i")`` (parsed in Python) and factories naming another index are exact.
 """
 
 from __future__ import annotations
@@ -23,6 +32,8 @@ from .native_impls import IMPLS as NATIVE_IMPLS
 from .op_table import ACCUMULATING, TABLE, TRANSFER
 
 DEVICE = torch.device("privateuseone", 0)   # replaced by torch.device("neuron", 0) at registration
+CURRENT = DEVICE    # the current device (torch.neuron.set_device); the home device while MULTI is False
+MULTI = False       # some tensor is on an index other than the home device (see the module text)
 _make = torch.Tensor._make_wrapper_subclass
 _LOW = (torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.float8_e5m2)
 
@@ -31,10 +42,33 @@ class NeuronTensor(torch.Tensor):
     """A tensor on the simulated ``neuron`` device."""
 
     __torch_function__ = torch._C._disabled_torch_function_impl
+    _dev = DEVICE         # the device Python sees (the module text)
 
     @staticmethod
     def __new__(cls, payload):
         return wrap(payload)
+
+    @property
+    def device(self):
+        return self._dev
+
+    def get_device(self):
+        return self._dev.index
+
+    def to(self, *args, **kwargs):
+        """``Tensor.to``, with the target index taken from the Python arguments (C++ sees every wrapper on
+        ``neuron:0``): the same index is a no-op or a dtype change, another index a copy placed there."""
+        dev = _to_target(args, kwargs)
+        if dev is None:
+            return _BASE_TO(self, *args, **kwargs)
+        _, dtype, non_blocking, fmt = torch._C._nn._parse_to(*args, **{k: v for k, v in kwargs.items()
+                                                                      if k != "copy"})
+        same = dev == self._dev
+        out = _BASE_TO(self, DEVICE, dtype, non_blocking, kwargs.get("copy", False) or not same,
+                       memory_format=fmt if fmt is not None else torch.preserve_format)
+        if not same:
+            _place(out, dev)
+        return out
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
@@ -42,7 +76,7 @@ class NeuronTensor(torch.Tensor):
             ew = _EWOPS.get(id(func), _UNSEEN)
             if ew is _UNSEEN:
                 ew = _ew_entry(func)
-            if ew is not None and not kwargs and FAST_PATH and not STATE.profilers:
+            if ew is not None and not kwargs and FAST_PATH and not STATE.profilers and not MULTI:
                 name, fn, costs = ew
                 # fast path: an elementwise op on wrappers and Python scalars (the per-op overhead is most of a
                 # small op's wall time; this is dispatch() below for that case, without its generality)
@@ -119,6 +153,7 @@ class NeuronTensor(torch.Tensor):
     def tolist(self):
         return self._p.tolist()
 
+
     def numpy(self, *, force=False):
         if force:
             return self._p.detach().numpy(force=True)
@@ -187,6 +222,60 @@ class NeuronTensor(torch.Tensor):
         set_data(self, value)
 
 
+_BASE_TO = torch.Tensor.to
+
+
+def _to_target(args, kwargs):
+    """The ``neuron`` device a ``to()`` call names (index resolved: none means the current device), or None."""
+    d = kwargs.get("device")
+    if d is None and args:
+        a = args[0]
+        if type(a) is NeuronTensor:
+            return a._dev
+        if isinstance(a, (str, torch.device, int)) and not isinstance(a, bool):
+            d = a
+    if d is None or isinstance(d, torch.dtype):
+        return None
+    d = torch.device(d) if not isinstance(d, torch.device) else d
+    if d.type != DEVICE.type:
+        return None
+    if d.index is None:
+        return CURRENT
+    from .device_module import _index
+    return torch.device(DEVICE.type, _index(d.index))
+
+
+def logical_device(index):
+    """The device a request for ``neuron:index`` means (None or 0: the current device, see the module text)."""
+    if not index:
+        return CURRENT
+    from .device_module import _index
+    return torch.device(DEVICE.type, _index(index))
+
+
+def _place(t, dev):
+    """Put the wrapper ``t`` on ``dev`` (another index than the home device makes the process MULTI)."""
+    global MULTI
+    if dev != NeuronTensor._dev:
+        t._dev = dev
+        MULTI = True
+    elif "_dev" in t.__dict__:
+        del t._dev
+
+
+def select_device(i):
+    """``torch.neuron.set_device(i)``: new tensors go to ``neuron:i``; while no device tensor is alive it becomes the
+    home device (the usual case: a rank picks its core before making tensors), else the process is MULTI."""
+    global CURRENT, MULTI
+    dev = torch.device(DEVICE.type, i)
+    if not MEMORY._live:
+        NeuronTensor._dev = dev
+        MULTI = False
+    elif dev != NeuronTensor._dev:
+        MULTI = True
+    CURRENT = dev
+
+
 _TB_DATA = torch._C.TensorBase.data
 
 
@@ -205,6 +294,8 @@ def set_data(self, value):
     if s_dev and v_dev:
         _TB_DATA.__set__(self, value)
         self._p = value._p
+        if self._dev != value._dev:
+            _place(self, value._dev)
         return
     if s_dev == v_dev or not _swappable(value if s_dev else self) or not isinstance(value, torch.Tensor):
         _TB_DATA.__set__(self, value)     # torch's own rules and errors
@@ -223,7 +314,7 @@ def _swap_in(self, value):
     is_param = isinstance(self, Parameter)
     with torch.no_grad():
         if type(value) is NeuronTensor:
-            new = wrap(value._p)
+            new = wrap(value._p, value._dev)
         else:
             new = value.detach()
             if is_param:
@@ -271,12 +362,15 @@ def compatible_shallow_copy_type(orig):
     return _has_compatible_shallow_copy_type
 
 
-def wrap(p):
+def wrap(p, dev=None):
+    """The wrapper of the CPU tensor ``p`` on ``dev`` (default: the current device)."""
     if p.layout is not _STRIDED:
         _unsupported_layout(p)
     t = _make(NeuronTensor, p.size(), p.stride(), p.storage_offset(), None, p.dtype, device=DEVICE,
               storage_size=_WRAPPER_STORAGE)
     t._p = p
+    if dev is not None or MULTI:
+        _place(t, dev if dev is not None else CURRENT)
     if p.is_conj():
         torch._C._set_conj(t, True)
     if p.is_neg():
@@ -635,6 +729,30 @@ def _check_sparse_grad(func, name, args, kwargs):
 
 
 def dispatch(func, args, kwargs):
+    if MULTI:
+        return _dispatch_multi(func, args, kwargs)
+    return _dispatch(func, args, kwargs)
+
+
+def _dispatch_multi(func, args, kwargs):
+    """``dispatch`` in a process holding tensors on several indices: inputs on one index (else CUDA's error,
+    except for transfers), results placed on it (or on the current device when no input is a device tensor)."""
+    devs = []
+    for a in torch.utils._pytree.tree_leaves((args, kwargs)):
+        if type(a) is NeuronTensor and a._dev not in devs:
+            devs.append(a._dev)
+    if len(devs) > 1 and func._opname not in TRANSFER:
+        _raise(RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                            f"{devs[0]} and {devs[1]}! (when checking argument for {func._schema.name})"))
+    dev = devs[0] if devs else CURRENT
+    out = _dispatch(func, args, kwargs)
+    for o in torch.utils._pytree.tree_leaves(out):
+        if type(o) is NeuronTensor and o._dev != dev and not any(o is a for a in args):
+            _place(o, dev)
+    return out
+
+
+def _dispatch(func, args, kwargs):
     info = _INFO.get(id(func)) or _info(func)
     name, cat, transfer, accumulating = info
     if name in _SPARSE_GRAD_OPS:
