@@ -65,6 +65,7 @@ def register(force=False):
                                                          for_storage=True)
     tensor.DEVICE = torch.device("neuron", 0)
     tensor.NeuronTensor._dev = tensor.CURRENT = tensor.DEVICE     # the home device until set_device moves it
+    tensor.check_index = device_module._index
     factories.register()
     patches.apply(tensor.NeuronTensor, mod)
     from . import operators; operators.install()  # noqa: E702  a + b without the C++ dispatcher when unobservable

@@ -34,6 +34,7 @@ from .op_table import ACCUMULATING, TABLE, TRANSFER
 DEVICE = torch.device("privateuseone", 0)   # replaced by torch.device("neuron", 0) at registration
 CURRENT = DEVICE    # the current device (torch.neuron.set_device); the home device while MULTI is False
 MULTI = False       # some tensor is on an index other than the home device (see the module text)
+check_index = int   # device_module._index (the index checked against device_count), set at registration
 _make = torch.Tensor._make_wrapper_subclass
 _LOW = (torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.float8_e5m2)
 
@@ -241,16 +242,14 @@ def _to_target(args, kwargs):
         return None
     if d.index is None:
         return CURRENT
-    from .device_module import _index
-    return torch.device(DEVICE.type, _index(d.index))
+    return torch.device(DEVICE.type, check_index(d.index))
 
 
 def logical_device(index):
     """The device a request for ``neuron:index`` means (None or 0: the current device, see the module text)."""
     if not index:
         return CURRENT
-    from .device_module import _index
-    return torch.device(DEVICE.type, _index(index))
+    return torch.device(DEVICE.type, check_index(index))
 
 
 def _place(t, dev):
