@@ -4,6 +4,7 @@ test to compare rank by rank.  Run by tests/backend/test_distributed.py under to
 
     torchrun --nproc-per-node 4 dist_jobs.py OUT_DIR JOB[,JOB...]
     torchrun --nproc-per-node N dist_jobs.py OUT_DIR local_rank_fsdp     (FSDP2 on neuron:LOCAL_RANK)
+    torchrun --nproc-per-node 2 dist_jobs.py OUT_DIR same_core           (every rank on neuron:0: refused)
 """
 
 import os
@@ -203,8 +204,26 @@ def run_local_rank(out_dir, allreduce_bytes=1 << 20):
     torch.save(out, os.path.join(out_dir, f"rank{rank}.pt"))
 
 
+def run_same_core(out_dir):
+    """Every rank picks neuron:0 of one instance: its first collective must refuse, on every rank."""
+    import json
+    torch.neuron.set_device(0)
+    dist.init_process_group("neuron")
+    rank = dist.get_rank()
+    try:
+        dist.all_reduce(torch.ones(4, device="neuron"))
+        out = {"ok": True}
+    except Exception as e:      # noqa: BLE001
+        out = {"ok": False, "type": type(e).__name__, "msg": str(e)}
+    dist.destroy_process_group()
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(out, f)
+
+
 if __name__ == "__main__":
     if sys.argv[2] == "local_rank_fsdp":
         run_local_rank(sys.argv[1])
+    elif sys.argv[2] == "same_core":
+        run_same_core(sys.argv[1])
     else:
         run(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), sys.argv[1], sys.argv[2].split(","))

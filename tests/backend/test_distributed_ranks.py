@@ -187,3 +187,52 @@ def test_two_torchrun_nodes_communicate_over_efa(tmp_path):
     efa = _collective_ns(2, [0, 64])
     assert [res["allreduce_ns"] for res in results] == pytest.approx([efa, efa], rel=1e-9)
     assert efa > 5 * _collective_ns(1, [0, 1])      # the same two ranks on one instance: NeuronLink
+
+
+def test_two_ranks_on_one_core_are_refused_on_every_rank(tmp_path):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+           str(_free_port()), os.path.join(HERE, "dist_jobs.py"), str(tmp_path), "same_core"]
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    for r in range(2):
+        out = json.load(open(os.path.join(tmp_path, f"rank{r}.json")))
+        assert not out["ok"] and out["type"] == "NeuronCollectiveError", out
+        assert "two ranks on one core (ranks [0, 1] on node 0's neuron:0)" in out["msg"]
+
+
+# -- placement without processes ----------------------------------------------------------------------------------
+@pytest.fixture
+def placement(monkeypatch):
+    import trnsim.backend  # noqa: F401  (registers the device under the sim target)
+    from trnsim.backend import distributed as D
+    from trnsim.backend.device_state import STATE
+    for k in ("TRNSIM_NODES", "TRNSIM_TOPOLOGY", "GROUP_RANK", "GROUP_WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setattr(STATE, "selected", False)
+    monkeypatch.setattr(STATE, "current", 0)
+    return D, STATE, monkeypatch
+
+
+def test_rank_positions_follow_launcher_nodes_and_selected_core(placement):
+    D, STATE, mp = placement
+    # no launcher: as few instances as hold the world, ranks in order (what the model always did)
+    assert D.cluster_topology(8).nodes == 1 and [D.rank_position(r, 8) for r in range(8)] == list(range(8))
+    mp.setenv("TRNSIM_NODES", "2")
+    assert [D.rank_position(r, 8) for r in range(8)] == [0, 1, 2, 3, 64, 65, 66, 67]
+    mp.delenv("TRNSIM_NODES")
+    # torchrun with two nodes: this process is node 1, local rank 3
+    mp.setenv("GROUP_WORLD_SIZE", "2")
+    mp.setenv("GROUP_RANK", "1")
+    mp.setenv("LOCAL_RANK", "3")
+    assert D.cluster_topology(8).nodes == 2 and D.rank_position(7, 8) == 64 + 3
+    mp.setattr(STATE, "selected", True)          # set_device(5): the core it chose
+    mp.setattr(STATE, "current", 5)
+    assert D.rank_position(7, 8) == 64 + 5
+    mp.setenv("TRNSIM_NODES", "1")               # TRNSIM_NODES places the ranks itself, over the launcher
+    assert D.cluster_topology(8).nodes == 1 and D.rank_position(7, 8) == 5
+    mp.setenv("TRNSIM_NODES", "3")
+    with pytest.raises(ValueError, match="8 ranks cannot be divided equally over TRNSIM_NODES=3"):
+        D.rank_position(0, 8)
+    mp.setenv("TRNSIM_NODES", "zero")
+    with pytest.raises(ValueError, match="TRNSIM_NODES='zero': expected an integer"):
+        D.cluster_topology(8)
