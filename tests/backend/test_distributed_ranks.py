@@ -69,6 +69,10 @@ with n.device(0):
     out["scoped"] = [n.current_device(), str(torch.empty(2, device="neuron").device),
                      str(torch.ones(2).to("neuron").device)]
 out["after"] = [n.current_device(), str(torch.empty(2, device="neuron").device)]
+with n.device(0):
+    w = torch.ones(3, device="neuron", requires_grad=True)   # autograd across a move: the gradient comes back
+(w.to("neuron:2") * 2).sum().backward()
+out["grad_back"] = [str(w.grad.device), w.grad.tolist()]
 print("RESULT", json.dumps(out))
 """
 
@@ -92,6 +96,7 @@ def test_a_process_sees_the_instance_and_tensors_carry_their_index():
     assert "Expected all tensors to be on the same device" in out["cross"] and "neuron:0 and neuron:1" in out["cross"]
     assert out["scoped"] == [0, "neuron:0", "neuron:0"]
     assert out["after"] == [1, "neuron:1"]
+    assert out["grad_back"] == ["neuron:0", [2.0, 2.0, 2.0]]
 
 
 @pytest.mark.parametrize("env,count", [({"NEURON_LOGICAL_NC_CONFIG": "1"}, 128),          # 16 x 8 / 1

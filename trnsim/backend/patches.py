@@ -164,7 +164,7 @@ def _storage():
         st = base_new(cls, *args, **{**kwargs, "device": "cpu"})
         MEMORY.track(st)
         return st
-    prop = property(device, doc="The device of the storage (``neuron:0`` for the storage of a neuron tensor).")
+    prop = property(device, doc="The device of the storage (the current ``neuron`` device for a neuron tensor's).")
     prop.fget._trnsim_orig = base_device
     __new__._trnsim_orig = base_new
     torch.UntypedStorage.device = prop
@@ -192,7 +192,7 @@ def _function_grad_devices():
             if nr >= len(meta):
                 continue
             want = meta[nr].device
-            if g.device == want:
+            if g.device == want or g.device.type == want.type == "neuron":     # C++ sees every index as neuron:0
                 continue
             if g.dim() == 0:        # the engine moves a 0-dim gradient (issue 65016's special case)
                 moved = g.to(want)

@@ -9,9 +9,11 @@ autograd engine has one device queue and would refuse any other index); the inde
 ``t.get_device()``) is the wrapper's ``_dev``: the class default (the process's home device, which
 ``torch.neuron.set_device`` moves while no device tensor is alive) or, for a tensor on another index, its own.
 Once a process holds tensors on two indices (``MULTI``), ops take the slow path, which puts results on their
-inputs' index and refuses inputs on different indices, as CUDA does.  A factory (or a C++ path) asking for
-``neuron:0`` is indistinguishable from torch's own requests for a wrapper's C++ device, so it means the current
-device; ``t.to("neuron:i")`` (parsed in Python) and factories naming another index are exact.
+inputs' index and refuses inputs on different indices, as CUDA does.  A factory or a host tensor's ``.to()``
+asking for ``neuron:0`` is indistinguishable from torch's own requests for a wrapper's C++ device, so it means the
+current device (select ``neuron:0`` with ``torch.neuron.device(0)`` in a process whose current device is another);
+a device tensor's ``.to("neuron:i")`` (parsed in Python; under autograd its gradient goes back to the source index)
+and requests naming another index are exact.
 """
 
 from __future__ import annotations
@@ -64,12 +66,12 @@ class NeuronTensor(torch.Tensor):
             return _BASE_TO(self, *args, **kwargs)
         _, dtype, non_blocking, fmt = torch._C._nn._parse_to(*args, **{k: v for k, v in kwargs.items()
                                                                       if k != "copy"})
-        same = dev == self._dev
-        out = _BASE_TO(self, DEVICE, dtype, non_blocking, kwargs.get("copy", False) or not same,
-                       memory_format=fmt if fmt is not None else torch.preserve_format)
-        if not same:
-            _place(out, dev)
-        return out
+        fmt = fmt if fmt is not None else torch.preserve_format
+        if dev == self._dev:
+            return _BASE_TO(self, DEVICE, dtype, non_blocking, kwargs.get("copy", False), memory_format=fmt)
+        if self.requires_grad and torch.is_grad_enabled():
+            return _MoveIndex.apply(self, dev, dtype, non_blocking, fmt)
+        return _move(self, dev, dtype, non_blocking, fmt)
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
@@ -224,6 +226,26 @@ class NeuronTensor(torch.Tensor):
 
 
 _BASE_TO = torch.Tensor.to
+
+
+def _move(t, dev, dtype, non_blocking, fmt):
+    out = _BASE_TO(t, DEVICE, dtype, non_blocking, True, memory_format=fmt)
+    _place(out, dev)
+    return out
+
+
+class _MoveIndex(torch.autograd.Function):
+    """A move between device indices under autograd: the gradient goes back to the source index (torch's own
+    ``ToCopyBackward`` would leave it where it is, C++ seeing one device)."""
+
+    @staticmethod
+    def forward(ctx, t, dev, dtype, non_blocking, fmt):
+        ctx.src, ctx.dtype = t._dev, t.dtype
+        return _move(t, dev, dtype, non_blocking, fmt)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.to(ctx.src, ctx.dtype), None, None, None, None
 
 
 def _to_target(args, kwargs):
