@@ -89,9 +89,20 @@ def set_device(device):
     i = _index(device)
     STATE.selected = True
     if i != STATE.current:
-        from . import tensor
-        tensor.select_device(i)
+        _select(i)
         STATE.current = i
+
+
+def _select(i):
+    """New tensors go to ``neuron:i``; while no device tensor is alive it becomes the home device (the usual case: a
+    rank picks its core before making tensors), else the process holds several indices (``tensor.MULTI``)."""
+    dev = torch.device(tensor.DEVICE.type, i)
+    if not MEMORY._live:
+        tensor.NeuronTensor._dev = dev
+        tensor.MULTI = False
+    elif dev != tensor.NeuronTensor._dev:
+        tensor.MULTI = True
+    tensor.CURRENT = dev
 
 
 class device(contextlib.ContextDecorator):

@@ -10,7 +10,8 @@ import math
 
 import torch
 
-from . import charging, tensor
+from . import charging
+from .device_index import logical_device
 from .device_state import STATE
 from .memory import MEMORY
 from .tensor import wrap
@@ -75,7 +76,7 @@ def _kernel(op):
         args = list(args)
         i = pos["device"]
         asked = args[i] if 0 <= i < len(args) else kwargs.get("device")
-        dev = tensor.logical_device(torch.device(asked).index) if asked is not None else None
+        dev = logical_device(torch.device(asked).index) if asked is not None else None
         for n, v in (("device", torch.device("cpu")), ("pin_memory", None)):
             i = pos[n]
             if i >= 0 and i < len(args):

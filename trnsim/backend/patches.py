@@ -158,7 +158,8 @@ def _storage():
         dev = torch.device(dev)
         if dev.type != tensor.DEVICE.type:
             return base_new(cls, *args, **kwargs)
-        tensor.logical_device(dev.index)      # an index past the instance's devices raises, naming the count
+        from .device_index import logical_device
+        logical_device(dev.index)           # an index past the instance's devices raises, naming the count
         if args and isinstance(args[0], int):
             MEMORY.check(args[0])
         st = base_new(cls, *args, **{**kwargs, "device": "cpu"})

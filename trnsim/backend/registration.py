@@ -65,7 +65,7 @@ def register(force=False):
                                                          for_storage=True)
     tensor.DEVICE = torch.device("neuron", 0)
     tensor.NeuronTensor._dev = tensor.CURRENT = tensor.DEVICE     # the home device until set_device moves it
-    tensor.check_index = device_module._index
+    from . import device_index; device_index.install()  # noqa: E702  Tensor.to between indices, multi-index ops
     factories.register()
     patches.apply(tensor.NeuronTensor, mod)
     from . import operators; operators.install()  # noqa: E702  a + b without the C++ dispatcher when unobservable

@@ -9,7 +9,7 @@ autograd engine has one device queue and would refuse any other index); the inde
 ``t.get_device()``) is the wrapper's ``_dev``: the class default (the process's home device, which
 ``torch.neuron.set_device`` moves while no device tensor is alive) or, for a tensor on another index, its own.
 Once a process holds tensors on two indices (``MULTI``), ops take the slow path, which puts results on their
-inputs' index and refuses inputs on different indices, as CUDA does.  A factory or a host tensor's ``.to()``
+inputs' index and refuses inputs on different indices, as CUDA does (``device_index.py``, with ``Tensor.to``).  A factory or a host tensor's ``.to()``
 asking for ``neuron:0`` is indistinguishable from torch's own requests for a wrapper's C++ device, so it means the
 current device (select ``neuron:0`` with ``torch.neuron.device(0)`` in a process whose current device is another);
 a device tensor's ``.to("neuron:i")`` (parsed in Python; under autograd its gradient goes back to the source index)
@@ -36,7 +36,7 @@ from .op_table import ACCUMULATING, TABLE, TRANSFER
 DEVICE = torch.device("privateuseone", 0)   # replaced by torch.device("neuron", 0) at registration
 CURRENT = DEVICE    # the current device (torch.neuron.set_device); the home device while MULTI is False
 MULTI = False       # some tensor is on an index other than the home device (see the module text)
-check_index = int   # device_module._index (the index checked against device_count), set at registration
+dispatch_multi = None   # device_index.dispatch_multi (the slow path's device rules while MULTI), set at registration
 _make = torch.Tensor._make_wrapper_subclass
 _LOW = (torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.float8_e5m2)
 
@@ -57,21 +57,6 @@ class NeuronTensor(torch.Tensor):
 
     def get_device(self):
         return self._dev.index
-
-    def to(self, *args, **kwargs):
-        """``Tensor.to``, with the target index taken from the Python arguments (C++ sees every wrapper on
-        ``neuron:0``): the same index is a no-op or a dtype change, another index a copy placed there."""
-        dev = _to_target(args, kwargs)
-        if dev is None:
-            return _BASE_TO(self, *args, **kwargs)
-        _, dtype, non_blocking, fmt = torch._C._nn._parse_to(*args, **{k: v for k, v in kwargs.items()
-                                                                      if k != "copy"})
-        fmt = fmt if fmt is not None else torch.preserve_format
-        if dev == self._dev:
-            return _BASE_TO(self, DEVICE, dtype, non_blocking, kwargs.get("copy", False), memory_format=fmt)
-        if self.requires_grad and torch.is_grad_enabled():
-            return _MoveIndex.apply(self, dev, dtype, non_blocking, fmt)
-        return _move(self, dev, dtype, non_blocking, fmt)
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
@@ -225,55 +210,6 @@ class NeuronTensor(torch.Tensor):
         set_data(self, value)
 
 
-_BASE_TO = torch.Tensor.to
-
-
-def _move(t, dev, dtype, non_blocking, fmt):
-    out = _BASE_TO(t, DEVICE, dtype, non_blocking, True, memory_format=fmt)
-    _place(out, dev)
-    return out
-
-
-class _MoveIndex(torch.autograd.Function):
-    """A move between device indices under autograd: the gradient goes back to the source index (torch's own
-    ``ToCopyBackward`` would leave it where it is, C++ seeing one device)."""
-
-    @staticmethod
-    def forward(ctx, t, dev, dtype, non_blocking, fmt):
-        ctx.src, ctx.dtype = t._dev, t.dtype
-        return _move(t, dev, dtype, non_blocking, fmt)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad.to(ctx.src, ctx.dtype), None, None, None, None
-
-
-def _to_target(args, kwargs):
-    """The ``neuron`` device a ``to()`` call names (index resolved: none means the current device), or None."""
-    d = kwargs.get("device")
-    if d is None and args:
-        a = args[0]
-        if type(a) is NeuronTensor:
-            return a._dev
-        if isinstance(a, (str, torch.device, int)) and not isinstance(a, bool):
-            d = a
-    if d is None or isinstance(d, torch.dtype):
-        return None
-    d = torch.device(d) if not isinstance(d, torch.device) else d
-    if d.type != DEVICE.type:
-        return None
-    if d.index is None:
-        return CURRENT
-    return torch.device(DEVICE.type, check_index(d.index))
-
-
-def logical_device(index):
-    """The device a request for ``neuron:index`` means (None or 0: the current device, see the module text)."""
-    if not index:
-        return CURRENT
-    return torch.device(DEVICE.type, check_index(index))
-
-
 def _place(t, dev):
     """Put the wrapper ``t`` on ``dev`` (another index than the home device makes the process MULTI)."""
     global MULTI
@@ -282,19 +218,6 @@ def _place(t, dev):
         MULTI = True
     elif "_dev" in t.__dict__:
         del t._dev
-
-
-def select_device(i):
-    """``torch.neuron.set_device(i)``: new tensors go to ``neuron:i``; while no device tensor is alive it becomes the
-    home device (the usual case: a rank picks its core before making tensors), else the process is MULTI."""
-    global CURRENT, MULTI
-    dev = torch.device(DEVICE.type, i)
-    if not MEMORY._live:
-        NeuronTensor._dev = dev
-        MULTI = False
-    elif dev != NeuronTensor._dev:
-        MULTI = True
-    CURRENT = dev
 
 
 _TB_DATA = torch._C.TensorBase.data
@@ -751,26 +674,8 @@ def _check_sparse_grad(func, name, args, kwargs):
 
 def dispatch(func, args, kwargs):
     if MULTI:
-        return _dispatch_multi(func, args, kwargs)
+        return dispatch_multi(func, args, kwargs)
     return _dispatch(func, args, kwargs)
-
-
-def _dispatch_multi(func, args, kwargs):
-    """``dispatch`` in a process holding tensors on several indices: inputs on one index (else CUDA's error,
-    except for transfers), results placed on it (or on the current device when no input is a device tensor)."""
-    devs = []
-    for a in torch.utils._pytree.tree_leaves((args, kwargs)):
-        if type(a) is NeuronTensor and a._dev not in devs:
-            devs.append(a._dev)
-    if len(devs) > 1 and func._opname not in TRANSFER:
-        _raise(RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
-                            f"{devs[0]} and {devs[1]}! (when checking argument for {func._schema.name})"))
-    dev = devs[0] if devs else CURRENT
-    out = _dispatch(func, args, kwargs)
-    for o in torch.utils._pytree.tree_leaves(out):
-        if type(o) is NeuronTensor and o._dev != dev and not any(o is a for a in args):
-            _place(o, dev)
-    return out
 
 
 def _dispatch(func, args, kwargs):
