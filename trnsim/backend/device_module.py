@@ -36,8 +36,7 @@ def instance_topology():
     trn1.32xlarge, trn2.48xlarge, trn3-gen1-ultraserver), at the process's LNC."""
     from ..collectives import get_topology
     from .device_state import DEFAULT_TOPOLOGY
-    import os
-    name = os.environ.get("TRNSIM_TOPOLOGY") or DEFAULT_TOPOLOGY[STATE.target.name]
+    name = _os.environ.get("TRNSIM_TOPOLOGY") or DEFAULT_TOPOLOGY[STATE.target.name]
     topo = get_topology(name)
     return topo.with_lnc(STATE.lnc) if STATE.lnc in topo.target.allowed_lnc else topo
 

@@ -1,7 +1,8 @@
 """Ops with no tensor argument never reach ``__torch_dispatch__``: register them on the PrivateUse1 key.
 
-Each kernel runs the same op with ``device="cpu"`` (the result on the device index asked for; after checking the simulated capacity, so nothing huge is
-allocated on the host), injects the device generator into random factories, and wraps the result.
+Each kernel runs the same op with ``device="cpu"`` (after checking the simulated capacity, so nothing huge is
+allocated on the host), injects the device generator into random factories, and wraps the result on the device
+index asked for (``device_index.logical_device``).
 """
 
 from __future__ import annotations

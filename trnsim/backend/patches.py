@@ -20,7 +20,8 @@ written for.  Each has a test in tests/backend/test_patches.py.
 6. ``torch.Tensor.data`` (setter): ``param.data = x`` across cpu and neuron swaps the tensor's content in place
    (``torch.utils.swap_tensors``), since a CPU TensorImpl cannot take a Python wrapper's data.
 7. ``torch.UntypedStorage.device`` and ``torch.UntypedStorage.__new__``: the storages of neuron tensors (their CPU
-   payloads' storages, counted by memory.py) report the current ``neuron`` device; ``UntypedStorage(n, device="neuron")`` (also
+   payloads' storages, counted by memory.py) report the current ``neuron`` device; ``UntypedStorage(n,
+   device="neuron")`` (also
    reached by ``storage.to("neuron")`` and ``torch.load(map_location="neuron")``) makes such a storage instead of
    asking C++ for a PrivateUse1 allocator that does not exist (a segfault).
 8. ``torch.autograd.function.BackwardCFunction.apply``: torch's engine skips its gradient device check for Python

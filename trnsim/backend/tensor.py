@@ -9,11 +9,11 @@ autograd engine has one device queue and would refuse any other index); the inde
 ``t.get_device()``) is the wrapper's ``_dev``: the class default (the process's home device, which
 ``torch.neuron.set_device`` moves while no device tensor is alive) or, for a tensor on another index, its own.
 Once a process holds tensors on two indices (``MULTI``), ops take the slow path, which puts results on their
-inputs' index and refuses inputs on different indices, as CUDA does (``device_index.py``, with ``Tensor.to``).  A factory or a host tensor's ``.to()``
-asking for ``neuron:0`` is indistinguishable from torch's own requests for a wrapper's C++ device, so it means the
-current device (select ``neuron:0`` with ``torch.neuron.device(0)`` in a process whose current device is another);
-a device tensor's ``.to("neuron:i")`` (parsed in Python; under autograd its gradient goes back to the source index)
-and requests naming another index are exact.
+inputs' index and refuses inputs on different indices, as CUDA does (``device_index.py``, with ``Tensor.to``).
+A factory or a host tensor's ``.to()`` asking for ``neuron:0`` is indistinguishable from torch's own requests for a
+wrapper's C++ device, so it means the current device (select ``neuron:0`` with ``torch.neuron.device(0)`` in a
+process whose current device is another); a device tensor's ``.to("neuron:i")`` (parsed in Python; under autograd
+its gradient goes back to the source index) and requests naming another index are exact.
 """
 
 from __future__ import annotations
@@ -140,7 +140,6 @@ class NeuronTensor(torch.Tensor):
 
     def tolist(self):
         return self._p.tolist()
-
 
     def numpy(self, *, force=False):
         if force:

@@ -2,8 +2,8 @@
 
 Registered only by the ``torch_dynamo_backends`` entry point (``neuron = trnsim.backend.compile:neuron``): dynamo
 imports this package when a model is compiled with ``backend="neuron"``; device registration imports it for
-``patching`` (which imports no dynamo).  Public names: :func:`neuron` (the backend), :func:`compile_summary`, :func:`compile_records`,
-:data:`CACHE`, the errors.
+``patching`` (which imports no dynamo).  Public names: :func:`neuron` (the backend), :func:`compile_summary`,
+:func:`compile_records`, :data:`CACHE`, the errors.
 """
 
 from .errors import NeuronCacheWarning, NeuronCompileError, NeuronCompileWarning
