@@ -44,7 +44,8 @@ def instance_topology():
 def device_count():
     """The logical NeuronCores of the simulated instance, as on hardware: chips x physical cores per chip / LNC
     (trn2.48xlarge: 16 chips x 8 / 2 = 64 at LNC=2, 128 at LNC=1; trn1.32xlarge: 16 x 2 = 32), from the topology's
-    chip count (trnsim/collectives/topology.py, with its sources) and the target's cores per chip (targets.py)."""
+    chip count (trnsim/collectives/topology.py, with its sources) and the target's cores per chip (targets.py).
+    trn3's default topology is a whole Gen1 UltraServer (one NeuronLink domain of 64 chips): 256 at LNC=2."""
     key = (STATE.target.name, STATE.lnc, _os.environ.get("TRNSIM_TOPOLOGY"))
     n = _COUNT.get(key)
     if n is None:
