@@ -3,6 +3,8 @@ device with the ``neuron`` backend; each rank saves what it saw (losses, gradien
 test to compare rank by rank.  Run by tests/backend/test_distributed.py under torchrun and under mp.spawn.
 
     torchrun --nproc-per-node 4 dist_jobs.py OUT_DIR JOB[,JOB...]
+    torchrun --nproc-per-node N dist_jobs.py OUT_DIR local_rank_fsdp     (FSDP2 on neuron:LOCAL_RANK)
+    torchrun --nproc-per-node 2 dist_jobs.py OUT_DIR same_core           (every rank on neuron:0: refused)
 """
 
 import os
@@ -147,5 +149,81 @@ def spawn_main(rank, world, out_dir, jobs, init):
     run(rank, world, out_dir, jobs, init)
 
 
+# -- CUDA-style launch code: each rank picks neuron:LOCAL_RANK (issue 28) ------------------------------------
+MLP_D, MLP_STEPS = 16, 2
+
+
+def mlp_model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(MLP_D, 2 * MLP_D), nn.ReLU(), nn.Linear(2 * MLP_D, MLP_D))
+
+
+def mlp_batch(rank, step):
+    g = torch.Generator().manual_seed(100 * rank + step)
+    return torch.randn(4, MLP_D, generator=g), torch.randn(4, MLP_D, generator=g)
+
+
+def run_local_rank(out_dir, allreduce_bytes=1 << 20):
+    """FSDP2 on ``neuron:LOCAL_RANK`` (set_device first, as CUDA launch code does), then one timed all-reduce of
+    ``allreduce_bytes`` between synchronised clocks; saves what the rank saw."""
+    import trnsim
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    local, rank, world = int(os.environ["LOCAL_RANK"]), int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.neuron.set_device(local)
+    device = torch.device(f"neuron:{local}")
+    dist.init_process_group("neuron")
+    mesh = init_device_mesh("neuron", (world,))
+    model = mlp_model().to(device)
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses, seen = [], set()
+    for step in range(MLP_STEPS):
+        x, y = (t.to(device) for t in mlp_batch(rank, step))
+        loss = F.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        seen |= {str(loss.device), str(x.device)} | {str(p.to_local().device) for p in model.parameters()} \
+            | {str(p.grad.to_local().device) for p in model.parameters()}
+        losses.append(float(loss.detach().cpu()))
+    params = {n: _host(p) for n, p in model.named_parameters()}
+    dist.barrier()
+    t = torch.ones(allreduce_bytes // 4, device=device)
+    dist.barrier()                                  # every clock is the latest one now
+    t0 = trnsim.backend.simulated_time_ns()
+    dist.all_reduce(t)
+    ar_ns = trnsim.backend.simulated_time_ns() - t0
+    out = {"local": local, "rank": rank, "group_rank": int(os.environ.get("GROUP_RANK", 0)), "losses": losses,
+           "params": params, "devices": sorted(seen), "current": torch.neuron.current_device(),
+           "count": torch.neuron.device_count(), "allreduce_ns": ar_ns, "sum": float(t[0].cpu())}
+    dist.destroy_process_group()
+    torch.save(out, os.path.join(out_dir, f"rank{rank}.pt"))
+
+
+def run_same_core(out_dir):
+    """Every rank picks neuron:0 of one instance: its first collective must refuse, on every rank."""
+    import json
+    torch.neuron.set_device(0)
+    dist.init_process_group("neuron")
+    rank = dist.get_rank()
+    try:
+        dist.all_reduce(torch.ones(4, device="neuron"))
+        out = {"ok": True}
+    except Exception as e:      # noqa: BLE001
+        out = {"ok": False, "type": type(e).__name__, "msg": str(e)}
+    dist.destroy_process_group()
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(out, f)
+
+
 if __name__ == "__main__":
-    run(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), sys.argv[1], sys.argv[2].split(","))
+    if sys.argv[2] == "local_rank_fsdp":
+        run_local_rank(sys.argv[1])
+    elif sys.argv[2] == "same_core":
+        run_same_core(sys.argv[1])
+    else:
+        run(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), sys.argv[1], sys.argv[2].split(","))

@@ -26,10 +26,11 @@ def test_device_and_moves():
 
 def test_torch_neuron_module():
     n = torch.neuron
-    assert n.is_available() and n.device_count() == 1 and n.current_device() == 0
+    # trn2.48xlarge: 16 chips x 8 physical cores / LNC 2 (trnsim/collectives/topology.py, targets.py)
+    assert n.is_available() and n.device_count() == 64 and n.current_device() == 0
     n.set_device(0)
-    with pytest.raises(RuntimeError, match="one logical NeuronCore"):
-        n.set_device(1)
+    with pytest.raises(RuntimeError, match=r"neuron:64 does not exist: .* 64 logical NeuronCores"):
+        n.set_device(64)
     assert n.get_device_name() == "Trainium2 (simulated)"
     n.synchronize()
     s = n.current_stream()

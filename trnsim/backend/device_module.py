@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os as _os
 import random as _random
 import types
 
@@ -30,38 +31,98 @@ def _is_in_bad_fork():
     return False
 
 
+def instance_topology():
+    """The scale-up domain one process's devices belong to: ``TRNSIM_TOPOLOGY`` (default by target:
+    trn1.32xlarge, trn2.48xlarge, trn3-gen1-ultraserver), at the process's LNC."""
+    from ..collectives import get_topology
+    from .device_state import DEFAULT_TOPOLOGY
+    from .. import config
+    name = config.topology or DEFAULT_TOPOLOGY[STATE.target.name]
+    topo = get_topology(name)
+    return topo.with_lnc(STATE.lnc) if STATE.lnc in topo.target.allowed_lnc else topo
+
+
 def device_count():
-    return 1
+    """The logical NeuronCores of the simulated instance, as on hardware: chips x physical cores per chip / LNC
+    (trn2.48xlarge: 16 chips x 8 / 2 = 64 at LNC=2, 128 at LNC=1; trn1.32xlarge: 16 x 2 = 32), from the topology's
+    chip count (trnsim/collectives/topology.py, with its sources) and the target's cores per chip (targets.py).
+    trn3's default topology is a whole Gen1 UltraServer (one NeuronLink domain of 64 chips): 256 at LNC=2."""
+    from .. import config
+    key = (STATE.target.name, STATE.lnc, config.topology)
+    n = _COUNT.get(key)
+    if n is None:
+        t = instance_topology()
+        n = _COUNT[key] = t.chips_per_domain * t.logical_cores_per_chip
+    return n
+
+
+_COUNT = {}
 
 
 def current_device():
-    return 0
+    return STATE.current
 
 
 def _index(device):
+    """The device index ``device`` names (``None``, ``"neuron"`` and an index-less device: the current one),
+    checked against :func:`device_count`."""
     if device is None:
-        return 0
+        return STATE.current
     if isinstance(device, int):
-        return device
-    d = torch.device(device)
-    return d.index or 0
+        i = device
+    else:
+        d = torch.device(device)
+        if d.type != "neuron":
+            raise ValueError(f"expected a neuron device, got {d}")
+        i = STATE.current if d.index is None else d.index
+    n = device_count()
+    if not 0 <= i < n:
+        raise RuntimeError(f"neuron:{i} does not exist: the simulated {STATE.target.marketing_name} instance has "
+                           f"{n} logical NeuronCores (neuron:0 to neuron:{n - 1}, LNC={STATE.lnc}; "
+                           "torch.neuron.device_count())")
+    return i
 
 
 def set_device(device):
+    """Make ``device`` the current device (as ``torch.cuda.set_device``): factories without an index and
+    ``torch.device("neuron")`` then mean it, and a rank's collectives run on its simulated core."""
+    if isinstance(device, int) and device < 0:      # torch passes -1 for "leave it"
+        return
     i = _index(device)
-    if i != 0:
-        raise RuntimeError(f"neuron:{i} does not exist: the simulator exposes one logical NeuronCore per process "
-                           "(neuron:0); run one process per rank")
+    STATE.selected = True
+    if i != STATE.current:
+        _select(i)
+        STATE.current = i
+
+
+def _select(i):
+    """New tensors go to ``neuron:i``; while no device tensor is alive it becomes the home device (the usual case: a
+    rank picks its core before making tensors), else the process holds several indices (``tensor.MULTI``)."""
+    dev = torch.device(tensor.DEVICE.type, i)
+    if not MEMORY._live:
+        tensor.NeuronTensor._dev = dev
+        tensor.MULTI = False
+    elif dev != tensor.NeuronTensor._dev:
+        tensor.MULTI = True
+    tensor.CURRENT = dev
 
 
 class device(contextlib.ContextDecorator):
+    """``with torch.neuron.device(i):`` makes ``i`` current inside the block (``None`` or -1: unchanged)."""
+
     def __init__(self, device):
-        set_device(device)
+        self.idx = None if device is None or (isinstance(device, int) and device < 0) else _index(device)
+        self.prev = None
 
     def __enter__(self):
+        self.prev = STATE.current
+        if self.idx is not None:
+            set_device(self.idx)
         return self
 
     def __exit__(self, *exc):
+        if self.idx is not None:
+            set_device(self.prev)
         return False
 
 
@@ -121,11 +182,12 @@ def set_rng_state(new_state, device=None):
 
 
 def get_rng_state_all():
-    return [get_rng_state()]
+    """One state per device; the devices of a process share one generator (see ``device_state``)."""
+    return [get_rng_state()] * device_count()
 
 
 def set_rng_state_all(states):
-    set_rng_state(states[0])
+    set_rng_state(states[STATE.current] if len(states) > STATE.current else states[0])
 
 
 def default_generator():

@@ -1,5 +1,10 @@
-"""Per-process state of the one simulated logical NeuronCore ``neuron:0``: the target, the simulated clock,
-fallback counters, the RNG and the options read from the environment."""
+"""Per-process state of the simulated ``neuron`` devices: the target, the current device, the simulated clock,
+fallback counters, the RNG and the options read from the environment.
+
+A process sees every logical NeuronCore of the simulated instance (``torch.neuron.device_count()``), as a process
+on a real instance does; the index it picks (``torch.neuron.set_device(LOCAL_RANK)``) is the core its collectives
+run on.  The devices of one process share one simulated clock, one memory account and one generator: a process
+that drives several indices runs their ops on one in-order queue (a rank per process is the modelled case)."""
 
 from __future__ import annotations
 
@@ -11,6 +16,8 @@ from .. import config
 from ..targets import get_target
 
 DEVICE_TYPE = "neuron"
+# the instance (scale-up domain) each target's devices and ranks are placed on, unless TRNSIM_TOPOLOGY names another
+DEFAULT_TOPOLOGY = {"trn1": "trn1.32xlarge", "trn2": "trn2.48xlarge", "trn3": "trn3-gen1-ultraserver"}
 
 
 def _lnc(target):
@@ -34,6 +41,8 @@ class DeviceState:
         self.generator.manual_seed(torch.initial_seed())
         self.profilers = []               # active profile_torch() recorders
         self.native_counts = {}
+        self.current = 0                  # torch.neuron.current_device()
+        self.selected = False             # set_device was called (the rank chose its core)
 
 
 STATE = DeviceState()

@@ -15,14 +15,25 @@ collective: one issued on a subset of the ranks while the others issue another) 
 the collective) makes the others raise after ``TRNSIM_DIST_TIMEOUT`` seconds (default: the process group's
 timeout, at most 300 s), naming the ranks that did not arrive.
 
+Placement: each rank runs on one logical NeuronCore of one instance (node) of the cluster topology, and the
+collective model times a collective over the links between the group's cores (NeuronLink inside an instance, EFA
+between instances).  The node of a rank is its launcher's node (torchrun's ``GROUP_RANK`` of ``GROUP_WORLD_SIZE``
+nodes: ``--nnodes 2 --node-rank 1`` puts its ranks on instance 1) or, without a multi-node launcher, ranks fill
+``TRNSIM_NODES`` instances in order (default: as few as hold the world).  Its core is the device it selected
+(``torch.neuron.set_device(LOCAL_RANK)``, as CUDA code does), else its local rank.  Every collective's header
+carries each rank's (node, core), so the time follows where the ranks are; two ranks of a group on one core raise
+:class:`NeuronCollectiveError`.
+
 Environment: ``TRNSIM_TOPOLOGY`` (default by target: trn1.32xlarge, trn2.48xlarge, trn3-gen1-ultraserver),
-``TRNSIM_NODES`` (instances the world is spread over; default: as few as hold it), ``TRNSIM_DIST_TIMEOUT``.
+``TRNSIM_NODES`` (instances the world is spread over; default: the launcher's nodes, else as few as hold the
+world), ``TRNSIM_DIST_TIMEOUT``.
 """
 
 from __future__ import annotations
 
 import atexit
 import datetime
+import os
 import struct
 import sys
 import weakref
@@ -51,7 +62,6 @@ _OPS = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
         "scatter", "send_recv"]
 _DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int16,
            torch.int32, torch.int64, torch.bool, torch.float8_e4m3fn, torch.float8_e5m2]
-_DEFAULT_TOPOLOGY = {"trn1": "trn1.32xlarge", "trn2": "trn2.48xlarge", "trn3": "trn3-gen1-ultraserver"}
 _MAX_DEFAULT_TIMEOUT_S = 300.0
 
 
@@ -59,18 +69,68 @@ class NeuronCollectiveError(RuntimeError):
     """A collective of the simulated ``neuron`` backend failed: ranks disagree, or some never arrived."""
 
 
+def _env_int(name):
+    v = os.environ.get(name)
+    if v is None or v.strip() == "":
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        raise ValueError(f"{name}={v!r}: expected an integer") from None
+
+
+def _launcher_nodes():
+    """``(node rank, nodes)`` from a multi-node launcher (torchrun's ``GROUP_RANK``/``GROUP_WORLD_SIZE``), or None
+    (one node, or no launcher, or ``TRNSIM_NODES`` set, which places ranks itself)."""
+    if config.nodes is not None:
+        return None
+    n, r = _env_int("GROUP_WORLD_SIZE"), _env_int("GROUP_RANK")
+    if n is None or r is None or n < 2:
+        return None
+    return r, n
+
+
 def cluster_topology(world_size: int):
-    """The topology the world's ranks are placed on (``TRNSIM_TOPOLOGY``, ``TRNSIM_NODES``)."""
-    from ..collectives import get_topology
-    name = config.topology or _DEFAULT_TOPOLOGY[STATE.target.name]
-    topo = get_topology(name, lnc=STATE.lnc if STATE.lnc in get_topology(name).target.allowed_lnc else None)
+    """The topology the world's ranks are placed on: the instance (``TRNSIM_TOPOLOGY``) repeated over the nodes
+    (``TRNSIM_NODES``, else the launcher's nodes, else as few as hold ``world_size`` ranks with as many on each)."""
+    from .device_module import instance_topology
+    topo = instance_topology()
     per_node = topo.chips_per_domain * topo.logical_cores_per_chip
-    nodes = config.nodes
-    if nodes is None:
+    nodes = config.nodes                       # validated by trnsim.config (a positive integer)
+    if nodes is not None:
+        pass
+    elif _launcher_nodes() is not None:
+        nodes = _launcher_nodes()[1]
+    else:
         nodes = -(-world_size // per_node)
         while world_size % nodes:
             nodes += 1
     return topo.with_nodes(nodes) if nodes > 1 else topo
+
+
+def rank_position(rank: int, world_size: int, topo=None) -> int:
+    """Where global rank ``rank`` (this process) runs, as ``node * cores per node + core`` on
+    :func:`cluster_topology` (see the module text)."""
+    topo = topo or cluster_topology(world_size)
+    per_node = topo.chips_per_domain * topo.logical_cores_per_chip
+    launcher = _launcher_nodes()
+    if launcher is not None:
+        node = launcher[0]
+        local = _env_int("LOCAL_RANK")
+    else:
+        if world_size % topo.nodes:
+            raise ValueError(f"{world_size} ranks cannot be divided equally over TRNSIM_NODES={topo.nodes} instances")
+        node, local = divmod(rank, world_size // topo.nodes)
+    core = STATE.current if STATE.selected else (local if local is not None else rank % per_node)
+    if not 0 <= node < topo.nodes:
+        raise ValueError(f"rank {rank} is on node {node}, but the cluster has {topo.nodes} ({topo.name})")
+    if not 0 <= core < per_node:
+        raise ValueError(f"rank {rank} would run on core {core} of node {node}, but an instance of {topo.name} has "
+                         f"{per_node} logical NeuronCores (torch.neuron.set_device(i) with i < {per_node})")
+    return node * per_node + core
+
+
+_KNOWN = {}     # global rank -> position, as the last header exchange said (point-to-point uses it)
 
 
 def _payload(t):
@@ -133,6 +193,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         self._name = group_name
         self._world = dist.get_world_size() if dist.is_initialized() else size
         self._topology = None
+        self._positions = list(range(size))
 
     # -- names (functional collectives look the group up by name) --------------------------------------------
     def getBackendName(self):
@@ -173,14 +234,34 @@ class NeuronProcessGroup(dist.ProcessGroup):
     def _topo(self):
         if self._topology is None:
             world = max(self._world, max(self._global) + 1)
-            self._topology = (cluster_topology(world), world)
+            topo = cluster_topology(world)
+            self._topology = (topo, topo.nodes * topo.chips_per_domain * topo.logical_cores_per_chip, world)
         return self._topology
+
+    def _my_position(self):
+        topo, _, world = self._topo()
+        return rank_position(self._global[self.rank()], world, topo)
+
+    def _position_or_minus_one(self):
+        """This rank's position for a header; -1 (and the reason kept) when it cannot be placed, so that every rank
+        raises after the exchange instead of the others waiting for it."""
+        try:
+            self._misplaced = None
+            return self._my_position()
+        except ValueError as e:
+            self._misplaced = str(e)
+            return -1
+
+    def _where(self, pos):
+        topo = self._topo()[0]
+        node, core = divmod(pos, topo.chips_per_domain * topo.logical_cores_per_chip)
+        return f"node {node}'s neuron:{core}"
 
     def _header(self, op, ts, extra):
         dt = ts[0].dtype if ts else torch.float32
         code = _DTYPES.index(dt) if dt in _DTYPES else 99
         return torch.tensor([self._seq, _OPS.index(op), sum(t.numel() for t in ts), code, _shape_key(ts),
-                             _f2i(STATE.now_ns), int(extra)], dtype=torch.int64)
+                             _f2i(STATE.now_ns), int(extra), self._position_or_minus_one()], dtype=torch.int64)
 
     def _fail_missing(self, op, exc):
         missing = []
@@ -212,6 +293,22 @@ class NeuronProcessGroup(dist.ProcessGroup):
         except Exception as exc:     # noqa: BLE001 -- gloo raises RuntimeError/DistBackendError
             self._fail_missing(op, exc)
         heads = [o.tolist() for o in outs]
+        self._positions = [h[7] for h in heads]
+        if -1 in self._positions:
+            bad = [self._global[r] for r, p in enumerate(self._positions) if p == -1]
+            raise NeuronCollectiveError(f"neuron backend: {op} #{self._seq} on ranks {self._global}: ranks {bad} "
+                                        f"cannot be placed on the cluster"
+                                        + (f": {self._misplaced}" if getattr(self, "_misplaced", None) else ""))
+        for r, pos in enumerate(self._positions):
+            _KNOWN[self._global[r]] = pos
+        if len(set(self._positions)) < len(heads):
+            seen = {}
+            for r, pos in enumerate(self._positions):
+                seen.setdefault(pos, []).append(self._global[r])
+            clash = "; ".join(f"ranks {rs} on {self._where(p)}" for p, rs in seen.items() if len(rs) > 1)
+            raise NeuronCollectiveError(
+                f"neuron backend: {op} #{self._seq} on ranks {self._global}: two ranks on one core ({clash}); give "
+                "each rank of a node its own device (torch.neuron.set_device(LOCAL_RANK))")
         ops = [_OPS[h[1]] if 0 <= h[1] < len(_OPS) else "?" for h in heads]
         if len(set(ops)) > 1:
             groups = {}
@@ -240,8 +337,8 @@ class NeuronProcessGroup(dist.ProcessGroup):
         if not device:
             return
         from ..collectives import collective_time
-        topo, world = self._topo()
-        grp = group if group is not None else self._global
+        topo, world, _ = self._topo()      # collective_time's ranks are positions (node * cores per node + core)
+        grp = group if group is not None else self._positions
         start = STATE.now_ns
         if len(grp) > 1 and size > 0 and op != "barrier":
             ns = collective_time(op if op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all",
@@ -430,11 +527,28 @@ class NeuronProcessGroup(dist.ProcessGroup):
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         return self.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
 
-    # point to point: the header travels with the payload (the sender's clock)
+    def _peer_position(self, r):
+        """The position of group rank ``r`` for a send: as its last collective header said, else where it would be
+        without a device of its own choosing (its local rank's core)."""
+        g = self._global[r]
+        if g in _KNOWN:
+            return _KNOWN[g]
+        topo, _, world = self._topo()
+        per_node = topo.chips_per_domain * topo.logical_cores_per_chip
+        launcher = _launcher_nodes()
+        if launcher is not None:      # torchrun's ranks: node after node, LOCAL_WORLD_SIZE each
+            lws = _env_int("LOCAL_WORLD_SIZE") or -(-world // launcher[1])
+            node, local = divmod(g, lws)
+        else:
+            node, local = divmod(g, world // topo.nodes)
+        return node * per_node + local
+
+    # point to point: the header travels with the payload (the sender's clock and position)
     def send(self, tensors, dst, tag=0):
         self._live_gloo("send")
         ts = _flat(tensors)
-        head = torch.tensor([_f2i(STATE.now_ns), sum(t.numel() for t in ts)], dtype=torch.int64)
+        head = torch.tensor([_f2i(STATE.now_ns), sum(t.numel() for t in ts), self._my_position()],
+                            dtype=torch.int64)
         try:
             self._gloo.send([head], dst, tag).wait()
             w = self._gloo.send([_payload(t) for t in ts], dst, tag)
@@ -444,14 +558,16 @@ class NeuronProcessGroup(dist.ProcessGroup):
                                         f"{self._global[dst]} failed within {self._timeout.total_seconds():g} s: "
                                         f"{str(exc).splitlines()[0]}") from None
         size = sum(t.numel() * t.element_size() for t in ts)
-        self._charge("send_recv", ts, size, STATE.now_ns, group=[self._global[self.rank()], self._global[dst]],
+        me = self._my_position()
+        peer = self._peer_position(dst)
+        self._charge("send_recv", ts, size, STATE.now_ns, group=[me, peer] if peer != me else [me],
                      device=_on_device(ts))
         return _Done()        # gloo's point-to-point work must not be waited on twice
 
     def recv(self, tensors, src, tag=0):
         self._live_gloo("recv")
         ts = _flat(tensors)
-        head = torch.empty(2, dtype=torch.int64)
+        head = torch.empty(3, dtype=torch.int64)
         try:
             self._gloo.recv([head], src, tag).wait()
             n = sum(t.numel() for t in ts)
@@ -467,8 +583,10 @@ class NeuronProcessGroup(dist.ProcessGroup):
                                         f"{self._global[src]} failed within {self._timeout.total_seconds():g} s: "
                                         f"{str(exc).splitlines()[0]}") from None
         size = sum(t.numel() * t.element_size() for t in ts)
-        self._charge("send_recv", ts, size, _i2f(int(head[0])),
-                     group=[self._global[src], self._global[self.rank()]], device=_on_device(ts))
+        me, peer = self._my_position(), int(head[2])
+        _KNOWN[self._global[src]] = peer
+        self._charge("send_recv", ts, size, _i2f(int(head[0])), group=[peer, me] if peer != me else [me],
+                     device=_on_device(ts))
         return _Done()
 
 

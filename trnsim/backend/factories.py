@@ -1,7 +1,8 @@
 """Ops with no tensor argument never reach ``__torch_dispatch__``: register them on the PrivateUse1 key.
 
 Each kernel runs the same op with ``device="cpu"`` (after checking the simulated capacity, so nothing huge is
-allocated on the host), injects the device generator into random factories, and wraps the result.
+allocated on the host), injects the device generator into random factories, and wraps the result on the device
+index asked for (``device_index.logical_device``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import math
 import torch
 
 from . import charging
+from .device_index import logical_device
 from .device_state import STATE
 from .memory import MEMORY
 from .tensor import wrap
@@ -73,6 +75,9 @@ def _kernel(op):
 
     def k(*args, **kwargs):
         args = list(args)
+        i = pos["device"]
+        asked = args[i] if 0 <= i < len(args) else kwargs.get("device")
+        dev = logical_device(torch.device(asked).index) if asked is not None else None
         for n, v in (("device", torch.device("cpu")), ("pin_memory", None)):
             i = pos[n]
             if i >= 0 and i < len(args):
@@ -93,7 +98,7 @@ def _kernel(op):
         if op._opname not in ("empty", "empty_strided") and out.numel():
             ns, kind, fl, b = charging.op_time(op._opname, "copy" if not is_random else "random", (), out)
             charging.advance(op._opname, ns, kind, fl, b, (), out)
-        return wrap(out)
+        return wrap(out, dev)
     return k
 
 

@@ -9,7 +9,8 @@ methods installed here take the shortcut only when nothing else can observe the 
 * neither requires grad, and no forward-mode AD level is open (a dual tensor's tangent lives in autograd);
 * no ``TorchDispatchMode``/``TorchFunctionMode`` is active, no trnsim profiler and no torch profiler is recording,
   and functorch transforms are off;
-* the device's elementwise fast path (``tensor.FAST_PATH``) is on.
+* the device's elementwise fast path (``tensor.FAST_PATH``) is on, and the process holds tensors on one device
+  index only (``tensor.MULTI`` off).
 
 Then the result is exactly what ``__torch_dispatch__``'s fast path produces for the same aten op (``add.Tensor``,
 ...): the op's CPU payload kernel on the payloads, the same per-(op, dtype, numel) charge memo, the same wrapper
@@ -46,7 +47,7 @@ def _operator(method, aten_op):
 
     def op(self, other):
         # modes first: under a TorchFunctionMode even reading .requires_grad is an observable call
-        if (_function_modes() or _dispatch_modes() or self.__class__ is not NT or not _t.FAST_PATH
+        if (_function_modes() or _dispatch_modes() or self.__class__ is not NT or not _t.FAST_PATH or _t.MULTI
                 or STATE.profilers or _fwad._current_level >= 0 or _profiling() or _functorch()
                 or self.requires_grad):
             return base(self, other)

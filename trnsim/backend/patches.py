@@ -10,6 +10,9 @@ written for.  Each has a test in tests/backend/test_device_ops.py
    autograd's device thread for a Python PrivateUse1 backend aborts the process ("terminate called without an
    active exception").  The device records such errors instead (fallback errors, cross-device errors) and this
    wrapper re-raises the first one on the calling thread when backward returns.
+2b. ``torch.accelerator.current_device_index`` / ``set_device_index`` (and their ``_idx`` aliases): C++ asks the
+   Python device guard, which always answers device 0 and ignores a set; with the ``neuron`` accelerator they are
+   ``torch.neuron.current_device`` / ``set_device``.
 3. ``torch.Tensor.pin_memory`` / ``is_pinned``: there is no pinned-memory allocator for a Python backend; pinning
    is a no-op (host memory is host memory in the simulator).
 5. ``torch._has_compatible_shallow_copy_type``: pairs a dense CPU tensor with a neuron tensor as torch pairs CPU with
@@ -18,7 +21,8 @@ written for.  Each has a test in tests/backend/test_device_ops.py
 6. ``torch.Tensor.data`` (setter): ``param.data = x`` across cpu and neuron swaps the tensor's content in place
    (``torch.utils.swap_tensors``), since a CPU TensorImpl cannot take a Python wrapper's data.
 7. ``torch.UntypedStorage.device`` and ``torch.UntypedStorage.__new__``: the storages of neuron tensors (their CPU
-   payloads' storages, counted by memory.py) report ``neuron:0``; ``UntypedStorage(n, device="neuron")`` (also
+   payloads' storages, counted by memory.py) report the current ``neuron`` device; ``UntypedStorage(n,
+   device="neuron")`` (also
    reached by ``storage.to("neuron")`` and ``torch.load(map_location="neuron")``) makes such a storage instead of
    asking C++ for a PrivateUse1 allocator that does not exist (a segfault).
 8. ``torch.autograd.function.BackwardCFunction.apply``: torch's engine skips its gradient device check for Python
@@ -59,6 +63,27 @@ def _accelerator_sync(device_module):
     synchronize._trnsim_orig = orig
     torch.accelerator.synchronize = synchronize
     APPLIED.append("accelerator.synchronize")
+
+
+def _accelerator_index(device_module):
+    import torch.accelerator as acc
+    orig_get, orig_set = acc.current_device_index, acc.set_device_index
+
+    def _ours():
+        a = acc.current_accelerator()
+        return a is not None and a.type == "neuron"
+
+    def current_device_index():
+        return device_module.current_device() if _ours() else orig_get()
+
+    def set_device_index(device, /):
+        return device_module.set_device(device) if _ours() else orig_set(device)
+    for new, orig in ((current_device_index, orig_get), (set_device_index, orig_set)):
+        new.__doc__ = orig.__doc__
+        new._trnsim_orig = orig
+    acc.current_device_index = acc.current_device_idx = current_device_index
+    acc.set_device_index = acc.set_device_idx = set_device_index
+    APPLIED.append("accelerator.device_index")
 
 
 def _pin_memory():
@@ -125,7 +150,7 @@ def _storage():
 
     def device(self):
         if MEMORY.is_device_storage(self):
-            return tensor.DEVICE
+            return tensor.CURRENT
         return base_device.__get__(self)
 
     def __new__(cls, *args, **kwargs):
@@ -135,15 +160,14 @@ def _storage():
         dev = torch.device(dev)
         if dev.type != tensor.DEVICE.type:
             return base_new(cls, *args, **kwargs)
-        if dev.index not in (None, 0):
-            raise RuntimeError(f"{dev} does not exist: the simulator exposes one logical NeuronCore per process "
-                               "(neuron:0)")
+        from .device_index import logical_device
+        logical_device(dev.index)           # an index past the instance's devices raises, naming the count
         if args and isinstance(args[0], int):
             MEMORY.check(args[0])
         st = base_new(cls, *args, **{**kwargs, "device": "cpu"})
         MEMORY.track(st)
         return st
-    prop = property(device, doc="The device of the storage (``neuron:0`` for the storage of a neuron tensor).")
+    prop = property(device, doc="The device of the storage (the current ``neuron`` device for a neuron tensor's).")
     prop.fget._trnsim_orig = base_device
     __new__._trnsim_orig = base_new
     torch.UntypedStorage.device = prop
@@ -171,7 +195,7 @@ def _function_grad_devices():
             if nr >= len(meta):
                 continue
             want = meta[nr].device
-            if g.device == want:
+            if g.device == want or g.device.type == want.type == "neuron":     # C++ sees every index as neuron:0
                 continue
             if g.dim() == 0:        # the engine moves a 0-dim gradient (issue 65016's special case)
                 moved = g.to(want)
@@ -204,6 +228,7 @@ def apply(tensor_type, device_module):
                       "need other private patches", RuntimeWarning, stacklevel=2)
     _foreach(tensor_type)
     _accelerator_sync(device_module)
+    _accelerator_index(device_module)
     _pin_memory()
     _backward_errors()
     _shallow_copy_type()

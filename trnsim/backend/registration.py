@@ -65,6 +65,8 @@ def register(force=False):
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=False, for_module=False, for_packed_sequence=False,
                                                          for_storage=True)
     tensor.DEVICE = torch.device("neuron", 0)
+    tensor.NeuronTensor._dev = tensor.CURRENT = tensor.DEVICE     # the home device until set_device moves it
+    from . import device_index; device_index.install()  # noqa: E702  Tensor.to between indices, multi-index ops
     factories.register()
     patches.apply(tensor.NeuronTensor, mod)
     from . import operators; operators.install()  # noqa: E702  a + b without the C++ dispatcher when unobservable
@@ -72,6 +74,8 @@ def register(force=False):
     autocast.register()
     from . import distributed; distributed.register()  # noqa: E702  torch.distributed backend "neuron"
     from . import nki_bridge; nki_bridge.install(mod)  # noqa: E702  NKI kernels on neuron tensors (issue 21)
+    # dynamo sees neuron tensors as tensors from its first trace, whatever backend (or explain) ran first
+    from .compile import patching; patching.patch_when_dynamo_loads()  # noqa: E702
     _REGISTERED = True
 
 

@@ -1,8 +1,19 @@
-"""The ``neuron`` tensor: a wrapper subclass on device ``neuron:0`` whose data is a plain CPU tensor (the payload).
+"""The ``neuron`` tensor: a wrapper subclass on a ``neuron`` device whose data is a plain CPU tensor (the payload).
 
 Every aten op that reaches ``__torch_dispatch__`` is unwrapped, run on the payloads (natively, with the device's
 numerics, or as a counted CPU fallback), charged simulated time, and rewrapped.  An output that is an input's
 payload comes back as that input's wrapper, which covers in-place ops and ``out=``.
+
+Device indices: every wrapper is ``neuron:0`` to C++ (torch's Python device guard reports one device, so its
+autograd engine has one device queue and would refuse any other index); the index Python sees (``t.device``,
+``t.get_device()``) is the wrapper's ``_dev``: the class default (the process's home device, which
+``torch.neuron.set_device`` moves while no device tensor is alive) or, for a tensor on another index, its own.
+Once a process holds tensors on two indices (``MULTI``), ops take the slow path, which puts results on their
+inputs' index and refuses inputs on different indices, as CUDA does (``device_index.py``, with ``Tensor.to``).
+A factory or a host tensor's ``.to()`` asking for ``neuron:0`` is indistinguishable from torch's own requests for a
+wrapper's C++ device, so it means the current device (select ``neuron:0`` with ``torch.neuron.device(0)`` in a
+process whose current device is another); a device tensor's ``.to("neuron:i")`` (parsed in Python; under autograd
+its gradient goes back to the source index) and requests naming another index are exact.
 """
 
 from __future__ import annotations
@@ -23,6 +34,9 @@ from .native_impls import IMPLS as NATIVE_IMPLS
 from .op_table import ACCUMULATING, TABLE, TRANSFER
 
 DEVICE = torch.device("privateuseone", 0)   # replaced by torch.device("neuron", 0) at registration
+CURRENT = DEVICE    # the current device (torch.neuron.set_device); the home device while MULTI is False
+MULTI = False       # some tensor is on an index other than the home device (see the module text)
+dispatch_multi = None   # device_index.dispatch_multi (the slow path's device rules while MULTI), set at registration
 _make = torch.Tensor._make_wrapper_subclass
 _LOW = (torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.float8_e5m2)
 
@@ -31,10 +45,18 @@ class NeuronTensor(torch.Tensor):
     """A tensor on the simulated ``neuron`` device."""
 
     __torch_function__ = torch._C._disabled_torch_function_impl
+    _dev = DEVICE         # the device Python sees (the module text)
 
     @staticmethod
     def __new__(cls, payload):
         return wrap(payload)
+
+    @property
+    def device(self):
+        return self._dev
+
+    def get_device(self):
+        return self._dev.index
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
@@ -42,7 +64,7 @@ class NeuronTensor(torch.Tensor):
             ew = _EWOPS.get(id(func), _UNSEEN)
             if ew is _UNSEEN:
                 ew = _ew_entry(func)
-            if ew is not None and not kwargs and FAST_PATH and not STATE.profilers:
+            if ew is not None and not kwargs and FAST_PATH and not STATE.profilers and not MULTI:
                 name, fn, costs = ew
                 # fast path: an elementwise op on wrappers and Python scalars (the per-op overhead is most of a
                 # small op's wall time; this is dispatch() below for that case, without its generality)
@@ -187,6 +209,16 @@ class NeuronTensor(torch.Tensor):
         set_data(self, value)
 
 
+def _place(t, dev):
+    """Put the wrapper ``t`` on ``dev`` (another index than the home device makes the process MULTI)."""
+    global MULTI
+    if dev != NeuronTensor._dev:
+        t._dev = dev
+        MULTI = True
+    elif "_dev" in t.__dict__:
+        del t._dev
+
+
 _TB_DATA = torch._C.TensorBase.data
 
 
@@ -205,6 +237,8 @@ def set_data(self, value):
     if s_dev and v_dev:
         _TB_DATA.__set__(self, value)
         self._p = value._p
+        if self._dev != value._dev:
+            _place(self, value._dev)
         return
     if s_dev == v_dev or not _swappable(value if s_dev else self) or not isinstance(value, torch.Tensor):
         _TB_DATA.__set__(self, value)     # torch's own rules and errors
@@ -223,7 +257,7 @@ def _swap_in(self, value):
     is_param = isinstance(self, Parameter)
     with torch.no_grad():
         if type(value) is NeuronTensor:
-            new = wrap(value._p)
+            new = wrap(value._p, value._dev)
         else:
             new = value.detach()
             if is_param:
@@ -271,12 +305,15 @@ def compatible_shallow_copy_type(orig):
     return _has_compatible_shallow_copy_type
 
 
-def wrap(p):
+def wrap(p, dev=None):
+    """The wrapper of the CPU tensor ``p`` on ``dev`` (default: the current device)."""
     if p.layout is not _STRIDED:
         _unsupported_layout(p)
     t = _make(NeuronTensor, p.size(), p.stride(), p.storage_offset(), None, p.dtype, device=DEVICE,
               storage_size=_WRAPPER_STORAGE)
     t._p = p
+    if dev is not None or MULTI:
+        _place(t, dev if dev is not None else CURRENT)
     if p.is_conj():
         torch._C._set_conj(t, True)
     if p.is_neg():
@@ -635,6 +672,12 @@ def _check_sparse_grad(func, name, args, kwargs):
 
 
 def dispatch(func, args, kwargs):
+    if MULTI:
+        return dispatch_multi(func, args, kwargs)
+    return _dispatch(func, args, kwargs)
+
+
+def _dispatch(func, args, kwargs):
     info = _INFO.get(id(func)) or _info(func)
     name, cat, transfer, accumulating = info
     if name in _SPARSE_GRAD_OPS:

@@ -1,13 +1,13 @@
 """``torch.compile(model, backend="neuron")`` on the simulated device (see ``backend.py``).
 
 Registered only by the ``torch_dynamo_backends`` entry point (``neuron = trnsim.backend.compile:neuron``): dynamo
-imports this package when a model is compiled with ``backend="neuron"``, never at ``import torch`` or
-``import trnsim``.  Public names: :func:`neuron` (the backend), :func:`compile_summary`, :func:`compile_records`,
-:data:`CACHE`, the errors.
+imports this package when a model is compiled with ``backend="neuron"``; device registration imports it for
+``patching`` (which imports no dynamo).  Public names: :func:`neuron` (the backend), :func:`compile_summary`,
+:func:`compile_records`, :data:`CACHE`, the errors.
 """
 
 from .errors import NeuronCacheWarning, NeuronCompileError, NeuronCompileWarning
-from .patching import ensure_patched as _ensure_patched
+from .patching import patch_when_dynamo_loads as _patch_when_dynamo_loads
 
 
 def neuron(gm, example_inputs, **kwargs):
@@ -38,6 +38,6 @@ __all__ = ["neuron", "compile_records", "compile_summary", "CACHE", "NeuronCompi
 
 
 # dynamo imports this package (entry point) when a model is compiled with backend="neuron", before it traces
-# anything: patch now, so that the first trace already sees device tensors as tensors.  This package is imported
-# only for compiling (it imports dynamo), never by ``import torch`` or ``import trnsim``.
-_ensure_patched()
+# anything: patch now, so that the first trace already sees device tensors as tensors.  Device registration imports
+# it too (for ``patching``), before dynamo is loaded: then the patches wait for dynamo's import (patching.py).
+_patch_when_dynamo_loads()

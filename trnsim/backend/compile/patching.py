@@ -1,13 +1,30 @@
-"""The dynamo patches the ``neuron`` backend needs, applied once: its own module so that the package's
-``__init__`` (which applies them when dynamo imports it) and ``backend.neuron`` (which makes sure of them before
-compiling) share it without importing each other."""
+"""The dynamo patches the ``neuron`` device needs, applied once, as soon as dynamo exists in the process: its own
+module so that the package's ``__init__`` (which applies them when dynamo imports it), ``backend.neuron`` (which makes
+sure of them before compiling) and device registration (which arranges for them when dynamo is imported, or now if
+it already is) share it without importing each other.
+
+Dynamo must see ``neuron`` tensors the same way whatever ran first: ``torch._dynamo.explain`` or a
+``torch.compile(backend=...)`` with another backend in a fresh process must not trace them as opaque objects (graph
+breaks) just because the ``neuron`` backend was never compiled with.  Importing dynamo costs about a second, so
+registration never imports it: :func:`patch_when_dynamo_loads` puts a finder on ``sys.meta_path`` that runs
+:func:`ensure_patched` right after ``torch._dynamo`` has been executed, then removes itself."""
 
 from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import sys
+import warnings
+
+_DONE = False
 
 
 def ensure_patched():
     """Apply the dynamo patch that lets dynamo trace device tensors (trnsim.backend.patches) and enable the
     flex-attention lowering."""
+    global _DONE
+    if _DONE:
+        return
     from .. import patches
     from ..tensor import NeuronTensor
     patches.dynamo_wrap_tensor(NeuronTensor)
@@ -15,3 +32,45 @@ def ensure_patched():
     nki_bridge.auto_functionalized_on_device(NeuronTensor)      # mutating custom ops in graphs (issue 21)
     from . import flex
     flex.enable()
+    _DONE = True
+
+
+class _AfterDynamoImport(importlib.abc.MetaPathFinder):
+    """Finds ``torch._dynamo`` with the other finders and wraps its loader so that the patches follow its
+    execution."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch._dynamo":
+            return None
+        _unhook()
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            try:
+                ensure_patched()
+            except Exception as e:      # noqa: BLE001 -- never break dynamo's import; compiling applies them again
+                warnings.warn(f"trnsim could not patch dynamo for neuron tensors when it loaded ({type(e).__name__}: "
+                              f"{e}); they are applied when a model is compiled with backend='neuron'",
+                              RuntimeWarning, stacklevel=2)
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+_HOOK = _AfterDynamoImport()
+
+
+def _unhook():
+    if _HOOK in sys.meta_path:
+        sys.meta_path.remove(_HOOK)
+
+
+def patch_when_dynamo_loads():
+    """Apply the patches now if dynamo is loaded, else when it is (called by device registration)."""
+    if "torch._dynamo" in sys.modules:
+        ensure_patched()
+    elif _HOOK not in sys.meta_path:
+        sys.meta_path.insert(0, _HOOK)
