@@ -1,25 +1,33 @@
-"""The scheduler's per-core loop over arrays, compiled with numba: the same model, step for step, as
-``scheduler._schedule_core`` (the reference, which stays the path for small records, for cores with barriers and
-when numba is missing).  Every floating-point operation is done in the same order as there, so the timelines are
-identical.
+"""The scheduler's per-core loop (the one timing model of trnsim): engines, DMA engines and their queues,
+descriptor generation, semaphores (dependencies), barriers and the SBUF/PSUM capacity gate, one instruction at a
+time in program order over arrays.  The model is described in ``scheduler``'s docstring.
 
-Encoding (built by ``sched_arrays.encode``): instruction ``i`` has engine code ``eng[i]`` (``dma_code`` for DMA),
+Compiled with numba (``cache=True``).  The same function runs uncompiled as ``schedule_arrays.py_func`` (the loop
+in Python, its helpers compiled: ``schedule(..., impl="python")`` or ``TRNSIM_SCHEDULER=python``), and numba's
+own ``NUMBA_DISABLE_JIT=1`` runs every function of it as plain Python, for stepping through it in a debugger;
+all three give identical timelines (tests/machine/test_sched_fast.py).
+
+Encoding (built by ``sched_fast.encode``): instruction ``i`` has engine code ``eng[i]`` (``dma_code`` for DMA),
 ``cycles``/``ns``/``pre``/``rows``/``part0``/``nbytes`` and, for DMA, ``dge_m``/``dge_q``/``dge_c`` (DGE mode,
 queue number or -1, DGE cost: ``InstrRecord.dge``); its operands are ``ptr[i]:ptr[i+1]``, the first ``nw[i]``
 of them written and the rest read (indices into the operand arrays ``op_b`` (dense buffer), ``op_lo``, ``op_hi``,
 ``op_v`` (interned view)).  Per view: ``v_pitch``/``v_c0``/``v_c1`` (row geometry, pitch -1 if none) and
 ``v_size`` (elements).  Per buffer: ``b_mem`` (0 HBM, 1 SBUF, 2 PSUM) and ``b_size`` (bytes per partition).
 ``mv_ds``/``mv_end``: per row, a DMA row's data start and end after its arrival at the engines under their
-round robin (``dma_share``; NaN: placed as usual), or empty arrays (none).
+round robin (``dma_share``; NaN: placed as usual), or empty arrays (none).  ``bar[i]``: the number of cores a
+``core_barrier`` row names (-1: not a barrier); ``bar_t[i]``: the time that barrier completes (the latest
+arrival of its participants) or NaN when not known yet: the loop then stops at that row and returns its
+arrival (``stop_row``, ``stop_t``), and the caller (``scheduler``) runs it again once every participant has
+arrived.
 
-A buffer's live accesses (``deps.AccessTracker``) are segments of a pooled array of operand indices, kept sorted
-by low element with ties in arrival order, as the tracker keeps them.
+A buffer's live accesses are segments of a pooled array of operand indices, kept sorted by low element with ties
+in arrival order (the rules of ``deps.AccessTracker``).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from .sched_jit import njit
 
 from .sched_intervals import _BACKFILL, _append, _dge_slot, _fill, _grow, _insert  # noqa: F401
 
@@ -201,11 +209,20 @@ def _heap_pop(ht, hs, hz, hp, hn):
     return hn
 
 
+@njit(cache=True, inline="always")
+def _compute_times(st, cyc, ck, static, acc, nacc):
+    """An engine instruction started at ``st`` (ns): ``(end, done)``.  The engine is free for the next one after
+    its cost (``cyc`` cycles at ``ck`` cycles per ns); its result is committed after the cost plus the static
+    overhead plus one access request per SBUF/PSUM operand (``nacc``): what a dependent instruction waits for.
+    The one place an engine instruction's duration and latency are computed."""
+    return st + cyc / ck, st + (cyc + static + acc * nacc) / ck
+
+
 @njit(cache=True)
 def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, ptr, nw,
                     op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, v_size, b_mem, b_size,
                     static, acc, sema, fixed, nq, ppe, hbm_bytes_per_ns, cap_sbuf, cap_psum, parts_sbuf, parts_psum,
-                    dge_m, dge_q, dge_c, nqk, mv_ds, mv_end):
+                    dge_m, dge_q, dge_c, nqk, mv_ds, mv_end, bar, bar_t):
     n = eng.shape[0]
     nb = b_mem.shape[0]
     nop = op_b.shape[0]
@@ -299,6 +316,8 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
 
     found = np.empty(64, np.int64)
     newb = np.empty(64, np.int64)
+    stop_row = -1
+    stop_t = 0.0
 
     for idx in range(n):
         e = eng[idx]
@@ -559,6 +578,17 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
             if gate > st:
                 st = gate
                 b = gb
+            if bar[idx] >= 0:                      # core_barrier: starts when the last participant arrives
+                jt = bar_t[idx]
+                if jt != jt:                       # not known yet: stop here with this core's arrival
+                    stop_row = idx
+                    stop_t = st
+                    break
+                if bar[idx] > 1:
+                    jt += sema                     # the remote semaphore update reaching the other core
+                    if jt > st:
+                        st = jt
+                        b = -1
             cyc = cycles[idx]
             if pre[idx] != 0.0 and e == 0:
                 if r1 > r0:
@@ -585,16 +615,15 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
                 else:
                     pe_has = False
                 pe_prev_start = st
-            fin = st + cyc / ck
-            work[idx] = fin - st
-            start[idx] = st
-            dstart[idx] = st
-            end[idx] = fin
             nacc = 0                               # SBUF/PSUM access requests: one per on-chip operand
             for j in range(w0, r1):
                 if b_mem[op_b[j]] != 0:
                     nacc += 1
-            d = st + (cyc + static + acc * nacc) / ck
+            fin, d = _compute_times(st, cyc, ck, static, acc, nacc)
+            work[idx] = fin - st
+            start[idx] = st
+            dstart[idx] = st
+            end[idx] = fin
             done[idx] = d
             eng_free[e] = fin
             eng_last[e] = idx
@@ -675,12 +704,13 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
                     elif d > tdone[bb]:
                         tdone[bb] = d
     return (start, dstart, end, done, work, queue, nqs, hbm, srcm, dstm, deps, ndeps, bind,
-            lt_kind[:nlt], lt_size[:nlt], lt_t0[:nlt], lt_t1[:nlt], dge_s, dge_e, dge_u)
+            lt_kind[:nlt], lt_size[:nlt], lt_t0[:nlt], lt_t1[:nlt], dge_s, dge_e, dge_u, stop_row, stop_t)
 
 
 @njit(cache=True)
 def hbm_bins(start, end, hbm, bins):
-    """scheduler._counters' HBM traffic binning (the same sums in the same order)."""
+    """The ``hbm_bytes_per_s`` counter's bins: each transfer's HBM bytes spread evenly over its data start to end
+    (``sched_fast._counters``)."""
     total = 0.0
     for k in range(end.shape[0]):
         if end[k] > total:
