@@ -18,7 +18,7 @@ import numpy as np
 from ..isa.dma_dge import QUEUE_KEYS
 from .deps import _geo
 
-__all__ = ["fast_available", "mode", "compiled", "encode", "run_core", "FAST_MIN"]
+__all__ = ["fast_available", "mode", "compiled", "encode", "CoreRun", "FAST_MIN"]
 
 # records from which the progress line announces the compiled loop's loading (cli.py); smaller ones load it too,
 # without the announcement
@@ -33,6 +33,7 @@ _FIELDS = attrgetter("engine", "cycles", "ns", "pre", "rows", "part0", "nbytes",
 
 
 def _kernels():
+    """The loop's functions: ``schedule_arrays``, ``new_state``, ``hbm_bins``."""
     if _STATE["kernels"] is None:
         from . import sched_kernels
         _STATE["kernels"] = sched_kernels
@@ -202,48 +203,69 @@ def encode(core):
     return arrs, emap, rec_cols
 
 
-def run_core(core, enc, hbm_bytes_per_ns, ns_over=None, moves=None, bar_t=None, impl=None):
-    """Run the loop over one core's encoding ``enc`` (``encode(core)``).  ``ns_over``: DMA row -> the ns it costs
-    instead of its record's (``hbm_share``); ``moves``: DMA row -> (data start move, end move) (``dma_share``);
-    ``bar_t``: per row, the time each barrier completes (NaN: not known yet) or None (no barrier known).
-    Returns ``("barrier", row, arrival)`` when the loop stopped at a barrier whose completion is not known, else
-    ``(columns, counters)`` for :meth:`Timeline.extend`."""
-    arrs, emap, rec_cols = enc
-    k = _kernels()
-    fn = k.schedule_arrays
-    if mode(impl) == "python":
-        fn = getattr(fn, "py_func", fn)
-    n = len(arrs["eng"])
-    tg = core.target
-    ns = arrs["ns"]
-    if ns_over:
-        ns = ns.copy()
-        ns[np.fromiter(ns_over.keys(), np.int64, len(ns_over))] = np.fromiter(ns_over.values(), np.float64,
-                                                                               len(ns_over))
-    if bar_t is None:
-        bar_t = np.full(n, np.nan)
-    out = fn(
-        arrs["eng"], arrs["dma_code"], arrs["clk"], arrs["cycles"], ns, arrs["pre"], arrs["rows"],
-        arrs["part0"], arrs["nbytes"], arrs["ptr"], arrs["nw"], arrs["op_b"], arrs["op_lo"], arrs["op_hi"],
-        arrs["op_v"], arrs["v_pitch"], arrs["v_c0"], arrs["v_c1"], arrs["v_size"], arrs["b_mem"],
-        arrs["b_size"], float(tg.static_overhead_cycles), float(tg.access_request_cycles),
-        float(tg.semaphore_ns), float(tg.dma_fixed_ns),
-        int(tg.dma_engines_per_core), int(tg.dma_partitions_per_engine), float(hbm_bytes_per_ns),
-        int(tg.sbuf_partition_bytes), int(tg.psum_partition_bytes), int(tg.sbuf_partitions),
-        int(tg.psum_partitions), arrs["dge_m"], arrs["dge_q"], arrs["dge_c"], QUEUE_KEYS,
-        *_moves(moves, n), arrs["bar"], bar_t)
-    (start, dstart, end, done, work, queue, nqs, hbm, srcm, dstm, deps, ndeps, bind,
-     lt_kind, lt_size, lt_t0, lt_t1, dge_s, dge_e, dge_u, stop_row, stop_t) = out
-    if stop_row >= 0:
-        return "barrier", int(stop_row), float(stop_t)
-    mem = _MEM_OBJ
-    cols = dict(rec_cols, core=[core.core_id] * n, queue=queue.tolist(), nqueues=nqs.tolist(),
-                start=start.tolist(), data_start=dstart.tolist(), end=end.tolist(), done=done.tolist(),
-                work=work.tolist(), hbm_bytes=hbm.tolist(), src=mem[srcm + 1].tolist(), dst=mem[dstm + 1].tolist(),
-                deps=_dep_tuples(deps, ndeps),
-                bind=bind.tolist(), dge=_dge_spans(arrs["dge_m"], dge_u, dge_s, dge_e))
-    counters = _counters(k, core.core_id, lt_kind, lt_size, lt_t0, lt_t1, dstart, end, hbm)
-    return cols, counters
+class CoreRun:
+    """One run of the loop over a core's encoding ``enc`` (``encode(core)``), to the end of its record or to a
+    barrier at a time.  ``ns_over``: DMA row -> the ns it costs instead of its record's (``hbm_share``);
+    ``moves``: DMA row -> (data start move, end move) (``dma_share``).  ``impl``: as :func:`mode`."""
+
+    def __init__(self, core, enc, hbm_bytes_per_ns, ns_over=None, moves=None, impl=None):
+        arrs, emap, rec_cols = enc
+        k = _kernels()
+        py = mode(impl) == "python"
+        self.core = core
+        self.enc = enc
+        self.k = k
+        self.fn = getattr(k.schedule_arrays, "py_func", k.schedule_arrays) if py else k.schedule_arrays
+        n = len(arrs["eng"])
+        tg = core.target
+        ns = arrs["ns"]
+        if ns_over:
+            ns = ns.copy()
+            ns[np.fromiter(ns_over.keys(), np.int64, len(ns_over))] = np.fromiter(ns_over.values(), np.float64,
+                                                                                   len(ns_over))
+        self.bar_t = np.full(n, np.nan)     # each barrier's completion, once known
+        self.args = (
+            arrs["eng"], arrs["dma_code"], arrs["clk"], arrs["cycles"], ns, arrs["pre"], arrs["rows"],
+            arrs["part0"], arrs["nbytes"], arrs["ptr"], arrs["nw"], arrs["op_b"], arrs["op_lo"], arrs["op_hi"],
+            arrs["op_v"], arrs["v_pitch"], arrs["v_c0"], arrs["v_c1"], arrs["v_size"], arrs["b_mem"],
+            arrs["b_size"], float(tg.static_overhead_cycles), float(tg.access_request_cycles),
+            float(tg.semaphore_ns), float(tg.dma_fixed_ns),
+            int(tg.dma_engines_per_core), int(tg.dma_partitions_per_engine), float(hbm_bytes_per_ns),
+            arrs["dge_m"], arrs["dge_q"], arrs["dge_c"], QUEUE_KEYS, *_moves(moves, n), arrs["bar"], self.bar_t)
+        new = k.new_state.py_func if py and hasattr(k.new_state, "py_func") else k.new_state
+        self.state = new(n, len(arrs["b_mem"]), len(arrs["clk"]), int(tg.dma_engines_per_core), QUEUE_KEYS,
+                         arrs["ptr"], arrs["op_b"], int(tg.sbuf_partition_bytes), int(tg.psum_partition_bytes),
+                         int(tg.sbuf_partitions), int(tg.psum_partitions))
+
+    def run(self):
+        """Go on: ``("barrier", row, arrival)`` when stopped at a barrier whose completion is not known (set it
+        with :meth:`pass_barrier`, then run again), else ``(columns, counters)`` for :meth:`Timeline.extend`."""
+        self.state, stop_row, stop_t = self.fn(*self.args, self.state)
+        if stop_row >= 0:
+            return "barrier", int(stop_row), float(stop_t)
+        return self._columns()
+
+    def pass_barrier(self, row, t):
+        """The barrier at ``row`` completes at ``t`` (the latest arrival of its participants)."""
+        self.bar_t[row] = t
+
+    def _columns(self):
+        arrs, emap, rec_cols = self.enc
+        (start, dstart, end, done, work, queue, nqs, hbm, srcm, dstm, deps, ndeps, bind, dge_s, dge_e, dge_u
+         ) = self.state[:16]
+        lt_kind, lt_size, lt_t0, lt_t1 = self.state[57:61]
+        nlt = int(self.state[-2][9])
+        n = len(arrs["eng"])
+        mem = _MEM_OBJ
+        cols = dict(rec_cols, core=[self.core.core_id] * n, queue=queue.tolist(), nqueues=nqs.tolist(),
+                    start=start.tolist(), data_start=dstart.tolist(), end=end.tolist(), done=done.tolist(),
+                    work=work.tolist(), hbm_bytes=hbm.tolist(), src=mem[srcm + 1].tolist(),
+                    dst=mem[dstm + 1].tolist(), deps=_dep_tuples(deps, ndeps),
+                    bind=bind.tolist(), dge=_dge_spans(arrs["dge_m"], dge_u, dge_s, dge_e))
+        counters = _counters(self.k, self.core.core_id, lt_kind[:nlt], lt_size[:nlt], lt_t0[:nlt], lt_t1[:nlt],
+                             dstart, end, hbm)
+        self.state = None                  # (the arrays the columns were made from)
+        return cols, counters
 
 
 def _moves(moves, n):

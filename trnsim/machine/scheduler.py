@@ -54,16 +54,13 @@ The model (every figure from the target, which takes it from shared/hardware.md)
 
 The model is one loop, ``sched_kernels.schedule_arrays`` (compiled with numba; ``impl="python"`` runs the same
 function uncompiled), over each core's record encoded as arrays by ``sched_fast.encode``.  It stops at a barrier
-whose participants have not all arrived; this module runs the cores in turn and runs a stopped core again, from
-its start, with the barrier's completion time once every participant has reached it (the loop is
-deterministic, so the rows before the barrier come out the same).
+whose participants have not all arrived and keeps its state (``sched_state``); this module runs the cores in turn
+and lets a stopped core go on once every participant has reached the barrier, with the barrier's completion.
 """
 
 from __future__ import annotations
 
 import gc
-
-import numpy as np
 
 from . import sched_fast
 from .sharing import share_rounds
@@ -123,7 +120,8 @@ def _schedule_pass(cores, cap, impl, overrides, progress, total, moves=None, enc
     if encs is None:
         encs = [sched_fast.encode(c) for c in cores]
     ids = {c.core_id: i for i, c in enumerate(cores)}
-    bar_t = [None] * n                 # per core: the completion time of each barrier row reached (NaN: not yet)
+    runs = [sched_fast.CoreRun(c, encs[i], cap, overrides[i] if overrides is not None else None,
+                               moves[i] if moves is not None else None, impl) for i, c in enumerate(cores)]
     results = [None] * n
     waiting = {}                       # core index -> (participant indices, barrier row, arrival time)
     live = set(range(n))
@@ -136,9 +134,7 @@ def _schedule_pass(cores, cap, impl, overrides, progress, total, moves=None, enc
                 continue
             if progress is not None and total > 0:
                 progress(base[i], total)
-            ov = overrides[i] if overrides is not None else None
-            mv = moves[i] if moves is not None else None
-            out = sched_fast.run_core(cores[i], encs[i], cap, ov, mv, bar_t[i], impl)
+            out = runs[i].run()
             if out[0] == "barrier":
                 _, row, t = out
                 parts = encs[i][0]["bar_parts"][row]
@@ -155,17 +151,10 @@ def _schedule_pass(cores, cap, impl, overrides, progress, total, moves=None, enc
             if all(j in waiting and waiting[j][0] == idx for j in idx):
                 t = max(waiting[j][2] for j in idx)
                 for j in idx:
-                    _pass_barrier(bar_t, encs, j, waiting.pop(j)[1], t)
+                    runs[j].pass_barrier(waiting.pop(j)[1], t)
                 released = True
         if not released and waiting and all(i in waiting for i in live):
             for i in list(waiting):     # a barrier that cannot complete (not a recorded run): each core passes
                 _, row, t = waiting.pop(i)  # it at its own arrival
-                _pass_barrier(bar_t, encs, i, row, t)
+                runs[i].pass_barrier(row, t)
     return results
-
-
-def _pass_barrier(bar_t, encs, i, row, t):
-    if bar_t[i] is None:
-        bar_t[i] = np.full(len(encs[i][0]["eng"]), np.nan)
-    bar_t[i][row] = t
-
