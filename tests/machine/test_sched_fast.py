@@ -222,6 +222,28 @@ def test_barriers_complete_at_the_last_arrival_on_every_core(ncores):
     assert tl.start[bars[0][4][0]] >= 5 * 3 * ncores * step
 
 
+def test_a_core_stopped_at_a_barrier_goes_on_from_there(monkeypatch):
+    """The loop keeps its state at a barrier (sched_state): each run of a core starts at the barrier it stopped
+    at, never again at row 0, so a launch with many barriers costs one pass over each record."""
+    x = np.zeros((128, 256), np.float32)
+    res = run_kernel(barriers, (x, 6), {}, (3,), "trn2", execute=False)
+    starts = {}
+    orig = sched_fast.CoreRun.run
+
+    def run(self):
+        starts.setdefault(self.core.core_id, []).append(int(self.state[-2][0]))
+        return orig(self)
+
+    monkeypatch.setattr(sched_fast.CoreRun, "run", run)
+    for impl in ("numba", "python"):
+        starts.clear()
+        tl = schedule(res.cores, impl=impl)
+        for c, rows in starts.items():
+            bar_rows = [k for k, r in enumerate(res.cores[c].instructions) if r.opcode == "core_barrier"]
+            assert rows == [0] + bar_rows, (impl, c, rows)
+    assert len(tl) == len(res.instructions)
+
+
 def test_barrier_exchange_launch():
     prog = _load("_tp_for_fast", os.path.join(HERE, "test_programs.py"))
     x = np.random.default_rng(1).standard_normal((128, 16)).astype(np.float32)
