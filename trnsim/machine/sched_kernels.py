@@ -17,8 +17,8 @@ of them written and the rest read (indices into the operand arrays ``op_b`` (den
 round robin (``dma_share``; NaN: placed as usual), or empty arrays (none).  ``bar[i]``: the number of cores a
 ``core_barrier`` row names (-1: not a barrier); ``bar_t[i]``: the time that barrier completes (the latest
 arrival of its participants) or NaN when not known yet: the loop then stops at that row and returns its
-arrival (``stop_row``, ``stop_t``), and the caller (``scheduler``) runs it again once every participant has
-arrived.
+arrival (``stop_row``, ``stop_t``) with its state (``sched_state``), and the caller (``scheduler``) runs it on
+from that row, with the same state, once every participant has arrived.
 
 A buffer's live accesses are segments of a pooled array of operand indices, kept sorted by low element with ties
 in arrival order (the rules of ``deps.AccessTracker``).
@@ -27,6 +27,7 @@ in arrival order (the rules of ``deps.AccessTracker``).
 from __future__ import annotations
 
 import numpy as np
+
 from .sched_jit import njit
 
 from .sched_intervals import _BACKFILL, _append, _dge_slot, _fill, _grow, _insert  # noqa: F401
