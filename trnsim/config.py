@@ -182,9 +182,10 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
        "Shape-only runs: append a straight-line loop's later iterations in bulk from the observed ones "
        "(same records and timeline)."),
     _k("scheduler", "TRNSIM_SCHEDULER", _choice("auto", "python", "numba"), "auto",
-       "Which scheduler loop runs: `python` (the reference), `numba` (compiled), `auto` (compiled for large "
-       "records)."),
-    _k("no_numba", "TRNSIM_NO_NUMBA", _bool, False, "On: never load the compiled scheduler (numba)."),
+       "How the one scheduler loop runs: `numba` or `auto` compiled; `python` uncompiled (for debugging: the same "
+       "timelines, slower)."),
+    _k("no_numba", "TRNSIM_NO_NUMBA", _bool, False,
+       "On: run the scheduler loop uncompiled, as `TRNSIM_SCHEDULER=python` (numba is not loaded for it)."),
     # -- model choices and checks -----------------------------------------------------------------------------
     _k("precise_fp", "NKI_PRECISE_FP", _bool, True,
        "Round engine results as the hardware does (off: faster, float32 throughout)."),

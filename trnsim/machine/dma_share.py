@@ -20,7 +20,7 @@ round robin, descriptor by descriptor, is modelled as a fluid (each descriptor s
 
 The scheduler places the transfers in program order, so a transfer's end is fixed when it is placed; under round
 robin a later transfer of another queue arriving while it moves slows it.  As ``hbm_share`` does for the HBM, the
-cores are scheduled and then shared (``scheduler.share_rounds``):
+cores are scheduled and then shared (``sharing.share_rounds``):
 
 * ``core_share`` runs each core's DMA engines event by event in simulated time (``simulate``) from the last
   schedule: each transfer's arrival (its data start before any wait on the engine), engine time and class, and

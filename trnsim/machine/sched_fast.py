@@ -1,19 +1,14 @@
-"""The fast path of the scheduler: one core's instruction record turned into arrays once, scheduled by the
-numba-compiled loop of ``sched_kernels``, and turned back into the Timeline's columns.  The result is identical to
-``scheduler._schedule_core`` (tests/machine/test_sched_fast.py compares them column by column).
+"""One core's instruction record as the arrays of the scheduler's loop (``sched_kernels.schedule_arrays``, the
+one timing model), that loop's run, and its results turned back into the Timeline's columns.
 
-Which path runs (``TRNSIM_SCHEDULER``): ``python`` (the reference loop always), ``numba`` (the compiled loop
-whenever the record allows it), ``auto`` (default: the compiled loop for records of at least ``FAST_MIN``
-instructions, or of any size once it is loaded in the process, so that small runs and most of the test suite do
-not pay its compile or load time).  Records with a
-``core_barrier`` use the reference loop (a barrier suspends one core's schedule until the others arrive).  When
-numba is missing or fails to compile, the reference loop runs (with a warning once).
+Which build of the loop runs (``schedule(..., impl=...)`` or ``TRNSIM_SCHEDULER``): ``numba`` (the default;
+``auto`` is the same) the compiled loop, ``python`` the same function uncompiled (``schedule_arrays.py_func``) for
+debugging; both give identical timelines.  ``NUMBA_DISABLE_JIT=1`` (numba's switch) runs its helpers uncompiled
+too.  A process loads the compiled loop from numba's cache on first use (compiles it after an install).
 """
 
 from __future__ import annotations
 
-import os
-import warnings
 from itertools import chain
 from operator import attrgetter
 
@@ -23,11 +18,13 @@ from .. import config
 from ..isa.dma_dge import QUEUE_KEYS
 from .deps import _geo
 
-__all__ = ["fast_available", "use_fast", "schedule_core_fast", "FAST_MIN"]
+__all__ = ["fast_available", "mode", "compiled", "encode", "CoreRun", "FAST_MIN"]
 
-FAST_MIN = 20_000          # instructions per core from which ``auto`` uses the compiled loop
+# records from which the progress line announces the compiled loop's loading (cli.py); smaller ones load it too,
+# without the announcement
+FAST_MIN = 20_000
 
-_STATE = {"kernels": None, "failed": None}
+_STATE = {"kernels": None}
 _ENG_FIXED = ("tensor", "vector", "scalar", "gpsimd", "sync")
 _MEM = {"hbm": 0, "sbuf": 1, "psum": 2}
 _MEM_OBJ = np.array([None, "hbm", "sbuf", "psum"], dtype=object)     # index: mem code + 1
@@ -36,48 +33,32 @@ _FIELDS = attrgetter("engine", "cycles", "ns", "pre", "rows", "part0", "nbytes",
 
 
 def _kernels():
-    """The compiled module, or None (numba missing or failing)."""
-    if _STATE["kernels"] is None and _STATE["failed"] is None:
-        if config.no_numba:
-            _STATE["failed"] = "TRNSIM_NO_NUMBA is set"
-            return None
-        try:
-            from . import sched_kernels
-            _STATE["kernels"] = sched_kernels
-        except Exception as exc:      # ImportError, or numba's own errors
-            _STATE["failed"] = f"{type(exc).__name__}: {exc}"
-            warnings.warn(f"trnsim: the compiled scheduler is unavailable ({_STATE['failed']}); using the "
-                          "pure-Python scheduler", RuntimeWarning, stacklevel=3)
+    """The loop's functions: ``schedule_arrays``, ``new_state``, ``hbm_bins``."""
+    if _STATE["kernels"] is None:
+        from . import sched_kernels
+        _STATE["kernels"] = sched_kernels
     return _STATE["kernels"]
 
 
 def fast_available() -> bool:
-    return _kernels() is not None
+    """Whether the loop runs compiled (numba importable)."""
+    from .sched_jit import HAVE_NUMBA
+    return HAVE_NUMBA
 
 
-def mode() -> str:
-    return config.scheduler
-
-
-def use_fast(core, force=None) -> bool:
-    """Whether ``core``'s record goes through the compiled loop (``force``: "python"/"numba"/"auto" or None for
-    the environment's choice)."""
-    m = force or mode()
-    if m == "python":
-        return False
-    if m == "auto" and len(core.instructions) < FAST_MIN and not compiled():
-        return False
-    return len(core.instructions) > 0 and _kernels() is not None
+def mode(force=None) -> str:
+    """``numba`` or ``python``: ``force`` (``schedule``'s ``impl``), else ``TRNSIM_SCHEDULER`` (default numba;
+    ``TRNSIM_NO_NUMBA=1`` also runs the loop uncompiled)."""
+    m = force or config.scheduler               # validated by trnsim.config
+    if m not in ("auto", "python", "numba"):
+        raise ValueError(f"impl={m!r}: expected 'auto', 'python' or 'numba'")
+    return "python" if m == "python" or (force is None and config.no_numba) else "numba"
 
 
 def compiled() -> bool:
-    """Whether the compiled loop is already loaded in this process (then ``auto`` uses it at any size)."""
+    """Whether the compiled loop is already loaded in this process."""
     k = _STATE["kernels"]
-    return k is not None and bool(k.schedule_arrays.signatures)
-
-
-class _Unsupported(Exception):
-    pass
+    return k is not None and bool(getattr(k.schedule_arrays, "signatures", ()))
 
 
 def _columns(core):
@@ -87,17 +68,15 @@ def _columns(core):
     n = len(recs)
     c = getattr(core, "columns", None)
     if c is not None and len(c) == n and len(c.nops) == n:
-        if c.barrier:
-            raise _Unsupported("core_barrier")
         return dict(eng=c.eng, cost=c.cost, pre=c.pre, opcode=c.opcode, flops=c.flops, loc=c.loc, nw=c.nw,
                     nops=c.nops, dma=c.dma, rows=c.rows, part0=c.part0, nbytes=c.nbytes, dge=c.dge, b=c.b, lo=c.lo,
-                    hi=c.hi, v=c.v)
+                    hi=c.hi, v=c.v, bar=c.bar if c.barrier else {}, id=None)
+    if n == 0:
+        return dict(eng=(), cost=(), pre=(), opcode=(), flops=(), loc=(), nw=(), nops=(), dma=(), rows=(),
+                    part0=(), nbytes=(), dge=(), b=(), lo=(), hi=(), v=(), bar={}, id=None)
     eng, cyc, ns, pre, rows, part0, nbytes, parts, reads, writes, ids, opcodes, flops, locs, dges = \
         zip(*map(_FIELDS, recs))
-    if parts.count(None) != n:
-        raise _Unsupported("core_barrier")
-    if list(ids) != list(range(n)):
-        raise _Unsupported("record ids are not the row numbers")
+    bar = {i: p for i, p in enumerate(parts) if p is not None} if parts.count(None) != n else {}
     dma = [i for i, e in enumerate(eng) if e == "dma"]
     nw = list(map(len, writes))
     ops = list(chain.from_iterable(chain.from_iterable(zip(writes, reads))))
@@ -105,7 +84,8 @@ def _columns(core):
     return dict(eng=eng, cost=[ns[i] if e == "dma" else cyc[i] for i, e in enumerate(eng)], pre=pre,
                 opcode=opcodes, flops=flops, loc=locs, nw=nw, nops=[a + len(r) for a, r in zip(nw, reads)],
                 dma=dma, rows=[rows[i] for i in dma], part0=[part0[i] for i in dma],
-                nbytes=[nbytes[i] for i in dma], dge=[dges[i] for i in dma], b=b, lo=lo, hi=hi, v=v)
+                nbytes=[nbytes[i] for i in dma], dge=[dges[i] for i in dma], b=b, lo=lo, hi=hi, v=v, bar=bar,
+                id=None if list(ids) == list(range(n)) else list(ids))
 
 
 def _distinct(seq):
@@ -118,11 +98,9 @@ def _distinct(seq):
 
 
 def encode(core):
-    """The arrays ``sched_kernels.schedule_arrays`` reads (see there) and the record's own columns for the
-    Timeline, or raise ``_Unsupported``."""
+    """``(arrays, engine codes, record columns)``: the arrays ``sched_kernels.schedule_arrays`` reads (see there)
+    and the record's own columns for the Timeline."""
     n = len(core.instructions)
-    if n == 0:
-        raise _Unsupported("empty")
     c = _columns(core)
     eng_s = c["eng"]
     first, inv = _distinct(eng_s)
@@ -142,12 +120,10 @@ def encode(core):
     nops = np.array(c["nops"], np.int64)
     ptr = np.zeros(n + 1, np.int64)
     np.cumsum(nops, out=ptr[1:])
-    if ptr[-1] == 0:
-        raise _Unsupported("no operands")
     views = c["v"]
     ba = np.array(c["b"], np.int64)
-    b_lo = int(ba.min())
-    b_n = int(ba.max()) - b_lo + 1
+    b_lo = int(ba.min()) if len(ba) else 0
+    b_n = int(ba.max()) - b_lo + 1 if len(ba) else 0
     if b_n <= 4 * len(ba) + 1024:         # buffer ids are a counter: an offset is a dense numbering
         op_b = ba - b_lo
         ub = np.arange(b_lo, b_lo + b_n)
@@ -187,7 +163,8 @@ def encode(core):
         for i in kfirst:
             code = _MEM.get(kinds[i])
             if code is None:
-                raise _Unsupported(f"memory {kinds[i]!r}")
+                raise ValueError(f"core {core.core_id}: buffer {keys[i]} is in memory {kinds[i]!r}; the scheduler "
+                                 f"knows {sorted(_MEM)}")
             kcodes.append(code)
         m = np.array(kcodes, np.int64)[kinv][used]
         on = m != 0
@@ -215,58 +192,81 @@ def encode(core):
         op_hi=np.array(c["hi"], np.int64),
         op_v=op_v, v_pitch=v_pitch, v_c0=v_c0, v_c1=v_c1, v_size=v_size, b_mem=b_mem, b_size=b_size,
     )
-    rec_cols = dict(engine=list(eng_s), id=list(range(n)), opcode=list(c["opcode"]), flops=list(c["flops"]),
+    bar = np.full(n, -1, np.int64)           # core_barrier rows: how many cores they name
+    bar_parts = {}
+    for i, parts in c["bar"].items():
+        bar[i] = len(parts)
+        bar_parts[i] = tuple(parts)
+    arrs["bar"] = bar
+    arrs["bar_parts"] = bar_parts
+    rec_cols = dict(engine=list(eng_s), id=list(range(n)) if c["id"] is None else c["id"], opcode=list(c["opcode"]), flops=list(c["flops"]),
                     nbytes=nbytes.tolist(), loc=list(c["loc"]))
     return arrs, emap, rec_cols
 
 
-def schedule_core_fast(core, hbm_bytes_per_ns, ns_over=None, moves=None):
-    """``(columns, counters)`` of one core, as ``scheduler._schedule_core`` returns them, or None when the record
-    needs the reference loop (a barrier, an unknown memory kind, an empty record).  ``ns_over``: DMA row -> the
-    ns it costs instead of its record's (``hbm_share``); ``moves``: DMA row -> (data start move, end move)
-    (``dma_share``)."""
-    k = _kernels()
-    if k is None:
-        return None
-    try:
-        arrs, emap, rec_cols = encode(core)
-    except _Unsupported:
-        return None
-    tg = core.target
-    if ns_over:
-        ns = arrs["ns"].copy()
-        ns[np.fromiter(ns_over.keys(), np.int64, len(ns_over))] = np.fromiter(ns_over.values(), np.float64,
-                                                                               len(ns_over))
-        arrs["ns"] = ns
-    try:
-        out = k.schedule_arrays(
-            arrs["eng"], arrs["dma_code"], arrs["clk"], arrs["cycles"], arrs["ns"], arrs["pre"], arrs["rows"],
+class CoreRun:
+    """One run of the loop over a core's encoding ``enc`` (``encode(core)``), to the end of its record or to a
+    barrier at a time.  ``ns_over``: DMA row -> the ns it costs instead of its record's (``hbm_share``);
+    ``moves``: DMA row -> (data start move, end move) (``dma_share``).  ``impl``: as :func:`mode`."""
+
+    def __init__(self, core, enc, hbm_bytes_per_ns, ns_over=None, moves=None, impl=None):
+        arrs, emap, rec_cols = enc
+        k = _kernels()
+        py = mode(impl) == "python"
+        self.core = core
+        self.enc = enc
+        self.k = k
+        self.fn = getattr(k.schedule_arrays, "py_func", k.schedule_arrays) if py else k.schedule_arrays
+        n = len(arrs["eng"])
+        tg = core.target
+        ns = arrs["ns"]
+        if ns_over:
+            ns = ns.copy()
+            ns[np.fromiter(ns_over.keys(), np.int64, len(ns_over))] = np.fromiter(ns_over.values(), np.float64,
+                                                                                   len(ns_over))
+        self.bar_t = np.full(n, np.nan)     # each barrier's completion, once known
+        self.args = (
+            arrs["eng"], arrs["dma_code"], arrs["clk"], arrs["cycles"], ns, arrs["pre"], arrs["rows"],
             arrs["part0"], arrs["nbytes"], arrs["ptr"], arrs["nw"], arrs["op_b"], arrs["op_lo"], arrs["op_hi"],
             arrs["op_v"], arrs["v_pitch"], arrs["v_c0"], arrs["v_c1"], arrs["v_size"], arrs["b_mem"],
             arrs["b_size"], float(tg.static_overhead_cycles), float(tg.access_request_cycles),
             float(tg.semaphore_ns), float(tg.dma_fixed_ns),
             int(tg.dma_engines_per_core), int(tg.dma_partitions_per_engine), float(hbm_bytes_per_ns),
-            int(tg.sbuf_partition_bytes), int(tg.psum_partition_bytes), int(tg.sbuf_partitions),
-            int(tg.psum_partitions), arrs["dge_m"], arrs["dge_q"], arrs["dge_c"], QUEUE_KEYS,
-            *_moves(moves, len(arrs["eng"])))
-    except Exception as exc:          # a numba compile error: use the reference loop from now on
-        _STATE["kernels"] = None
-        _STATE["failed"] = f"{type(exc).__name__}: {exc}"
-        warnings.warn(f"trnsim: the compiled scheduler failed ({_STATE['failed']}); using the pure-Python "
-                      "scheduler", RuntimeWarning, stacklevel=3)
-        return None
-    (start, dstart, end, done, work, queue, nqs, hbm, srcm, dstm, deps, ndeps, bind,
-     lt_kind, lt_size, lt_t0, lt_t1, dge_s, dge_e, dge_u) = out
-    n = len(rec_cols["id"])
-    mem = _MEM_OBJ
-    cols = dict(rec_cols, core=[core.core_id] * n, queue=queue.tolist(), nqueues=nqs.tolist(),
-                start=start.tolist(), data_start=dstart.tolist(), end=end.tolist(), done=done.tolist(),
-                work=work.tolist(), hbm_bytes=hbm.tolist(), src=mem[srcm + 1].tolist(), dst=mem[dstm + 1].tolist(),
-                deps=_dep_tuples(deps, ndeps),
-                bind=bind.tolist(), dge=_dge_spans(arrs["dge_m"], dge_u, dge_s, dge_e))
-    cid = core.core_id
-    counters = _counters(k, cid, lt_kind, lt_size, lt_t0, lt_t1, dstart, end, hbm)
-    return cols, counters
+            arrs["dge_m"], arrs["dge_q"], arrs["dge_c"], QUEUE_KEYS, *_moves(moves, n), arrs["bar"], self.bar_t)
+        new = k.new_state.py_func if py and hasattr(k.new_state, "py_func") else k.new_state
+        self.state = new(n, len(arrs["b_mem"]), len(arrs["clk"]), int(tg.dma_engines_per_core), QUEUE_KEYS,
+                         arrs["ptr"], arrs["op_b"], int(tg.sbuf_partition_bytes), int(tg.psum_partition_bytes),
+                         int(tg.sbuf_partitions), int(tg.psum_partitions))
+
+    def run(self):
+        """Go on: ``("barrier", row, arrival)`` when stopped at a barrier whose completion is not known (set it
+        with :meth:`pass_barrier`, then run again), else ``(columns, counters)`` for :meth:`Timeline.extend`."""
+        self.state, stop_row, stop_t = self.fn(*self.args, self.state)
+        if stop_row >= 0:
+            return "barrier", int(stop_row), float(stop_t)
+        return self._columns()
+
+    def pass_barrier(self, row, t):
+        """The barrier at ``row`` completes at ``t`` (the latest arrival of its participants)."""
+        self.bar_t[row] = t
+
+    def _columns(self):
+        arrs, emap, rec_cols = self.enc
+        (start, dstart, end, done, work, queue, nqs, hbm, srcm, dstm, deps, ndeps, bind, dge_s, dge_e, dge_u
+         ) = self.state[:16]
+        lt_kind, lt_size, lt_t0, lt_t1 = self.state[57:61]
+        nlt = int(self.state[-2][9])
+        n = len(arrs["eng"])
+        mem = _MEM_OBJ
+        cols = dict(rec_cols, core=[self.core.core_id] * n, queue=queue.tolist(), nqueues=nqs.tolist(),
+                    start=start.tolist(), data_start=dstart.tolist(), end=end.tolist(), done=done.tolist(),
+                    work=work.tolist(), hbm_bytes=hbm.tolist(), src=mem[srcm + 1].tolist(),
+                    dst=mem[dstm + 1].tolist(), deps=_dep_tuples(deps, ndeps),
+                    bind=bind.tolist(), dge=_dge_spans(arrs["dge_m"], dge_u, dge_s, dge_e))
+        counters = _counters(self.k, self.core.core_id, lt_kind[:nlt], lt_size[:nlt], lt_t0[:nlt], lt_t1[:nlt],
+                             dstart, end, hbm)
+        self.state = None                  # (the arrays the columns were made from)
+        return cols, counters
 
 
 def _moves(moves, n):
@@ -305,7 +305,8 @@ def _dep_tuples(deps, ndeps):
 
 
 def _counters(k, cid, lt_kind, lt_size, lt_t0, lt_t1, dstart, end, hbm, bins=200):
-    """scheduler._counters over arrays."""
+    """The core's counters: SBUF and PSUM bytes allocated over time (each on-chip buffer from its first data
+    access to its last result, on every partition of its space) and HBM traffic in ``bins`` bins."""
     out = {}
     for kd, kind in enumerate(("sbuf", "psum")):
         sel = lt_kind == kd

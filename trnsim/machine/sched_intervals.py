@@ -1,14 +1,14 @@
-"""The busy intervals of one DMA engine or hardware DGE block, for the compiled scheduler (``sched_kernels``):
-numba versions of ``scheduler._append``, ``_insert``, ``_fill`` and ``_dge_slot``, step for step (the same
-floating-point operations in the same order).  Row ``q`` of the arrays ``bs``/``be``/``bo`` holds an engine's
-merged intervals (starts, ends, the row of the transfer ending each), ``bn[q]`` how many."""
+"""The busy intervals of one DMA engine or hardware DGE block, for the scheduler's loop (``sched_kernels``).
+Row ``q`` of the arrays ``bs``/``be``/``bo`` holds an engine's merged intervals (starts, ends, the row of the
+transfer ending each), ``bn[q]`` how many.  Only the most recent ``_BACKFILL`` intervals are searched for a gap
+(older gaps are long past)."""
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from .sched_jit import njit
 
-_BACKFILL = 32   # busy intervals searched per engine (scheduler._BACKFILL)
+_BACKFILL = 32   # busy intervals searched per engine: the most recent ones (trnsim's choice)
 
 
 @njit(cache=True)
@@ -40,6 +40,7 @@ def _bisect_right(a, q, n, x):
 
 @njit(cache=True)
 def _append(bs, be, bo, bn, q, s, e, idx):
+    """Mark [s, e) busy on engine ``q`` after (or touching) its last interval."""
     n = bn[q]
     if n > 0 and be[q, n - 1] >= s:
         if e > be[q, n - 1]:
@@ -54,6 +55,7 @@ def _append(bs, be, bo, bn, q, s, e, idx):
 
 @njit(cache=True)
 def _insert(bs, be, bo, bn, q, s, e, idx):
+    """Mark [s, e) busy on engine ``q`` (it lies in a gap), merging with the intervals it touches."""
     n = bn[q]
     if n == 0 or s >= be[q, n - 1]:
         _append(bs, be, bo, bn, q, s, e, idx)
@@ -88,7 +90,8 @@ def _insert(bs, be, bo, bn, q, s, e, idx):
 
 @njit(cache=True)
 def _dge_slot(bs, be, bo, bn, q, t, dur):
-    """scheduler._dge_slot over the arrays of hardware DGE block ``q``: (earliest start, waited-behind row)."""
+    """The earliest start ``>= t`` of ``dur`` ns free on hardware DGE block ``q`` (a descriptor generation is not
+    split): ``(start, the row it waited behind or -1)``."""
     n = bn[q]
     i = _bisect_right(be, q, n, t)
     waited = -1
@@ -112,7 +115,9 @@ def _dge_slot(bs, be, bo, bn, q, t, dur):
 
 @njit(cache=True)
 def _fill(bs, be, bo, bn, q, t, dur, idx, p0s, p1s):
-    """scheduler._fill over the arrays of DMA engine ``q``; returns (first start, end, waited-behind row)."""
+    """Give a transfer ``dur`` ns of DMA engine ``q``'s time from ``t`` on, in the gaps between the transfers
+    already placed (an engine interleaves the descriptors of its 16 queues), and mark that time busy; returns
+    ``(first start, end, the row of the transfer it waited behind last or -1)``.  ``p0s``/``p1s``: scratch."""
     n = bn[q]
     i = _bisect_right(be, q, n, t)
     if i < n - _BACKFILL:

@@ -1,27 +1,37 @@
-"""The scheduler's per-core loop over arrays, compiled with numba: the same model, step for step, as
-``scheduler._schedule_core`` (the reference, which stays the path for small records, for cores with barriers and
-when numba is missing).  Every floating-point operation is done in the same order as there, so the timelines are
-identical.
+"""The scheduler's per-core loop (the one timing model of trnsim): engines, DMA engines and their queues,
+descriptor generation, semaphores (dependencies), barriers and the SBUF/PSUM capacity gate, one instruction at a
+time in program order over arrays.  The model is described in ``scheduler``'s docstring.
 
-Encoding (built by ``sched_arrays.encode``): instruction ``i`` has engine code ``eng[i]`` (``dma_code`` for DMA),
+Compiled with numba (``cache=True``).  The same function runs uncompiled as ``schedule_arrays.py_func`` (the loop
+in Python, its helpers compiled: ``schedule(..., impl="python")`` or ``TRNSIM_SCHEDULER=python``), and numba's
+own ``NUMBA_DISABLE_JIT=1`` runs every function of it as plain Python, for stepping through it in a debugger;
+all three give identical timelines (tests/machine/test_sched_fast.py).
+
+Encoding (built by ``sched_fast.encode``): instruction ``i`` has engine code ``eng[i]`` (``dma_code`` for DMA),
 ``cycles``/``ns``/``pre``/``rows``/``part0``/``nbytes`` and, for DMA, ``dge_m``/``dge_q``/``dge_c`` (DGE mode,
 queue number or -1, DGE cost: ``InstrRecord.dge``); its operands are ``ptr[i]:ptr[i+1]``, the first ``nw[i]``
 of them written and the rest read (indices into the operand arrays ``op_b`` (dense buffer), ``op_lo``, ``op_hi``,
 ``op_v`` (interned view)).  Per view: ``v_pitch``/``v_c0``/``v_c1`` (row geometry, pitch -1 if none) and
 ``v_size`` (elements).  Per buffer: ``b_mem`` (0 HBM, 1 SBUF, 2 PSUM) and ``b_size`` (bytes per partition).
 ``mv_ds``/``mv_end``: per row, a DMA row's data start and end after its arrival at the engines under their
-round robin (``dma_share``; NaN: placed as usual), or empty arrays (none).
+round robin (``dma_share``; NaN: placed as usual), or empty arrays (none).  ``bar[i]``: the number of cores a
+``core_barrier`` row names (-1: not a barrier); ``bar_t[i]``: the time that barrier completes (the latest
+arrival of its participants) or NaN when not known yet: the loop then stops at that row and returns its
+arrival (``stop_row``, ``stop_t``) with its state (``sched_state``), and the caller (``scheduler``) runs it on
+from that row, with the same state, once every participant has arrived.
 
-A buffer's live accesses (``deps.AccessTracker``) are segments of a pooled array of operand indices, kept sorted
-by low element with ties in arrival order, as the tracker keeps them.
+A buffer's live accesses are segments of a pooled array of operand indices, kept sorted by low element with ties
+in arrival order (the rules of ``deps.AccessTracker``).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from .sched_jit import njit
 
 from .sched_intervals import _BACKFILL, _append, _dge_slot, _fill, _grow, _insert  # noqa: F401
+from .sched_state import new_state  # noqa: F401  (sched_fast takes it from here)
 
 
 @njit(cache=True, inline="always")
@@ -201,106 +211,49 @@ def _heap_pop(ht, hs, hz, hp, hn):
     return hn
 
 
+@njit(cache=True, inline="always")
+def _compute_times(st, cyc, ck, static, acc, nacc):
+    """An engine instruction started at ``st`` (ns): ``(end, done)``.  The engine is free for the next one after
+    its cost (``cyc`` cycles at ``ck`` cycles per ns); its result is committed after the cost plus the static
+    overhead plus one access request per SBUF/PSUM operand (``nacc``): what a dependent instruction waits for.
+    The one place an engine instruction's duration and latency are computed."""
+    return st + cyc / ck, st + (cyc + static + acc * nacc) / ck
+
+
 @njit(cache=True)
 def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, ptr, nw,
                     op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, v_size, b_mem, b_size,
-                    static, acc, sema, fixed, nq, ppe, hbm_bytes_per_ns, cap_sbuf, cap_psum, parts_sbuf, parts_psum,
-                    dge_m, dge_q, dge_c, nqk, mv_ds, mv_end):
+                    static, acc, sema, fixed, nq, ppe, hbm_bytes_per_ns,
+                    dge_m, dge_q, dge_c, nqk, mv_ds, mv_end, bar, bar_t, state):
+    """Run the loop from where ``state`` (``sched_state.new_state``, or the state a previous call returned)
+    stands to the end of the record, or to a barrier whose completion ``bar_t`` does not know yet.  Returns
+    ``(state, stop_row, stop_t)``: ``stop_row`` -1 when the record is done, else that barrier's row and
+    ``stop_t`` this core's arrival at it (call again with the same state once ``bar_t`` has its completion)."""
     n = eng.shape[0]
-    nb = b_mem.shape[0]
-    nop = op_b.shape[0]
-    ne = clk.shape[0]
-    start = np.zeros(n)
-    dstart = np.zeros(n)
-    end = np.zeros(n)
-    done = np.zeros(n)
-    work = np.zeros(n)
-    queue = np.full(n, -1, np.int64)
-    nqs = np.zeros(n, np.int64)
-    hbm = np.zeros(n, np.int64)
-    srcm = np.full(n, -1, np.int64)
-    dstm = np.full(n, -1, np.int64)
-    deps = np.zeros((n, 8), np.int64)
-    ndeps = np.zeros(n, np.int64)
-    bind = np.full(n, -1, np.int64)
-
-    op_i = np.empty(nop, np.int64)           # instruction of each operand
-    for i in range(n):
-        for j in range(ptr[i], ptr[i + 1]):
-            op_i[j] = i
-    last_use = np.full(nb, -1, np.int64)
-    for i in range(n):
-        for j in range(ptr[i], ptr[i + 1]):
-            last_use[op_b[j]] = i
-
-    eng_free = np.zeros(ne)
-    eng_last = np.full(ne, -1, np.int64)
-    q_free = np.zeros(nq)
-    bcap = 64
-    bs = np.zeros((nq, bcap))
-    be = np.zeros((nq, bcap))
-    bo = np.zeros((nq, bcap), np.int64)
-    bn = np.zeros(nq, np.int64)
-    synced = True
-    qend = np.zeros((nq, nqk))
-    qlast = np.full((nq, nqk), -1, np.int64)
-    dcap = 64                                # busy intervals of the two hardware DGE blocks
-    dbs = np.zeros((2, dcap))
-    dbe = np.zeros((2, dcap))
-    dbo = np.zeros((2, dcap), np.int64)
-    dbn = np.zeros(2, np.int64)
-    dge_s = np.zeros(n)
-    dge_e = np.zeros(n)
-    dge_u = np.full(n, -1, np.int64)
+    (start, dstart, end, done, work, queue, nqs, hbm, srcm, dstm, deps, ndeps, bind, dge_s, dge_e, dge_u,
+     op_i, last_use, eng_free, eng_last, q_free, bs, be, bo, bn, qend, qlast, dbs, dbe, dbo, dbn, p0s, p1s,
+     seen, wpool, rpool, woff, wcnt, wcap, wmax, roff, rcnt, rcap, rmax, t0, tdone, rel,
+     live, capk, partk, ht, hs, hz, hp, hn, pop_t, pop_b, lt_kind, lt_size, lt_t0, lt_t1, found, newb, si, sf) = state
+    bcap = bs.shape[1]
+    dcap = dbs.shape[1]
     gp = 3                                   # the GpSimd Engine's code (sched_fast._ENG_FIXED)
-    p0s = np.empty(2 * _BACKFILL + 8)
-    p1s = np.empty(2 * _BACKFILL + 8)
-    pe_has = False
-    pe_b = -1
-    pe_lo = -1
-    pe_hi = -1
-    pe_prev_start = 0.0
-    pe_load_free = 0.0
+    row0 = si[0]
+    resume = si[10] == 1                     # row0 is a barrier whose dependencies and gate were done
+    synced = si[1] == 1
+    pe_has = si[2] == 1
+    pe_b = si[3]
+    pe_lo = si[4]
+    pe_hi = si[5]
+    wused = si[6]
+    rused = si[7]
+    seq = si[8]
+    nlt = si[9]
+    pe_prev_start = sf[0]
+    pe_load_free = sf[1]
+    stop_row = -1
+    stop_t = 0.0
 
-    # trackers
-    seen = np.zeros(nb, np.bool_)
-    wpool = np.empty(max(16, 4 * nb), np.int64)
-    rpool = np.empty(max(16, 4 * nb), np.int64)
-    wused = 0
-    rused = 0
-    woff = np.zeros(nb, np.int64)
-    wcnt = np.zeros(nb, np.int64)
-    wcap = np.zeros(nb, np.int64)
-    wmax = np.zeros(nb, np.int64)
-    roff = np.zeros(nb, np.int64)
-    rcnt = np.zeros(nb, np.int64)
-    rcap = np.zeros(nb, np.int64)
-    rmax = np.zeros(nb, np.int64)
-    t0 = np.full(nb, np.nan)
-    tdone = np.zeros(nb)
-    rel = np.zeros(nb, np.bool_)
-    # capacity (kind 0 sbuf, 1 psum)
-    live = np.zeros(2, np.int64)
-    capk = np.array([cap_sbuf, cap_psum], np.int64)
-    partk = np.array([parts_sbuf, parts_psum], np.int64)
-    ht = np.empty((2, nb + 1))
-    hs = np.empty((2, nb + 1), np.int64)
-    hz = np.empty((2, nb + 1), np.int64)
-    hp = np.empty((2, nb + 1), np.int64)
-    hn = np.zeros(2, np.int64)
-    pop_t = np.zeros(2)
-    pop_b = np.full(2, -1, np.int64)
-    seq = 0
-    lt_kind = np.empty(nb, np.int64)
-    lt_size = np.empty(nb, np.int64)
-    lt_t0 = np.empty(nb)
-    lt_t1 = np.empty(nb)
-    nlt = 0
-
-    found = np.empty(64, np.int64)
-    newb = np.empty(64, np.int64)
-
-    for idx in range(n):
+    for idx in range(row0, n):
         e = eng[idx]
         ready = 0.0
         rb = -1
@@ -317,99 +270,105 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
             found = np.empty(64 + 2 * (r1 - r0 + w1 - w0), np.int64)
         if newb.size < r1 - r0 + w1 - w0:
             newb = np.empty(r1 - r0 + w1 - w0, np.int64)
-        # -- dependencies ----------------------------------------------------------------------
-        for j in range(r0, r1):
-            b = op_b[j]
-            if not seen[b]:
-                seen[b] = True
-                if b_mem[b] != 0:
-                    newb[nnew] = b
-                    nnew += 1
-            elif wcnt[b] > 0:
-                c = wcnt[b]
-                if found.size < c:
-                    found = np.empty(2 * c, np.int64)
-                nf = _scan(wpool, woff[b], c, wmax[b], j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, 0)
+        resumed = resume and idx == row0
+        if resumed:                            # back at the barrier it stopped at: its waits are done
+            nd = si[12]
+            rb = si[13]
+            ready_s = sf[3]
+        else:
+            # -- dependencies ----------------------------------------------------------------------
+            for j in range(r0, r1):
+                b = op_b[j]
+                if not seen[b]:
+                    seen[b] = True
+                    if b_mem[b] != 0:
+                        newb[nnew] = b
+                        nnew += 1
+                elif wcnt[b] > 0:
+                    c = wcnt[b]
+                    if found.size < c:
+                        found = np.empty(2 * c, np.int64)
+                    nf = _scan(wpool, woff[b], c, wmax[b], j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, 0)
+                    for k in range(nf):
+                        p = op_i[found[k]]
+                        if eng[p] == e:
+                            t = done[p]
+                        else:
+                            t = done[p] + sema
+                        if t > ready:
+                            ready = t
+                            rb = p
+                        dup = False
+                        for m in range(nd):
+                            if deps[idx, m] == p:
+                                dup = True
+                                break
+                        if not dup and nd < 8:
+                            deps[idx, nd] = p
+                            nd += 1
+                if j == r0:
+                    ready_s = ready
+            for j in range(w0, w1):
+                b = op_b[j]
+                if not seen[b]:
+                    seen[b] = True
+                    if b_mem[b] != 0:
+                        newb[nnew] = b
+                        nnew += 1
+                    continue
+                cw = wcnt[b]
+                cr = rcnt[b]
+                if cw == 0 and cr == 0:
+                    continue
+                if found.size < cw + cr:
+                    found = np.empty(2 * (cw + cr), np.int64)
+                if cw + cr <= 8:
+                    nf = 0
+                    if cw:
+                        nf = _scan(wpool, woff[b], cw, 1 << 62, j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, nf)
+                    if cr:
+                        nf = _scan(rpool, roff[b], cr, 1 << 62, j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, nf)
+                else:
+                    nf = 0
+                    if cw:
+                        nf = _scan(wpool, woff[b], cw, wmax[b], j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, nf)
+                    if cr:
+                        nf = _scan(rpool, roff[b], cr, rmax[b], j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, nf)
                 for k in range(nf):
                     p = op_i[found[k]]
                     if eng[p] == e:
-                        t = done[p]
+                        t = end[p]
                     else:
                         t = done[p] + sema
+                        dup = False
+                        for m in range(nd):
+                            if deps[idx, m] == p:
+                                dup = True
+                                break
+                        if not dup and nd < 8:
+                            deps[idx, nd] = p
+                            nd += 1
                     if t > ready:
                         ready = t
                         rb = p
-                    dup = False
-                    for m in range(nd):
-                        if deps[idx, m] == p:
-                            dup = True
-                            break
-                    if not dup and nd < 8:
-                        deps[idx, nd] = p
-                        nd += 1
-            if j == r0:
-                ready_s = ready
-        for j in range(w0, w1):
-            b = op_b[j]
-            if not seen[b]:
-                seen[b] = True
-                if b_mem[b] != 0:
-                    newb[nnew] = b
-                    nnew += 1
-                continue
-            cw = wcnt[b]
-            cr = rcnt[b]
-            if cw == 0 and cr == 0:
-                continue
-            if found.size < cw + cr:
-                found = np.empty(2 * (cw + cr), np.int64)
-            if cw + cr <= 8:
-                nf = 0
-                if cw:
-                    nf = _scan(wpool, woff[b], cw, 1 << 62, j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, nf)
-                if cr:
-                    nf = _scan(rpool, roff[b], cr, 1 << 62, j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, nf)
-            else:
-                nf = 0
-                if cw:
-                    nf = _scan(wpool, woff[b], cw, wmax[b], j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, nf)
-                if cr:
-                    nf = _scan(rpool, roff[b], cr, rmax[b], j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, nf)
-            for k in range(nf):
-                p = op_i[found[k]]
-                if eng[p] == e:
-                    t = end[p]
-                else:
-                    t = done[p] + sema
-                    dup = False
-                    for m in range(nd):
-                        if deps[idx, m] == p:
-                            dup = True
-                            break
-                    if not dup and nd < 8:
-                        deps[idx, nd] = p
-                        nd += 1
-                if t > ready:
-                    ready = t
-                    rb = p
-        # -- capacity gate for new on-chip buffers ---------------------------------------------
-        for k in range(nnew):
-            b = newb[k]
-            kd = b_mem[b] - 1
-            size = b_size[b]
-            while live[kd] + size > capk[kd] and hn[kd] > 0:
-                t_r = ht[kd, 0]
-                sz = hz[kd, 0]
-                pb = hp[kd, 0]
-                hn[kd] = _heap_pop(ht[kd], hs[kd], hz[kd], hp[kd], hn[kd])
-                live[kd] -= sz
-                if t_r > pop_t[kd]:
-                    pop_t[kd] = t_r
-                    pop_b[kd] = pb
-            if pop_t[kd] > gate:
-                gate = pop_t[kd]
-                gb = pop_b[kd]
-            live[kd] += size
+            # -- capacity gate for new on-chip buffers ---------------------------------------------
+            for k in range(nnew):
+                b = newb[k]
+                kd = b_mem[b] - 1
+                size = b_size[b]
+                while live[kd] + size > capk[kd] and hn[kd] > 0:
+                    t_r = ht[kd, 0]
+                    sz = hz[kd, 0]
+                    pb = hp[kd, 0]
+                    hn[kd] = _heap_pop(ht[kd], hs[kd], hz[kd], hp[kd], hn[kd])
+                    live[kd] -= sz
+                    if t_r > pop_t[kd]:
+                        pop_t[kd] = t_r
+                        pop_b[kd] = pb
+                if pop_t[kd] > gate:
+                    gate = pop_t[kd]
+                    gb = pop_b[kd]
+                live[kd] += size
         # -- timing -----------------------------------------------------------------------------
         if e == dma_code:
             if ready >= gate:
@@ -551,14 +510,34 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
             d = fin
         else:
             ck = clk[e]
-            st = eng_free[e]
-            b = eng_last[e]
-            if ready > st:
-                st = ready
-                b = rb
-            if gate > st:
-                st = gate
-                b = gb
+            if resumed:
+                st = sf[2]
+                b = si[11]
+            else:
+                st = eng_free[e]
+                b = eng_last[e]
+                if ready > st:
+                    st = ready
+                    b = rb
+                if gate > st:
+                    st = gate
+                    b = gb
+            if bar[idx] >= 0:                      # core_barrier: starts when the last participant arrives
+                jt = bar_t[idx]
+                if jt != jt:                       # not known yet: stop here with this core's arrival
+                    stop_row = idx
+                    stop_t = st
+                    si[11] = b
+                    si[12] = nd
+                    si[13] = rb
+                    sf[2] = st
+                    sf[3] = ready_s
+                    break
+                if bar[idx] > 1:
+                    jt += sema                     # the remote semaphore update reaching the other core
+                    if jt > st:
+                        st = jt
+                        b = -1
             cyc = cycles[idx]
             if pre[idx] != 0.0 and e == 0:
                 if r1 > r0:
@@ -585,16 +564,15 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
                 else:
                     pe_has = False
                 pe_prev_start = st
-            fin = st + cyc / ck
-            work[idx] = fin - st
-            start[idx] = st
-            dstart[idx] = st
-            end[idx] = fin
             nacc = 0                               # SBUF/PSUM access requests: one per on-chip operand
             for j in range(w0, r1):
                 if b_mem[op_b[j]] != 0:
                     nacc += 1
-            d = st + (cyc + static + acc * nacc) / ck
+            fin, d = _compute_times(st, cyc, ck, static, acc, nacc)
+            work[idx] = fin - st
+            start[idx] = st
+            dstart[idx] = st
+            end[idx] = fin
             done[idx] = d
             eng_free[e] = fin
             eng_last[e] = idx
@@ -674,13 +652,30 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
                             nlt += 1
                     elif d > tdone[bb]:
                         tdone[bb] = d
-    return (start, dstart, end, done, work, queue, nqs, hbm, srcm, dstm, deps, ndeps, bind,
-            lt_kind[:nlt], lt_size[:nlt], lt_t0[:nlt], lt_t1[:nlt], dge_s, dge_e, dge_u)
+    si[0] = n if stop_row < 0 else stop_row
+    si[10] = 0 if stop_row < 0 else 1
+    si[1] = 1 if synced else 0
+    si[2] = 1 if pe_has else 0
+    si[3] = pe_b
+    si[4] = pe_lo
+    si[5] = pe_hi
+    si[6] = wused
+    si[7] = rused
+    si[8] = seq
+    si[9] = nlt
+    sf[0] = pe_prev_start
+    sf[1] = pe_load_free
+    return (start, dstart, end, done, work, queue, nqs, hbm, srcm, dstm, deps, ndeps, bind, dge_s, dge_e, dge_u,
+            op_i, last_use, eng_free, eng_last, q_free, bs, be, bo, bn, qend, qlast, dbs, dbe, dbo, dbn, p0s, p1s,
+            seen, wpool, rpool, woff, wcnt, wcap, wmax, roff, rcnt, rcap, rmax, t0, tdone, rel,
+            live, capk, partk, ht, hs, hz, hp, hn, pop_t, pop_b, lt_kind, lt_size, lt_t0, lt_t1, found, newb, si,
+            sf), stop_row, stop_t
 
 
 @njit(cache=True)
 def hbm_bins(start, end, hbm, bins):
-    """scheduler._counters' HBM traffic binning (the same sums in the same order)."""
+    """The ``hbm_bytes_per_s`` counter's bins: each transfer's HBM bytes spread evenly over its data start to end
+    (``sched_fast._counters``)."""
     total = 0.0
     for k in range(end.shape[0]):
         if end[k] > total:
