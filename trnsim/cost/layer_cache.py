@@ -49,7 +49,8 @@ def _fingerprint():
 
 
 def path():
-    base = os.environ.get("TRNSIM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "trnsim")
+    from .. import config
+    base = config.cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "trnsim")
     return os.path.join(base, f"layer-costs-{_fingerprint()}.json")
 
 
