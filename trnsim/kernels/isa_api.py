@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import isa as _isa
 from ..isa.errors import _USER, NkiValidationError, caller_location
-from ..memory import Tensor
+from ..memory import Tensor, dtype_of
 from ..memory.tensor import GatheredView
 from . import issue_cache as _ic
 from .context import _local
@@ -132,6 +132,18 @@ for _n, _f in _isa.INSTRUCTIONS.items():
 del _n, _f
 
 _DMA_COPY = _isa.INSTRUCTIONS["dma_copy"]
+_TENSOR_COPY = globals()["tensor_copy"]
+
+
+def tensor_copy(dst, src, *args, dtype=None, **kwargs):
+    """``nisa.tensor_copy``.  ``dtype=`` (which the beta-2 tutorials still pass) is accepted when it names ``dst``'s
+    dtype, the one the copy converts to; another dtype is refused, since ``dst`` decides the conversion."""
+    if dtype is not None and isinstance(dst, Tensor) and dtype_of(dtype) != dst.dtype:
+        raise NkiValidationError(f"tensor_copy: dtype={dtype_of(dtype).name} differs from dst `{dst.name}`'s dtype "
+                                 f"{dst.dtype.name}; the copy converts to dst's dtype (allocate dst with the dtype "
+                                 "you want)", "tensor_copy", "dtype", dtype_of(dtype).name, dst.dtype.name,
+                                 caller_location())
+    return _TENSOR_COPY(dst, src, *args, **kwargs)
 
 
 def dma_copy(dst, src, *args, name=None, **kwargs):
