@@ -8,6 +8,7 @@ kernel and its v2 transcription produce identical instruction streams.
 from __future__ import annotations
 
 import enum
+import weakref
 
 import numpy as np
 
@@ -87,8 +88,16 @@ def _eng(e):
     return None if n == "unknown" else n
 
 
+# buffers of the tiles instructions return: in legacy NKI the compiler places those, so a PSUM result handed to an
+# engine that cannot read PSUM is moved by the compiler (see _stage_to_sbuf); tiles the kernel allocated itself in PSUM
+# are the kernel's placement, and the ISA's rules apply to them as written
+_RETURNED = weakref.WeakSet()
+
+
 def _out(shape, dtype, buffer=SBUF):
-    return _nl._new(tuple(shape), dtype, buffer, "", caller_location())
+    t = _nl._new(tuple(shape), dtype, buffer, "", caller_location())
+    _RETURNED.add(t.buf)
+    return t
 
 
 def _prep(mask, shape, what, loc):
@@ -113,10 +122,11 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     """``stationary[K, M].T @ moving[K, N]``: a [M, N] fp32 PSUM result, issued where it is assigned or
     accumulated (``psum += nisa.nc_matmul(...)``)."""
     loc = caller_location()
-    # the Tensor Engine reads SBUF only (architecture guide: "TensorE must read input matrices from SBUF");
-    # a PSUM operand (e.g. the result of nc_transpose) is staged to SBUF as the legacy compiler does
-    s = _stage_to_sbuf(_r(stationary, None, loc, "nc_matmul", "stationary"), loc)
-    m = _stage_to_sbuf(_r(moving, None, loc, "nc_matmul", "moving"), loc)
+    # the Tensor Engine reads SBUF only (architecture guide: "TensorE must read input matrices from SBUF"; NKI 2.26
+    # reference: "the stationary and moving must be SBUF tiles"): a tile the kernel placed in PSUM is refused by the
+    # ISA, but a PSUM result of an earlier instruction (nc_transpose's), which the compiler places, is staged to SBUF
+    s = _stage_to_sbuf(_r(stationary, None, loc, "nc_matmul", "stationary"), loc, returned_only=True)
+    m = _stage_to_sbuf(_r(moving, None, loc, "nc_matmul", "moving"), loc, returned_only=True)
     M = s.size // s.shape[0] if s.shape else 1
     N = m.size // m.shape[0] if m.shape else 1
     box = _prep(mask, (M, N), "nc_matmul", loc)
@@ -417,13 +427,13 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, 
     return out
 
 
-def _stage_to_sbuf(v, loc):
+def _stage_to_sbuf(v, loc, returned_only=False):
     """A source operand in PSUM for an engine that cannot read PSUM (GpSimd; the Tensor Engine's inputs: Trainium/
     Inferentia2 architecture guide, "Memory hierarchy", engine connectivity to SBUF/PSUM) is first copied to SBUF by
     the Vector Engine, as the legacy compiler lowers kernels that do this (AWS's flash attention backward passes PSUM
     tiles to ``affine_select`` and to ``nc_matmul``).  The copy is an ordinary instruction, with its cost on the
     timeline; the v2 front end, which has no compiler between the kernel and the ISA, keeps refusing."""
-    if isinstance(v, Tensor) and v.buf.kind == PSUM:
+    if isinstance(v, Tensor) and v.buf.kind == PSUM and (not returned_only or v.buf in _RETURNED):
         t = _nl._new(v.shape, v.dtype, SBUF, "", loc)
         _isa.tensor_copy(current().core, loc, t, v, engine="vector")
         return t
