@@ -211,3 +211,21 @@ def test_v2_tensor_copy_accepts_the_dtype_of_dst_only():
     np.testing.assert_array_equal(np.asarray(got), A.astype(ml_dtypes.bfloat16))
     with pytest.raises(trnsim.NkiValidationError, match="differs from dst"):
         nki2.simulate(k)(A, nl2.float16)
+
+
+def test_one_dimensional_tile_is_a_partition_vector_in_binary_ops():
+    """``m[:, 0]`` of a [P, F] tile is a 1-D tile of P elements: against a [P, 1] tile (a reduction's result) it is
+    a per-partition column (the flash attention forward's ``nl.maximum(m_previous, max_)``), not a NumPy
+    trailing-axis broadcast to [P, P]."""
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        mx = nisa.tensor_reduce(np.max, t[:, 4:8], axis=(1,))
+        r = nl.maximum(t[:, 0], mx)
+        assert r.shape == (128, 1)
+        nl.store(out, r)
+        return out
+
+    got = k(A)
+    np.testing.assert_array_equal(got[:, 0], np.maximum(A[:, 0], A[:, 4:8].max(axis=1)))

@@ -317,6 +317,12 @@ def _binary_into(out, x, y, op, loc, box=None):
         x = resolve(x, box, loc, op, "x")
         y = resolve(y, box, loc, op, "y")
         d = resolve(out, box, loc, op, "dst")
+        # a 1-D tile is a partition vector ([P], one element per partition, e.g. ``m[:, 0]``): against a tile of
+        # the same partitions it is a [P, 1] column, not NumPy's trailing-axis broadcast
+        if x.ndim == 1 and y.ndim >= 2 and x.shape[0] == y.shape[0] and y.shape[0] > 1:
+            x = x.expand_dim(1)
+        elif y.ndim == 1 and x.ndim >= 2 and y.shape[0] == x.shape[0] and x.shape[0] > 1:
+            y = y.expand_dim(1)
         xs, ys = tuple(x.shape), tuple(y.shape)
         if xs == ys:
             _isa.tensor_tensor(core, loc, d, x, y, op)
@@ -350,12 +356,22 @@ def _shape_of(x):
     return tuple(x.shape) if _is_tile(x) else ()
 
 
+def _tile_broadcast_shape(xs, ys):
+    """The result shape of a binary op on tiles: NumPy's broadcast, except that a 1-D tile of P elements against a
+    tile of P partitions is a partition vector ([P, 1])."""
+    if len(xs) == 1 and len(ys) >= 2 and xs[0] == ys[0] and ys[0] > 1:
+        xs = (xs[0], 1)
+    elif len(ys) == 1 and len(xs) >= 2 and ys[0] == xs[0] and xs[0] > 1:
+        ys = (ys[0], 1)
+    return np.broadcast_shapes(xs, ys)
+
+
 def _mk_binary(opname, default_dtype=None):
     def fn(x, y, *, dtype=None, mask=None, **kwargs):
         core, loc = _ctx()
         x = _operand(x, loc)
         y = _operand(y, loc)
-        shape = np.broadcast_shapes(_shape_of(x), _shape_of(y))
+        shape = _tile_broadcast_shape(_shape_of(x), _shape_of(y))
         if dtype is None:
             dtype = default_dtype
         if dtype is None:
