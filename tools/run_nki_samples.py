@@ -222,12 +222,15 @@ def main(argv=None):
     ap.add_argument("--out", default=DEFAULT_OUT, help="report path without extension")
     ap.add_argument("--only", nargs="*", default=None, help="kernel names (or prefixes) to run")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per kernel")
+    ap.add_argument("--quick-first", action="store_true", help="run the pytest files after everything else")
     a = ap.parse_args(argv)
     if not os.path.isdir(os.path.join(a.snapshot, "src", "nki_samples")):
         print(f"run_nki_samples: {a.snapshot} is not an nki-samples checkout (no src/nki_samples); "
               "give --snapshot or NKI_SAMPLES_PATH", file=sys.stderr)
         return 2
     todo = [k for k in KERNELS if a.only is None or any(k[0].startswith(o) for o in a.only)]
+    if a.quick_first:        # the tutorials and reference drivers first, the pytest files (the long ones) last
+        todo.sort(key=lambda k: k[1] == "unit")
     if not todo:
         print(f"run_nki_samples: --only {a.only} names no kernel; names: "
               f"{', '.join(k[0] for k in KERNELS)}", file=sys.stderr)
