@@ -39,6 +39,24 @@ class _Loader:
 
 
 _STANDIN = "trnsim.backend.neuronx_standin"
+_XLA = {"torch_xla": "trnsim.backend.xla_standin", "torch_xla.core": "trnsim.backend.xla_standin.core",
+        "torch_xla.core.xla_model": "trnsim.backend.xla_standin.core.xla_model"}
+
+
+def _torch_xla_spec(name):
+    """Under ``TORCHNEURON_TARGET=sim``, when torch-xla is not installed: trnsim's stand-in, whose
+    ``xla_device()`` is the simulated ``neuron`` device (the NKI tutorials' PyTorch drivers use it)."""
+    if os.environ.get("TORCHNEURON_TARGET") != "sim" or name not in _XLA:
+        return None
+    import importlib
+    import importlib.machinery
+    import importlib.util
+    if name == "torch_xla" and importlib.machinery.PathFinder.find_spec(name) is not None:
+        return None                            # the real package: import it
+    if name != "torch_xla" and not getattr(sys.modules.get("torch_xla"), "TRNSIM_STANDIN", False):
+        return None                            # submodules of a real torch_xla
+    mod = importlib.import_module(_XLA[name])
+    return importlib.util.spec_from_loader(name, _Loader(mod))
 
 
 def _torch_neuronx_spec(name):
@@ -56,12 +74,14 @@ def _torch_neuronx_spec(name):
 
 class NkiFinder:
     """A ``sys.meta_path`` finder for ``nki`` / ``neuronxcc``: on first import it installs trnsim's aliases.
-    Under ``TORCHNEURON_TARGET=sim`` it also answers ``torch_neuronx`` with trnsim's stand-in when the real
-    package is not installed."""
+    Under ``TORCHNEURON_TARGET=sim`` it also answers ``torch_neuronx`` and ``torch_xla`` with trnsim's stand-ins
+    when the real packages are not installed."""
 
     def find_spec(self, name, path=None, target=None):
         if name == "torch_neuronx":
             return _torch_neuronx_spec(name)
+        if name.partition(".")[0] == "torch_xla":
+            return _torch_xla_spec(name)
         if name.partition(".")[0] not in _TOPS:
             return None
         import importlib.util

@@ -100,17 +100,25 @@ def test_partition_broadcast_in_compute():
     np.testing.assert_array_equal(o2, np.broadcast_to(A[0:1], (128, 64)))
 
 
-def test_partition_step_zero_refused_for_an_instruction():
-    """NKI access patterns give an instruction a start partition and a partition count (consecutive
-    partitions; 'NKI Access Patterns' deep dive): a nisa instruction reading partition step 0 stays refused."""
+def test_partition_broadcast_operand_of_an_instruction_is_replicated_by_a_dma():
+    """NKI access patterns give an instruction a start partition and a partition count (consecutive partitions), so
+    a nisa instruction cannot read a partition-step-0 view itself; ``nl.broadcast_to`` returns a new SBUF tile
+    broadcast along the partition dimension (NKI API reference), and the fused mamba tutorial passes
+    ``tile.broadcast_to((128, n))`` to ``nisa.tensor_tensor`` on hardware.  trnsim replicates the row with an
+    SBUF-to-SBUF DMA first (its cost on the timeline), then issues the instruction on consecutive partitions."""
     @nki.jit
     def k(x):
         out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
         row = nl.load(x[0:1, :])
-        nl.store(out, nisa.tensor_copy(row.broadcast_to((128, 64))))
+        full = nl.load(x)
+        nl.store(out, nisa.tensor_tensor(full, row.broadcast_to((128, 64)), op=nl.multiply))
         return out
-    with pytest.raises(trnsim.NkiValidationError, match="partition step 0; partitions must be consecutive"):
-        k(A)
+    np.testing.assert_allclose(k(A), f64(A) * f64(A[0:1]), rtol=1e-6)
+    p = trnsim.profile(k)(A)
+    ops = [(r.opcode, r.engine) for r in p.result.cores[0].instructions]
+    i = ops.index(("tensor_tensor", "vector"))
+    dmas = [o for o in ops[:i] if o[0] == "dma_copy"]
+    assert len(dmas) == 3, ops          # two loads and the replication of the row
 
 
 # -- jit modes ---------------------------------------------------------------------------------------------------

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import enum
 import functools
+import warnings
 from sys import _getframe
 
 import numpy as np
 
 from .. import isa as _isa
 from ..isa.errors import _USER, NkiValidationError, caller_location
-from ..memory import Tensor
+from ..memory import Tensor, dtype_of
 from ..memory.tensor import GatheredView
 from . import issue_cache as _ic
 from .context import _local
@@ -132,6 +133,20 @@ for _n, _f in _isa.INSTRUCTIONS.items():
 del _n, _f
 
 _DMA_COPY = _isa.INSTRUCTIONS["dma_copy"]
+_TENSOR_COPY = globals()["tensor_copy"]
+
+
+def tensor_copy(dst, src, *args, dtype=None, **kwargs):
+    """``nisa.tensor_copy``.  ``dtype=``, which the beta-2 tutorials still pass, is not part of the instruction:
+    ``dst``'s dtype decides the conversion.  A ``dtype`` that differs from it is not applied, and trnsim says so with
+    a warning at the kernel's line (AWS's matrix multiplication tutorial copies into a float32 tile with
+    ``dtype=bfloat16`` and converts when it stores)."""
+    if dtype is not None and isinstance(dst, Tensor) and dtype_of(dtype) != dst.dtype:
+        f, line = caller_location()
+        warnings.warn_explicit(f"nisa.tensor_copy: dtype={dtype_of(dtype).name} is not applied; the copy converts to "
+                               f"dst `{dst.name}`'s dtype {dst.dtype.name} (allocate dst with the dtype you want)",
+                               UserWarning, f, line)
+    return _TENSOR_COPY(dst, src, *args, **kwargs)
 
 
 def dma_copy(dst, src, *args, name=None, **kwargs):

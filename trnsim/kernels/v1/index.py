@@ -270,8 +270,21 @@ class Predicate:
                     box = [[0, 0] for _ in shape]
                 continue
             if len(axes) > 1:
-                raise MaskError(f"mask term {e!r} {op} 0 involves {len(axes)} index axes; trnsim supports "
-                                "masks that bound each axis separately (a rectangular region)")
+                # a bound on several axes keeps a rectangle only when it holds everywhere or nowhere on the
+                # region kept so far (e.g. ``512*i_p + i_f + base < n`` on a tile wholly inside or outside n)
+                lo_v = e.const + sum(min(c[a] * box[a][0], c[a] * (box[a][1] - 1)) for a in axes)
+                hi_v = e.const + sum(max(c[a] * box[a][0], c[a] * (box[a][1] - 1)) for a in axes)
+                if any(box[a][1] <= box[a][0] for a in axes):
+                    continue
+                at_lo, at_hi = _OPS[op](lo_v, 0), _OPS[op](hi_v, 0)
+                if op != "!=" and op != "==" and at_lo and at_hi:
+                    continue                     # monotone in each axis: holds at both extremes, so everywhere
+                if op != "!=" and op != "==" and not at_lo and not at_hi:
+                    box = [[0, 0] for _ in shape]
+                    continue
+                raise MaskError(f"mask term {e!r} {op} 0 involves {len(axes)} index axes and cuts the tile "
+                                f"(its value ranges over [{lo_v}, {hi_v}] there), which keeps a region that is "
+                                "not rectangular; trnsim supports masks that bound each axis separately")
             a = axes[0]
             if s[a] != shape[a]:
                 raise MaskError(f"mask axis {a} has size {s[a]} but the instruction's iteration space has "

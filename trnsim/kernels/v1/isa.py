@@ -8,6 +8,7 @@ kernel and its v2 transcription produce identical instruction streams.
 from __future__ import annotations
 
 import enum
+import weakref
 
 import numpy as np
 
@@ -87,8 +88,16 @@ def _eng(e):
     return None if n == "unknown" else n
 
 
+# buffers of the tiles instructions return: in legacy NKI the compiler places those, so a PSUM result handed to an
+# engine that cannot read PSUM is moved by the compiler (see _stage_to_sbuf); tiles the kernel allocated itself in PSUM
+# are the kernel's placement, and the ISA's rules apply to them as written
+_RETURNED = weakref.WeakSet()
+
+
 def _out(shape, dtype, buffer=SBUF):
-    return _nl._new(tuple(shape), dtype, buffer, "", caller_location())
+    t = _nl._new(tuple(shape), dtype, buffer, "", caller_location())
+    _RETURNED.add(t.buf)
+    return t
 
 
 def _prep(mask, shape, what, loc):
@@ -96,7 +105,8 @@ def _prep(mask, shape, what, loc):
 
 
 def _r(t, box, loc, what, name):
-    return resolve(materialize(t, loc), box, loc, what, name)
+    v = resolve(materialize(t, loc), box, loc, what, name)
+    return v if name == "dst" else _nl.replicate_partitions(v, loc)
 
 
 def _opnd(v, box, loc, what, name):
@@ -112,17 +122,22 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     """``stationary[K, M].T @ moving[K, N]``: a [M, N] fp32 PSUM result, issued where it is assigned or
     accumulated (``psum += nisa.nc_matmul(...)``)."""
     loc = caller_location()
-    if mask is not None:
-        raise NotImplementedError("nisa.nc_matmul with mask= is not supported by trnsim yet; index the operands")
-    s = _r(stationary, None, loc, "nc_matmul", "stationary")
-    m = _r(moving, None, loc, "nc_matmul", "moving")
+    # the Tensor Engine reads SBUF only (architecture guide: "TensorE must read input matrices from SBUF"; NKI 2.26
+    # reference: "the stationary and moving must be SBUF tiles"): a tile the kernel placed in PSUM is refused by the
+    # ISA, but a PSUM result of an earlier instruction (nc_transpose's), which the compiler places, is staged to SBUF
+    s = _stage_to_sbuf(_r(stationary, None, loc, "nc_matmul", "stationary"), loc, returned_only=True)
+    m = _stage_to_sbuf(_r(moving, None, loc, "nc_matmul", "moving"), loc, returned_only=True)
+    M = s.size // s.shape[0] if s.shape else 1
+    N = m.size // m.shape[0] if m.shape else 1
+    box = _prep(mask, (M, N), "nc_matmul", loc)
+    if box is not None and not box_empty(box):
+        raise NotImplementedError("nisa.nc_matmul with a mask= that keeps part of the [M, N] result is not supported "
+                                  "by trnsim yet; index the operands (masks decided when traced, all or nothing, are)")
     kw = dict(is_stationary_onezero=is_stationary_onezero, is_moving_onezero=is_moving_onezero,
               is_transpose=is_transpose, tile_position=tile_position, tile_size=tile_size)
     if "perf_mode" in kwargs:
         kw["perf_mode"] = kwargs["perf_mode"]
-    M = s.size // s.shape[0] if s.shape else 1
-    N = m.size // m.shape[0] if m.shape else 1
-    return PendingMatmul(s, m, kw, loc, (M, N))
+    return PendingMatmul(s, m, kw, loc, (M, N), skip=box_empty(box))
 
 
 def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):
@@ -313,10 +328,11 @@ def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1
 def bn_stats(data, *, mask=None, dtype=None, **kwargs):
     loc = caller_location()
     data = materialize(data, loc)
-    if mask is not None:
-        raise NotImplementedError("nisa.bn_stats with mask= is not supported by trnsim yet")
     out = _out((data.shape[0], 6), "float32" if dtype is None else dtype)
-    _isa.bn_stats(current().core, loc, out, _r(data, None, loc, "bn_stats", "data"))
+    box = _prep(mask, data.shape, "bn_stats", loc)
+    if not box_empty(box):
+        ob = None if box is None else ((box[0][0], box[0][1]), (0, 6))
+        _isa.bn_stats(current().core, loc, _r(out, ob, loc, "bn_stats", "dst"), _r(data, box, loc, "bn_stats", "data"))
     return out
 
 
@@ -383,8 +399,6 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, 
     if not isinstance(pred, Predicate) or len(pred.terms) != 1:
         raise NkiValidationError("affine_select: pred must be one comparison of index expressions (e.g. "
                                  "i_p - i_f >= 0)", "affine_select", "pred", pred, None, loc)
-    if mask is not None:
-        raise NotImplementedError("nisa.affine_select with mask= is not supported by trnsim yet")
     expr, op = pred.terms[0]
     if op == "!=":
         op_name = "not_equal"
@@ -396,12 +410,34 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, 
         if n > 1 and n != shape[a]:
             raise NkiValidationError(f"affine_select: predicate axis {a} has size {n} but on_true_tile has "
                                      f"{shape[a]}", "affine_select", "pred", n, shape[a], loc)
-    pattern = [[cn if n > 1 else 0, shape[a + 1]] for a, (n, cn) in enumerate(zip(s[1:], c[1:]))]
     out = _out(shape, t.dtype if dtype is None else dtype)
-    _isa.affine_select(current().core, loc, out, pattern, c[0] if s[0] > 1 else 0,
-                       _r(t, None, loc, "affine_select", "on_true_tile"), on_false_value, cmp_op=op_name,
-                       offset=expr.const)
+    box = _prep(mask, shape, "affine_select", loc)
+    if box_empty(box):
+        return out
+    # on a masked region the predicate is evaluated at the region's own coordinates: shift its constant by the
+    # region's start on every axis the predicate uses
+    start = [0] * len(shape) if box is None else [lo for lo, _ in box]
+    count = list(shape) if box is None else [hi - lo for lo, hi in box]
+    offset = expr.const + sum(cn * start[a] for a, (n, cn) in enumerate(zip(s, c)) if n > 1)
+    pattern = [[cn if n > 1 else 0, count[a + 1]] for a, (n, cn) in enumerate(zip(s[1:], c[1:]))]
+    _isa.affine_select(current().core, loc, _r(out, box, loc, "affine_select", "dst"), pattern,
+                       c[0] if s[0] > 1 else 0, _stage_to_sbuf(_r(t, box, loc, "affine_select", "on_true_tile"),
+                                                                  loc), on_false_value,
+                       cmp_op=op_name, offset=offset)
     return out
+
+
+def _stage_to_sbuf(v, loc, returned_only=False):
+    """A source operand in PSUM for an engine that cannot read PSUM (GpSimd; the Tensor Engine's inputs: Trainium/
+    Inferentia2 architecture guide, "Memory hierarchy", engine connectivity to SBUF/PSUM) is first copied to SBUF by
+    the Vector Engine, as the legacy compiler lowers kernels that do this (AWS's flash attention backward passes PSUM
+    tiles to ``affine_select`` and to ``nc_matmul``).  The copy is an ordinary instruction, with its cost on the
+    timeline; the v2 front end, which has no compiler between the kernel and the ISA, keeps refusing."""
+    if isinstance(v, Tensor) and v.buf.kind == PSUM and (not returned_only or v.buf in _RETURNED):
+        t = _nl._new(v.shape, v.dtype, SBUF, "", loc)
+        _isa.tensor_copy(current().core, loc, t, v, engine="vector")
+        return t
+    return v
 
 
 def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=reduce_cmd.idle, reduce_res=None,

@@ -14,9 +14,9 @@ import numpy as np
 
 from ... import isa as _isa
 from ...isa.errors import NkiValidationError, caller_location
-from ...memory import HBM, PSUM, SBUF, DynSlice, Tensor, ViewError, dtype_of
+from ...memory import HBM, PSUM, SBUF, DynSlice, Tensor, ViewError, dtype_of, round_to
 from .. import language as _v2
-from ..context import current
+from ..context import NoKernelError, current
 from .index import arange, mgrid  # noqa: F401  (nl.arange, nl.mgrid)
 from .atomic import atomic_rmw  # noqa: F401  (nl.atomic_rmw)
 from .dynamic import IndirectRows
@@ -282,9 +282,16 @@ def _operand(x, loc, staging=(HBM,)):
         else:
             _isa.tensor_copy(current().core, loc, t, v)
         return t
-    if x.on_chip and _partition_broadcast(x):
-        # engines read consecutive partitions only (NKI access patterns: a start partition and a count); a view
-        # repeating a partition (broadcast_to, an index i_p * 0) is replicated by a DMA first, as compiled
+    return replicate_partitions(x, loc)
+
+
+def replicate_partitions(x, loc):
+    """``x`` itself, or, when ``x`` is an on-chip view repeating a partition (``broadcast_to`` of a one-partition tile,
+    an index ``i_p * 0``), a new SBUF tile holding the replicated rows.  Engines read consecutive partitions only (NKI
+    access patterns: a start partition and a count), and ``nl.broadcast_to`` returns "a new tile broadcast along the
+    partition dimension ... in SBUF" (NKI API reference, nki.language.broadcast_to): trnsim replicates it with a DMA,
+    whose cost the timeline shows."""
+    if isinstance(x, Tensor) and x.shape and x.on_chip and _partition_broadcast(x):
         v = resolve(x, None, loc, "broadcast", "x")
         t = _new(v.shape, v.dtype, SBUF, "", loc)
         _isa.dma_copy(current().core, loc, t, v)
@@ -310,6 +317,12 @@ def _binary_into(out, x, y, op, loc, box=None):
         x = resolve(x, box, loc, op, "x")
         y = resolve(y, box, loc, op, "y")
         d = resolve(out, box, loc, op, "dst")
+        # a 1-D tile is a partition vector ([P], one element per partition, e.g. ``m[:, 0]``): against a tile of
+        # the same partitions it is a [P, 1] column, not NumPy's trailing-axis broadcast
+        if x.ndim == 1 and y.ndim >= 2 and x.shape[0] == y.shape[0] and y.shape[0] > 1:
+            x = x.expand_dim(1)
+        elif y.ndim == 1 and x.ndim >= 2 and y.shape[0] == x.shape[0] and x.shape[0] > 1:
+            y = y.expand_dim(1)
         xs, ys = tuple(x.shape), tuple(y.shape)
         if xs == ys:
             _isa.tensor_tensor(core, loc, d, x, y, op)
@@ -343,12 +356,22 @@ def _shape_of(x):
     return tuple(x.shape) if _is_tile(x) else ()
 
 
+def _tile_broadcast_shape(xs, ys):
+    """The result shape of a binary op on tiles: NumPy's broadcast, except that a 1-D tile of P elements against a
+    tile of P partitions is a partition vector ([P, 1])."""
+    if len(xs) == 1 and len(ys) >= 2 and xs[0] == ys[0] and ys[0] > 1:
+        xs = (xs[0], 1)
+    elif len(ys) == 1 and len(xs) >= 2 and ys[0] == xs[0] and xs[0] > 1:
+        ys = (ys[0], 1)
+    return np.broadcast_shapes(xs, ys)
+
+
 def _mk_binary(opname, default_dtype=None):
     def fn(x, y, *, dtype=None, mask=None, **kwargs):
         core, loc = _ctx()
         x = _operand(x, loc)
         y = _operand(y, loc)
-        shape = np.broadcast_shapes(_shape_of(x), _shape_of(y))
+        shape = _tile_broadcast_shape(_shape_of(x), _shape_of(y))
         if dtype is None:
             dtype = default_dtype
         if dtype is None:
@@ -426,7 +449,36 @@ def copy(src, *, mask=None, dtype=None, **kwargs):
 
 
 def static_cast(input_data, dtype):
+    """``nl.static_cast``: inside a kernel, a converting copy into a new SBUF tile.  Outside one, on a host array
+    (NumPy, ml_dtypes or torch), the same conversion on the host, as legacy NKI allows and tests use to prepare
+    inputs: floats round to nearest even in ``dtype``; integers round to nearest and saturate (trnsim's write rule)."""
+    if not isinstance(input_data, (Tensor, Tile, PendingMatmul)) and not _in_kernel():
+        return _host_cast(input_data, dtype)
     return copy(input_data, dtype=dtype)
+
+
+def _in_kernel():
+    try:
+        current()
+    except NoKernelError:
+        return False
+    return True
+
+
+def _host_cast(x, dtype):
+    dt = dtype_of(dtype)
+    if dt.packed:
+        raise NkiValidationError(f"nl.static_cast outside a kernel: no host conversion to the packed format {dt.name}",
+                                 "static_cast", "dtype", dt.name, "not packed", caller_location())
+    if type(x).__module__.startswith("torch"):
+        x = x.detach().cpu().float().numpy() if x.is_floating_point() else x.detach().cpu().numpy()
+    a = np.asarray(x)
+    if a.dtype.kind not in "biuf" and a.dtype.name not in ("bfloat16",) and not a.dtype.name.startswith("float8"):
+        raise NkiValidationError(f"nl.static_cast outside a kernel takes a numeric host array, got {a.dtype}",
+                                 "static_cast", "input_data", str(a.dtype), "numeric", caller_location())
+    if dt.is_float:
+        return a.astype(dt.np)
+    return np.asarray(round_to(dt, a.astype(np.float64) if a.dtype.kind != "b" else a)).astype(dt.np)
 
 
 # -- reductions -----------------------------------------------------------------------------------------

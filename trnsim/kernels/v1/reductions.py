@@ -65,10 +65,10 @@ def _assignment_target(frame):
             if name not in scope and nxt.opname == "STORE_NAME":
                 scope = frame.f_globals
         return "name", (name, scope[name] if name in scope else KeyError(name))
-    for x in ins[at + 1:at + 12]:          # the target's container and key are loaded, then stored
-        if x.opname == "STORE_SUBSCR":
+    for x in ins[at + 1:at + 40]:          # the target's container and key (tuples, slices, arithmetic) are loaded,
+        if x.opname == "STORE_SUBSCR":     # then stored
             return "subscript", None
-        if x.opname.startswith(("CALL", "PRECALL", "POP_", "RETURN", "STORE_", "JUMP", "BINARY", "BUILD")):
+        if x.opname.startswith(("CALL", "PRECALL", "POP_", "RETURN", "STORE_", "JUMP")):
             break
     return None, None
 
@@ -85,16 +85,19 @@ class PendingLoopReduce:
     """``acc[...] = nl.loop_reduce(x, op, ...)`` before the assignment: completed by the tile assignment, which
     folds ``x`` into the assigned region."""
 
-    __slots__ = ("x", "op", "dtype", "loc", "first", "done")
+    __slots__ = ("x", "op", "dtype", "loc", "first", "done", "skip")
 
-    def __init__(self, x, op, dtype, loc, first):
+    def __init__(self, x, op, dtype, loc, first, skip=False):
         self.x, self.op, self.dtype, self.loc, self.first, self.done = x, op, dtype, loc, first, False
+        self.skip = skip                       # masked off (mask= false when traced): the assignment issues nothing
 
     def _assign_to(self, dst, loc):
         if self.done:
             raise NkiValidationError("loop_reduce: this result was already assigned; assign nl.loop_reduce's result "
                                      "once", "loop_reduce", None, None, None, loc)
         self.done = True
+        if self.skip:
+            return
         core = current().core
         x = self.x
         if self.first:                         # the reduction starts: dst takes x (in dtype, if one is given)
@@ -121,8 +124,12 @@ def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, **kwargs):
     assigned to: the first iteration sets it to ``x``, each later one folds ``x`` in (the destination is the left
     operand: ``b = nisa.tensor_tensor(b, a, op)``).  See the module docstring."""
     loc = caller_location()
+    skip = False
     if mask is not None:
-        raise NotImplementedError("nl.loop_reduce with mask= is not supported by trnsim yet; index the operands")
+        if not isinstance(mask, (bool, np.bool_)):
+            raise NotImplementedError("nl.loop_reduce with a mask= on index expressions is not supported by trnsim "
+                                      "yet; index the operands (a mask decided when traced, True or False, is)")
+        skip = not mask            # a condition on loop indices: this iteration folds nothing in
     x = _nl._operand(materialize(x, loc), loc)
     if not isinstance(x, Tensor):
         raise NkiValidationError(f"loop_reduce: x must be a tile, got {type(x).__name__}", "loop_reduce", "x",
@@ -130,9 +137,11 @@ def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, **kwargs):
     first = _first_iteration(loop_indices, loc)
     kind, target = _assignment_target(sys._getframe(1))
     if kind == "subscript":
-        return PendingLoopReduce(x, op, dtype, loc, first)
+        return PendingLoopReduce(x, op, dtype, loc, first, skip=skip)
     if kind == "name":
         name, acc = target
+        if skip and isinstance(acc, Tensor):
+            return acc
         if first:
             return _nl.copy(x, dtype=dtype)
         if isinstance(acc, KeyError) or not isinstance(acc, Tensor):

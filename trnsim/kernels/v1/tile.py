@@ -299,6 +299,10 @@ def mask_box(mask, shape, loc, what):
     """The rectangular region of ``shape`` that ``mask`` keeps (``None``: all of it)."""
     if mask is None:
         return None
+    if isinstance(mask, (bool, np.bool_)):
+        # a condition on loop indices and constants only (``i_q * 128 >= i_k * 512`` with loop indices being ints)
+        # is decided when the kernel is traced: all of the region or none of it
+        return None if mask else tuple((0, 0) for _ in shape)
     if not isinstance(mask, Predicate):
         raise NkiValidationError(f"{what}: mask must be a predicate on index expressions (e.g. i_p < n), got "
                                  f"{type(mask).__name__}", what, "mask", mask, None, loc)
@@ -367,11 +371,16 @@ def partition_views(t):
     """The views an instruction can take of a tile: the tile itself, or, for an on-chip tile whose partition
     dimension is not first (a block tensor ``[B, par_dim(P), F]`` holds B tiles of P partitions), one view per
     index of the leading block dimensions, in order."""
-    if not isinstance(t, Tensor) or not t.on_chip or t.ndim < 3 or t.partition_info() is not None:
+    if not isinstance(t, Tensor) or not t.on_chip or t.ndim < 3:
         return [t]
     pf = t.buf.pfree
     d = next((i for i, st in enumerate(t.strides) if i > 0 and pf and st and st % pf == 0), None)
     if d is None:
+        return [t]
+    # a view whose first dimension maps to partitions is one tile, except a block tensor with one block,
+    # ``[1, par_dim(P), F]``: its leading size-1 dimension reads as one partition, but a later dimension (of more
+    # than one element) is the one that walks partitions
+    if t.partition_info() is not None and not (t.shape[0] == 1 and t.shape[d] > 1):
         return [t]
     return [t[idx] for idx in np.ndindex(*t.shape[:d])]
 
@@ -383,20 +392,24 @@ def materialize(x, loc):
 class PendingMatmul:
     """The result of ``nisa.nc_matmul`` / ``nl.matmul`` before it is known where it goes."""
 
-    __slots__ = ("stationary", "moving", "kwargs", "loc", "shape", "_tile")
+    __slots__ = ("stationary", "moving", "kwargs", "loc", "shape", "_tile", "_skip")
 
-    def __init__(self, stationary, moving, kwargs, loc, shape):
+    def __init__(self, stationary, moving, kwargs, loc, shape, skip=False):
         self.stationary = stationary
         self.moving = moving
         self.kwargs = kwargs
         self.loc = loc
         self.shape = tuple(shape)
         self._tile = None
+        self._skip = skip            # masked off entirely (``mask=`` false when traced): nothing is issued
 
     def issue(self, dst, accumulate, loc=None):
         if self._tile is not None:
             raise NkiValidationError("this matmul result was already used; assign nc_matmul's result once",
                                      "nc_matmul", None, None, None, loc or self.loc)
+        if self._skip:
+            self._tile = dst
+            return
         if isinstance(dst, Tensor) and dst.buf.kind != "psum" and not accumulate:
             # `sbuf_tile[...] = nc_matmul(...)`: the product lands in PSUM and is copied out, as compiled
             from ... import isa as _isa

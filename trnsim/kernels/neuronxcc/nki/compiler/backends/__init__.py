@@ -1,0 +1,1 @@
+"""``neuronxcc.nki.compiler.backends``: the module path legacy kernels import helper names from (see ``neuron``)."""

@@ -1,0 +1,1 @@
+"""``neuronxcc.nki.compiler.backends.neuron``: only the names public NKI kernels import (``tensor``, ``indexing``)."""
