@@ -63,6 +63,7 @@ def _lock_numba_compiles(dispatcher_module):
         with lock:
             return compile_(self, sig)
     compile._trnsim_locked = True
+    compile._trnsim_lock_path = _NUMBA_LOCK
     disp.compile = compile
 
 

@@ -48,12 +48,13 @@ def test_concurrent_processes_compile_a_cached_function_once(tmp_path):
     released, one compiles (a cache miss) and the other waits and loads the cached result (a cache hit).
     Without the lock both compile (two misses)."""
     from filelock import FileLock
+    from numba.core import dispatcher
 
-    import conftest as suite
+    lock_path = dispatcher.Dispatcher.compile._trnsim_lock_path      # the suite's lock (tests/conftest.py)
     (tmp_path / "kern.py").write_text(_KERNEL)
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
     cmd = [sys.executable, "-c", _WORKER, os.path.join(TESTS, "conftest.py"), str(tmp_path)]
-    with FileLock(suite._NUMBA_LOCK):
+    with FileLock(lock_path):
         procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                  for _ in range(2)]
         for p in procs:
