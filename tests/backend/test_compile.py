@@ -110,8 +110,15 @@ def test_fused_chain_rounds_once_and_costs_its_kernel():
     yd = cf(xd)
     dt = STATE.now_ns - t0
     y = yd.cpu()
-    once = torch.exp(x.double() * 3.0).add(1.0).to(torch.bfloat16)
-    assert torch.equal(y, once)                          # fp32 on chip, one rounding at the end
+    # fp32 on chip, one rounding at the end: y is the bf16 rounding of an fp32 result within a few fp32 ulps of
+    # the exact value (x * 3 is exact; exp and the add each round in fp32, and how closely exp does depends on the
+    # host's vector math library, so the bound is an error budget, not one CPU's last bit)
+    exact = torch.exp(x.double() * 3.0).add(1.0)
+    near = [(exact * (1 + k * 4 * 2.0 ** -24)).to(torch.bfloat16) for k in (-1, 1)]
+    assert bool(((y == near[0]) | (y == near[1])).all())
+    assert bool((y == exact.to(torch.bfloat16)).float().mean() > 0.99)     # almost everywhere the exact rounding
+    per_op = torch.exp(x * 3.0) + 1.0                    # eager bf16: a rounding after each op
+    assert not torch.equal(y, per_op)                    # (so the check above tells one rounding from several)
     # one launch plus one fused kernel: the shape-only simulation of library.fused.pointwise for these steps
     import numpy as np
     R, C = costs._rows_cols(64 * 96)

@@ -6,6 +6,7 @@ import gc
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -214,7 +215,14 @@ def test_exception_in_a_kernel_during_backward_is_raised_and_the_device_stays_us
     del y
     # The exception's traceback frames hold the backward's intermediates in a
     # reference cycle, as they would hold CUDA tensors; they are freed when the
-    # cycle is collected, which must then return every byte.
-    gc.collect()
+    # cycle is collected, which must then return every byte.  The backward ran on autograd's neuron device thread,
+    # which may still hold the exception for a moment after this thread re-raised it (the presumed cause of one
+    # failure in a full run on a loaded machine: 4096 bytes, the failing kernel's input, still held at the first
+    # collect; not reproduced since), so collect again, a bounded number of times, until the bytes come back.
+    for _ in range(200):
+        gc.collect()
+        if MEMORY.allocated <= before:
+            break
+        time.sleep(0.01)
     assert MEMORY.allocated <= before
     assert torch.equal(square(torch.ones(4, 4).to("neuron")).cpu(), torch.ones(4, 4))

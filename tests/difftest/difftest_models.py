@@ -92,3 +92,39 @@ class PerturbOp(TorchDispatchMode):
         for h in self._h:
             h.remove()
         return super().__exit__(*exc)
+
+
+_LOW = (torch.bfloat16, torch.float16)
+
+
+class Float64Ops(TorchDispatchMode):
+    """Every op with bfloat16/float16 operands computed in float64 and rounded once to its output dtype: a host
+    independent reference for low-precision runs (the CPU's own bf16 kernels differ by instruction set: a fused
+    attention kernel with AVX-512 BF16 rounds at other steps than the AVX2 one).  Views and in-place ops run as
+    they are (they keep aliasing; in-place ops of this model are exact copies and additions).  Enter it before the
+    recording, as :class:`PerturbOp`."""
+
+    @classmethod
+    def _should_skip_dynamo(cls):
+        return False
+
+    def __init__(self):
+        super().__init__()
+        self.hits = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        leaves = torch.utils._pytree.tree_leaves((args, kwargs))
+        low = any(isinstance(t, torch.Tensor) and t.dtype in _LOW for t in leaves)
+        sch = func._schema
+        if not low or sch.is_mutable or any(r.alias_info is not None for r in sch.returns):
+            return func(*args, **kwargs)
+        to = torch.utils._pytree.tree_map
+        meta = func(*to(lambda t: t.to("meta") if isinstance(t, torch.Tensor) else t, (args, kwargs))[0],
+                    **to(lambda t: t.to("meta") if isinstance(t, torch.Tensor) else t, kwargs))
+        wide = to(lambda t: t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t,
+                  (args, kwargs))
+        out = func(*wide[0], **wide[1])
+        self.hits += 1
+        return to(lambda o, m: o.to(m.dtype) if isinstance(o, torch.Tensor) else o, out, meta) \
+            if isinstance(out, (tuple, list)) else (out.to(meta.dtype) if isinstance(out, torch.Tensor) else out)

@@ -5,10 +5,12 @@ import os
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import trnsim.difftest as dt
 from trnsim.cli import main as trnsim_main
-from difftest_models import PerturbOp, tiny_lm
+
+from difftest_models import Float64Ops, PerturbOp, tiny_lm
 
 OPTS = dict(modules=True, ops=True, backward=True)
 
@@ -60,19 +62,74 @@ def test_cpu_and_neuron_equal_within_tolerance(tmp_path, neuron, dtype, attn):
                if r.kind in ("module",) and r.key.startswith("module/blocks"))
 
 
-def test_bf16_attention_backward_needs_a_wider_tolerance(tmp_path, neuron):
-    """In bf16 the CPU runs attention as one fused kernel (fp32 inside, one rounding) and the simulated device as its
-    decomposition (a bf16 rounding per step).  The forward stays within bf16's default tolerance; gradients through
-    attention differ by a few ULP more, which the comparison reports in backward, and a bf16 override accepts."""
-    a, b = tmp_path / "cpu", tmp_path / "neuron"
-    run_lm(a, "cpu", torch.bfloat16)
+def run_reference(root, dtype, **kw):
+    """The model on the CPU with every bf16/fp16 op computed in float64 and rounded once to its output dtype
+    (``Float64Ops``): the same recording on any host, whatever kernels its CPU's torch picks."""
+    with Float64Ops() as mode:
+        run_lm(root, "cpu", dtype, **kw)
+    assert mode.hits > 100
+    return root
+
+
+@pytest.fixture(scope="module")
+def ref_bf16(tmp_path_factory):
+    return run_reference(tmp_path_factory.mktemp("ref_bf16"), torch.bfloat16)
+
+
+def test_bf16_device_is_within_the_default_tolerance_of_a_float64_reference(tmp_path, neuron, ref_bf16):
+    """trnsim's bf16 numerics (accumulating ops in fp32 rounded once, elementwise ops rounded per op; attention as
+    its decomposition, a bf16 rounding per step) stay within bf16's default tolerance of the exactly rounded
+    per-op reference, forward and backward, gradients through attention included.  (Compared with the CPU's own
+    bf16 kernels instead, the outcome depended on the host: the CPU's fused attention backward differed from the
+    device's by more than the default tolerance under ATEN_CPU_CAPABILITY=default and avx512 and not under avx2;
+    issue 28.)"""
+    b = tmp_path / "neuron"
     run_lm(b, neuron, torch.bfloat16)
-    cmp = dt.compare(a, b)
+    cmp = dt.compare(ref_bf16, b)
+    assert cmp.ok, dt.text_summary(cmp)
+    compared = [r for r in cmp.results if r.status in ("equal", "within tolerance")]
+    assert len(compared) > 100
+    assert {"forward", "backward"} <= {r.phase for r in compared}
+    assert "grad/blocks.0.qkv/grad_input.0" in {r.key for r in compared}       # the gradient through attention
+    assert any(r.status == "within tolerance" for r in compared)     # not bit-identical: tolerances were used
+
+
+class PerturbFirst(TorchDispatchMode):
+    """Multiply the output of the first call of aten op ``op`` by ``1 + rel`` (an injected backward error)."""
+
+    @classmethod
+    def _should_skip_dynamo(cls):
+        return False
+
+    def __init__(self, op, rel):
+        super().__init__()
+        self.op, self.rel, self.hits = op, rel, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if str(func) == self.op and not self.hits:
+            out.mul_(1 + self.rel)
+            self.hits += 1
+        return out
+
+
+def test_a_bf16_backward_divergence_is_reported_first_and_a_wider_bf16_tolerance_accepts_it(tmp_path, neuron,
+                                                                                         ref_bf16):
+    """A 3% error in the first backward op (``gelu_backward`` of the last block, an op only backward runs): twice
+    bf16's default rtol (1.6e-2), well inside the override's 0.05.  The comparison names that op in backward as the
+    first divergence, every forward entry matches, and a bf16 dtype override accepts the run."""
+    b = tmp_path / "neuron"
+    with PerturbFirst("aten.gelu_backward.default", 0.03) as inj:
+        run_lm(b, neuron, torch.bfloat16)
+    assert inj.hits == 1
+    cmp = dt.compare(ref_bf16, b)
     f = cmp.first
-    assert f is not None and f.phase == "backward" and f.max_ulps > 2
+    assert not cmp.ok and f is not None
+    assert (f.phase, f.path, f.op) == ("backward", "blocks.1.down", "aten.gelu_backward.default")
+    assert f.max_rel == pytest.approx(0.03, abs=2 ** -8 * 1.03)      # the injected 3%, up to one bf16 rounding
     assert all(not r.failing for r in cmp.results if r.phase == "forward")
     wider = dt.Tolerances(dtype_overrides={"bfloat16": "rtol:0.05,tensor_ulps:8"})
-    assert dt.compare(a, b, wider).ok
+    assert dt.compare(ref_bf16, b, wider).ok
 
 
 def test_injected_error_is_the_first_divergence(tmp_path, neuron, cpu_fp32):

@@ -504,8 +504,12 @@ _SPANS: dict = {}     # (partitions of a tile, quadrants) -> the quadrant spans 
 
 def _spans(parts, nq):
     """The ``(first, last)`` quadrants an automatically placed tile of ``parts`` partitions may span, one per start
-    partition it may have, in a memory of ``nq`` quadrants (memoised in ``_SPANS``)."""
-    sp = _SPANS[(parts, nq)] = [(a // _QUADRANT, (a + max(parts, 1) - 1) // _QUADRANT)
+    partition it may have, in a memory of ``nq`` quadrants (memoised in ``_SPANS``).  A tile of no partitions
+    (a zero-size DMA destination, ``nl.load`` of an empty slice) holds no bytes anywhere: no span."""
+    if parts < 1:
+        sp = _SPANS[(parts, nq)] = []
+        return sp
+    sp = _SPANS[(parts, nq)] = [(a // _QUADRANT, (a + parts - 1) // _QUADRANT)
                                 for a in _starts(parts, nq * _QUADRANT)] or [(0, nq - 1)]
     return sp
 
@@ -524,13 +528,17 @@ class _Quadrants:
         self.where = {}
 
     def place(self, key, size, parts, placement):
-        """Place the tile; return the bytes per partition then in use in the fullest quadrant it spans."""
+        """Place the tile; return the bytes per partition then in use in the fullest quadrant it spans (0 for a
+        tile of no partitions, which spans no quadrant)."""
         used = self.used
         if placement is not None:
             p0, np_ = placement[0], placement[1]
-            spans = [(p0 // _QUADRANT, (p0 + max(np_, 1) - 1) // _QUADRANT)]
+            spans = [(p0 // _QUADRANT, (p0 + np_ - 1) // _QUADRANT)] if np_ > 0 else []
         else:
             spans = _SPANS.get((parts, len(used))) or _spans(parts, len(used))
+        if not spans:
+            self.where[key] = (0, -1, size)
+            return 0
         best = None
         for q0, q1 in spans:
             top = max(used[q0:q1 + 1]) + size

@@ -297,11 +297,37 @@ def round_to(dt: DType, values: np.ndarray, precise: bool = True) -> np.ndarray:
     if dt.packed:
         return np.asarray(values).astype(dt.np)      # packed elements are written as their bits
     v = np.asarray(values)
-    if v.dtype.kind == "f":
-        with np.errstate(invalid="ignore"):
-            v = np.rint(v)
-            v = np.clip(np.nan_to_num(v, nan=0.0), dt.min, dt.max)
-        return v.astype(dt.np)
+    if v.dtype.kind == "f" or (v.dtype.kind == "V" and v.dtype in _BY_NP and _BY_NP[v.dtype].is_float):
+        return _float_to_int(dt, v)
     if v.dtype != dt.np:
         return v.astype(dt.np)   # integer to integer: wraps like a hardware narrowing
     return v
+
+
+def _float_to_int(dt: DType, v: np.ndarray) -> np.ndarray:
+    """Floats ``v`` written to integer dtype ``dt``: rounded to nearest (ties to even), saturated to
+    ``[dt.min, dt.max]``, NaN to 0 (NOTES.md "Numerics").
+
+    The range test uses the exact powers of two ``2**bits`` / ``-2**(bits-1)`` as bounds, not ``dt.max`` converted
+    to the float type: ``float32(4294967295)`` is ``2**32``, so clipping to it and casting would overflow (NumPy
+    casts an out-of-range float to an unspecified integer, 0 on x86, with a RuntimeWarning).  Only in-range values
+    are cast; the others are set to the bound directly."""
+    if v.dtype.kind != "f" or v.dtype.itemsize < 4:
+        v = v.astype(np.float32)       # float16 and the ml_dtypes formats: exact in float32, which holds 2**64
+    bits = dt.itemsize * 8
+    ft = v.dtype.type
+    signed = dt.np.kind == "i"
+    hi = ft(2.0 ** (bits - 1 if signed else bits))       # the first value above dt.max (exact in float32/64)
+    lo = ft(-(2.0 ** (bits - 1))) if signed else ft(0.0)  # dt.min (exact)
+    r = np.rint(v)
+    nan = np.isnan(r)
+    over = r >= hi
+    under = r < lo
+    bad = nan | over | under
+    if bad.any():
+        r = np.where(bad, ft(0.0), r)
+        out = r.astype(dt.np)
+        out[over] = dt.max
+        out[under] = dt.min
+        return out
+    return r.astype(dt.np)
