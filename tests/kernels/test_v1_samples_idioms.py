@@ -117,7 +117,28 @@ def test_bn_stats_with_mask():
         np.testing.assert_allclose(got[:100, 3 * half], sl.shape[1])
         np.testing.assert_allclose(got[:100, 3 * half + 1], sl.mean(axis=1), rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(got[:100, 3 * half + 2], sl.var(axis=1) * sl.shape[1], rtol=1e-4)
-    assert np.isnan(got[100:]).all()        # rows the mask leaves out are not written (the new tile's sentinel)
+    # `st[...] = bn_stats(..., mask=...)`: the instruction writes st itself, so rows the mask leaves out keep st's zeros
+    np.testing.assert_array_equal(got[100:], 0)
+
+
+def test_masked_result_assigned_to_a_tile_writes_the_masked_region_only():
+    """``t[...] = nisa.affine_select(..., mask=False)`` (flash attention's sliding window, decided when traced) leaves
+    t as it was; a partial mask writes its region only."""
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        ip, i_f = nl.arange(128)[:, None], nl.arange(64)[None, :]
+        t = nl.load(x)
+        for j in nl.affine_range(2):
+            t[...] = nisa.affine_select(ip - i_f >= 0, t, -1.0, mask=(j == 5))        # never: t unchanged
+        t[...] = nl.add(t, 100.0, mask=(i_f < 8))                                    # columns 0..7 only
+        nl.store(out, t)
+        return out
+
+    got = k(A)
+    want = f64(A).copy()
+    want[:, :8] += 100.0
+    np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
 def test_affine_select_with_mask_evaluates_the_predicate_at_the_region():

@@ -21,7 +21,7 @@ from . import language as _nl
 from .atomic import rmw as _rmw
 from .refused import builtin_custom_op  # noqa: F401  (nisa.builtin_custom_op)
 from .index import IndexExpr, Predicate
-from .tile import PendingMatmul, box_empty, mask_box, materialize, resolve, partition_views
+from .tile import PendingMatmul, box_empty, mask_box, materialize, resolve, partition_views, track_mask
 
 __all__ = ["engine", "reduce_cmd", "dge_mode", "oob_mode", "nc_version", "NkiValidationError", "get_nc_version",
            "tensor_engine", "vector_engine", "scalar_engine", "gpsimd_engine", "unknown_engine"]
@@ -580,3 +580,16 @@ def tensor_copy_dynamic_dst(*, dst, src, mask=None, dtype=None, engine=engine.un
         w = "tensor_copy_dynamic_dst"
         _isa.tensor_copy_dynamic_dst(current().core, loc, _r(dst, box, loc, w, "dst"), _r(src, box, loc, w, "src"),
                                      offs, engine=_eng(engine))
+
+
+def _track_masks(ns):
+    """Instructions that take ``mask=`` and return a new tile remember the region it kept (tile.track_mask)."""
+    import inspect
+    for name, fn in list(ns.items()):
+        if name.startswith("_") or not inspect.isfunction(fn) or fn.__module__ != __name__:
+            continue
+        if "mask" in inspect.signature(fn).parameters:
+            ns[name] = track_mask(fn)
+
+
+_track_masks(globals())

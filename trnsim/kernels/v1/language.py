@@ -23,7 +23,7 @@ from .dynamic import IndirectRows
 from .loops import LoopIndex, _range  # noqa: F401  (nl.affine_range & co. yield LoopIndex values)
 from .refused import gemm_grid, gemm_stationary_grid  # noqa: F401  (names with no runnable meaning)
 from .tile import (PendingMatmul, Tile, as_tile, bind_language, box_empty, mask_box, materialize, partition_views,
-                   resolve)
+                   resolve, track_mask)
 
 # -- dtypes (NumPy, as in legacy NKI) ------------------------------------------------------------------
 bool_ = np.bool_
@@ -800,3 +800,20 @@ def rand(shape, dtype=np.float32, **kwargs):
 
 
 bind_language(sys.modules[__name__])     # the tile operators issue this module's functions
+
+
+def _track_masks(ns):
+    """Functions that take ``mask=`` and return a new tile remember the region it kept (tile.track_mask)."""
+    import inspect
+    for name, fn in list(ns.items()):
+        if name.startswith("_") or not inspect.isfunction(fn) or fn.__module__ != __name__:
+            continue
+        try:
+            params = inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            continue
+        if "mask" in params:
+            ns[name] = track_mask(fn)
+
+
+_track_masks(globals())

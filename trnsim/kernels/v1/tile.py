@@ -46,7 +46,7 @@ def _nl():
 class Tile(NkiTensor):
     """A v1 NKI tile or tensor (``neuronxcc.nki.tensor``)."""
 
-    __slots__ = ("_src", "_inplace", "_dyn")
+    __slots__ = ("_src", "_inplace", "_dyn", "_mbox")
 
     # -- indexing -----------------------------------------------------------------------------------
     def __getitem__(self, key):
@@ -78,8 +78,15 @@ class Tile(NkiTensor):
             value.issue(dst, accumulate=False, loc=loc)
             return
         from ... import isa as _isa
+        mbox = getattr(value, "_mbox", None) if isinstance(value, Tile) else None
         if isinstance(value, Tensor):
             value = resolve(value, None, loc)
+        if mbox is not None and tuple(value.shape) == tuple(dst.shape):
+            # `t[k] = instr(..., mask=m)`: the compiler has the instruction write t[k] itself, so what the mask
+            # leaves out keeps t[k]'s values; the copy covers the masked region only (nothing when it is empty)
+            if box_empty(mbox):
+                return
+            dst, value = resolve(dst, mbox, loc), resolve(value, mbox, loc)
         parts = partition_views(dst)
         if len(parts) > 1:
             # a block tensor is written one [P, ...] tile at a time (its partition dimension is not first)
@@ -314,6 +321,27 @@ def mask_box(mask, shape, loc, what):
     if all(lo == 0 and hi == n for (lo, hi), n in zip(box, shape)):
         return None
     return box
+
+
+def track_mask(fn):
+    """Wrap a v1 function that takes ``mask=`` and returns a new tile: the returned tile remembers the region the
+    mask kept over its own shape (when the mask is one over that shape, or decided when traced), so that assigning
+    it (``t[k] = fn(..., mask=m)``) writes that region only, as the compiled instruction would."""
+    import functools
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        mask = kwargs.get("mask")
+        if mask is not None and isinstance(out, Tile) and out.shape:
+            try:
+                box = mask_box(mask, tuple(out.shape), None, fn.__name__)
+            except (NkiValidationError, ValueError, TypeError):
+                return out               # a mask over another iteration space (a reduction's input): untracked
+            if box is not None:
+                out._mbox = box
+        return out
+    return call
 
 
 def box_empty(box):
