@@ -251,3 +251,35 @@ def test_one_dimensional_tile_is_a_partition_vector_in_binary_ops():
 
     got = k(A)
     np.testing.assert_array_equal(got[:, 0], np.maximum(A[:, 0], A[:, 4:8].max(axis=1)))
+
+
+def test_mask_combined_with_a_condition_decided_when_traced():
+    """``(i_p < n) & (j > 0)`` with ``j`` a loop index (rmsnorm_qkv): True keeps the predicate, False keeps nothing."""
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        ip = nl.arange(128)[:, None]
+        t = nl.zeros((128, 64), dtype=nl.float32)
+        for j in nl.affine_range(2):
+            t[...] = nl.add(t, nl.load(x), mask=(ip < 100) & (j == 1))
+        nl.store(out, t)
+        return out
+
+    got = k(A)
+    np.testing.assert_array_equal(got[:100], A[:100])
+    np.testing.assert_array_equal(got[100:], 0)
+
+
+def test_memset_value_given_as_an_ml_dtypes_scalar():
+    """``nl.full(..., nl.finfo(nl.bfloat16).min)``-style immediates arrive as ml_dtypes scalars (select_and_scatter)."""
+    lo = ml_dtypes.finfo(ml_dtypes.bfloat16).min
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((128, 64), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+        t = nl.full((128, 64), lo, dtype=nl.bfloat16)
+        nl.store(out, nl.maximum(t, nl.load(x)))
+        return out
+
+    got = k(A.astype(ml_dtypes.bfloat16))
+    np.testing.assert_array_equal(got, A.astype(ml_dtypes.bfloat16))

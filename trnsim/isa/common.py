@@ -101,6 +101,9 @@ def number(instr, name, v, loc, integer=False, finite=False, lo=None, hi=None):
     ``[lo, hi]`` are refused."""
     if isinstance(v, (bool, np.bool_)):
         v = int(v)
+    elif isinstance(v, np.generic) and not isinstance(v, (np.integer, np.floating)) and \
+            np.dtype(type(v)).name in ("bfloat16", "float8_e4m3", "float8_e5m2", "float8_e4m3fn", "float8_e8m0fnu"):
+        v = float(v)               # an ml_dtypes scalar (a kernel's ``nl.bfloat16(x)`` or a dtype's finfo.min)
     if not isinstance(v, (int, float, np.integer, np.floating)) and not (isinstance(v, np.ndarray) and v.ndim == 0
                                                                           and v.dtype.kind in "iuf"):
         fail(instr, name, f"must be a number, got {type(v).__name__} {_short(v)}", v, None, loc)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import operator
 
+import numpy as np
+
 __all__ = ["IndexExpr", "Predicate", "arange", "mgrid", "broadcast_shapes", "MaskError"]
 
 
@@ -222,9 +224,15 @@ class Predicate:
         return cls(((expr, op),), expr.shape)
 
     def __and__(self, other):
+        if isinstance(other, (bool, np.bool_)):
+            # a condition decided when traced (on loop indices): ``pred & True`` is pred, ``pred & False`` keeps
+            # nothing (a term that never holds)
+            return self if other else Predicate(self.terms + ((IndexExpr((), (), 1), "<="),), self.shape)
         if not isinstance(other, Predicate):
             return NotImplemented
         return Predicate(self.terms + other.terms, broadcast_shapes(self.shape, other.shape))
+
+    __rand__ = __and__
 
     def __or__(self, other):
         raise MaskError("'|' of masks gives a region that is not rectangular; trnsim supports masks that are a "
