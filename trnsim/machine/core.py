@@ -128,12 +128,13 @@ class NeuronCore:
         self.buffers[buf.id] = (buf.kind, buf.bytes_pp, buf.partitions, dtype.itemsize)
         return buf
 
-    def wrap_input(self, array: np.ndarray | None, shape, dtype, name="") -> Buffer:
-        """An HBM buffer holding a kernel input (``array`` already in the dtype's storage type)."""
+    def wrap_input(self, array: np.ndarray | None, shape, dtype, name="", native=False) -> Buffer:
+        """An HBM buffer holding a kernel input (``array`` already in the dtype's storage type, or in its real
+        encoding when ``native``: see ``Buffer``)."""
         data = None
         if self.execute:
-            data = np.ascontiguousarray(array, dtype=dtype.storage).reshape(-1)
-        buf = Buffer(self.chip.hbm, dtype, shape, name=name, data=data, execute=self.execute)
+            data = np.ascontiguousarray(array, dtype=dtype.np if native else dtype.storage).reshape(-1)
+        buf = Buffer(self.chip.hbm, dtype, shape, name=name, data=data, execute=self.execute, native=native)
         self.buffers[buf.id] = (buf.kind, buf.bytes_pp, buf.partitions, dtype.itemsize)
         return buf
 

@@ -156,7 +156,8 @@ class MemorySpace:
 class Buffer:
     """The storage behind tensors: one allocation in one memory space.
 
-    ``data`` is a flat NumPy array in the dtype's storage type, or ``None`` in shape-only mode.  ``written``
+    ``data`` is a flat NumPy array in the dtype's storage type (its real encoding for a ``native`` buffer), or
+    ``None`` in shape-only mode.  ``written``
     (a flat bool array) is kept when the space tracks initialisation (PSUM always, everything in strict mode).
 
     A new buffer reads as its dtype's sentinel (never-written memory), but the fill is deferred (``fresh``): it
@@ -166,12 +167,22 @@ class Buffer:
 
     __slots__ = ("id", "space", "kind", "dtype", "shape", "nelem", "pfree", "addr", "bytes_pp", "_data", "fresh",
                  "written", "all_written", "name", "block", "block_shape", "placement", "layout_key", "_release",
-                 "__weakref__")
+                 "native", "__weakref__")
 
     def __init__(self, space: MemorySpace | None, dtype: DType, shape: tuple, *, name: str = "",
                  data: np.ndarray | None = None, execute: bool = True, track_written: bool = False,
-                 fill: bool = True, address=None, block: int = 0, block_shape=None):
+                 fill: bool = True, address=None, block: int = 0, block_shape=None, native: bool = False):
         self.id = next(_ids)
+        # native: ``data`` holds the dtype's real encoding (bf16/fp16/fp8 bits, ``dtype.np``) instead of the shadow
+        # float32 store; every view of the buffer converts at access (reinterpret.Native).  Only HBM buffers of
+        # narrow floats are held so (large kernel inputs: jit._to_input)
+        if native and not (dtype.is_float and dtype.storage != dtype.np and (space is None or not space.on_chip)):
+            raise ValueError(f"Buffer {name!r}: native storage is for HBM buffers of narrow float dtypes, not "
+                             f"{dtype.name} in {space.kind if space is not None else HBM}")
+        if native and data is not None and data.dtype != dtype.np:
+            raise ValueError(f"Buffer {name!r}: native data must be in {dtype.name}'s real encoding "
+                             f"({dtype.np}), got {data.dtype}")
+        self.native = bool(native)
         self.space = space
         self.kind = space.kind if space is not None else HBM
         self.dtype = dtype
@@ -227,7 +238,7 @@ class Buffer:
         if data is not None:
             self._data = data
         elif execute:
-            self._data = np.empty(n, dtype=dtype.storage)
+            self._data = np.empty(n, dtype=dtype.np if self.native else dtype.storage)
             self.fresh = fill        # the sentinel fill, deferred to the first read (``data``)
         else:
             self._data = None
@@ -261,6 +272,7 @@ class Buffer:
         self.placement = None
         self.layout_key = None
         self._release = None
+        self.native = False
         if bpp > space.capacity:
             raise OutOfMemory(space._oom_message(bpp, f"tensor {name!r}" if name else "a tensor"))
         addr = space.take(bpp, f"tensor {name!r}" if name else "a tensor")

@@ -16,7 +16,7 @@ import sys
 import numpy as np
 
 from .dtypes import DType, dtype_of
-from .reinterpret import reinterp
+from .reinterpret import view_rv
 from .space import ON_CHIP, Buffer
 
 __all__ = ["Tensor", "DynSlice", "ViewError", "IndexOutOfBounds", "GatheredView", "integer_values"]
@@ -100,7 +100,7 @@ class Tensor:
         self.name = name if name is not None else buf.name
         self._np = None
         self._ext = None
-        self._rv = None if self.dtype is buf.dtype else reinterp(buf.dtype, self.dtype)
+        self._rv = view_rv(buf, self.dtype)
         self._bad = None
         self._last = None
         self._lk = None
@@ -128,7 +128,7 @@ class Tensor:
         t.name = name if name is not None else buf.name
         t._np = None
         t._ext = None
-        t._rv = None
+        t._rv = None if not buf.native else view_rv(buf, buf.dtype)
         t._bad = None
         t._last = None
         t._lk = None
@@ -145,7 +145,7 @@ class Tensor:
             t._rv = self._rv
         else:
             t.dtype = dtype
-            t._rv = reinterp(self.buf.dtype, dtype)
+            t._rv = view_rv(self.buf, dtype)
         t.name = self.name
         t._np = None
         t._ext = None
