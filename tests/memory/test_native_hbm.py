@@ -17,7 +17,7 @@ import nki  # noqa: E402
 import nki.isa as nisa  # noqa: E402
 import nki.language as nl  # noqa: E402
 
-J = sys.modules["trnsim.kernels.jit"]
+from trnsim.memory import space  # noqa: E402
 
 DTYPES = [ml_dtypes.bfloat16, np.float16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3]
 
@@ -54,19 +54,19 @@ def _inputs(dt, rows=512, cols=64):
 
 
 def _run(x, native_min):
-    old = J.NATIVE_MIN_BYTES
-    J.NATIVE_MIN_BYTES = native_min
+    old = space.NATIVE_MIN_BYTES
+    space.NATIVE_MIN_BYTES = native_min
     try:
         return _mix(x.copy())
     finally:
-        J.NATIVE_MIN_BYTES = old
+        space.NATIVE_MIN_BYTES = old
 
 
 @pytest.mark.parametrize("dt", DTYPES, ids=lambda d: np.dtype(d).name)
 def test_native_input_matches_float32_store_bit_for_bit(dt):
     x = _inputs(dt)
-    ref = _run(x, 1 << 62)            # every input in the float32 shadow store
-    got = _run(x, 0)                  # every narrow-float input in its own encoding
+    ref = _run(x, 1 << 62)            # every HBM tensor in the float32 shadow store
+    got = _run(x, 0)                  # every narrow-float HBM tensor (input, output) in its own encoding
     for r, g in zip(ref, got):
         assert g.dtype == r.dtype == np.dtype(dt)
         assert np.array_equal(g.view(np.uint8), r.view(np.uint8))
@@ -98,8 +98,26 @@ def test_large_input_is_held_in_its_own_bytes(dt, monkeypatch):
 
     out = both(big, small)
     assert np.array_equal(out, small)
+    assert out.dtype == np.dtype(dt)
     assert seen["a"].native and seen["a"].data.nbytes == big.nbytes          # not 4 bytes an element
     assert not seen["b"].native and seen["b"].data.dtype == np.float32      # small: the float32 store
+
+
+@pytest.mark.parametrize("native_min", [0, 1 << 62], ids=["native", "float32-store"])
+def test_hbm_fill_rounds_to_the_dtype(native_min, monkeypatch):
+    monkeypatch.setattr(space, "NATIVE_MIN_BYTES", native_min)
+    seen = {}
+
+    @nki.jit
+    def fill():
+        o = nl.full((128, 64), 0.1, dtype=nl.bfloat16, buffer=nl.shared_hbm)
+        seen["native"] = o.buf.native
+        return o
+
+    out = fill()
+    assert seen["native"] == (native_min == 0)
+    # 0.1 in float32 is 0x3DCCCCCD: to nearest even in bf16 0x3DCD (truncation would give 0x3DCC)
+    assert np.all(out.view(np.uint16) == 0x3DCD)
 
 
 def test_native_buffer_refused_where_it_does_not_apply():

@@ -11,16 +11,12 @@ import numpy as np
 from ..machine import Chip, NeuronCore
 from ..memory import Tensor, dtype_of
 from ..memory.dtypes import from_real, to_real
+from ..memory.space import native_ok
 from ..targets import get_target
 from . import context, hooks, launch, loop_replay
 from .tensor import NkiTensor
 
 __all__ = ["jit", "simulate", "Kernel", "SimulationResult"]
-
-
-# kernel inputs of narrow float dtypes (bf16, fp16, fp8, e8m0) from this many bytes on are held in HBM in their own
-# encoding rather than as float32 (trnsim's choice: small inputs, read often, keep the zero-copy float32 views)
-NATIVE_MIN_BYTES = 1 << 20
 
 
 def _to_input(core, x, name):
@@ -42,11 +38,9 @@ def _to_input(core, x, name):
         arr = t.float().numpy() if dt.is_float and t.dtype != torch.float32 else t.numpy()
     else:
         return x, None
-    if (kind == "numpy" and dt.is_float and dt.storage != dt.np and arr.dtype == dt.np and core.execute
-            and core.precise and arr.nbytes >= NATIVE_MIN_BYTES):
+    if kind == "numpy" and arr.dtype == dt.np and native_ok(dt, arr.size, core.execute, core.precise):
         # a large narrow-float input is held in HBM as its own bits (2 or 1 bytes an element, not a float32 each);
-        # views convert at access, the DMA boundary (memory/reinterpret.py Native).  Not in imprecise mode, whose
-        # writes store unrounded float32 values a narrow encoding could not hold
+        # views convert at access, the DMA boundary (memory/reinterpret.py Native)
         buf = core.wrap_input(np.array(arr, copy=True), arr.shape, dt, name=name, native=True)
         return NkiTensor.whole(buf, name), (kind, x)
     src = from_real(dt, arr) if dt.is_float and arr.dtype == dt.np and arr.dtype != np.float32 else (

@@ -153,6 +153,19 @@ class MemorySpace:
         self.peak = self.live
 
 
+# narrow-float HBM tensors (bf16, fp16, fp8, e8m0) of this many bytes or more are held in their own encoding rather
+# than as float32 (``Buffer.native``): trnsim's choice, so that small tensors, read often, keep zero-copy views
+NATIVE_MIN_BYTES = 1 << 20
+
+
+def native_ok(dtype: DType, nelem: int, execute: bool, precise: bool) -> bool:
+    """Whether a new HBM buffer of ``nelem`` elements of ``dtype`` is held natively: a narrow float, large, in a
+    run that computes values with rounding (imprecise runs store unrounded float32 values no narrow encoding
+    holds)."""
+    return bool(execute and precise and dtype.is_float and dtype.storage != dtype.np
+                and nelem * dtype.itemsize >= NATIVE_MIN_BYTES)
+
+
 class Buffer:
     """The storage behind tensors: one allocation in one memory space.
 
