@@ -192,7 +192,8 @@ class Native:
     def sched(self, t):
         return (t.offset, t.shape, t.strides)
 
-    def _bits(self, t):
+    def bits(self, t):
+        """The view's elements as their real encoding: a NumPy view of the buffer (writes go through)."""
         isz = self.nsz
         return np.ndarray(t.shape, dtype=self.dt.np, buffer=t.buf.data, offset=t.offset * isz,
                           strides=tuple(st * isz for st in t.strides))
@@ -200,14 +201,14 @@ class Native:
     def read(self, t) -> np.ndarray:
         if t.size == 0:
             return np.zeros(t.shape, dtype=self.dt.storage)
-        return from_real(self.dt, self._bits(t))
+        return from_real(self.dt, self.bits(t))
 
     def store(self, t, values: np.ndarray):
         """Write ``values`` (float32 storage values of the dtype, already rounded to it) through view ``t``."""
         if t.size == 0:
             return
         v = np.broadcast_to(np.asarray(values, dtype=np.float32), t.shape)
-        self._bits(t)[...] = to_real(self.dt, v)
+        self.bits(t)[...] = to_real(self.dt, v)
 
 
 _CACHE: dict = {}
