@@ -16,7 +16,7 @@ import sys
 import numpy as np
 
 from .dtypes import DType, dtype_of
-from .reinterpret import view_rv
+from .reinterpret import Native, view_rv
 from .space import ON_CHIP, Buffer
 
 __all__ = ["Tensor", "DynSlice", "ViewError", "IndexOutOfBounds", "GatheredView", "integer_values"]
@@ -250,6 +250,16 @@ class Tensor:
                            data, self.offset * isz, bst)
             self._np = a
         return a
+
+    def np_for_write(self):
+        """The array a write storing every element of the view fills before :meth:`store_back`: ``.np``, except
+        that a view of a buffer held in its own encoding (``reinterpret.Native``) gets a new float32 array rather
+        than a decode of the values the write replaces."""
+        rv = self._rv
+        if type(rv) is Native and self._bad is None and self.buf._data is not None:
+            self._last = a = np.empty(self.shape, np.float32)
+            return a
+        return self.np
 
     def written_view(self):
         """Per element, whether it was written (None when the buffer does not track it).  For a view converting
