@@ -120,6 +120,28 @@ def test_hbm_fill_rounds_to_the_dtype(native_min, monkeypatch):
     assert np.all(out.view(np.uint16) == 0x3DCD)
 
 
+def test_outputs_sharing_a_native_buffer_are_separate_arrays(monkeypatch):
+    monkeypatch.setattr(space, "NATIVE_MIN_BYTES", 0)
+
+    @nki.jit
+    def twice(x):
+        o = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.dma_copy(dst=o, src=t)
+        return o, o, x
+
+    x = np.arange(128 * 8, dtype=np.float32).reshape(128, 8).astype(ml_dtypes.bfloat16)
+    a, b, xi = twice(x)
+    assert a.dtype == b.dtype == xi.dtype == np.dtype(ml_dtypes.bfloat16)
+    assert np.array_equal(a.view(np.uint16), x.view(np.uint16)) and np.array_equal(b.view(np.uint16),
+                                                                                   x.view(np.uint16))
+    assert not np.shares_memory(a, b)        # two outputs of one buffer: copies, not one array twice
+    assert not np.shares_memory(xi, x)       # the input the kernel returns: its HBM copy, not the caller's array
+    a[0, 0] = 99
+    assert b[0, 0] == 0 and x[0, 0] == 0
+
+
 def test_native_buffer_refused_where_it_does_not_apply():
     core = NeuronCore("trn2")
     with pytest.raises(ValueError, match="native storage is for HBM buffers of narrow float dtypes, not float32"):

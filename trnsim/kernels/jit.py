@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import functools
 import gc
 import inspect
@@ -60,14 +61,21 @@ def _registered_packed(dt):
     return npd if npd.itemsize == dt.itemsize and npd.kind == "V" else None
 
 
-def _to_output(t, kind):
+def _to_output(t, kind, own=()):
+    """The host value of output ``t``.  ``own``: ids of buffers the launch is done with and that no other output
+    views (run_kernel's outputs), whose arrays may be handed over rather than copied."""
     if not isinstance(t, Tensor):
         return t
     if t.buf.data is None:
         return None
     rv = t._rv
     if kind == "numpy" and isinstance(rv, Native) and t._bad is None:
-        return np.array(rv.bits(t))      # held in its own encoding: the bits copied, no float32 round trip
+        # held in its own encoding: the bits, with no float32 round trip; a whole buffer only this output views
+        # is handed over as it is (it goes with the launch), anything else copied
+        buf = t.buf
+        if buf.id in own and t.offset == 0 and t.size == buf.nelem and t.is_contiguous():
+            return buf.data.reshape(t.shape)
+        return np.array(rv.bits(t))
     a = np.ascontiguousarray(t.np)
     if t.dtype.packed and kind != "torch":
         # an MX output comes back in the format's NumPy dtype where one is registered (as the Neuron runtime's
@@ -85,12 +93,26 @@ def _to_output(t, kind):
     return real
 
 
-def _convert(out, kind):
+def _tensors(out, acc):
     if isinstance(out, (tuple, list)):
-        return type(out)(_convert(o, kind) for o in out)
+        for o in out:
+            _tensors(o, acc)
+    elif isinstance(out, dict):
+        for o in out.values():
+            _tensors(o, acc)
+    elif isinstance(out, Tensor):
+        acc.append(out.buf.id)
+    return acc
+
+
+def _convert(out, kind, own=None):
+    if own is None:          # the buffers exactly one output views
+        own = {i for i, n in collections.Counter(_tensors(out, [])).items() if n == 1}
+    if isinstance(out, (tuple, list)):
+        return type(out)(_convert(o, kind, own) for o in out)
     if isinstance(out, dict):
-        return {k: _convert(v, kind) for k, v in out.items()}
-    return _to_output(out, kind)
+        return {k: _convert(v, kind, own) for k, v in out.items()}
+    return _to_output(out, kind, own)
 
 
 class SimulationResult:
