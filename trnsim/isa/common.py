@@ -222,7 +222,7 @@ def write(core, t: Tensor, values):
 
 
 def _write(core, t: Tensor, values):
-    dst = t.np
+    dst = t.np if t._rv is None else t.np_for_write()     # (every element of the view is stored below)
     v = values if isinstance(values, np.ndarray) else np.asarray(values)
     if v.shape != dst.shape:
         v = v.reshape(dst.shape) if v.size == dst.size else np.broadcast_to(v, dst.shape)
@@ -265,7 +265,7 @@ def write_same_dtype(core, t: Tensor, values):
 
 
 def _write_same_dtype(t: Tensor, values):
-    dst = t.np
+    dst = t.np if t._rv is None else t.np_for_write()
     if values.shape != dst.shape:
         values = values.reshape(dst.shape)
     np.copyto(dst, values, casting="unsafe")

@@ -385,15 +385,21 @@ def issue(fn, core, loc, args, kwargs):
         prog.run(core, loc, leaves)        # straight-line code made for this layout (_Prog)
         return None
     probe = _Probe(core)
-    out = fn(probe, loc, *args, **kwargs)
-    if len(cache) < MAX_ENTRIES:
-        prog = False
-        if out is None and probe._ok:
-            try:
-                # an operand's offset is in the layout unless left out (HBM operands of offset-free instructions)
-                fixed = [hbm_off or not x.buf.layout_key[1] for x in leaves]
-                prog = _Prog(_compile(probe._calls, leaves, loc, probe, fixed))
-            except _Uncacheable:
-                pass
-        cache[key] = prog
+    try:
+        out = fn(probe, loc, *args, **kwargs)
+        if len(cache) < MAX_ENTRIES:
+            prog = False
+            if out is None and probe._ok:
+                try:
+                    # an operand's offset is in the layout unless left out (HBM operands of offset-free
+                    # instructions)
+                    fixed = [hbm_off or not x.buf.layout_key[1] for x in leaves]
+                    prog = _Prog(_compile(probe._calls, leaves, loc, probe, fixed))
+                except _Uncacheable:
+                    pass
+            cache[key] = prog
+    finally:
+        # the probe's notes hold the probe itself (each compute's core argument) and the call's tensors: a cycle
+        # that would keep the core and its buffers (HBM data included) alive until the cyclic collector runs
+        probe._calls.clear()
     return out

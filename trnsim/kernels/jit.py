@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import functools
 import gc
 import inspect
@@ -11,6 +12,8 @@ import numpy as np
 from ..machine import Chip, NeuronCore
 from ..memory import Tensor, dtype_of
 from ..memory.dtypes import from_real, to_real
+from ..memory.reinterpret import Native
+from ..memory.space import native_ok
 from ..targets import get_target
 from . import context, hooks, launch, loop_replay
 from .tensor import NkiTensor
@@ -37,6 +40,11 @@ def _to_input(core, x, name):
         arr = t.float().numpy() if dt.is_float and t.dtype != torch.float32 else t.numpy()
     else:
         return x, None
+    if kind == "numpy" and arr.dtype == dt.np and native_ok(dt, arr.size, core.execute, core.precise):
+        # a large narrow-float input is held in HBM as its own bits (2 or 1 bytes an element, not a float32 each);
+        # views convert at access, the DMA boundary (memory/reinterpret.py Native)
+        buf = core.wrap_input(np.array(arr, copy=True), arr.shape, dt, name=name, native=True)
+        return NkiTensor.whole(buf, name), (kind, x)
     src = from_real(dt, arr) if dt.is_float and arr.dtype == dt.np and arr.dtype != np.float32 else (
         arr.astype(np.float32) if dt.is_float and arr.dtype != np.float32 else arr)   # bit patterns kept
     buf = core.wrap_input(src, arr.shape, dt, name=name)
@@ -53,11 +61,21 @@ def _registered_packed(dt):
     return npd if npd.itemsize == dt.itemsize and npd.kind == "V" else None
 
 
-def _to_output(t, kind):
+def _to_output(t, kind, own=()):
+    """The host value of output ``t``.  ``own``: ids of buffers the launch is done with and that no other output
+    views (run_kernel's outputs), whose arrays may be handed over rather than copied."""
     if not isinstance(t, Tensor):
         return t
     if t.buf.data is None:
         return None
+    rv = t._rv
+    if kind == "numpy" and isinstance(rv, Native) and t._bad is None:
+        # held in its own encoding: the bits, with no float32 round trip; a whole buffer only this output views
+        # is handed over as it is (it goes with the launch), anything else copied
+        buf = t.buf
+        if buf.id in own and t.offset == 0 and t.size == buf.nelem and t.is_contiguous():
+            return buf.data.reshape(t.shape)
+        return np.array(rv.bits(t))
     a = np.ascontiguousarray(t.np)
     if t.dtype.packed and kind != "torch":
         # an MX output comes back in the format's NumPy dtype where one is registered (as the Neuron runtime's
@@ -75,12 +93,26 @@ def _to_output(t, kind):
     return real
 
 
-def _convert(out, kind):
+def _tensors(out, acc):
     if isinstance(out, (tuple, list)):
-        return type(out)(_convert(o, kind) for o in out)
+        for o in out:
+            _tensors(o, acc)
+    elif isinstance(out, dict):
+        for o in out.values():
+            _tensors(o, acc)
+    elif isinstance(out, Tensor):
+        acc.append(out.buf.id)
+    return acc
+
+
+def _convert(out, kind, own=None):
+    if own is None:          # the buffers exactly one output views
+        own = {i for i, n in collections.Counter(_tensors(out, [])).items() if n == 1}
+    if isinstance(out, (tuple, list)):
+        return type(out)(_convert(o, kind, own) for o in out)
     if isinstance(out, dict):
-        return {k: _convert(v, kind) for k, v in out.items()}
-    return _to_output(out, kind)
+        return {k: _convert(v, kind, own) for k, v in out.items()}
+    return _to_output(out, kind, own)
 
 
 class SimulationResult:

@@ -10,6 +10,8 @@ import numpy as np
 from .. import isa as _isa
 from ..isa.errors import caller_location
 from ..memory import HBM, PSUM, SBUF, DynSlice, Tensor, dtype_of
+from ..memory.dtypes import round_to
+from ..memory.space import native_ok
 from .context import current
 from .tensor import NkiTensor
 
@@ -217,17 +219,19 @@ def ndarray(shape, dtype, buffer=sbuf, name="", address=None):
                 f"ndarray: number of partitions {shape[0] if shape else 0} exceed architecture limitation of "
                 f"{pmax} for {kind.upper()} tensor `{name}`", "ndarray", "shape", shape[0] if shape else 0, pmax,
                 caller_location())
+    # a large narrow-float HBM tensor is held in its own encoding (memory/space.py NATIVE_MIN_BYTES)
+    native = kind == HBM and native_ok(dt, int(np.prod(shape, dtype=np.int64)), core.execute, core.precise)
     if shared and len(ctx.cores) > 1:
         i = ctx._shared_index
         ctx._shared_index += 1
         if i < len(ctx.shared_outputs):
             buf = ctx.shared_outputs[i]
             return NkiTensor.whole(buf, name or buf.name)
-        buf = core.allocate(shape, dt, kind, name or f"shared_{i}")
+        buf = core.allocate(shape, dt, kind, name or f"shared_{i}", native=native)
         ctx.shared_outputs.append(buf)
         return NkiTensor.whole(buf)
     try:
-        buf = core.allocate(shape, dt, kind, name)
+        buf = core.allocate(shape, dt, kind, name, native=native) if native else core.allocate(shape, dt, kind, name)
     except MemoryError as e:
         from ..isa.errors import NkiValidationError
         raise NkiValidationError(f"ndarray: {e}", "ndarray", "shape", shape, None, caller_location()) from None
@@ -240,7 +244,11 @@ def _filled(shape, value, dtype, buffer, name):
     if t.on_chip:
         _isa.memset(core, caller_location(), t, value)
     elif core.execute:
-        t.np[...] = value
+        a = t.np
+        # a float value rounded to the dtype (nearest even) as every write stores it; a buffer held in its own
+        # encoding (Buffer.native) is written through by store_back
+        a[...] = round_to(t.dtype, np.full(a.shape, value, np.float32)) if t.dtype.is_float else value
+        t.store_back()
         t.buf.all_written = True
     return t
 

@@ -131,27 +131,30 @@ class NeuronCore:
             return self.psum
         return self.chip.hbm
 
-    def allocate(self, shape, dtype, kind, name="", address=None, block=0, block_shape=None) -> Buffer:
+    def allocate(self, shape, dtype, kind, name="", address=None, block=0, block_shape=None,
+                 native=False) -> Buffer:
         """A new buffer.  On chip, ``address`` places it explicitly: ``(partition, byte address)``, or a callable
         ``(block index, partitions, bytes per partition) -> (partition, byte address)`` for block tensors.  A block
         tensor (``[B, par_dim(P), F]``, laid out ``[P, B, F]``) passes ``block`` (elements per partition of one
-        block, prod(F)) and ``block_shape`` (B): each block is a tile with its own live range."""
+        block, prod(F)) and ``block_shape`` (B): each block is a tile with its own live range.  ``native``: an HBM
+        buffer held in its dtype's own encoding (``Buffer``)."""
         track = kind == PSUM or self.strict
         if address is None and not block and (kind == SBUF or kind == PSUM) and type(shape) is tuple:
             # a plain tile (the common case, every iteration of a loop body): Buffer.tile makes the same buffer
             buf = Buffer.tile(self.sbuf if kind == SBUF else self.psum, dtype, shape, name, self.execute, track)
         else:
             buf = Buffer(self.space(kind), dtype, shape, name=name, execute=self.execute, track_written=track,
-                         address=address, block=block, block_shape=block_shape)
+                         address=address, block=block, block_shape=block_shape, native=native)
         self.buffers[buf.id] = (buf.kind, buf.bytes_pp, buf.partitions, dtype.itemsize)
         return buf
 
-    def wrap_input(self, array: np.ndarray | None, shape, dtype, name="") -> Buffer:
-        """An HBM buffer holding a kernel input (``array`` already in the dtype's storage type)."""
+    def wrap_input(self, array: np.ndarray | None, shape, dtype, name="", native=False) -> Buffer:
+        """An HBM buffer holding a kernel input (``array`` already in the dtype's storage type, or in its real
+        encoding when ``native``: see ``Buffer``)."""
         data = None
         if self.execute:
-            data = np.ascontiguousarray(array, dtype=dtype.storage).reshape(-1)
-        buf = Buffer(self.chip.hbm, dtype, shape, name=name, data=data, execute=self.execute)
+            data = np.ascontiguousarray(array, dtype=dtype.np if native else dtype.storage).reshape(-1)
+        buf = Buffer(self.chip.hbm, dtype, shape, name=name, data=data, execute=self.execute, native=native)
         self.buffers[buf.id] = (buf.kind, buf.bytes_pp, buf.partitions, dtype.itemsize)
         return buf
 

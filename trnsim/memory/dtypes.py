@@ -5,6 +5,13 @@ in the tensor's declared dtype (a "shadow" float32 store).  Rounding happens onc
 (:func:`round_to`); reads need no conversion.  This keeps bf16/fp8 arithmetic as fast as fp32 (converting an
 ml_dtypes tile costs more than the arithmetic itself, see docs/notes/speed.md#host-side-costs) while every stored value
 is bit-for-bit what the hardware would hold.  Integer and bool data is stored in its own NumPy dtype.
+
+Large HBM tensors are the exception (``space.Buffer.native``: narrow floats of ``space.NATIVE_MIN_BYTES``, 1 MiB,
+or more, in a precise run: kernel inputs from host arrays, ``kernels/jit.py``, and ``nl.ndarray`` in HBM,
+``kernels/language.py``): they keep their real encoding (2 bytes a bf16/fp16 element, 1 an fp8) and convert to
+and from the float32 form at access, the DMA boundary (``reinterpret.Native``), with :func:`to_real` and
+:func:`from_real`, which are exact both ways.  On-chip tiles, small HBM tensors and the legacy front end's HBM
+tensors use the shadow store.
 """
 
 from __future__ import annotations

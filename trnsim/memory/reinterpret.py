@@ -14,6 +14,10 @@ view cannot be a NumPy view of the storage.  A :class:`Reinterp` then converts o
   gave it): the values are encoded in the view's dtype, spliced into the byte image of the buffer elements under
   the view (bytes the view does not cover keep their value) and decoded back into the buffer's storage.
 
+A buffer held in its real encoding (``Buffer.native``: large narrow-float kernel inputs in HBM) is its own byte
+image: a view of another dtype reads and writes those bytes directly (``Reinterp(..., native=True)``), and a view
+in the buffer's own dtype converts its elements to and from float32 at access (:class:`Native`).
+
 When neither side is stored in a shadow form (float32, tfloat32, integers, bool, packed x4 formats), the view is
 a plain NumPy view of the storage's bytes (zero copy, writes go through) and no conversion is done.
 
@@ -29,7 +33,7 @@ import numpy as np
 
 from .dtypes import from_real, to_real
 
-__all__ = ["Reinterp", "reinterp", "is_real"]
+__all__ = ["Reinterp", "Native", "reinterp", "view_rv", "is_real"]
 
 
 def is_real(dt) -> bool:
@@ -60,14 +64,16 @@ class Reinterp:
     """How a view of dtype ``dt`` reads a buffer of dtype ``bt``: ``conv`` when values are converted (a shadow
     store on either side), ``osz``/``nsz`` the buffer's and the view's element sizes."""
 
-    __slots__ = ("bt", "dt", "osz", "nsz", "conv")
+    __slots__ = ("bt", "dt", "osz", "nsz", "conv", "native")
 
-    def __init__(self, bt, dt):
+    def __init__(self, bt, dt, native=False):
         self.bt = bt
         self.dt = dt
         self.osz = bt.itemsize
         self.nsz = dt.itemsize
-        self.conv = not (is_real(bt) and is_real(dt))
+        # native: the buffer holds its real encoding (Buffer.native), so its bytes are the image as they are
+        self.native = native
+        self.conv = not ((native or is_real(bt)) and is_real(dt))
 
     # -- geometry ------------------------------------------------------------------------------------
     def buffer_range(self, lo, hi):
@@ -94,7 +100,8 @@ class Reinterp:
         view's element 0 in ``raw``."""
         lo, hi = t._extent()
         bl, bh = self.buffer_range(lo, hi)
-        raw = _encode(self.bt, t.buf.data[bl:bh])
+        data = t.buf.data[bl:bh]
+        raw = data.copy().view(np.uint8) if self.native else _encode(self.bt, data)
         return raw, bl, bh, t.offset * self.nsz - bl * self.osz
 
     def _over(self, t, raw, off):
@@ -121,11 +128,16 @@ class Reinterp:
         else:
             dst.view(np.uint8 if self.nsz == 1 else np.uint16)[...] = to_real(self.dt, v).view(
                 np.uint8 if self.nsz == 1 else np.uint16)
-        t.buf.data[bl:bh] = _decode(self.bt, raw.view(_real_np(self.bt)))
+        if self.native:
+            t.buf.data[bl:bh] = raw.view(self.bt.np)
+        else:
+            t.buf.data[bl:bh] = _decode(self.bt, raw.view(_real_np(self.bt)))
 
     def zero_copy(self, t) -> np.ndarray:
         """The NumPy view of a view whose both dtypes are stored in their real encoding (writes go through)."""
         data = t.buf.data
+        if self.native:
+            data = data.view(np.uint8)
         nsz = self.nsz
         return np.ndarray(t.shape, dtype=self.dt.storage, buffer=data, offset=t.offset * nsz,
                           strides=tuple(st * nsz for st in t.strides))
@@ -159,7 +171,61 @@ class Reinterp:
         w[bl:bh] |= touched
 
 
+class Native:
+    """A view in its buffer's own dtype over a buffer held in its real encoding (``Buffer.native``: HBM bf16, fp16,
+    fp8 as their bits): reads decode the view's elements to the float32 storage form (``dtypes.from_real``, exact,
+    NaN payloads kept), writes encode them back (``to_real``).  Only the view's own elements are converted (a
+    strided view of the bits), so a DMA reading a tile of a large tensor costs a conversion of that tile.  The
+    geometry is the buffer's (same element size): the scheduler sees the view's own pattern."""
+
+    __slots__ = ("bt", "dt", "osz", "nsz")
+    conv = True
+    native = True
+
+    def __init__(self, dt):
+        self.bt = self.dt = dt
+        self.osz = self.nsz = dt.itemsize
+
+    def buffer_range(self, lo, hi):
+        return lo, hi
+
+    def sched(self, t):
+        return (t.offset, t.shape, t.strides)
+
+    def bits(self, t):
+        """The view's elements as their real encoding: a NumPy view of the buffer (writes go through)."""
+        isz = self.nsz
+        return np.ndarray(t.shape, dtype=self.dt.np, buffer=t.buf.data, offset=t.offset * isz,
+                          strides=tuple(st * isz for st in t.strides))
+
+    def read(self, t) -> np.ndarray:
+        if t.size == 0:
+            return np.zeros(t.shape, dtype=self.dt.storage)
+        return from_real(self.dt, self.bits(t))
+
+    def store(self, t, values: np.ndarray):
+        """Write ``values`` (float32 storage values of the dtype, already rounded to it) through view ``t``."""
+        if t.size == 0:
+            return
+        v = np.broadcast_to(np.asarray(values, dtype=np.float32), t.shape)
+        self.bits(t)[...] = to_real(self.dt, v)
+
+
 _CACHE: dict = {}
+_NATIVE: dict = {}      # (buffer dtype name, view dtype name) -> the Native / Reinterp of a native buffer's view
+
+
+def view_rv(buf, dt):
+    """How a view of dtype ``dt`` reads ``buf`` (what :func:`reinterp` gives, with the buffer's storage taken into
+    account): None when the view is the storage itself."""
+    if not buf.native:
+        return None if dt is buf.dtype else reinterp(buf.dtype, dt)
+    key = (buf.dtype.name, dt.name)
+    r = _NATIVE.get(key)
+    if r is None:
+        r = Native(buf.dtype) if dt.name == buf.dtype.name else Reinterp(buf.dtype, dt, native=True)
+        _NATIVE[key] = r
+    return r
 
 
 def reinterp(bt, dt):

@@ -172,10 +172,24 @@ class MemorySpace:
             del free[lo]
 
 
+# narrow-float HBM tensors (bf16, fp16, fp8, e8m0) of this many bytes or more are held in their own encoding rather
+# than as float32 (``Buffer.native``): trnsim's choice, so that small tensors, read often, keep zero-copy views
+NATIVE_MIN_BYTES = 1 << 20
+
+
+def native_ok(dtype: DType, nelem: int, execute: bool, precise: bool) -> bool:
+    """Whether a new HBM buffer of ``nelem`` elements of ``dtype`` is held natively: a narrow float, large, in a
+    run that computes values with rounding (imprecise runs store unrounded float32 values no narrow encoding
+    holds)."""
+    return bool(execute and precise and dtype.is_float and dtype.storage != dtype.np
+                and nelem * dtype.itemsize >= NATIVE_MIN_BYTES)
+
+
 class Buffer:
     """The storage behind tensors: one allocation in one memory space.
 
-    ``data`` is a flat NumPy array in the dtype's storage type, or ``None`` in shape-only mode.  ``written``
+    ``data`` is a flat NumPy array in the dtype's storage type (its real encoding for a ``native`` buffer), or
+    ``None`` in shape-only mode.  ``written``
     (a flat bool array) is kept when the space tracks initialisation (PSUM always, everything in strict mode).
 
     A new buffer reads as its dtype's sentinel (never-written memory), but the fill is deferred (``fresh``): it
@@ -185,12 +199,22 @@ class Buffer:
 
     __slots__ = ("id", "space", "kind", "dtype", "shape", "nelem", "pfree", "addr", "bytes_pp", "_data", "fresh",
                  "written", "all_written", "name", "block", "block_shape", "placement", "layout_key", "_release",
-                 "__weakref__")
+                 "native", "__weakref__")
 
     def __init__(self, space: MemorySpace | None, dtype: DType, shape: tuple, *, name: str = "",
                  data: np.ndarray | None = None, execute: bool = True, track_written: bool = False,
-                 fill: bool = True, address=None, block: int = 0, block_shape=None):
+                 fill: bool = True, address=None, block: int = 0, block_shape=None, native: bool = False):
         self.id = next(_ids)
+        # native: ``data`` holds the dtype's real encoding (bf16/fp16/fp8 bits, ``dtype.np``) instead of the shadow
+        # float32 store; every view of the buffer converts at access (reinterpret.Native).  Only HBM buffers of
+        # narrow floats are held so (large kernel inputs: jit._to_input)
+        if native and not (dtype.is_float and dtype.storage != dtype.np and (space is None or not space.on_chip)):
+            raise ValueError(f"Buffer {name!r}: native storage is for HBM buffers of narrow float dtypes, not "
+                             f"{dtype.name} in {space.kind if space is not None else HBM}")
+        if native and data is not None and data.dtype != dtype.np:
+            raise ValueError(f"Buffer {name!r}: native data must be in {dtype.name}'s real encoding "
+                             f"({dtype.np}), got {data.dtype}")
+        self.native = bool(native)
         self.space = space
         self.kind = space.kind if space is not None else HBM
         self.dtype = dtype
@@ -246,7 +270,7 @@ class Buffer:
         if data is not None:
             self._data = data
         elif execute:
-            self._data = np.empty(n, dtype=dtype.storage)
+            self._data = np.empty(n, dtype=dtype.np if self.native else dtype.storage)
             self.fresh = fill        # the sentinel fill, deferred to the first read (``data``)
         else:
             self._data = None
@@ -280,6 +304,7 @@ class Buffer:
         self.placement = None
         self.layout_key = None
         self._release = None
+        self.native = False
         if bpp > space.capacity:
             raise OutOfMemory(space._oom_message(bpp, f"tensor {name!r}" if name else "a tensor"))
         addr = space.take(bpp, f"tensor {name!r}" if name else "a tensor")

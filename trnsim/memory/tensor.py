@@ -16,7 +16,7 @@ import sys
 import numpy as np
 
 from .dtypes import DType, dtype_of
-from .reinterpret import reinterp
+from .reinterpret import Native, view_rv
 from .space import ON_CHIP, Buffer
 
 __all__ = ["Tensor", "DynSlice", "ViewError", "IndexOutOfBounds", "GatheredView", "integer_values"]
@@ -100,7 +100,7 @@ class Tensor:
         self.name = name if name is not None else buf.name
         self._np = None
         self._ext = None
-        self._rv = None if self.dtype is buf.dtype else reinterp(buf.dtype, self.dtype)
+        self._rv = view_rv(buf, self.dtype)
         self._bad = None
         self._last = None
         self._lk = None
@@ -128,7 +128,7 @@ class Tensor:
         t.name = name if name is not None else buf.name
         t._np = None
         t._ext = None
-        t._rv = None
+        t._rv = None if not buf.native else view_rv(buf, buf.dtype)
         t._bad = None
         t._last = None
         t._lk = None
@@ -145,7 +145,7 @@ class Tensor:
             t._rv = self._rv
         else:
             t.dtype = dtype
-            t._rv = reinterp(self.buf.dtype, dtype)
+            t._rv = view_rv(self.buf, dtype)
         t.name = self.name
         t._np = None
         t._ext = None
@@ -250,6 +250,16 @@ class Tensor:
                            data, self.offset * isz, bst)
             self._np = a
         return a
+
+    def np_for_write(self):
+        """The array a write storing every element of the view fills before :meth:`store_back`: ``.np``, except
+        that a view of a buffer held in its own encoding (``reinterpret.Native``) gets a new float32 array rather
+        than a decode of the values the write replaces."""
+        rv = self._rv
+        if type(rv) is Native and self._bad is None and self.buf._data is not None:
+            self._last = a = np.empty(self.shape, np.float32)
+            return a
+        return self.np
 
     def written_view(self):
         """Per element, whether it was written (None when the buffer does not track it).  For a view converting
