@@ -386,6 +386,10 @@ def run(args, argv):
         # the child is its own pytest run: drop an enclosing pytest-xdist worker's markers (run from a test)
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST")) and k != "PYTEST_ADDOPTS"}
+        # one BLAS/OpenMP thread per test process: the harness's goldens and trnsim's tile matmuls are small, and
+        # threads fighting over the cores made single tests 10-50x slower (qkv_cte 65 s -> 3.8 s measured)
+        env.setdefault("OMP_NUM_THREADS", "1")
+        env.setdefault("OPENBLAS_NUM_THREADS", "1")
         env["PYTHONPATH"] = os.pathsep.join([sdir, SUPPORT, os.path.join(snap, "src"), snap]
                                             + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         env.update(PYTHONDONTWRITEBYTECODE="1", TRNSIM_NKILIB_RESULTS=results,

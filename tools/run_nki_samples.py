@@ -165,6 +165,8 @@ def run_one(name, kind, spec, snap, timeout):
     env = dict(os.environ)
     env["TORCHNEURON_TARGET"] = "sim"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.setdefault("OMP_NUM_THREADS", "1")          # one BLAS thread per kernel process (see run_nki_library.py)
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
     env["PYTHONPATH"] = os.pathsep.join([REPO, os.path.join(snap, "src")] + extra +
                                         [p for p in [env.get("PYTHONPATH")] if p])
     with tempfile.TemporaryDirectory(prefix="trnsim-samples-") as tmp:
