@@ -38,7 +38,7 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 from trnsim.fileio import atomic_write  # noqa: E402
 
-DEFAULT_SNAPSHOT = os.environ.get("NKI_SAMPLES_PATH", "/work/ext/nki-samples")
+DEFAULT_SNAPSHOT = os.environ.get("NKI_SAMPLES_PATH", "")
 DEFAULT_OUT = os.path.join(REPO, "conformance", "reports", "nki-samples")
 TUT = "src/nki_samples/tutorials"
 

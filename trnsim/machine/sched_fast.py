@@ -152,7 +152,7 @@ def encode(core):
     binfo = core.buffers
     b_mem = np.zeros(len(ub), np.int64)      # buffers the core does not know are HBM (as _new_tracker takes them)
     b_size = np.zeros(len(ub), np.int64)
-    if binfo:
+    if binfo and len(ub):                     # (records that touch no buffer: nothing to classify)
         keys = np.fromiter(binfo.keys(), np.int64, len(binfo))
         kinds, sizes = list(zip(*binfo.values()))[:2]
         pos = np.searchsorted(ub, keys)
