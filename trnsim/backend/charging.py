@@ -211,7 +211,7 @@ def advance(name, ns, kind, flops, nbytes, args=None, out=None):
         shapes = tuple(tuple(t.shape) for t in ts)
         dtypes = tuple(str(t.dtype).replace("torch.", "") for t in ts)
         line = caller_line()
-        if not name.startswith("aten::"):
+        if "::" not in name:        # an aten op's bare name (other namespaces come qualified)
             name = "aten::" + name
         for p in STATE.profilers:
             p.add(name, shapes, dtypes, start, start + ns, kind, nbytes, flops, line)
