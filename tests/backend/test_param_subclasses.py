@@ -211,3 +211,24 @@ def test_custom_library_op_falls_back_under_its_own_namespace():
     msgs = [str(m.message) for m in w if issubclass(m.category, backend.NeuronFallbackWarning)]
     assert all("aten::mul" not in m for m in msgs)
     assert len(msgs) <= 1 and all(m.startswith("trnsim_t28::mul is not implemented") for m in msgs)
+
+
+def test_library_op_with_a_generic_kernel_runs_it_on_the_device():
+    # a CPU kernel that assumes a CPU-only layout (here: a different result) and a CompositeExplicitAutograd kernel:
+    # a PrivateUse1 device gets the generic one from the dispatcher, so the simulated device runs it, natively
+    if not hasattr(torch.ops, "trnsim_t28g") or not hasattr(torch.ops.trnsim_t28g, "scale"):
+        lib = torch.library.Library("trnsim_t28g", "DEF")
+        lib.define("scale(Tensor a, float s) -> Tensor")
+        lib.impl("scale", lambda a, s: a * s + 1000, "CPU")
+        lib.impl("scale", lambda a, s: a * s, "CompositeExplicitAutograd")
+        _LIB.append(lib)
+    op = torch.ops.trnsim_t28g.scale.default
+    from trnsim.backend.device_state import STATE
+    backend.reset_fallback_counts()
+    a = torch.arange(4.0)
+    assert torch.equal(op(a, 3.0), a * 3 + 1000)          # the CPU keeps its own kernel
+    t0 = STATE.now_ns
+    out = op(a.to("neuron"), 3.0)
+    assert type(out) is NeuronTensor and torch.equal(out.cpu(), a * 3)
+    assert backend.fallback_counts() == {}
+    assert STATE.now_ns > t0                              # its aten::mul was charged as a device op

@@ -501,6 +501,8 @@ _INFO = {}   # OpOverload -> (name, category, is a transfer op, accumulates in f
 # The namespaces whose op names the op table holds (aten, and the c10d functional collectives distributed.py adds);
 # an op of any other namespace (a library's torch.library op) runs as a CPU fallback named "namespace::op".
 _TABLE_NAMESPACES = frozenset(("aten", "_c10d_functional"))
+_DEVICE_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse1)
+_KERNEL_FOR_DEVICE = set()   # ids of the library ops whose PrivateUse1 kernel the device runs (see _info)
 
 
 def _ew_entry(func):
@@ -552,8 +554,16 @@ def _rewrap_flat(out, args, ua):
 def _info(func):
     name = func._opname
     _KEEP.append(func)
-    if func.namespace not in _TABLE_NAMESPACES:     # torch.library ops (bitsandbytes::gemm_4bit, ...): CPU fallback
-        r = _INFO[id(func)] = (f"{func.namespace}::{name}", None, False, False)
+    if func.namespace not in _TABLE_NAMESPACES:
+        # a torch.library op (bitsandbytes::gemm_4bit, ...): the kernel a PrivateUse1 device gets from the dispatcher
+        # (its own, or a CompositeExplicitAutograd "default" kernel) runs on the neuron tensors, its aten ops native
+        # as on a real device (listed in _KERNEL_FOR_DEVICE); with only other devices' kernels, a CPU fallback named
+        # "namespace::op".  (A CPU kernel may assume a CPU-only layout: bitsandbytes' gemv_4bit on CPU expects its
+        # weights repacked for AVX512, so the device must not borrow it when a generic kernel exists.)
+        qual = f"{func.namespace}::{name}"
+        if torch._C._dispatch_has_computed_kernel_for_dispatch_key(func.name(), "PrivateUse1"):
+            _KERNEL_FOR_DEVICE.add(id(func))
+        r = _INFO[id(func)] = (qual, None, False, False)
         return r
     r = _INFO[id(func)] = (name, TABLE.get(name), name in TRANSFER, name in ACCUMULATING)
     return r
@@ -612,6 +622,8 @@ def dispatch(func, args, kwargs):
     if ctx.cpu is not None and ctx.neuron and not transfer:
         _cross_device(func, ctx)
     if cat is None:
+        if id(func) in _KERNEL_FOR_DEVICE:      # a library op with a kernel any backend may run (_info)
+            return func.redispatch(_DEVICE_KEYS, *args, **kwargs)
         out = _fallback(func, name, uargs, ukw, ctx, host_out)
         if _written(func):
             _sync_written(func, args, kwargs)
