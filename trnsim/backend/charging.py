@@ -71,6 +71,13 @@ def op_time(name, cat, args, out):
         return launch + 2 * (r[0] - launch), "estimated", 2 * r[2], 2 * r[3]
     if cat in ("mm", "addmm", "bmm", "baddbmm", "sdpa"):
         ts = _tensors(args, [])
+        if name == "linear":      # (input, weight [N, K], bias): reaches the device when called below autograd
+            x, w = ts[0], ts[1]
+            if not x.is_floating_point() or w.dim() != 2 or x.dim() == 0:
+                return _estimate(args, out, launch, tensor_engine=x.is_floating_point())
+            K, N = w.shape[1], w.shape[0]
+            ns, fl, nb = costs.matmul_cost(tg, x.numel() // max(K, 1), K, N, kdtype(x.dtype))
+            return launch + ns, "native", fl, nb
         if cat in ("addmm", "baddbmm"):
             ts = ts[1:]
         a, b = ts[0], ts[1]
@@ -211,7 +218,7 @@ def advance(name, ns, kind, flops, nbytes, args=None, out=None):
         shapes = tuple(tuple(t.shape) for t in ts)
         dtypes = tuple(str(t.dtype).replace("torch.", "") for t in ts)
         line = caller_line()
-        if not name.startswith("aten::"):
+        if "::" not in name:        # an aten op's bare name (other namespaces come qualified)
             name = "aten::" + name
         for p in STATE.profilers:
             p.add(name, shapes, dtypes, start, start + ns, kind, nbytes, flops, line)

@@ -28,6 +28,10 @@ written for.  Each has a test in tests/backend/test_device_ops.py
 8. ``torch.autograd.function.BackwardCFunction.apply``: torch's engine skips its gradient device check for Python
    dispatch tensors, so a custom Function's backward returning a CPU gradient for a neuron input would leave a CPU
    ``.grad`` on a neuron parameter; the same check (and message) as the engine's ``validate_outputs`` is made here.
+9. ``torch.Tensor._make_subclass`` and ``torch.nn.Parameter.__new__``: a Parameter subclass (bitsandbytes'
+   ``Int8Params``, ...) made from a neuron tensor is an instance of the subclass on the device (its device class, see
+   params.py), as ``_make_subclass(cls, cuda_tensor)`` is on CUDA; torch's own paths would raise or return a plain
+   neuron tensor, losing the subclass and its attributes.
 """
 
 from __future__ import annotations
@@ -42,13 +46,18 @@ def _version_ok():
     return torch.__version__.split("+")[0].rsplit(".", 1)[0] in SUPPORTED
 
 
-def _foreach(tensor_type):
+def foreach_supported(tensor_type):
+    """Add ``tensor_type`` to the foreach allow-lists (patch 1; also for each Parameter subclass's device class)."""
     import torch.optim.optimizer as opt
     import torch.utils._foreach_utils as fu
     for mod in (opt, fu):
         lst = getattr(mod, "_foreach_supported_types", None)
         if isinstance(lst, list) and tensor_type not in lst:
             lst.append(tensor_type)
+
+
+def _foreach(tensor_type):
+    foreach_supported(tensor_type)
     APPLIED.append("foreach_supported_types")
 
 
@@ -123,13 +132,14 @@ def _backward_errors():
 
 
 def _shallow_copy_type():
-    from .tensor import compatible_shallow_copy_type
+    from .params import compatible_shallow_copy_type
     torch._has_compatible_shallow_copy_type = compatible_shallow_copy_type(torch._has_compatible_shallow_copy_type)
     APPLIED.append("_has_compatible_shallow_copy_type")
 
 
 def _tensor_data():
-    from .tensor import _TB_DATA, set_data
+    from .params import set_data
+    from .tensor import _TB_DATA
 
     def _get(self):
         return _TB_DATA.__get__(self)
@@ -173,6 +183,13 @@ def _storage():
     torch.UntypedStorage.device = prop
     torch.UntypedStorage.__new__ = staticmethod(__new__)
     APPLIED.append("UntypedStorage.device")
+
+
+def _parameter_subclasses():
+    from .params import make_subclass, parameter_new
+    torch.Tensor._make_subclass = staticmethod(make_subclass(torch.Tensor._make_subclass))
+    torch.nn.Parameter.__new__ = staticmethod(parameter_new(torch.nn.Parameter.__new__))
+    APPLIED.append("Parameter subclasses")
 
 
 def _function_grad_devices():
@@ -235,6 +252,7 @@ def apply(tensor_type, device_module):
     _tensor_data()
     _storage()
     _function_grad_devices()
+    _parameter_subclasses()
 
 
 # -- torch.distributed (the "neuron" process group, trnsim/backend/distributed.py) ----------------------------

@@ -206,6 +206,7 @@ class NeuronTensor(torch.Tensor):
 
     @data.setter
     def data(self, value):
+        from .params import set_data
         set_data(self, value)
 
 
@@ -220,6 +221,15 @@ def _place(t, dev):
 
 
 _TB_DATA = torch._C.TensorBase.data
+# The classes whose instances are neuron tensors: NeuronTensor, and for each nn.Parameter subclass that reached the
+# device (bitsandbytes' Int8Params, ...) its device class (params.device_class): hot paths test ``x.__class__ is
+# NeuronTensor`` first and this set only after.
+DEVICE_TYPES = {NeuronTensor}
+
+
+def on_device(x):
+    """Whether ``x`` is a neuron tensor (a NeuronTensor or a Parameter subclass's device class)."""
+    return x.__class__ in DEVICE_TYPES
 
 
 def _plain(t):
@@ -228,88 +238,12 @@ def _plain(t):
     return w
 
 
-def set_data(self, value):
-    """``self.data = value``, also across devices: a host tensor given a neuron tensor (and the reverse) takes its
-    content in place, keeping its Python identity, class-level Parameter-ness, attributes and ``.grad`` (moved to the
-    new device and dtype), as ``param.data = x`` does between CPU and CUDA."""
-    s_dev = type(self) is NeuronTensor
-    v_dev = type(value) is NeuronTensor
-    if s_dev and v_dev:
-        _TB_DATA.__set__(self, value)
-        self._p = value._p
-        if self._dev != value._dev:
-            _place(self, value._dev)
-        return
-    if s_dev == v_dev or not _swappable(value if s_dev else self) or not isinstance(value, torch.Tensor):
-        _TB_DATA.__set__(self, value)     # torch's own rules and errors
-        return
-    _swap_in(self, value)
-
-
-def _swappable(t):
-    """A dense CPU tensor or Parameter (the only host tensors moved in place to and from the device)."""
-    return (t.__class__ is torch.Tensor or t.__class__ is torch.nn.Parameter) and t.layout is _STRIDED \
-        and t.device.type == "cpu"
-
-
-def _swap_in(self, value):
-    from torch.nn import Parameter
-    is_param = isinstance(self, Parameter)
-    with torch.no_grad():
-        if type(value) is NeuronTensor:
-            new = wrap(value._p, value._dev)
-        else:
-            new = value.detach()
-            if is_param:
-                new = Parameter(new, requires_grad=False)
-    if self.requires_grad:
-        new.requires_grad_(True)
-    grad = self.grad
-    attrs = {k: v for k, v in self.__dict__.items() if k not in ("_p", "_is_param")}
-    if grad is not None:
-        self.grad = None
-    try:
-        torch.utils.swap_tensors(self, new)
-    except RuntimeError as e:
-        if grad is not None:
-            self.grad = grad
-        raise RuntimeError(f"cannot move this tensor's data between cpu and {DEVICE} in place ({e}); on the neuron "
-                           "device a host tensor takes a device tensor's data by swapping its content, which needs "
-                           "the tensor to be referenced from nowhere but Python (no live autograd graph using it, "
-                           "no weakref)") from e
-    self.__dict__.update(attrs)
-    if is_param and type(self) is NeuronTensor:
-        self._is_param = True
-    if grad is not None:
-        if grad.shape == self.shape:
-            with torch.no_grad():
-                moved = grad.to(device=self.device, dtype=self.dtype)
-            if type(moved) is not type(grad):
-                set_data(grad, moved)       # the same grad object, on the new device
-            else:
-                grad = moved
-        self.grad = grad
-
-
-def compatible_shallow_copy_type(orig):
-    """``torch._has_compatible_shallow_copy_type`` that also pairs a dense CPU tensor with a neuron tensor, as torch
-    pairs CPU with CUDA: ``Module._apply`` then moves parameters with ``param.data = ...`` (identity and ties kept)
-    unless ``torch.__future__`` says to overwrite or swap them."""
-    # same parameter names as torch's (dynamo checks them when it installs its polyfill for this function)
-    def _has_compatible_shallow_copy_type(input: torch.Tensor, from_: torch.Tensor) -> bool:
-        da, db = type(input) is NeuronTensor, type(from_) is NeuronTensor
-        if da != db:
-            return _swappable(from_ if da else input)
-        return orig(input, from_)
-    _has_compatible_shallow_copy_type._trnsim_orig = orig
-    return _has_compatible_shallow_copy_type
-
-
-def wrap(p, dev=None):
-    """The wrapper of the CPU tensor ``p`` on ``dev`` (default: the current device)."""
+def wrap(p, dev=None, cls=NeuronTensor):
+    """A wrapper of class ``cls`` (NeuronTensor or a device class, see ``DEVICE_TYPES``) around payload ``p``, on
+    ``dev`` (default: the current device)."""
     if p.layout is not _STRIDED:
         _unsupported_layout(p)
-    t = _make(NeuronTensor, p.size(), p.stride(), p.storage_offset(), None, p.dtype, device=DEVICE,
+    t = _make(cls, p.size(), p.stride(), p.storage_offset(), None, p.dtype, device=DEVICE,
               storage_size=_WRAPPER_STORAGE)
     t._p = p
     if dev is not None or MULTI:
@@ -350,7 +284,7 @@ class _Ctx:
 
 
 def _unwrap(x, ctx):
-    if type(x) is NeuronTensor:
+    if x.__class__ in DEVICE_TYPES:
         p = x._p
         ctx.map[id(p)] = x
         ctx.neuron = True
@@ -516,7 +450,7 @@ def _sync_written(func, args, kwargs):
     sizes and strides, and account the storage's new size."""
     for i, name, kwarg_only in _written(func):
         w = kwargs.get(name) if name in kwargs else (args[i] if not kwarg_only and i < len(args) else None)
-        if type(w) is NeuronTensor and w.shape != w._p.shape:
+        if w.__class__ in DEVICE_TYPES and w.shape != w._p.shape:
             _sync_meta(w)
             MEMORY.resized(w._p.untyped_storage())
 
@@ -599,6 +533,11 @@ def clear_charges():
 
 
 _INFO = {}   # OpOverload -> (name, category, is a transfer op, accumulates in fp32)
+# The namespaces whose op names the op table holds (aten, and the c10d functional collectives distributed.py adds);
+# an op of any other namespace (a library's torch.library op) runs as a CPU fallback named "namespace::op".
+_TABLE_NAMESPACES = frozenset(("aten", "_c10d_functional"))
+_DEVICE_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse1)
+_KERNEL_FOR_DEVICE = set()   # ids of the library ops whose PrivateUse1 kernel the device runs (see _info)
 
 
 def _ew_entry(func):
@@ -610,7 +549,7 @@ def _ew_entry(func):
     ``Tensor`` overloads whose arguments before the keyword-only ones are all tensors (so the binding can only pick
     that overload): it is about 0.5 us faster per call than the OpOverload.  Otherwise the OpOverload itself."""
     name = func._opname
-    cat = TABLE.get(name)
+    cat = TABLE.get(name) if func.namespace in _TABLE_NAMESPACES else None   # a custom op may share an aten name
     schema = func._schema
     ok = (cat in _EW and name != "native_dropout" and name not in ACCUMULATING and name not in TRANSFER
           and not any(a.kwarg_only and a.name == "device" for a in schema.arguments))
@@ -650,6 +589,17 @@ def _rewrap_flat(out, args, ua):
 def _info(func):
     name = func._opname
     _KEEP.append(func)
+    if func.namespace not in _TABLE_NAMESPACES:
+        # a torch.library op (bitsandbytes::gemm_4bit, ...): the kernel a PrivateUse1 device gets from the dispatcher
+        # (its own, or a CompositeExplicitAutograd "default" kernel) runs on the neuron tensors, its aten ops native
+        # as on a real device (listed in _KERNEL_FOR_DEVICE); with only other devices' kernels, a CPU fallback named
+        # "namespace::op".  (A CPU kernel may assume a CPU-only layout: bitsandbytes' gemv_4bit on CPU expects its
+        # weights repacked for AVX512, so the device must not borrow it when a generic kernel exists.)
+        qual = f"{func.namespace}::{name}"
+        if torch._C._dispatch_has_computed_kernel_for_dispatch_key(func.name(), "PrivateUse1"):
+            _KERNEL_FOR_DEVICE.add(id(func))
+        r = _INFO[id(func)] = (qual, None, False, False)
+        return r
     r = _INFO[id(func)] = (name, TABLE.get(name), name in TRANSFER, name in ACCUMULATING)
     return r
 
@@ -713,6 +663,8 @@ def _dispatch(func, args, kwargs):
     if ctx.cpu is not None and ctx.neuron and not transfer:
         _cross_device(func, ctx)
     if cat is None:
+        if id(func) in _KERNEL_FOR_DEVICE:      # a library op with a kernel any backend may run (_info)
+            return func.redispatch(_DEVICE_KEYS, *args, **kwargs)
         out = _fallback(func, name, uargs, ukw, ctx, host_out)
         if _written(func):
             _sync_written(func, args, kwargs)
@@ -732,7 +684,7 @@ def _dispatch(func, args, kwargs):
         out = _accumulate_fp32(func, uargs, ukw)
     else:
         out = func(*uargs, **ukw)
-        if cat == "view" and name[-1] == "_" and args and type(args[0]) is NeuronTensor:
+        if cat == "view" and name[-1] == "_" and args and args[0].__class__ in DEVICE_TYPES:
             _sync_meta(args[0])
             if name in ("set_", "resize_"):
                 MEMORY.resized(args[0]._p.untyped_storage())
@@ -760,7 +712,7 @@ def _dispatch(func, args, kwargs):
 
 
 def _fallback(func, name, uargs, ukw, ctx, host_out):
-    qual = f"aten::{name}"
+    qual = name if "::" in name else f"aten::{name}"     # custom ops' names carry their namespace (_info)
     if STATE.fallback_mode == "error":
         _raise(NeuronFallbackError(f"{qual} is not implemented for the neuron device (TORCHNEURON_FALLBACK=error "
                                    "makes a CPU fallback an error)"))
