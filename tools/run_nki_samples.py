@@ -198,7 +198,8 @@ def write_report(records, out, snap_commit, elapsed):
     meta = {"snapshot": "aws-neuron/nki-samples", "snapshot_commit": snap_commit, "trnsim_commit": repo_commit(),
             "date": datetime.date.today().isoformat(), "wall_seconds": round(elapsed, 1)}
     counts = {k: sum(1 for r in records if r["outcome"] == k) for k in ("match", "mismatch", "error", "timeout")}
-    atomic_write(out + ".json", json.dumps({"meta": meta, "counts": counts, "kernels": records}, indent=1) + "\n")
+    with atomic_write(out + ".json") as f:
+        f.write(json.dumps({"meta": meta, "counts": counts, "kernels": records}, indent=1) + "\n")
     lines = [f"# nki-samples against trnsim ({snap_commit})", "",
              f"Made by `python tools/run_nki_samples.py` at trnsim {meta['trnsim_commit']} on {meta['date']} "
              f"({meta['wall_seconds']} s).", "",
@@ -212,7 +213,8 @@ def write_report(records, out, snap_commit, elapsed):
             how += f": {r.get('tests_passed', 0)} passed, {r.get('tests_failed', 0)} failed"
         lines.append(f"| {r['name']} | {how} | {r['outcome']} | {r['seconds']} | "
                      f"{r.get('detail', '').replace('|', '/')} |")
-    atomic_write(out + ".md", "\n".join(lines) + "\n")
+    with atomic_write(out + ".md") as f:
+        f.write("\n".join(lines) + "\n")
 
 
 def main(argv=None):
