@@ -98,7 +98,9 @@ def parameter_new(orig):
 
 
 def _is_device(t):
-    return t.__class__ in DEVICE_TYPES
+    # type(t), not t.__class__: dynamo traces this setter inside compiled modules (bitsandbytes' ``self.weight.data =
+    # ...`` in forward) and refuses ``__class__`` on tensor subclasses, while it answers ``type()`` of a tensor
+    return type(t) in DEVICE_TYPES
 
 
 def set_data(self, value):
