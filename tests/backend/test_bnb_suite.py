@@ -1,7 +1,7 @@
 """bitsandbytes' own test suite on the neuron device (issue 28): its module tests, run from a source snapshot with
 ``TORCHNEURON_TARGET=sim BNB_TEST_DEVICE=neuron`` and no edits, pass as they do on the CPU.
 
-Needs the snapshot (``$TRNSIM_BNB_SRC``, default /work/ext/bitsandbytes, commit 95f9af3) and the bitsandbytes package
+Needs the snapshot (``$TRNSIM_BNB_SRC``, a checkout of bitsandbytes at commit 95f9af3) and the bitsandbytes package
 built with its CPU library installed in this environment; skipped without them, and marked slow (minutes).
 
 Left out of the run, with the reason: ``torch_compile`` tests (``backend="inductor"`` on neuron tensors; the dynamo
@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-SRC = os.environ.get("TRNSIM_BNB_SRC", "/work/ext/bitsandbytes")
+SRC = os.environ.get("TRNSIM_BNB_SRC", "")
 
 
 def _have_bnb():
