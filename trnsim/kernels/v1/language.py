@@ -14,9 +14,10 @@ import numpy as np
 
 from ... import isa as _isa
 from ...isa.errors import NkiValidationError, caller_location
-from ...memory import HBM, PSUM, SBUF, DynSlice, Tensor, ViewError, dtype_of, round_to
+from ...memory import HBM, PSUM, SBUF, DynSlice, Tensor, ViewError, dtype_of
 from .. import language as _v2
-from ..context import NoKernelError, current
+from ..context import current
+from .host import _host_cast, _in_kernel
 from .index import arange, mgrid  # noqa: F401  (nl.arange, nl.mgrid)
 from .atomic import atomic_rmw  # noqa: F401  (nl.atomic_rmw)
 from .dynamic import IndirectRows
@@ -455,30 +456,6 @@ def static_cast(input_data, dtype):
     if not isinstance(input_data, (Tensor, Tile, PendingMatmul)) and not _in_kernel():
         return _host_cast(input_data, dtype)
     return copy(input_data, dtype=dtype)
-
-
-def _in_kernel():
-    try:
-        current()
-    except NoKernelError:
-        return False
-    return True
-
-
-def _host_cast(x, dtype):
-    dt = dtype_of(dtype)
-    if dt.packed:
-        raise NkiValidationError(f"nl.static_cast outside a kernel: no host conversion to the packed format {dt.name}",
-                                 "static_cast", "dtype", dt.name, "not packed", caller_location())
-    if type(x).__module__.startswith("torch"):
-        x = x.detach().cpu().float().numpy() if x.is_floating_point() else x.detach().cpu().numpy()
-    a = np.asarray(x)
-    if a.dtype.kind not in "biuf" and a.dtype.name not in ("bfloat16",) and not a.dtype.name.startswith("float8"):
-        raise NkiValidationError(f"nl.static_cast outside a kernel takes a numeric host array, got {a.dtype}",
-                                 "static_cast", "input_data", str(a.dtype), "numeric", caller_location())
-    if dt.is_float:
-        return a.astype(dt.np)
-    return np.asarray(round_to(dt, a.astype(np.float64) if a.dtype.kind != "b" else a)).astype(dt.np)
 
 
 # -- reductions -----------------------------------------------------------------------------------------
