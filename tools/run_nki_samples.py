@@ -24,7 +24,6 @@ Outputs ``<out>.json`` and ``<out>.md`` (default ``conformance/reports/nki-sampl
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import re
@@ -125,11 +124,9 @@ def snapshot_commit(path):
 
 
 def repo_commit():
-    try:
-        return subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+    """``{"commit": full hash (+dirty), "made": ISO date}`` of this checkout (conformance.report.provenance)."""
+    from conformance.report import provenance
+    return provenance(REPO)
 
 
 def command_for(kind, spec, snap):
@@ -190,18 +187,19 @@ def run_one(name, kind, spec, snap, timeout):
     else:
         mism = "AssertionError" in out or "Mismatched elements" in out or "Not equal to tolerance" in out
         rec["outcome"] = "mismatch" if mism else "error"
-        rec["detail"] = last_error(out)
+        rec["detail"] = last_error(out).replace(os.path.abspath(snap), "<snapshot>")
     return rec
 
 
 def write_report(records, out, snap_commit, elapsed):
-    meta = {"snapshot": "aws-neuron/nki-samples", "snapshot_commit": snap_commit, "trnsim_commit": repo_commit(),
-            "date": datetime.date.today().isoformat(), "wall_seconds": round(elapsed, 1)}
+    made = repo_commit()
+    meta = {"snapshot": "aws-neuron/nki-samples", "snapshot_commit": snap_commit, "commit": made["commit"],
+            "made": made["made"], "wall_seconds": round(elapsed, 1)}
     counts = {k: sum(1 for r in records if r["outcome"] == k) for k in ("match", "mismatch", "error", "timeout")}
     with atomic_write(out + ".json") as f:
         f.write(json.dumps({"meta": meta, "counts": counts, "kernels": records}, indent=1) + "\n")
     lines = [f"# nki-samples against trnsim ({snap_commit})", "",
-             f"Made by `python tools/run_nki_samples.py` at trnsim {meta['trnsim_commit']} on {meta['date']} "
+             f"Made at commit {meta['commit']} on {meta['made'][:10]} by `python tools/run_nki_samples.py` "
              f"({meta['wall_seconds']} s).", "",
              f"**{counts['match']} / {len(records)} match**; {counts['mismatch']} mismatch, {counts['error']} error, "
              f"{counts['timeout']} timeout.", "",
