@@ -10,8 +10,10 @@ import contextlib
 import json
 import os
 import tempfile
+import warnings
 
-__all__ = ["atomic_write", "atomic_write_json", "ensure_writable_dir", "FileWriteError"]
+__all__ = ["atomic_write", "atomic_write_json", "ensure_writable_dir", "FileWriteError", "read_json_memo",
+           "flush_json_memo"]
 
 
 class FileWriteError(OSError):
@@ -75,3 +77,36 @@ def atomic_write_json(path, obj, **kw):
     with atomic_write(path, "w") as f:
         json.dump(obj, f, **kw)
     return path
+
+
+def read_json_memo(path, valid, what):
+    """The JSON object of a memo file (a cache of ``key -> value`` entries; never pickle), ``{}`` when there is none.
+    A file that is not JSON, or whose values fail ``valid``, is ignored with a warning naming ``what`` (it is
+    rewritten by the next :func:`flush_json_memo`)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        if not isinstance(doc, dict) or not all(valid(v) for v in doc.values()):
+            raise ValueError("unexpected layout")
+        return doc
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        warnings.warn(f"trnsim: ignoring the unreadable {what} {path} ({e}); it will be rewritten", RuntimeWarning,
+                      stacklevel=4)
+        return {}
+
+
+def flush_json_memo(state, read, what, encode=None):
+    """Merge a process's memo (``state``: ``entries``, ``new`` since the last flush, ``path``) into its file: what
+    ``read(path)`` finds there now, updated with this process's entries, written atomically, so concurrent
+    processes lose none of each other's entries.  A place that cannot be written warns naming ``what``."""
+    if not state["new"] or not state["path"]:
+        return
+    merged = read(state["path"])
+    merged.update(state["entries"])
+    try:
+        atomic_write_json(state["path"], merged if encode is None else {k: encode(v) for k, v in merged.items()})
+        state["new"] = 0
+    except FileWriteError as e:
+        warnings.warn(f"trnsim: {what} not saved: {e}", RuntimeWarning, stacklevel=3)

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import atexit
 import hashlib
-import json
 import os
-import warnings
 
 from .. import config
+from ..fileio import flush_json_memo, read_json_memo
 
 __all__ = ["lookup", "store", "flush", "enabled", "path"]
 
@@ -56,18 +55,9 @@ def path():
 
 
 def _read(p):
-    try:
-        with open(p, encoding="utf-8") as f:
-            doc = json.load(f)
-        if not isinstance(doc, dict) or not all(isinstance(v, list) and len(v) == 3 for v in doc.values()):
-            raise ValueError("unexpected layout")
-        return {k: tuple(float(x) for x in v) for k, v in doc.items()}
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as e:
-        warnings.warn(f"trnsim: ignoring the unreadable op-cost cache {p} ({e}); it will be rewritten",
-                      RuntimeWarning, stacklevel=3)
-        return {}
+    doc = read_json_memo(p, lambda v: isinstance(v, list) and len(v) == 3
+                         and all(isinstance(x, (int, float)) for x in v), "op-cost cache")
+    return {k: tuple(float(x) for x in v) for k, v in doc.items()}
 
 
 def _load():
@@ -98,13 +88,4 @@ def store(key, value):
 
 def flush():
     """Merge this process's new entries into the file on disk (atomically)."""
-    if not _state["new"] or not _state["path"]:
-        return
-    from ..fileio import FileWriteError, atomic_write_json
-    merged = _read(_state["path"])
-    merged.update(_state["entries"])
-    try:
-        atomic_write_json(_state["path"], {k: list(v) for k, v in merged.items()})
-        _state["new"] = 0
-    except FileWriteError as e:
-        warnings.warn(f"trnsim: op-cost cache not saved: {e}", RuntimeWarning, stacklevel=2)
+    flush_json_memo(_state, _read, "op-cost cache", encode=list)

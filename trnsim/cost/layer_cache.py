@@ -19,9 +19,9 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import hashlib
-import json
 import os
-import warnings
+
+from ..fileio import flush_json_memo, read_json_memo
 
 __all__ = ["lookup", "store", "flush", "path"]
 
@@ -60,19 +60,8 @@ def _fields():
 
 
 def _read(p):
-    try:
-        with open(p, encoding="utf-8") as f:
-            doc = json.load(f)
-        names = _fields()
-        if not isinstance(doc, dict) or not all(isinstance(v, dict) and set(v) == names for v in doc.values()):
-            raise ValueError("unexpected layout")
-        return doc
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as e:
-        warnings.warn(f"trnsim: ignoring the unreadable layer-cost cache {p} ({e}); it will be rewritten",
-                      RuntimeWarning, stacklevel=3)
-        return {}
+    names = _fields()
+    return read_json_memo(p, lambda v: isinstance(v, dict) and set(v) == names, "layer-cost cache")
 
 
 def _load():
@@ -107,13 +96,4 @@ def store(key, cost):
 
 def flush():
     """Merge this process's new entries into the file on disk (atomically)."""
-    if not _state["new"] or not _state["path"]:
-        return
-    from ..fileio import FileWriteError, atomic_write_json
-    merged = _read(_state["path"])
-    merged.update(_state["entries"])
-    try:
-        atomic_write_json(_state["path"], merged)
-        _state["new"] = 0
-    except FileWriteError as e:
-        warnings.warn(f"trnsim: layer-cost cache not saved: {e}", RuntimeWarning, stacklevel=2)
+    flush_json_memo(_state, _read, "layer-cost cache")
