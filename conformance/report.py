@@ -78,9 +78,12 @@ KNOWN_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "known_mis
 
 
 def load_known(path=KNOWN_PATH):
-    """The list of understood mismatches (plain JSON)."""
+    """The list of understood mismatches (plain JSON).  The file is part of the repository: a missing one is an
+    error (an empty list would report every known mismatch as unexplained, or hide that the file was lost)."""
     if not os.path.exists(path):
-        return []
+        raise FileNotFoundError(f"known-mismatches file {path} is missing (the repository's copy is "
+                                f"conformance/known_mismatches.json; write an empty one with "
+                                f'{{"format": "trnsim-known-mismatches/1", "entries": []}} to start afresh)')
     with open(path, encoding="utf-8") as f:
         doc = json.load(f)
     if doc.get("format") != "trnsim-known-mismatches/1":

@@ -82,3 +82,12 @@ def test_known_mismatches_carry_their_cause(tmp_path):
     report.write_markdown(recs, str(p))
     text = p.read_text()
     assert "(verified) on the neuron device" in text and "**not yet explained**" in text
+
+
+def test_missing_known_mismatches_file_is_an_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="known-mismatches file .*missing"):
+        report.load_known(str(tmp_path / "known_mismatches.json"))
+    p = tmp_path / "other.json"
+    p.write_text(json.dumps({"format": "something-else", "entries": []}))
+    with pytest.raises(ValueError, match="not a trnsim known-mismatches file"):
+        report.load_known(str(p))

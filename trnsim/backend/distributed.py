@@ -134,8 +134,9 @@ _KNOWN = {}     # global rank -> position, as the last header exchange said (poi
 
 
 def _payload(t):
+    from .tensor import DEVICE_TYPES
     p = getattr(t, "_p", None)
-    return p if p is not None and type(t).__name__ == "NeuronTensor" else t
+    return p if p is not None and type(t) in DEVICE_TYPES else t
 
 
 def _flat(xs):
@@ -151,7 +152,8 @@ def _flat(xs):
 def _on_device(ts):
     """Device data: neuron tensors, or the CPU payloads a c10d functional op on neuron tensors hands the group
     (its CPU kernel runs inside the device's ``__torch_dispatch__``, found on the stack)."""
-    if any(type(t).__name__ == "NeuronTensor" for t in ts):
+    from .tensor import DEVICE_TYPES
+    if any(type(t) in DEVICE_TYPES for t in ts):
         return True
     from .tensor import dispatch
     code = dispatch.__code__

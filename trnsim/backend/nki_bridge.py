@@ -81,8 +81,8 @@ def cache_clear():
 
 
 def _is_neuron(x):
-    from .tensor import NeuronTensor
-    return type(x) is NeuronTensor
+    from .tensor import DEVICE_TYPES
+    return type(x) in DEVICE_TYPES
 
 
 def _kernel_name(kernel):
@@ -220,10 +220,10 @@ def _bits_equal(a, b):
 
 def run_on_device(kernel, args, kwargs):
     """Run ``kernel`` with ``neuron`` tensors: see the module docstring."""
-    from .tensor import NeuronTensor, wrap
+    from .tensor import DEVICE_TYPES, wrap
     name = _kernel_name(kernel)
-    pargs = [a._p if type(a) is NeuronTensor else a for a in args]
-    pkw = {k: (v._p if type(v) is NeuronTensor else v) for k, v in kwargs.items()}
+    pargs = [a._p if type(a) in DEVICE_TYPES else a for a in args]
+    pkw = {k: (v._p if type(v) in DEVICE_TYPES else v) for k, v in kwargs.items()}
     key = (getattr(kernel, "fn", kernel), type(kernel).__name__, tuple(kernel.grid), STATE.target.name,
            tuple(_spec(a) for a in pargs), tuple(sorted((k, _spec(v)) for k, v in pkw.items())))
     try:
@@ -248,7 +248,7 @@ def run_on_device(kernel, args, kwargs):
             with torch.no_grad():
                 payload.copy_(new)
             w = args[where] if isinstance(where, int) else kwargs[where]
-            if type(w) is NeuronTensor:
+            if type(w) in DEVICE_TYPES:
                 torch.autograd.graph.increment_version(w)
     # outputs: the simulated OOM applies before anything is kept
     flat = out if isinstance(out, (tuple, list)) else (out,)
@@ -357,7 +357,7 @@ def _find_rule_patch():
     implementation runs with the ``neuron`` tensors (no CPU fallback)."""
     from torch._library import custom_ops, simple_registry
     from . import patches
-    from .tensor import NeuronTensor
+    from .tensor import DEVICE_TYPES, NeuronTensor
     orig = getattr(simple_registry, "find_torch_dispatch_rule", None)
     if orig is None or not hasattr(custom_ops, "OPDEFS"):
         import warnings
@@ -371,8 +371,13 @@ def _find_rule_patch():
 
     def find_torch_dispatch_rule(op, torch_dispatch_class):
         r = orig(op, torch_dispatch_class)
-        if r is not None or torch_dispatch_class is not NeuronTensor:
+        if r is not None or torch_dispatch_class not in DEVICE_TYPES:
             return r
+        if torch_dispatch_class is not NeuronTensor:
+            # a device class (a Parameter subclass on neuron, backend.params) follows NeuronTensor's rules
+            r = orig(op, NeuronTensor)
+            if r is not None:
+                return r
         q = getattr(op, "__qualname__", None)
         opdef = custom_ops.OPDEFS.get(q) if q else None
         if opdef is None:
