@@ -1,8 +1,10 @@
 """``neuronxcc.nki.compiler``: compiler directives legacy kernels import.
 
 trnsim executes kernels directly, so directives that steer the compiler's passes are recognised and have no
-effect; explicit allocation requests (``ncc.sbuf.mod_alloc(...)``) name the memory the tile goes to, and trnsim
-places the tile itself (its own first-fit allocator), so addresses given here are not honoured.
+effect; explicit allocation requests (``ncc.sbuf.mod_alloc(...)``, ``ncc.psum.mod_alloc(base_bank=...)``,
+``alloc(func)``) name the memory and the physical tiles: the front end (``language._direct_placement``) turns them
+into placements that the capacity check bounds- and overlap-checks (machine/capacity.py) instead of counting the
+tensor's logical size.
 """
 
 from __future__ import annotations
@@ -53,9 +55,11 @@ class _Memory:
     def alloc(self, func=None, **kw):
         return _Allocation(self._trnsim_kind, "alloc", func=func, **kw)
 
-    def mod_alloc(self, *, base_addr=None, base_partition=0, num_par_tiles=(), num_free_tiles=(), **kw):
+    def mod_alloc(self, *, base_addr=None, base_partition=0, num_par_tiles=(), num_free_tiles=(), base_bank=0,
+                  num_bank_tiles=(), **kw):
         return _Allocation(self._trnsim_kind, "mod_alloc", base_addr=base_addr, base_partition=base_partition,
-                           num_par_tiles=num_par_tiles, num_free_tiles=num_free_tiles)
+                           num_par_tiles=num_par_tiles, num_free_tiles=num_free_tiles, base_bank=base_bank,
+                           num_bank_tiles=num_bank_tiles)
 
     def auto_alloc(self, **kw):
         return _Allocation(self._trnsim_kind, "auto_alloc")

@@ -14,6 +14,7 @@ import numpy as np
 
 from ... import isa as _isa
 from ...isa.errors import NkiValidationError, caller_location
+from ...machine.capacity import modulo_placement
 from ...memory import HBM, PSUM, SBUF, DynSlice, Tensor, ViewError, dtype_of
 from .. import language as _v2
 from ..context import current
@@ -126,6 +127,14 @@ def _new(shape, dtype, buffer, name, loc=None):
         alloc_shape = tuple(int(shape[i]) for i in order)
     else:
         alloc_shape = tuple(int(s) for s in shape)
+    placement = _direct_placement(buffer, kind, loc)
+    if placement is not None:
+        placement = _traced_once(placement)
+    if kind != HBM and (order is not None or placement is not None):
+        t = _block_tensor(alloc_shape, dtype, kind, name, pd[0] if order is not None else 0, placement, loc)
+        if order is not None:
+            t = t.permute([order.index(i) for i in range(len(shape))])
+        return t
     buf_name = {SBUF: "sbuf", PSUM: "psum", HBM: "shared_hbm"}[kind]
     if kind == HBM and str(getattr(buffer, "value", buffer)) == "private_hbm":
         buf_name = "private_hbm"
@@ -134,6 +143,97 @@ def _new(shape, dtype, buffer, name, loc=None):
         inv = [order.index(i) for i in range(len(shape))]
         t = t.permute(inv)
     return t
+
+
+def _block_tensor(alloc_shape, dtype, kind, name, nblock, placement, loc):
+    """An on-chip tensor with ``nblock`` block dimensions (``[B..., par_dim(P), F...]`` laid out ``[P, B..., F...]``)
+    or an explicit placement: each block is a tile of its own, with its own live range, as the compiler allocates
+    it (the block dimension is logical, "does not reflect the number of physical tiles being allocated":
+    nki.compiler.psum.alloc / sbuf.alloc reference, Neuron SDK 2.2x); so only the bytes the live blocks hold, or the
+    physical tiles a direct allocation names, count against SBUF/PSUM (machine/capacity.py)."""
+    core = current().core
+    pmax = core.target.pmax
+    if alloc_shape[0] > pmax:
+        raise NkiValidationError(
+            f"ndarray: number of partitions {alloc_shape[0]} exceed architecture limitation of {pmax} for "
+            f"{kind.upper()} tensor `{name}`", "ndarray", "shape", alloc_shape[0], pmax, loc or caller_location())
+    bshape = tuple(alloc_shape[1:1 + nblock])
+    block = 1
+    for f in alloc_shape[1 + nblock:]:
+        block *= int(f)
+    try:
+        buf = core.allocate(alloc_shape, dtype_of(dtype), kind, name, address=placement,
+                            block=block if nblock else 0, block_shape=bshape or None)
+    except MemoryError as e:
+        raise NkiValidationError(f"ndarray: {e}", "ndarray", "shape", alloc_shape, None,
+                                 loc or caller_location()) from None
+    return as_tile(Tile.whole(buf))
+
+
+def _traced_once(placement):
+    """The placement of the declaration at this call site as the first time it ran.  neuronx-cc traces a loop body
+    (``nl.affine_range`` & co.) once, so a direct allocation declared in it gets the addresses its Python
+    arguments had in that one trace, and every iteration reuses them (the kernel's own loop-carried bookkeeping, e.g.
+    ``cur_addr += ...`` after each declaration, runs once); trnsim runs the body once per iteration, so it keys the
+    placement on the call site (every kernel-source frame on the stack) and keeps the first one."""
+    ctx = current()
+    sites = getattr(ctx, "_v1_direct_sites", None)
+    if sites is None:
+        sites = ctx._v1_direct_sites = {}
+    f = sys._getframe(2)
+    key = []
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(_TRNSIM_DIR):
+            key.append((fn, f.f_lineno))
+        f = f.f_back
+    return sites.setdefault(tuple(key), placement)
+
+
+_TRNSIM_DIR = __file__[:__file__.rindex("trnsim") + len("trnsim")]
+
+
+def _direct_placement(buffer, kind, loc):
+    """The placement a direct allocation (``ncc.sbuf.mod_alloc`` / ``alloc``, ``ncc.psum.mod_alloc`` / ``alloc``)
+    gives, as ``machine.capacity`` takes it: a callable (block index, partitions, bytes per partition) ->
+    (start partition, byte address); None for automatic allocation.  PSUM addresses are bank-relative in the API
+    (``(bank_id, start_partition, byte_addr)``, a physical tile within one 2 KiB bank: nki.compiler.psum.alloc
+    reference) and become ``bank * bank bytes + byte_addr`` here."""
+    how = getattr(buffer, "how", None)
+    if how not in ("mod_alloc", "alloc") or kind == HBM:
+        return None
+    prm = buffer.params
+    bank = current().core.target.psum_bank_bytes if kind == PSUM else 0
+    if how == "alloc":
+        func = prm.get("func")
+        if func is None:
+            return None
+        # called with the parameter names the API documents (kernels pass functools.partial objects whose
+        # leading parameters are bound by keyword)
+        if kind == SBUF:
+            return lambda idx, parts, size: tuple(int(v) for v in func(idx=idx, pdim_size=parts, fdim_size=size))
+
+        def psum_place(idx, parts, size):
+            b, p0, addr = (int(v) for v in func(idx=idx, pdim_size=parts, fdim_size=size))
+            return p0, b * bank + addr
+        return psum_place
+    if kind == SBUF:
+        if prm.get("base_addr") is None:
+            raise NkiValidationError("ncc.sbuf.mod_alloc: base_addr is required (the byte address of the first "
+                                     "physical tile)", "mod_alloc", "base_addr", None, None,
+                                     loc or caller_location())
+        return modulo_placement(prm["base_addr"], prm.get("base_partition", 0), prm.get("num_par_tiles", ()),
+                                prm.get("num_free_tiles", ()))
+    inner = modulo_placement(prm.get("base_addr", 0) or 0, prm.get("base_partition", 0), prm.get("num_par_tiles", ()),
+                             prm.get("num_free_tiles", ()))
+    banks = modulo_placement(0, 0, (), prm.get("num_bank_tiles", ()))
+    base_bank = int(prm.get("base_bank", 0) or 0)
+
+    def psum_mod(idx, parts, size):
+        p0, addr = inner(idx, parts, size)
+        _, b = banks(idx, 0, 1)                 # the bank index: idx modulo num_bank_tiles, linearised
+        return p0, (base_bank + b) * bank + addr
+    return psum_mod
 
 
 def ndarray(shape, dtype, *, buffer=None, name="", **kwargs):
