@@ -13,8 +13,8 @@ import functools
 
 from ...memory import PSUM, SBUF
 
-__all__ = ["skip_middle_end_transformations", "enable_stack_allocator", "force_auto_alloc", "sbuf", "psum",
-           "tensor_engine", "vector_engine", "scalar_engine", "gpsimd_engine"]
+__all__ = ["skip_middle_end_transformations", "enable_stack_allocator", "force_auto_alloc", "no_reorder", "sbuf",
+           "psum", "tensor_engine", "vector_engine", "scalar_engine", "gpsimd_engine"]
 
 
 def _directive(name):
@@ -34,6 +34,17 @@ def _directive(name):
 skip_middle_end_transformations = _directive("skip_middle_end_transformations")
 enable_stack_allocator = _directive("enable_stack_allocator")
 force_auto_alloc = _directive("force_auto_alloc")
+
+
+class no_reorder:
+    """``nki.compiler.no_reorder()``: a loop directive (``nl.sequential_range(n, directives=no_reorder())``) asking
+    the scheduler to keep the loop body's instructions in program order.  trnsim runs and times instructions in
+    program order already, and its capacity check tries program order first; only when that overflows does the
+    check try a reordering, which does not look at this directive (recognised, as the other loop hints are,
+    ``loops._range``)."""
+
+    def __repr__(self):
+        return "no_reorder()"
 
 
 class _Allocation:
