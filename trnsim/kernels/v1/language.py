@@ -750,29 +750,39 @@ def load(src, *, mask=None, dtype=None, **kwargs):
 def _load_rows(core, loc, src, mask, dtype):
     """``nl.load(t[indices_tile, ...])``: a gather, one DMA per index (the DMA's indirect mode moves a descriptor
     per index; as for the v2 gathers, the read of the index tile is not recorded as a dependency)."""
-    if mask is not None:
-        raise NotImplementedError("nl.load of indirect rows (t[indices_tile, ...]) with mask= is not supported by "
-                                  "trnsim yet")
     out = _new(src.shape, src.dtype if dtype is None else dtype, SBUF, "", loc)
-    for p, r in enumerate(src.rows):
-        _isa.dma_copy(core, loc, out[p:p + 1], r)
+    box = mask_box(mask, src.shape, loc, "load")
+    if box_empty(box):
+        return out
+    (p0, p1), free = ((0, len(src.rows)), None) if box is None else (box[0], box[1:])
+    src.check(loc, p0, p1)          # the indices of the partitions the mask keeps must be in bounds
+    fs = () if free is None else tuple(slice(lo, hi) for lo, hi in free)
+    for p in range(p0, p1):
+        s = src.rows[p][(slice(0, 1),) + fs] if fs else src.rows[p]
+        _isa.dma_copy(core, loc, out[(slice(p, p + 1),) + fs], s)
     return out
 
 
 def _store_rows(core, loc, dst, value, mask):
     """``nl.store(t[indices_tile, ...], value)``: a scatter, one DMA per index (rows named twice: the later
     partition's value lands last, as the DMA moves them in order)."""
-    if mask is not None:
-        raise NotImplementedError("nl.store to indirect rows (t[indices_tile, ...]) with mask= is not supported by "
-                                  "trnsim yet")
+    box = mask_box(mask, dst.shape, loc, "store")
+    if box_empty(box):
+        return
     value = materialize(value, loc)
     if not isinstance(value, Tensor) or value.size != dst.size:
         raise NkiValidationError(f"store: value must be a tile of {dst.size} elements (shape {list(dst.shape)}) for "
                                  f"{len(dst.rows)} indirect rows, got {getattr(value, 'shape', type(value).__name__)}",
                                  "store", "value", getattr(value, "shape", None), list(dst.shape), loc)
     v = resolve(value, None, loc, "store", "value")
-    for p, r in enumerate(dst.rows):
-        _isa.dma_copy(core, loc, r, v[p:p + 1])
+    (p0, p1), free = ((0, len(dst.rows)), None) if box is None else (box[0], box[1:])
+    dst.check(loc, p0, p1)
+    fs = () if free is None else tuple(slice(lo, hi) for lo, hi in free)
+    for p in range(p0, p1):
+        if fs:
+            _isa.dma_copy(core, loc, dst.rows[p][(slice(0, 1),) + fs], v.reshape(dst.shape)[(slice(p, p + 1),) + fs])
+        else:
+            _isa.dma_copy(core, loc, dst.rows[p], v[p:p + 1])
 
 
 def store(dst, value, *, mask=None, **kwargs):

@@ -252,9 +252,13 @@ def _dynamic_view(t, keys):
     """``t[keys]`` where a key reads its value from a tile: a dynamic offset (a one-element tile, alone or in an
     index expression) or a tile of row indices (indirect rows).  See ``dynamic.py``."""
     loc = caller_location()
-    k0 = keys[0]
+    lead = 0                   # integer indices before a tile of row indices fix those dimensions first
+    while lead < len(keys) - 1 and isinstance(keys[lead], (int, np.integer)) and not isinstance(keys[lead], bool):
+        lead += 1
+    k0 = keys[lead]
     if isinstance(k0, Tensor) and not isinstance(k0, DynIndex) and k0.size != 1:
-        return indirect_rows(t, keys, loc, lambda b, ks: Tile.__getitem__(b, ks))
+        base = Tile.__getitem__(t, tuple(keys[:lead])) if lead else t
+        return indirect_rows(base, keys[lead:], loc, lambda b, ks: Tile.__getitem__(b, ks), dim=lead)
     static, tiles = resolve_dynamic_keys(keys, loc)
     v = _expr_view(t, static)
     v._dyn = tiles
