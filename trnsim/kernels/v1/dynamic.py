@@ -145,7 +145,7 @@ class IndirectRows(GatheredView):
                 n = self.base.shape[0]
                 raise NkiValidationError(
                     f"Out-of-bound access for tensor `{self.name}` on dimension {self.dim}: index tile "
-                    f"`{self.index.name}` holds {v} on partition {p}, outside [0, {n - 1}]", "index", "indices", v,
+                    f"`{self.index.name}` holds {v}, outside [0, {n - 1}] (on partition {p})", "index", "indices", v,
                     n, loc)
 
     @property
