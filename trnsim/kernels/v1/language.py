@@ -434,10 +434,13 @@ def _binary_into(out, x, y, op, loc, box=None):
         else:
             shape = np.broadcast_shapes(xs, ys)
             try:
-                _isa.tensor_tensor(core, loc, d, x.broadcast_to(shape), y.broadcast_to(shape), op)
+                xb, yb = x.broadcast_to(shape), y.broadcast_to(shape)
             except ViewError as e:
                 raise NkiValidationError(f"{op}: operands of shapes {list(xs)} and {list(ys)} do not broadcast: "
                                          f"{e}", op, "y", list(ys), list(xs), loc) from None
+            # a one-partition operand against a tile of several partitions ([1, 1] + [128, 1]): engines read
+            # consecutive partitions only, so it is replicated first, as nl.broadcast_to does (replicate_partitions)
+            _isa.tensor_tensor(core, loc, d, replicate_partitions(xb, loc), replicate_partitions(yb, loc), op)
     elif _is_tile(x):
         _isa.tensor_scalar(core, loc, resolve(out, box, loc, op, "dst"), resolve(x, box, loc, op, "x"), op, y)
     elif _is_tile(y):
@@ -740,6 +743,8 @@ def load(src, *, mask=None, dtype=None, **kwargs):
                                  "src", src, None, loc)
     if src.buf.kind != HBM:
         _space_error("load", "src", src, "hbm", loc)
+    if src.ndim == 0:           # one element (``hbm[b, h]``): a [1, 1] tile, one partition (an on-chip tile has
+        src = src.reshape((1, 1))   # at least 2 dimensions: NKI known issues, "Insufficient rank")
     out = _new(src.shape, src.dtype if dtype is None else dtype, SBUF, "", loc)
     box = mask_box(mask, src.shape, loc, "load")
     if not box_empty(box):
@@ -795,6 +800,8 @@ def store(dst, value, *, mask=None, **kwargs):
                                  "dst", dst, None, loc)
     if dst.buf.kind != HBM:
         _space_error("store", "dst", dst, "hbm", loc)
+    if dst.ndim == 0:           # one element: stored from a [1, 1] tile (as nl.load reads one)
+        dst = dst.reshape((1, 1))
     value = materialize(value, loc)
     box = mask_box(mask, dst.shape, loc, "store")
     if box_empty(box):
