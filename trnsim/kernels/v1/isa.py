@@ -159,6 +159,7 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **kwargs
 def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=engine.unknown, **kwargs):
     loc = caller_location()
     data1, data2 = materialize(data1, loc), materialize(data2, loc)
+    data1, data2 = _free_broadcast(data1, data2)
     out = _out(data1.shape, _nl._promote(data1.dtype, data2.dtype) if dtype is None else dtype)
     box = _prep(mask, data1.shape, "tensor_tensor", loc)
     if not box_empty(box):
@@ -166,6 +167,19 @@ def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=engine.unkn
                            _r(data1, box, loc, "tensor_tensor", "data1"), _r(data2, box, loc, "tensor_tensor", "data2"),
                            op, engine=_eng(engine))
     return out
+
+
+def _free_broadcast(a, b):
+    """A ``[P, 1]`` operand of ``tensor_tensor`` against a ``[P, F...]`` one, read with a free-dimension stride of
+    0 (the reference points to tensor_scalar for "broadcasting capability in the free dimension" as the faster
+    way, nki.isa.tensor_tensor; an access pattern's free strides may be 0).  Other shapes are left as they are
+    (the instruction's own rules check them)."""
+    if isinstance(a, Tensor) and isinstance(b, Tensor) and a.ndim >= 2 and b.ndim >= 2 and a.shape[0] == b.shape[0]:
+        if b.size == b.shape[0] and a.size > a.shape[0]:
+            return a, b.reshape((b.shape[0],) + (1,) * (a.ndim - 1)).broadcast_to(a.shape)
+        if a.size == a.shape[0] and b.size > b.shape[0]:
+            return a.reshape((a.shape[0],) + (1,) * (b.ndim - 1)).broadcast_to(b.shape), b
+    return a, b
 
 
 def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False, *, dtype=None,
