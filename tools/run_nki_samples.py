@@ -13,8 +13,19 @@ tutorial's own folder) on ``PYTHONPATH``:
   driver (softmax: ``xm.xla_device()`` is trnsim's ``neuron`` device through the torch_xla stand-in);
 - ``attn``: the attention tutorial's ``test_attn_tutorial("accuracy", attn_fwd_vN)``;
 - ``ref``: kernels with no asserting accuracy driver in the snapshot (the matrix multiplication tutorial, whose
-  PyTorch driver only prints, and the reference add kernel): called here on random inputs and compared with a float64 NumPy reference written in this
-  file (``REFERENCES``), with the tolerance stated there.
+  PyTorch driver only prints, the reference add kernel, and double_row_matmul, whose unit test cannot run: it
+  returns early unless the host's /sys product name says trn2, and reads it through an unimported ``warnings``):
+  called here on random inputs and compared with a float64 NumPy reference written in this file (``REFERENCES``),
+  with the tolerance stated there;
+- ``contrib``: a ``contributed/`` kernel's own ``check_correct()`` (its comparison printed as ``Is close: True``,
+  read here), or, for a file that checks at import, the file itself.
+
+The kernel list depends on the snapshot: the legacy layout (``src/nki_samples/reference`` present: commit 7af4e4d
+and earlier) or the newer one (6905a68 and later: the beta-2 tutorials, ``contributed/``); ``--list`` prints it.
+
+``--profile`` runs ``trnsim profile`` instead, for each kernel in ``PROFILES`` (its kernel and inputs written to a
+wrapper file), shape-only and full, on trn1 and trn2, and reports per kernel whether each of the four ran without a
+refusal, with the simulated time.
 
 Outputs ``<out>.json`` and ``<out>.md`` (default ``conformance/reports/nki-samples``): per kernel, the outcome
 (match / mismatch / error / timeout) and, for failures, the last error line.  Exit status 0 when the run completed
@@ -41,7 +52,7 @@ DEFAULT_SNAPSHOT = os.environ.get("NKI_SAMPLES_PATH", "")
 DEFAULT_OUT = os.path.join(REPO, "conformance", "reports", "nki-samples")
 TUT = "src/nki_samples/tutorials"
 
-# (name, kind, spec): the kernels and how each runs
+# (name, kind, spec): the kernels of the legacy layout (7af4e4d) and how each runs
 KERNELS = [
     ("unit/flash_attn_fwd", "unit", "test_flash_attn_fwd.py"),
     ("unit/flash_attn_bwd", "unit", "test_flash_attn_bwd.py"),
@@ -68,7 +79,28 @@ KERNELS = [
      ("basic", "tiled", "hoist_load", "block_free_dimension", "fully_optimized")] + [
     ("tutorial/softmax", "main", (f"{TUT}/softmax/softmax_torch.py", [])),
     ("reference/tutorial_add", "ref", "tutorial_add"),
-]
+    ("reference/double_row_matmul", "ref", "double_row_matmul"),
+] + [(f"contributed/{c}", "contrib", c) for c in ("interpolate_bilinear_fwd", "interpolate_trilinear_fwd", "matmul",
+                                                  "maxpooling", "pipelined_attention")]
+
+# the newer layout (6905a68 and later): the tutorials kept (beta-2 matrix multiplication and MX matmul among them)
+# and contributed/; the unit tests there import the removed reference kernels and are not listed
+KERNELS_NEW = [(f"tutorial/attention_fwd_v{v}", "attn", v) for v in range(1, 12)] + [
+    ("tutorial/average_pool2d", "main", (f"{TUT}/average_pool2d/average_pool2d_nki_kernels.py", [])),
+    ("tutorial/fused_mamba_v1-v3", "main", (f"{TUT}/fused_mamba/mamba_nki_kernels.py", ["--mode", "accuracy"])),
+    ("tutorial/transpose2d", "main", (f"{TUT}/transpose2d/transpose2d_nki_kernels.py", [])),
+    ("tutorial/tensor_addition", "main", (f"{TUT}/tensor_addition/tensor_addition_nki_kernels.py", [])),
+    ("tutorial/spmd_tensor_addition", "main", (f"{TUT}/tensor_addition/spmd_tensor_addition_nki_kernels.py", [])),
+    ("tutorial/spmd_multiple_nc_tensor_addition", "main",
+     (f"{TUT}/tensor_addition/spmd_multiple_nc_tensor_addition_nki_kernels.py", [])),
+] + [(f"tutorial/matmul_{k}", "ref", f"matmul:{k}") for k in
+     ("basic", "tiled", "hoist_load", "block_free_dimension", "fully_optimized")] + [
+    ("tutorial/mxfp_matmul", "main", (f"{TUT}/mxfp-matmul/mx_toplevel.py", [])),
+] + [(f"contributed/{c}", "contrib", c) for c in ("interpolate_bilinear_fwd", "interpolate_trilinear_fwd", "matmul",
+                                                  "maxpooling", "pipelined_attention")]
+
+# per kernel, the environment it needs besides the default (MX formats exist on trn3 only)
+KERNEL_ENV = {"tutorial/mxfp_matmul": {"NEURON_PLATFORM_TARGET_OVERRIDE": "trn3"}}
 
 # the ``ref`` drivers: Python run in the kernel's process (``np`` imported, the snapshot's src on sys.path);
 # each ends with an assertion against a float64 NumPy reference
@@ -98,6 +130,41 @@ np.testing.assert_allclose(np.asarray(out, np.float64), a.astype(np.float64) + b
 print("match")
 """,
 }
+REFERENCES["double_row_matmul"] = """
+import importlib.util
+spec = importlib.util.spec_from_file_location("t_drm", {snap!r} + "/test/unit/test_double_row_matmul.py")
+t = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(t)        # the test's own helpers (its rhs reshape and column-wise quantisation)
+from neuronxcc.nki import baremetal, simulate_kernel
+import neuronxcc.nki.language as nl
+rng = np.random.default_rng(0)
+M, K, N = 512, 16 * 1024, 1024
+for TM, TN, TK in ((2, 2, 16), (4, 1, 32), (4, 2, 128)):     # the test's three configurations
+    lhs = rng.random((M, K))
+    rhs = rng.random((K, N))
+    want = lhs @ rhs                                        # float64
+    sc, rq = t.column_wise_quantize(rhs)
+    out = simulate_kernel(baremetal(t.quantized_double_row_matmul), nl.static_cast(lhs, nl.bfloat16),
+                          nl.static_cast(t.reshape(rq), nl.float8_e4m3), nl.static_cast(sc, nl.bfloat16), TM, TN, TK)
+    # the test's own tolerance (fp8 e4m3 operands: 3 mantissa bits, scaled per row and column)
+    np.testing.assert_allclose(np.asarray(out, np.float64), want, rtol=2e-2)
+print("match")
+"""
+CONTRIB_DRIVER = """
+import contextlib, io, re, runpy, sys
+sys.argv = [{path!r}]
+buf = io.StringIO()
+with contextlib.redirect_stdout(buf):
+    ns = runpy.run_path({path!r}, run_name="nki_samples_contrib")      # not __main__: no benchmark
+    if "check_correct" in ns:
+        ns["check_correct"]()
+text = buf.getvalue()
+print(text)
+if "check_correct" in ns:
+    got = re.findall(r"Is close\??:?\s*(True|False)", text)
+    assert got and all(g == "True" for g in got), "check_correct printed: " + repr(text[-300:])
+print("match")
+"""
 MATMUL_SHAPES = {"basic": "64, 128, 512", "tiled": "1024, 1024, 1024", "hoist_load": "1024, 1024, 1024",
                  "block_free_dimension": "1024, 1024, 2048", "fully_optimized": "4096, 1024, 2048"}
 ATTN_DRIVER = """
@@ -143,10 +210,18 @@ def command_for(kind, spec, snap):
     if kind == "attn":
         d = os.path.join(tut, "attention_fwd_performance")
         return [py, "-c", ATTN_DRIVER.format(d=d, v=spec)], None, [d]
+    if kind == "contrib":
+        path = os.path.join(snap, "contributed", spec + ".py")
+        return [py, "-c", CONTRIB_DRIVER.format(path=path)], None, [os.path.dirname(path)]
     name, _, arg = spec.partition(":")
-    code = "import numpy as np, ml_dtypes\n" + REFERENCES[name].format(tut=tut, arg=arg,
+    code = "import numpy as np, ml_dtypes\n" + REFERENCES[name].format(tut=tut, arg=arg, snap=snap,
                                                                          shape=MATMUL_SHAPES.get(arg, ""))
     return [py, "-c", code], None, []
+
+
+def kernels_for(snap):
+    """The kernel list of the snapshot's layout: legacy (with ``src/nki_samples/reference``) or newer."""
+    return KERNELS if os.path.isdir(os.path.join(snap, "src", "nki_samples", "reference")) else KERNELS_NEW
 
 
 def last_error(text):
@@ -161,6 +236,7 @@ def run_one(name, kind, spec, snap, timeout):
     argv, cwd, extra = command_for(kind, spec, snap)
     env = dict(os.environ)
     env["TORCHNEURON_TARGET"] = "sim"
+    env.update(KERNEL_ENV.get(name, {}))
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.setdefault("OMP_NUM_THREADS", "1")          # one BLAS thread per kernel process (see run_nki_library.py)
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -206,7 +282,8 @@ def write_report(records, out, snap_commit, elapsed):
              "| kernel | how it runs | outcome | seconds | detail |", "|---|---|---|---|---|"]
     for r in records:
         how = {"unit": "its pytest file (--simulation-only)", "main": "its `__main__` (accuracy)",
-               "attn": "test_attn_tutorial('accuracy')", "ref": "float64 NumPy reference (this tool)"}[r["kind"]]
+               "attn": "test_attn_tutorial('accuracy')", "ref": "float64 NumPy reference (this tool)",
+               "contrib": "its check_correct() (or the file's own check)"}[r["kind"]]
         if r["kind"] == "unit":
             how += f": {r.get('tests_passed', 0)} passed, {r.get('tests_failed', 0)} failed"
         lines.append(f"| {r['name']} | {how} | {r['outcome']} | {r['seconds']} | "
@@ -225,12 +302,17 @@ def main(argv=None):
     ap.add_argument("--only", nargs="*", default=None, help="kernel names (or prefixes) to run")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per kernel")
     ap.add_argument("--quick-first", action="store_true", help="run the pytest files after everything else")
+    ap.add_argument("--list", action="store_true", help="print the kernel names of the snapshot's layout and exit")
     a = ap.parse_args(argv)
     if not os.path.isdir(os.path.join(a.snapshot, "src", "nki_samples")):
         print(f"run_nki_samples: {a.snapshot} is not an nki-samples checkout (no src/nki_samples); "
               "give --snapshot or NKI_SAMPLES_PATH", file=sys.stderr)
         return 2
-    todo = [k for k in KERNELS if a.only is None or any(k[0].startswith(o) for o in a.only)]
+    kernels = kernels_for(a.snapshot)
+    if a.list:
+        print("\n".join(k[0] for k in kernels))
+        return 0
+    todo = [k for k in kernels if a.only is None or any(k[0].startswith(o) for o in a.only)]
     if a.quick_first:        # the tutorials and reference drivers first, the pytest files (the long ones) last
         todo.sort(key=lambda k: k[1] == "unit")
     if not todo:

@@ -22,6 +22,15 @@ def _directive(name):
         if func is None:
             return lambda f: deco(f, **kwargs)
 
+        if hasattr(type(func), "__getitem__"):
+            # a kernel object (``@directive`` above ``@nki.baremetal(...)``): kept as it is, so that ``k[grid]``
+            # still launches it
+            try:
+                func._trnsim_directives = getattr(func, "_trnsim_directives", ()) + (name,)
+            except AttributeError:
+                pass
+            return func
+
         @functools.wraps(func)
         def wrapper(*a, **k):
             return func(*a, **k)
