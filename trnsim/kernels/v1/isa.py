@@ -129,6 +129,9 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     m = _stage_to_sbuf(_r(moving, None, loc, "nc_matmul", "moving"), loc, returned_only=True)
     M = s.size // s.shape[0] if s.shape else 1
     N = m.size // m.shape[0] if m.shape else 1
+    mode = getattr(kwargs.get("perf_mode"), "value", kwargs.get("perf_mode"))
+    if mode in ("double_row", "double_row_gen3"):       # [K, 2, M] x [K, 2, N]: the pair is contracted too
+        M, N = M // 2, N // 2
     box = _prep(mask, (M, N), "nc_matmul", loc)
     if box is not None and not box_empty(box):
         raise NotImplementedError("nisa.nc_matmul with a mask= that keeps part of the [M, N] result is not supported "
