@@ -182,6 +182,172 @@ print("match")
 """
 
 
+# --profile: (report row, file relative to the snapshot, kernel names in it, inputs, grid).  ``inputs`` is Python
+# evaluated in the wrapper with ``rng`` (a seeded Generator), ``np``, ``nl`` (neuronxcc.nki.language) and ``bf16``
+# (ml_dtypes.bfloat16) in scope, giving the kernel's positional arguments, or (args, kwargs); the shapes are those of
+# the kernel's own test or driver, smaller where the kernel allows it (the profile shows the same instruction mix)
+_RF = "src/nki_samples/reference"
+_ATTN = f"{TUT}/attention_fwd_performance/attention_kernels.py"
+_QKV = "tuple(rng.random((128, {n})).astype(np.float32) for _ in range(3))"
+PROFILES = [(f"tutorial/attention_fwd_v{v}", _ATTN, [f"attn_fwd_v{v}"], _QKV.format(n=128 if v <= 2 else 4096), None)
+            for v in range(1, 12)] + [
+    ("tutorial/average_pool2d", f"{TUT}/average_pool2d/average_pool2d_nki_kernels.py", ["tensor_avgpool_kernel"],
+     "(rng.random((128, 64, 64)).astype(np.float16), 2)", None),
+    ("tutorial/fused_mamba_v1-v3", f"{TUT}/fused_mamba/mamba_nki_kernels.py", ["mamba_v1", "mamba_v2", "mamba_v3"],
+     "(rng.random((1, 256, 512)).astype(np.float32), rng.random((1, 256, 512)).astype(np.float32), "
+     "-rng.random((256, 16)).astype(np.float32), rng.random((1, 16, 512)).astype(np.float32), "
+     "rng.random((1, 16, 512)).astype(np.float32))", None),
+    ("tutorial/layernorm_v1-v2", f"{TUT}/layernorm/layernorm_nki_kernel.py",
+     ["nki_layernorm_kernel_v1", "nki_layernorm_kernel_v2"],
+     "(rng.random((512, 1024)).astype(np.float32), 1e-5, rng.random(1024).astype(np.float32), "
+     "rng.random(1024).astype(np.float32))", None),
+    ("tutorial/rmsnorm", f"{TUT}/rmsnorm/rmsnorm_nki_kernels.py", ["nki_rmsnorm_kernel"],
+     "(rng.random((128, 512)).astype(np.float32), rng.random(512).astype(np.float32))", None),
+    ("tutorial/sd_attention", f"{TUT}/sd_attention/sd_attention_nki_kernels.py",
+     ["fused_self_attn_for_SD_small_head_size"], "tuple(rng.random((4096, 64)).astype(np.float32) for _ in range(3))",
+     None),
+    ("tutorial/transpose2d", f"{TUT}/transpose2d/transpose2d_nki_kernels.py", ["tensor_transpose2D_kernel_"],
+     "(rng.integers(0, 100, (128, 12 * 64)).astype(np.int8), (12, 64))", None),
+    ("tutorial/tensor_addition", f"{TUT}/tensor_addition/tensor_addition_nki_kernels.py", ["nki_tensor_add_kernel_"],
+     "(rng.random((256, 1024)).astype(np.float16), rng.random((256, 1024)).astype(np.float16))", "2x2"),
+    ("tutorial/spmd_tensor_addition", f"{TUT}/tensor_addition/spmd_tensor_addition_nki_kernels.py",
+     ["nki_tensor_add_kernel_"],
+     "(rng.random((256, 1024)).astype(np.float16), rng.random((256, 1024)).astype(np.float16))", "2x2"),
+    ("tutorial/spmd_multiple_nc_tensor_addition", f"{TUT}/tensor_addition/spmd_multiple_nc_tensor_addition_nki_kernels.py",
+     ["nki_tensor_add_kernel_"],
+     "(rng.random((512, 2048)).astype(np.float16), rng.random((512, 2048)).astype(np.float16))", "4x4"),
+    ("tutorial/matmul_basic", f"{TUT}/matrix_multiplication/matrix_multiplication_nki_kernels.py", ["nki_matmul_basic_"],
+     "(rng.random((128, 64)).astype(bf16), rng.random((128, 512)).astype(bf16))", None),
+] + [(f"tutorial/matmul_{k}", f"{TUT}/matrix_multiplication/matrix_multiplication_nki_kernels.py", [f"nki_matmul_{k}_"],
+      "(rng.random(({K}, {M})).astype(bf16), rng.random(({K}, {N})).astype(bf16))".format(
+          **dict(zip("MKN", (int(x) for x in MATMUL_SHAPES[k].split(","))))), None)
+     for k in ("tiled", "hoist_load", "block_free_dimension", "fully_optimized")] + [
+    ("tutorial/softmax", f"{TUT}/softmax/softmax_nki_kernels.py", ["nki_softmax_kernel"],
+     "(rng.random((128, 1024)).astype(np.float32),)", None),
+    ("reference/tutorial_add", f"{_RF}/tutorial.py", ["add_kernel_nx8x128x512"],
+     "(rng.random((2, 8, 128, 512)).astype(np.float32), rng.random((2, 8, 128, 512)).astype(np.float32), "
+     "2 * 8 * 128 * 512)", "2"),
+    ("unit/flash_attn_fwd", f"{_RF}/attention.py", ["flash_fwd"],
+     "((rng.random((1, 1, 128, 2048)) - 0.5).astype(bf16), (rng.random((1, 1, 128, 2048)) - 0.5).astype(bf16), "
+     "(rng.random((1, 1, 2048, 128)) - 0.5).astype(bf16), None), dict(use_causal_mask=True, mixed_precision=True)",
+     "1x1"),
+    ("unit/flash_attn_bwd", f"{_RF}/attention.py", ["flash_attn_bwd"],
+     "tuple((rng.random((1, 1, 128, 2048)) - 0.5).astype(bf16) for _ in range(5)) + "
+     "(rng.random((1, 1, 128, 16)).astype(np.float32), None), dict(use_causal_mask=True, mixed_precision=True)",
+     "1x1"),
+    ("unit/SD_attention_small_head", f"{_RF}/attention.py", ["fused_self_attn_for_SD_small_head_size"],
+     "(rng.random((1, 128, 4096)).astype(np.float32), rng.random((1, 4096, 128)).astype(np.float32), "
+     "rng.random((1, 4096, 128)).astype(np.float32))", None),
+    ("unit/allocated_SD_attention_small_head", f"{_RF}/allocated_attention.py",
+     ["allocated_fused_self_attn_for_SD_small_head_size"],
+     "(rng.random((1, 128, 4096)).astype(np.float32), rng.random((1, 128, 4096)).astype(np.float32), "
+     "rng.random((1, 4096, 128)).astype(np.float32))", None),
+    ("unit/rmsnorm_qkv", f"{_RF}/allocated_fused_linear.py", ["allocated_fused_rms_norm_qkv"],
+     "(rng.random((1, 128, 1024)).astype(np.float32), rng.random((1024, 512)).astype(np.float32))", None),
+    ("unit/select_and_scatter", f"{_RF}/vision.py", ["select_and_scatter_kernel"],
+     "(rng.random((8, 64, 112, 112)).astype(np.float32), rng.random((8, 64, 56, 56)).astype(np.float32))", None),
+    ("unit/resize_nearest", f"{_RF}/vision.py", ["resize_nearest_fixed_dma_kernel"],
+     "(rng.random((1, 30, 20, 1280)).astype(np.float32), (1, 59, 38, 1280))", "1"),
+    ("unit/adaptive_avg_pool2d", f"{_RF}/vision.py", ["adaptive_avg_pool2d_kernel"],
+     "(rng.standard_normal((3, 96, 24, 24)).astype(bf16), (6, 6))", None),
+    ("reference/double_row_matmul", f"{_RF}/double_row_matmul.py", ["quantized_double_row_matmul"],
+     "(rng.random((512, 16384)).astype(bf16), rng.random((8192, 2048)).astype(ml_dtypes.float8_e4m3), "
+     "rng.random((128, 1024)).astype(bf16), 2, 2, 16)", None),
+    ("contributed/interpolate_bilinear_fwd", "contributed/interpolate_bilinear_fwd.py", ["interpolate_bilinear_2x_fwd"],
+     "(rng.random((2, 64, 128, 128)).astype(np.float32),)", None),
+    ("contributed/interpolate_trilinear_fwd", "contributed/interpolate_trilinear_fwd.py",
+     ["interpolate_trilinear_2x_fwd"], "(rng.random((2, 64, 23, 23, 23)).astype(np.float32),)", None),
+    ("contributed/matmul", "contributed/matmul.py", ["matmul"],
+     "(rng.random((1024, 2048)).astype(np.float16), rng.random((1024, 2048)).astype(np.float16))", None),
+    ("contributed/maxpooling", "contributed/maxpooling.py", ["max_pooling_2d_stride_1"],
+     "(rng.random((448, 448)).astype(np.float32), 3)", None),
+]
+PROFILE_TARGETS = ("trn1", "trn2")
+PROFILE_WRAPPER = """
+import sys, runpy
+import numpy as np, ml_dtypes
+sys.path.insert(0, {d!r})
+bf16 = ml_dtypes.bfloat16
+import neuronxcc.nki.language as nl
+_ns = runpy.run_path({path!r}, run_name="nki_samples_profiled")
+kernel = _ns[{sym!r}]
+if not hasattr(kernel, "fn") and hasattr(kernel, "__wrapped__"):
+    kernel = kernel.__wrapped__
+def make_inputs():
+    rng = np.random.default_rng(0)
+    return {inputs}
+"""
+
+
+def profile_one(name, rel, syms, inputs, grid, snap, timeout):
+    """``trnsim profile`` of each kernel of a row, shape-only and full, on PROFILE_TARGETS: a record with, per run,
+    ``ok`` and the simulated time (or the error's last line)."""
+    path = os.path.join(snap, rel)
+    rec = {"name": name, "runs": {}}
+    if not os.path.isfile(path):
+        rec["missing"] = True
+        return rec
+    env = dict(os.environ)
+    env["TORCHNEURON_TARGET"] = "sim"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["PYTHONPATH"] = os.pathsep.join([REPO, os.path.join(snap, "src")] + [p for p in [env.get("PYTHONPATH")] if p])
+    for sym in syms:
+        with tempfile.TemporaryDirectory(prefix="trnsim-samples-prof-") as tmp:
+            wrap = os.path.join(tmp, "wrap.py")
+            with open(wrap, "w") as f:
+                f.write(PROFILE_WRAPPER.format(d=os.path.dirname(path), path=path, sym=sym, inputs=inputs))
+            for tg in PROFILE_TARGETS:
+                for shape_only in (True, False):
+                    key = f"{sym}:{tg}:{'shape-only' if shape_only else 'full'}"
+                    argv = [sys.executable, "-m", "trnsim", "profile", f"{wrap}::kernel", "--inputs", "make_inputs",
+                            "--target", tg, "--no-plot", "--no-progress", "--out", os.path.join(tmp, "out")]
+                    argv += ["--grid", grid] if grid else []
+                    argv += ["--shape-only"] if shape_only else []
+                    t0 = time.monotonic()
+                    try:
+                        p = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout)
+                        out = p.stdout + p.stderr
+                        ok = p.returncode == 0
+                    except subprocess.TimeoutExpired:
+                        out, ok = f"no result in {timeout} s", False
+                    r = {"ok": ok, "seconds": round(time.monotonic() - t0, 1)}
+                    m = re.search(r"total[^\n]*?([0-9.,]+)\s*(us|µs|ms)", out)
+                    if ok and m:
+                        r["simulated"] = m.group(1) + " " + m.group(2)
+                    if not ok:
+                        r["detail"] = last_error(out).replace(os.path.abspath(snap), "<snapshot>")
+                    rec["runs"][key] = r
+                    print(f"  {name} {key}: {'ok' if ok else 'FAILED'} {r.get('simulated', r.get('detail', ''))}",
+                          flush=True)
+    return rec
+
+
+def write_profile_report(records, out, snap_commit, elapsed):
+    made = repo_commit()
+    meta = {"snapshot": "aws-neuron/nki-samples", "snapshot_commit": snap_commit, "commit": made["commit"],
+            "made": made["made"], "wall_seconds": round(elapsed, 1), "targets": list(PROFILE_TARGETS)}
+    rows = [r for r in records if not r.get("missing")]
+    ok = sum(1 for r in rows if r["runs"] and all(v["ok"] for v in r["runs"].values()))
+    with atomic_write(out + ".json") as f:
+        f.write(json.dumps({"meta": meta, "profiled": ok, "kernels": records}, indent=1) + "\n")
+    lines = [f"# nki-samples profiles with trnsim ({snap_commit})", "",
+             f"Made at commit {meta['commit']} on {meta['made'][:10]} by `python tools/run_nki_samples.py --profile` "
+             f"({meta['wall_seconds']} s).", "",
+             f"**{ok} / {len(rows)} kernels profile without a refusal** (`trnsim profile`, shape-only and full, on "
+             f"{' and '.join(PROFILE_TARGETS)}).", "",
+             "| kernel | runs | simulated time (first kernel; trn1 / trn2, full) | failures |", "|---|---|---|---|"]
+    for r in rows:
+        runs = r["runs"]
+        good = sum(1 for v in runs.values() if v["ok"])
+        first = next(iter(runs)).split(":")[0] if runs else ""
+        sim = " / ".join(runs.get(f"{first}:{tg}:full", {}).get("simulated", "-") for tg in PROFILE_TARGETS)
+        bad = "; ".join(f"{k}: {v.get('detail', '')}" for k, v in runs.items() if not v["ok"])
+        lines.append(f"| {r['name']} | {good} / {len(runs)} ok | {sim} | {bad.replace('|', '/')[:400]} |")
+    with atomic_write(out + ".md") as f:
+        f.write("\n".join(lines) + "\n")
+
+
 def snapshot_commit(path):
     try:
         return subprocess.run(["git", "-C", path, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -303,12 +469,25 @@ def main(argv=None):
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per kernel")
     ap.add_argument("--quick-first", action="store_true", help="run the pytest files after everything else")
     ap.add_argument("--list", action="store_true", help="print the kernel names of the snapshot's layout and exit")
+    ap.add_argument("--profile", action="store_true",
+                    help="run `trnsim profile` (shape-only and full, trn1 and trn2) on each kernel instead; the report "
+                         "goes to <out>-profiles.{md,json}")
     a = ap.parse_args(argv)
     if not os.path.isdir(os.path.join(a.snapshot, "src", "nki_samples")):
         print(f"run_nki_samples: {a.snapshot} is not an nki-samples checkout (no src/nki_samples); "
               "give --snapshot or NKI_SAMPLES_PATH", file=sys.stderr)
         return 2
     kernels = kernels_for(a.snapshot)
+    if a.profile:
+        rows = [p for p in PROFILES if a.only is None or any(p[0].startswith(o) for o in a.only)]
+        if not rows:
+            print(f"run_nki_samples: --only {a.only} names no profiled kernel", file=sys.stderr)
+            return 2
+        t0 = time.monotonic()
+        recs = [profile_one(*row, a.snapshot, a.timeout) for row in rows]
+        write_profile_report(recs, a.out + "-profiles", snapshot_commit(a.snapshot), time.monotonic() - t0)
+        print(f"report: {a.out}-profiles.md")
+        return 0
     if a.list:
         print("\n".join(k[0] for k in kernels))
         return 0
