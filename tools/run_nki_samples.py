@@ -279,9 +279,28 @@ def make_inputs():
 """
 
 
+PROFILE_DRIVER = """
+import contextlib, io, json, sys, traceback
+from trnsim.cli import main
+for sym, tg, shape_only in {runs!r}:
+    buf = io.StringIO()
+    argv = ["profile", {wrap!r} + "::" + sym, "--inputs", "make_inputs", "--target", tg, "--no-plot",
+            "--no-progress", "--out", {out!r}] + (["--grid", {grid!r}] if {grid!r} else []) + \
+        (["--shape-only"] if shape_only else [])
+    try:
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+            rc = main(argv)
+    except BaseException:
+        rc = 1
+        buf.write(traceback.format_exc())
+    print("@@RUN " + json.dumps([sym, tg, shape_only, rc or 0, buf.getvalue()[-4000:]]), flush=True)
+"""
+
+
 def profile_one(name, rel, syms, inputs, grid, snap, timeout):
-    """``trnsim profile`` of each kernel of a row, shape-only and full, on PROFILE_TARGETS: a record with, per run,
-    ``ok`` and the simulated time (or the error's last line)."""
+    """``trnsim profile`` of each kernel of a row, shape-only and full, on PROFILE_TARGETS (all in one process, through
+    ``trnsim.cli.main``, as the command line runs it): a record with, per run, ``ok`` and the simulated time (or the
+    error's last line)."""
     path = os.path.join(snap, rel)
     rec = {"name": name, "runs": {}}
     if not os.path.isfile(path):
@@ -292,34 +311,38 @@ def profile_one(name, rel, syms, inputs, grid, snap, timeout):
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONPATH"] = os.pathsep.join([REPO, os.path.join(snap, "src")] + [p for p in [env.get("PYTHONPATH")] if p])
-    for sym in syms:
-        with tempfile.TemporaryDirectory(prefix="trnsim-samples-prof-") as tmp:
-            wrap = os.path.join(tmp, "wrap.py")
-            with open(wrap, "w") as f:
+    with tempfile.TemporaryDirectory(prefix="trnsim-samples-prof-") as tmp:
+        wraps = {}
+        for i, sym in enumerate(syms):
+            wraps[sym] = os.path.join(tmp, f"wrap{i}.py")
+            with open(wraps[sym], "w") as f:
                 f.write(PROFILE_WRAPPER.format(d=os.path.dirname(path), path=path, sym=sym, inputs=inputs))
-            for tg in PROFILE_TARGETS:
-                for shape_only in (True, False):
-                    key = f"{sym}:{tg}:{'shape-only' if shape_only else 'full'}"
-                    argv = [sys.executable, "-m", "trnsim", "profile", f"{wrap}::kernel", "--inputs", "make_inputs",
-                            "--target", tg, "--no-plot", "--no-progress", "--out", os.path.join(tmp, "out")]
-                    argv += ["--grid", grid] if grid else []
-                    argv += ["--shape-only"] if shape_only else []
-                    t0 = time.monotonic()
-                    try:
-                        p = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout)
-                        out = p.stdout + p.stderr
-                        ok = p.returncode == 0
-                    except subprocess.TimeoutExpired:
-                        out, ok = f"no result in {timeout} s", False
-                    r = {"ok": ok, "seconds": round(time.monotonic() - t0, 1)}
-                    m = re.search(r"total[^\n]*?([0-9.,]+)\s*(us|µs|ms)", out)
-                    if ok and m:
-                        r["simulated"] = m.group(1) + " " + m.group(2)
-                    if not ok:
-                        r["detail"] = last_error(out).replace(os.path.abspath(snap), "<snapshot>")
-                    rec["runs"][key] = r
-                    print(f"  {name} {key}: {'ok' if ok else 'FAILED'} {r.get('simulated', r.get('detail', ''))}",
-                          flush=True)
+        for sym in syms:
+            runs = [("kernel", tg, so) for tg in PROFILE_TARGETS for so in (True, False)]
+            code = PROFILE_DRIVER.format(runs=runs, wrap=wraps[sym], out=os.path.join(tmp, "out"), grid=grid or "")
+            t0 = time.monotonic()
+            try:
+                p = subprocess.run([sys.executable, "-c", code], cwd=tmp, env=env, capture_output=True, text=True,
+                                   timeout=timeout)
+                lines = [json.loads(ln[6:]) for ln in p.stdout.splitlines() if ln.startswith("@@RUN ")]
+                tail = p.stdout + p.stderr
+            except subprocess.TimeoutExpired:
+                lines, tail = [], f"no result in {timeout} s"
+            done = {(tg, so): (rc, out) for _, tg, so, rc, out in lines}
+            for _, tg, so in runs:
+                key = f"{sym}:{tg}:{'shape-only' if so else 'full'}"
+                rc, out = done.get((tg, so), (1, tail))
+                r = {"ok": rc == 0}
+                m = re.search(r"total[^\n]*?([0-9][0-9.,]*)\s*(us|µs|ms|s)\b", out)
+                if rc == 0 and m:
+                    r["simulated"] = m.group(1) + " " + m.group(2)
+                if rc != 0:
+                    r["detail"] = last_error(out).replace(os.path.abspath(snap), "<snapshot>")
+                rec["runs"][key] = r
+                print(f"  {name} {key}: {'ok' if rc == 0 else 'FAILED'} {r.get('simulated', r.get('detail', ''))}",
+                      flush=True)
+            rec.setdefault("seconds", 0.0)
+            rec["seconds"] = round(rec["seconds"] + time.monotonic() - t0, 1)
     return rec
 
 
