@@ -68,10 +68,9 @@ def test_profile_mode_refuses_a_name_it_does_not_profile(tmp_path, capsys):
 def test_every_listed_kernel_has_a_profile_row():
     prof = {p[0] for p in runner.PROFILES}
     missing = [k[0] for k in runner.KERNELS + runner.KERNELS_NEW if k[0] not in prof]
-    # the rotary tutorial (a benchmark suite of its own), the MX matmul tutorial (through torch_xla) and the
-    # pipelined attention (a 16k-only kernel launched at import) have no profile row; double_row_matmul's unit test
-    # row is profiled as reference/double_row_matmul
-    assert sorted(set(missing)) == ["contributed/pipelined_attention", "tutorial/mxfp_matmul", "tutorial/rotary",
+    # the MX matmul tutorial (through torch_xla) and the pipelined attention (a 16k-only kernel launched at
+    # import) have no profile row; double_row_matmul's unit test row is profiled as reference/double_row_matmul
+    assert sorted(set(missing)) == ["contributed/pipelined_attention", "tutorial/mxfp_matmul",
                                     "unit/double_row_matmul"]
 
 

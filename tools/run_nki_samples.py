@@ -203,6 +203,9 @@ PROFILES = [(f"tutorial/attention_fwd_v{v}", _ATTN, [f"attn_fwd_v{v}"], _QKV.for
      "rng.random(1024).astype(np.float32))", None),
     ("tutorial/rmsnorm", f"{TUT}/rmsnorm/rmsnorm_nki_kernels.py", ["nki_rmsnorm_kernel"],
      "(rng.random((128, 512)).astype(np.float32), rng.random(512).astype(np.float32))", None),
+    ("tutorial/rotary", f"{TUT}/rotary/rotary_nki_kernels.py", ["nki_apply_rotary_embedding"],
+     "tuple(rng.random((1, 2, 256, 128)).astype(np.float32) for _ in range(2)) + "
+     "tuple(rng.random((1, 256, 128)).astype(np.float32) for _ in range(2))", "1x2"),
     ("tutorial/sd_attention", f"{TUT}/sd_attention/sd_attention_nki_kernels.py",
      ["fused_self_attn_for_SD_small_head_size"], "tuple(rng.random((4096, 64)).astype(np.float32) for _ in range(3))",
      None),
