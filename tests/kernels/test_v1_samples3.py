@@ -262,3 +262,14 @@ def test_no_reorder_loop_directive_and_a_directive_above_a_baremetal_kernel():
 
     x = RNG.standard_normal((2, 128, 32)).astype(np.float32)
     np.testing.assert_allclose(k[1](x), np.exp(f64(x)), rtol=1e-5)
+
+
+def test_indirect_rows_in_a_shape_only_run_move_one_row_per_index():
+    """Without values (shape-only), ``t[b, indices_tile, i_f]`` still issues one row per kept partition."""
+    t = RNG.standard_normal((2, 600, 64)).astype(np.float32)
+    idx = RNG.integers(0, 600, (128, 1)).astype(np.int32)
+    k = _gather_kernel()
+    full = trnsim.profile(k)(t, idx, 100)
+    shape_only = trnsim.profile(k, execute=False)(t, idx, 100)
+    n_dma = [sum(1 for r in p.result.cores[0].instructions if "dma" in r.opcode) for p in (full, shape_only)]
+    assert n_dma[0] == n_dma[1] >= 2 * 100

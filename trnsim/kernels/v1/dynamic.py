@@ -173,7 +173,12 @@ def indirect_rows(base, keys, loc, view_of, dim=0):
         raise NkiValidationError(f"index of tensor `{base.name}`: a tile of row indices must have shape [N, 1] or "
                                  f"[N] (one index per partition), got {list(idx.shape)}", "index", "indices",
                                  list(idx.shape), "[N, 1]", loc)
-    vals = _int_values(idx, loc, "index")
+    if idx.buf.data is None:
+        # a shape-only run has no index values: each partition still moves one row (one DMA descriptor per index,
+        # the same bytes whichever row it names), so the rows are timed as row 0; nothing is bounds-checked
+        vals = [0] * (idx.shape[0] if idx.ndim else 1)
+    else:
+        vals = _int_values(idx, loc, "index")
     n0 = base.shape[0]
     oob = [(p, int(v)) for p, v in enumerate(vals) if not 0 <= v < n0]
     bad = {p for p, _ in oob}
