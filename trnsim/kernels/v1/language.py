@@ -7,6 +7,7 @@ only the calling convention differs (a new tile is allocated and returned, ``mas
 from __future__ import annotations
 
 import builtins
+import os
 import sys
 
 import ml_dtypes  # noqa: F401  (registers bfloat16 / float8 names with NumPy)
@@ -190,7 +191,7 @@ def _traced_once(placement):
     return sites.setdefault(tuple(key), placement)
 
 
-_TRNSIM_DIR = __file__[:__file__.rindex("trnsim") + len("trnsim")]
+_TRNSIM_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep   # trnsim/
 
 
 def _direct_placement(buffer, kind, loc):
