@@ -80,6 +80,10 @@ def nc_matmul(core, loc, dst, stationary, moving, is_stationary_onezero=False, i
              f"{' or '.join(allowed_dst)}", dst.dtype.name, allowed_dst, loc)
     mode = getattr(perf_mode, "value", perf_mode)
     mode = "none" if mode is None else mode
+    if mode == "double_row_gen3":
+        # the legacy (neuronxcc) spelling of double_row: AWS's own nc_matmul example runs perf_mode=
+        # "double_row_gen3" on trn2 against einsum("kli,klj->ij") (aws-neuron-sdk nki/test/test_nki_isa_nc_matmul.py)
+        mode = "double_row"
     if not isinstance(mode, str) or mode not in ("none", "double_row"):
         fail(I, "perf_mode", f"must be nisa.matmul_perf_mode.none or .double_row, got {perf_mode!r}", perf_mode,
              ("none", "double_row"), loc)

@@ -23,6 +23,7 @@ def rmw(dst, value, op, mask, loc, what):
     if mask is not None:
         raise NotImplementedError(f"{what} with mask= is not supported by trnsim yet; index the operands")
     if isinstance(dst, IndirectRows):
+        dst.check(loc)
         rows, index, shape, dt = dst.rows, dst.index, dst.shape, dst.dtype
     elif isinstance(dst, Tensor):
         d = resolve(materialize(dst, loc), None, loc, what, "dst")

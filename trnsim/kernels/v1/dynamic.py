@@ -10,7 +10,8 @@ Two forms occur in v1 kernels:
   A shape-only run has no values, so it cannot place the view: it raises ``NotImplementedError`` (as the v2
   ``ap(scalar_offset=tensor)`` does).
 * an **indirect index**: a tile of several integers (one per partition, ``[N, 1]`` or ``[N]``) indexing a tensor's
-  first dimension (``hbm[indices_tile, ix]``, ``counts[bins, :]``), as ``nl.atomic_rmw`` takes its destination.
+  first dimension (``hbm[indices_tile, ix]``, ``counts[bins, :]``), as ``nl.atomic_rmw`` takes its destination, or
+  the first dimension after integer indices (``hbm[b, indices_tile, ix]``: the rows of ``hbm[b]``).
   Each partition ``p`` addresses row ``indices[p]``: the result is an :class:`IndirectRows`, one view per partition
   (not a strided view; only the instructions that take a gathered destination accept it).
 """
@@ -126,12 +127,26 @@ class IndirectRows(GatheredView):
     ``rows[p]`` is the view ``tensor[indices[p], ...]`` of shape ``[1, F]``; ``index`` is the index tile (read by
     the instruction that uses the rows)."""
 
-    __slots__ = ("index", "base")
+    __slots__ = ("index", "base", "oob", "dim")
 
-    def __init__(self, rows, shape, dtype, name, index, base):
+    def __init__(self, rows, shape, dtype, name, index, base, oob=(), dim=0):
         super().__init__(rows, shape, dtype, name)
         self.index = index
         self.base = base
+        self.oob = tuple(oob)      # (partition, index value) of the indices outside the dimension (their row: None)
+        self.dim = dim             # the dimension of the indexed tensor the tile indexes
+
+    def check(self, loc, lo=0, hi=None):
+        """Refuse if an index of partitions ``[lo, hi)`` (the ones an instruction uses: all, or those a mask
+        keeps) lies outside the indexed dimension; indices of partitions a mask leaves out are never used."""
+        hi = len(self.rows) if hi is None else hi
+        for p, v in self.oob:
+            if lo <= p < hi:
+                n = self.base.shape[0]
+                raise NkiValidationError(
+                    f"Out-of-bound access for tensor `{self.name}` on dimension {self.dim}: index tile "
+                    f"`{self.index.name}` holds {v}, outside [0, {n - 1}] (on partition {p})", "index", "indices", v,
+                    n, loc)
 
     @property
     def ndim(self):
@@ -141,9 +156,12 @@ class IndirectRows(GatheredView):
         return f"IndirectRows({self.name!r}, shape={list(self.shape)}, rows={len(self.rows)})"
 
 
-def indirect_rows(base, keys, loc, view_of):
+def indirect_rows(base, keys, loc, view_of, dim=0):
     """``base[keys]`` where ``keys[0]`` is a tile of row indices (one per partition) and the other keys index the
-    remaining dimensions (ints, slices, index expressions); ``view_of(base, keys)`` forms one static view."""
+    remaining dimensions (ints, slices, index expressions); ``view_of(base, keys)`` forms one static view.  ``dim``:
+    the dimension of the tensor the kernel indexed that ``base``'s first is (``t[b, indices, ...]`` indexes
+    ``t[b]``'s rows).  An index outside the dimension is refused when an instruction uses its partition
+    (:meth:`IndirectRows.check`): a mask may leave it out."""
     idx = keys[0]
     if not isinstance(idx, Tensor):
         raise NkiValidationError(f"index of tensor `{base.name}`: a tile of indices may only index the first "
@@ -155,19 +173,21 @@ def indirect_rows(base, keys, loc, view_of):
         raise NkiValidationError(f"index of tensor `{base.name}`: a tile of row indices must have shape [N, 1] or "
                                  f"[N] (one index per partition), got {list(idx.shape)}", "index", "indices",
                                  list(idx.shape), "[N, 1]", loc)
-    vals = _int_values(idx, loc, "index")
+    if idx.buf.data is None:
+        # a shape-only run has no index values: each partition still moves one row (one DMA descriptor per index,
+        # the same bytes whichever row it names), so the rows are timed as row 0; nothing is bounds-checked
+        vals = [0] * (idx.shape[0] if idx.ndim else 1)
+    else:
+        vals = _int_values(idx, loc, "index")
     n0 = base.shape[0]
-    bad = [int(v) for v in vals if not 0 <= v < n0]
-    if bad:
-        raise NkiValidationError(f"Out-of-bound access for tensor `{base.name}` on dimension 0: index tile "
-                                 f"`{idx.name}` holds {bad[0]}, outside [0, {n0 - 1}]", "index", "indices", bad[0],
-                                 n0, loc)
+    oob = [(p, int(v)) for p, v in enumerate(vals) if not 0 <= v < n0]
+    bad = {p for p, _ in oob}
     rows = []
     free = None
-    for v in vals:
-        r = view_of(base, (int(v),) + tuple(keys[1:]))
+    for p, v in enumerate(vals):
+        r = view_of(base, (0 if p in bad else int(v),) + tuple(keys[1:]))
         # an expression view keeps the indexed dimension (size 1); a plain index drops it
         f = tuple(r.shape[1:]) if r.ndim == base.ndim and r.shape and r.shape[0] == 1 else tuple(r.shape)
         free = f if free is None else free
-        rows.append(r if tuple(r.shape) == (1,) + f else r.reshape((1,) + f))
-    return IndirectRows(rows, (len(rows),) + (free or ()), base.dtype, base.name, idx, base)
+        rows.append(None if p in bad else (r if tuple(r.shape) == (1,) + f else r.reshape((1,) + f)))
+    return IndirectRows(rows, (len(rows),) + (free or ()), base.dtype, base.name, idx, base, oob, dim)

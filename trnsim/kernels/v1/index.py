@@ -381,15 +381,19 @@ class _MGrid:
             key = (key,)
         r = len(key)
         exprs = []
-        for a, k in enumerate(key):
+        ranges = []
+        for k in key:
             if not isinstance(k, slice) or k.stop is None:
                 raise TypeError(f"nl.mgrid takes slices start:stop[:step], got {k!r}")
-            e = arange(k.start or 0, k.stop, 1 if k.step is None else k.step)
-            shape = [1] * r
+            ranges.append(arange(k.start or 0, k.stop, 1 if k.step is None else k.step))
+        # dense, as NumPy's mgrid ("each returned argument has the same shape": nki.language.mgrid reference):
+        # every component spans the whole grid, varying along its own axis only, so an expression built from some
+        # of them (e.g. ``3 * g.y + g.z``) still has the grid's shape, partition axis included
+        full = [e.shape[0] for e in ranges]
+        for a, e in enumerate(ranges):
             coefs = [0] * r
-            shape[a] = e.shape[0]
             coefs[a] = e.coefs[0]
-            exprs.append(IndexExpr(shape, coefs, e.const))
+            exprs.append(IndexExpr(list(full), coefs, e.const))
         return _MGrid.Grid(exprs)
 
     def __repr__(self):

@@ -129,6 +129,9 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     m = _stage_to_sbuf(_r(moving, None, loc, "nc_matmul", "moving"), loc, returned_only=True)
     M = s.size // s.shape[0] if s.shape else 1
     N = m.size // m.shape[0] if m.shape else 1
+    mode = getattr(kwargs.get("perf_mode"), "value", kwargs.get("perf_mode"))
+    if mode in ("double_row", "double_row_gen3"):       # [K, 2, M] x [K, 2, N]: the pair is contracted too
+        M, N = M // 2, N // 2
     box = _prep(mask, (M, N), "nc_matmul", loc)
     if box is not None and not box_empty(box):
         raise NotImplementedError("nisa.nc_matmul with a mask= that keeps part of the [M, N] result is not supported "
@@ -159,6 +162,7 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **kwargs
 def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=engine.unknown, **kwargs):
     loc = caller_location()
     data1, data2 = materialize(data1, loc), materialize(data2, loc)
+    data1, data2 = _free_broadcast(data1, data2)
     out = _out(data1.shape, _nl._promote(data1.dtype, data2.dtype) if dtype is None else dtype)
     box = _prep(mask, data1.shape, "tensor_tensor", loc)
     if not box_empty(box):
@@ -166,6 +170,19 @@ def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=engine.unkn
                            _r(data1, box, loc, "tensor_tensor", "data1"), _r(data2, box, loc, "tensor_tensor", "data2"),
                            op, engine=_eng(engine))
     return out
+
+
+def _free_broadcast(a, b):
+    """A ``[P, 1]`` operand of ``tensor_tensor`` against a ``[P, F...]`` one, read with a free-dimension stride of
+    0 (the reference points to tensor_scalar for "broadcasting capability in the free dimension" as the faster
+    way, nki.isa.tensor_tensor; an access pattern's free strides may be 0).  Other shapes are left as they are
+    (the instruction's own rules check them)."""
+    if isinstance(a, Tensor) and isinstance(b, Tensor) and a.ndim >= 2 and b.ndim >= 2 and a.shape[0] == b.shape[0]:
+        if b.size == b.shape[0] and a.size > a.shape[0]:
+            return a, b.reshape((b.shape[0],) + (1,) * (a.ndim - 1)).broadcast_to(a.shape)
+        if a.size == a.shape[0] and b.size > b.shape[0]:
+            return a.reshape((a.shape[0],) + (1,) * (b.ndim - 1)).broadcast_to(b.shape), b
+    return a, b
 
 
 def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False, *, dtype=None,

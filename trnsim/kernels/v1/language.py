@@ -7,6 +7,7 @@ only the calling convention differs (a new tile is allocated and returned, ``mas
 from __future__ import annotations
 
 import builtins
+import os
 import sys
 
 import ml_dtypes  # noqa: F401  (registers bfloat16 / float8 names with NumPy)
@@ -14,6 +15,7 @@ import numpy as np
 
 from ... import isa as _isa
 from ...isa.errors import NkiValidationError, caller_location
+from ...machine.capacity import modulo_placement
 from ...memory import HBM, PSUM, SBUF, DynSlice, Tensor, ViewError, dtype_of
 from .. import language as _v2
 from ..context import current
@@ -126,6 +128,14 @@ def _new(shape, dtype, buffer, name, loc=None):
         alloc_shape = tuple(int(shape[i]) for i in order)
     else:
         alloc_shape = tuple(int(s) for s in shape)
+    placement = _direct_placement(buffer, kind, loc)
+    if placement is not None:
+        placement = _traced_once(placement)
+    if kind != HBM and (order is not None or placement is not None):
+        t = _block_tensor(alloc_shape, dtype, kind, name, pd[0] if order is not None else 0, placement, loc)
+        if order is not None:
+            t = t.permute([order.index(i) for i in range(len(shape))])
+        return t
     buf_name = {SBUF: "sbuf", PSUM: "psum", HBM: "shared_hbm"}[kind]
     if kind == HBM and str(getattr(buffer, "value", buffer)) == "private_hbm":
         buf_name = "private_hbm"
@@ -134,6 +144,97 @@ def _new(shape, dtype, buffer, name, loc=None):
         inv = [order.index(i) for i in range(len(shape))]
         t = t.permute(inv)
     return t
+
+
+def _block_tensor(alloc_shape, dtype, kind, name, nblock, placement, loc):
+    """An on-chip tensor with ``nblock`` block dimensions (``[B..., par_dim(P), F...]`` laid out ``[P, B..., F...]``)
+    or an explicit placement: each block is a tile of its own, with its own live range, as the compiler allocates
+    it (the block dimension is logical, "does not reflect the number of physical tiles being allocated":
+    nki.compiler.psum.alloc / sbuf.alloc reference, Neuron SDK 2.2x); so only the bytes the live blocks hold, or the
+    physical tiles a direct allocation names, count against SBUF/PSUM (machine/capacity.py)."""
+    core = current().core
+    pmax = core.target.pmax
+    if alloc_shape[0] > pmax:
+        raise NkiValidationError(
+            f"ndarray: number of partitions {alloc_shape[0]} exceed architecture limitation of {pmax} for "
+            f"{kind.upper()} tensor `{name}`", "ndarray", "shape", alloc_shape[0], pmax, loc or caller_location())
+    bshape = tuple(alloc_shape[1:1 + nblock])
+    block = 1
+    for f in alloc_shape[1 + nblock:]:
+        block *= int(f)
+    try:
+        buf = core.allocate(alloc_shape, dtype_of(dtype), kind, name, address=placement,
+                            block=block if nblock else 0, block_shape=bshape or None)
+    except MemoryError as e:
+        raise NkiValidationError(f"ndarray: {e}", "ndarray", "shape", alloc_shape, None,
+                                 loc or caller_location()) from None
+    return as_tile(Tile.whole(buf))
+
+
+def _traced_once(placement):
+    """The placement of the declaration at this call site as the first time it ran.  neuronx-cc traces a loop body
+    (``nl.affine_range`` & co.) once, so a direct allocation declared in it gets the addresses its Python
+    arguments had in that one trace, and every iteration reuses them (the kernel's own loop-carried bookkeeping, e.g.
+    ``cur_addr += ...`` after each declaration, runs once); trnsim runs the body once per iteration, so it keys the
+    placement on the call site (every kernel-source frame on the stack) and keeps the first one."""
+    ctx = current()
+    sites = getattr(ctx, "_v1_direct_sites", None)
+    if sites is None:
+        sites = ctx._v1_direct_sites = {}
+    f = sys._getframe(2)
+    key = []
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(_TRNSIM_DIR):
+            key.append((fn, f.f_lineno))
+        f = f.f_back
+    return sites.setdefault(tuple(key), placement)
+
+
+_TRNSIM_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep   # trnsim/
+
+
+def _direct_placement(buffer, kind, loc):
+    """The placement a direct allocation (``ncc.sbuf.mod_alloc`` / ``alloc``, ``ncc.psum.mod_alloc`` / ``alloc``)
+    gives, as ``machine.capacity`` takes it: a callable (block index, partitions, bytes per partition) ->
+    (start partition, byte address); None for automatic allocation.  PSUM addresses are bank-relative in the API
+    (``(bank_id, start_partition, byte_addr)``, a physical tile within one 2 KiB bank: nki.compiler.psum.alloc
+    reference) and become ``bank * bank bytes + byte_addr`` here."""
+    how = getattr(buffer, "how", None)
+    if how not in ("mod_alloc", "alloc") or kind == HBM:
+        return None
+    prm = buffer.params
+    bank = current().core.target.psum_bank_bytes if kind == PSUM else 0
+    if how == "alloc":
+        func = prm.get("func")
+        if func is None:
+            return None
+        # called with the parameter names the API documents (kernels pass functools.partial objects whose
+        # leading parameters are bound by keyword)
+        if kind == SBUF:
+            return lambda idx, parts, size: tuple(int(v) for v in func(idx=idx, pdim_size=parts, fdim_size=size))
+
+        def psum_place(idx, parts, size):
+            b, p0, addr = (int(v) for v in func(idx=idx, pdim_size=parts, fdim_size=size))
+            return p0, b * bank + addr
+        return psum_place
+    if kind == SBUF:
+        if prm.get("base_addr") is None:
+            raise NkiValidationError("ncc.sbuf.mod_alloc: base_addr is required (the byte address of the first "
+                                     "physical tile)", "mod_alloc", "base_addr", None, None,
+                                     loc or caller_location())
+        return modulo_placement(prm["base_addr"], prm.get("base_partition", 0), prm.get("num_par_tiles", ()),
+                                prm.get("num_free_tiles", ()))
+    inner = modulo_placement(prm.get("base_addr", 0) or 0, prm.get("base_partition", 0), prm.get("num_par_tiles", ()),
+                             prm.get("num_free_tiles", ()))
+    banks = modulo_placement(0, 0, (), prm.get("num_bank_tiles", ()))
+    base_bank = int(prm.get("base_bank", 0) or 0)
+
+    def psum_mod(idx, parts, size):
+        p0, addr = inner(idx, parts, size)
+        _, b = banks(idx, 0, 1)                 # the bank index: idx modulo num_bank_tiles, linearised
+        return p0, (base_bank + b) * bank + addr
+    return psum_mod
 
 
 def ndarray(shape, dtype, *, buffer=None, name="", **kwargs):
@@ -334,10 +435,13 @@ def _binary_into(out, x, y, op, loc, box=None):
         else:
             shape = np.broadcast_shapes(xs, ys)
             try:
-                _isa.tensor_tensor(core, loc, d, x.broadcast_to(shape), y.broadcast_to(shape), op)
+                xb, yb = x.broadcast_to(shape), y.broadcast_to(shape)
             except ViewError as e:
                 raise NkiValidationError(f"{op}: operands of shapes {list(xs)} and {list(ys)} do not broadcast: "
                                          f"{e}", op, "y", list(ys), list(xs), loc) from None
+            # a one-partition operand against a tile of several partitions ([1, 1] + [128, 1]): engines read
+            # consecutive partitions only, so it is replicated first, as nl.broadcast_to does (replicate_partitions)
+            _isa.tensor_tensor(core, loc, d, replicate_partitions(xb, loc), replicate_partitions(yb, loc), op)
     elif _is_tile(x):
         _isa.tensor_scalar(core, loc, resolve(out, box, loc, op, "dst"), resolve(x, box, loc, op, "x"), op, y)
     elif _is_tile(y):
@@ -640,6 +744,8 @@ def load(src, *, mask=None, dtype=None, **kwargs):
                                  "src", src, None, loc)
     if src.buf.kind != HBM:
         _space_error("load", "src", src, "hbm", loc)
+    if src.ndim == 0:           # one element (``hbm[b, h]``): a [1, 1] tile, one partition (an on-chip tile has
+        src = src.reshape((1, 1))   # at least 2 dimensions: NKI known issues, "Insufficient rank")
     out = _new(src.shape, src.dtype if dtype is None else dtype, SBUF, "", loc)
     box = mask_box(mask, src.shape, loc, "load")
     if not box_empty(box):
@@ -650,29 +756,39 @@ def load(src, *, mask=None, dtype=None, **kwargs):
 def _load_rows(core, loc, src, mask, dtype):
     """``nl.load(t[indices_tile, ...])``: a gather, one DMA per index (the DMA's indirect mode moves a descriptor
     per index; as for the v2 gathers, the read of the index tile is not recorded as a dependency)."""
-    if mask is not None:
-        raise NotImplementedError("nl.load of indirect rows (t[indices_tile, ...]) with mask= is not supported by "
-                                  "trnsim yet")
     out = _new(src.shape, src.dtype if dtype is None else dtype, SBUF, "", loc)
-    for p, r in enumerate(src.rows):
-        _isa.dma_copy(core, loc, out[p:p + 1], r)
+    box = mask_box(mask, src.shape, loc, "load")
+    if box_empty(box):
+        return out
+    (p0, p1), free = ((0, len(src.rows)), None) if box is None else (box[0], box[1:])
+    src.check(loc, p0, p1)          # the indices of the partitions the mask keeps must be in bounds
+    fs = () if free is None else tuple(slice(lo, hi) for lo, hi in free)
+    for p in range(p0, p1):
+        s = src.rows[p][(slice(0, 1),) + fs] if fs else src.rows[p]
+        _isa.dma_copy(core, loc, out[(slice(p, p + 1),) + fs], s)
     return out
 
 
 def _store_rows(core, loc, dst, value, mask):
     """``nl.store(t[indices_tile, ...], value)``: a scatter, one DMA per index (rows named twice: the later
     partition's value lands last, as the DMA moves them in order)."""
-    if mask is not None:
-        raise NotImplementedError("nl.store to indirect rows (t[indices_tile, ...]) with mask= is not supported by "
-                                  "trnsim yet")
+    box = mask_box(mask, dst.shape, loc, "store")
+    if box_empty(box):
+        return
     value = materialize(value, loc)
     if not isinstance(value, Tensor) or value.size != dst.size:
         raise NkiValidationError(f"store: value must be a tile of {dst.size} elements (shape {list(dst.shape)}) for "
                                  f"{len(dst.rows)} indirect rows, got {getattr(value, 'shape', type(value).__name__)}",
                                  "store", "value", getattr(value, "shape", None), list(dst.shape), loc)
     v = resolve(value, None, loc, "store", "value")
-    for p, r in enumerate(dst.rows):
-        _isa.dma_copy(core, loc, r, v[p:p + 1])
+    (p0, p1), free = ((0, len(dst.rows)), None) if box is None else (box[0], box[1:])
+    dst.check(loc, p0, p1)
+    fs = () if free is None else tuple(slice(lo, hi) for lo, hi in free)
+    for p in range(p0, p1):
+        if fs:
+            _isa.dma_copy(core, loc, dst.rows[p][(slice(0, 1),) + fs], v.reshape(dst.shape)[(slice(p, p + 1),) + fs])
+        else:
+            _isa.dma_copy(core, loc, dst.rows[p], v[p:p + 1])
 
 
 def store(dst, value, *, mask=None, **kwargs):
@@ -685,6 +801,8 @@ def store(dst, value, *, mask=None, **kwargs):
                                  "dst", dst, None, loc)
     if dst.buf.kind != HBM:
         _space_error("store", "dst", dst, "hbm", loc)
+    if dst.ndim == 0:           # one element: stored from a [1, 1] tile (as nl.load reads one)
+        dst = dst.reshape((1, 1))
     value = materialize(value, loc)
     box = mask_box(mask, dst.shape, loc, "store")
     if box_empty(box):

@@ -31,7 +31,7 @@ import numpy as np
 
 from ... import isa as _isa
 from ...isa.errors import NkiValidationError, caller_location
-from ...memory import SBUF, Tensor
+from ...memory import SBUF, Tensor, dtype_of
 from ..context import current
 from ..launch import program_ids
 from . import language as _nl
@@ -101,11 +101,11 @@ class PendingLoopReduce:
         core = current().core
         x = self.x
         if self.first:                         # the reduction starts: dst takes x (in dtype, if one is given)
-            if self.dtype is not None and np.dtype(self.dtype) != dst.dtype.np:
+            if self.dtype is not None and dtype_of(self.dtype) is not dst.dtype:
                 x = _nl.copy(x, dtype=self.dtype)
             _isa.tensor_copy(core, self.loc, dst, resolve(x, None, self.loc, "loop_reduce", "x"))
             return
-        if self.dtype is None or np.dtype(self.dtype) == dst.dtype.np:
+        if self.dtype is None or dtype_of(self.dtype) is dst.dtype:
             _nl._binary_into(dst, dst, self.x, self.op, self.loc)          # in place: one instruction
             return
         t = _fold_into(dst, self.x, self.op, self.dtype, self.loc)

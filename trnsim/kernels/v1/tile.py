@@ -60,7 +60,13 @@ class Tile(NkiTensor):
         try:
             return Tensor.__getitem__(self, key)
         except IndexOutOfBounds as e:
-            raise NkiValidationError(str(e), "index", None, None, None, caller_location()) from None
+            exprs = _slices_as_exprs(self, keys)
+            if exprs is None:
+                raise NkiValidationError(str(e), "index", None, None, None, caller_location()) from None
+            # a slice reaching past the tensor is an access range, checked (as index expressions are) against the
+            # region the instruction's mask keeps (``in_t[256:384, ...]`` with ``mask=i_p < 288``): neuronx-cc
+            # reports the same "Out-of-bound access ... index range" only for what the mask lets through
+            return _expr_view(self, exprs)
 
     def __setitem__(self, key, value):
         dst = self[key]
@@ -252,13 +258,46 @@ def _dynamic_view(t, keys):
     """``t[keys]`` where a key reads its value from a tile: a dynamic offset (a one-element tile, alone or in an
     index expression) or a tile of row indices (indirect rows).  See ``dynamic.py``."""
     loc = caller_location()
-    k0 = keys[0]
+    lead = 0                   # integer indices before a tile of row indices fix those dimensions first
+    while lead < len(keys) - 1 and isinstance(keys[lead], (int, np.integer)) and not isinstance(keys[lead], bool):
+        lead += 1
+    k0 = keys[lead]
     if isinstance(k0, Tensor) and not isinstance(k0, DynIndex) and k0.size != 1:
-        return indirect_rows(t, keys, loc, lambda b, ks: Tile.__getitem__(b, ks))
+        base = Tile.__getitem__(t, tuple(keys[:lead])) if lead else t
+        return indirect_rows(base, keys[lead:], loc, lambda b, ks: Tile.__getitem__(b, ks), dim=lead)
     static, tiles = resolve_dynamic_keys(keys, loc)
     v = _expr_view(t, static)
     v._dyn = tiles
     return v
+
+
+def _slices_as_exprs(t, keys):
+    """``keys`` (ints and ``start:stop[:step]`` slices, one per leading dimension) as index expressions with the
+    same result shape (one axis per slice, in order), or None when they are not of that form."""
+    keys = tuple(keys) + (slice(None),) * (t.ndim - len(keys))
+    if len(keys) != t.ndim:
+        return None
+    nsl = sum(isinstance(k, slice) for k in keys)
+    out, a = [], 0
+    for d, k in enumerate(keys):
+        if isinstance(k, slice):
+            step = 1 if k.step is None else int(k.step)
+            if step <= 0:
+                return None
+            start = 0 if k.start is None else int(k.start)
+            stop = t.shape[d] if k.stop is None else int(k.stop)
+            if start < 0 or stop < 0:
+                return None
+            n = max(0, -(-(stop - start) // step))
+            shape, coefs = [1] * nsl, [0] * nsl
+            shape[a], coefs[a] = n, step
+            out.append(IndexExpr(shape, coefs, start))
+            a += 1
+        elif isinstance(k, (int, np.integer)) and not isinstance(k, bool):
+            out.append(int(k))
+        else:
+            return None
+    return tuple(out)
 
 
 def _expr_view(t, keys):
