@@ -21,6 +21,8 @@ def twice(a):
     return out
 
 dev = xm.xla_device()
+assert torch_xla.device() == dev and torch_xla.device(0) == torch.device("neuron", 0)   # torch-xla 2.x spelling
+torch_xla.sync()
 x = torch.arange(2 * 8, dtype=torch.float32).reshape(2, 8).to(dev)
 y = twice(x)
 xm.mark_step()

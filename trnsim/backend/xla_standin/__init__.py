@@ -12,6 +12,18 @@ TRNSIM_STANDIN = True
 __version__ = "0.0+trnsim"
 
 
+def device(index=None):
+    """``torch_xla.device()`` (torch-xla 2.x's spelling of ``xm.xla_device()``): the simulated ``neuron`` device."""
+    from .core import xla_model
+    return xla_model.xla_device(index)
+
+
+def sync(wait=False):
+    """``torch_xla.sync()`` (2.x's ``xm.mark_step()``): nothing to flush on an eager device."""
+    from .core import xla_model
+    xla_model.mark_step(wait=wait)
+
+
 def __getattr__(name):
     if name.startswith("__"):
         raise AttributeError(name)
@@ -19,4 +31,4 @@ def __getattr__(name):
         from . import core
         return core
     raise AttributeError(f"torch_xla.{name} is not available in trnsim's torch_xla stand-in (TORCHNEURON_TARGET=sim; "
-                         "torch-xla is not installed): it provides torch_xla.core.xla_model's device calls only")
+                         "torch-xla is not installed): it provides torch_xla.device, torch_xla.sync and torch_xla.core.xla_model's device calls")
