@@ -207,12 +207,18 @@ def load_factory(ref):
     mod_name = "trnsim_user_model_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_")
     spec = importlib.util.spec_from_file_location(mod_name, path)
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    try:
+        spec.loader.exec_module(mod)
+    except Exception as e:
+        raise ValueError(f"model {ref!r}: importing {path} failed: {type(e).__name__}: {e}") from e
     factory = getattr(mod, fn, None)
     if not callable(factory):
         raise ValueError(f"model {ref!r}: {path} has no function {fn!r}")
-    with torch.device("meta"):
-        got = factory()
+    try:
+        with torch.device("meta"):
+            got = factory()
+    except Exception as e:
+        raise ValueError(f"model {ref!r}: {fn}() failed: {type(e).__name__}: {e}") from e
     if not (isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], nn.Module)):
         raise ValueError(f"model {ref!r}: {fn}() returned {type(got).__name__}, expected (nn.Module, input spec)")
     ins, tokens = _check_spec(got[1], f"model {ref!r}")
