@@ -159,6 +159,8 @@ def _hf_model(cfg, name):
             d["labels"] = ((mb, seq), torch.int64)
         if "next_sentence_label" in sig:
             d["next_sentence_label"] = ((mb,), torch.int64)
+        if seq2seq and "decoder_input_ids" in sig:     # given, not shifted from the labels (needs no token ids)
+            d["decoder_input_ids"] = ((mb, seq), torch.int64)
         return d
     return AnyModel(name, lambda: cls(cfg), inputs, lambda s: (2 if seq2seq else 1) * s,
                     "seq2seq" if seq2seq else "text", max_seq=max_seq,
