@@ -30,6 +30,7 @@ sum of its first tensor.  A factory's module is built under ``torch.device("meta
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import inspect
@@ -37,6 +38,7 @@ import json
 import os
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 __all__ = ["AnyModel", "TEMPLATE_TYPES", "uses_template", "load_any", "load_factory", "find_stacks", "model_cost",
@@ -290,6 +292,33 @@ def _loss(out):
     return first.float().sum()
 
 
+@contextlib.contextmanager
+def flash_attention():
+    """Inside: ``F.scaled_dot_product_attention`` without a mask runs as the device's fused (flash) attention
+    kernel, dropout included, as Neuron's attention kernels run it: NKI's ``flash_fwd``/``flash_attn_bwd`` take
+    ``dropout_p`` and, with ``mixed_precision``, do every Tensor Engine operation in bf16 (Neuron docs,
+    nki.kernels.flash_fwd).  PyTorch itself would pick its math path (materialised scores, per-head matmuls,
+    fp32 upcast) for dropout or fp32 inputs: that is the CPU's backend choice, not the device's.  fp32 inputs are
+    cast to bf16 for the kernel (charged) and its output back.  With a mask (or GQA) the call is left as it is."""
+    orig = F.scaled_dot_product_attention
+
+    def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        if attn_mask is not None or enable_gqa or q.dim() != 4 or k.shape[1] != q.shape[1]:
+            return orig(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+                        enable_gqa=enable_gqa)
+        dt = q.dtype
+        if dt == torch.float32:
+            q, k, v = (t.to(torch.bfloat16) for t in (q, k, v))
+        o = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, float(dropout_p), bool(is_causal),
+                                                                       scale=scale)[0]
+        return o.to(dt) if o.dtype != dt else o
+    F.scaled_dot_product_attention = sdpa
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = orig
+
+
 def _run_model(am, cut, micro_batch, seq, target, precision):
     """One forward + backward of ``am`` with the stacks of ``cut`` ({path: blocks}) cut to that many blocks."""
     from ..backend.shape_only import shape_only_tensor
@@ -306,10 +335,11 @@ def _run_model(am, cut, micro_batch, seq, target, precision):
         return ({n: shape_only_tensor(s, dt) for n, (s, dt) in am.inputs(micro_batch, seq, dtype).items()},)
 
     def loss_fn(m, kw):
-        if autocast:
-            with torch.autocast("neuron", dtype=torch.bfloat16):
-                return _loss(m(**kw))
-        return _loss(m(**kw))
+        with flash_attention():
+            if autocast:
+                with torch.autocast("neuron", dtype=torch.bfloat16):
+                    return _loss(m(**kw))
+            return _loss(m(**kw))
     return _run(build, inputs, target, loss_fn, cost_precision, False)
 
 
