@@ -222,6 +222,8 @@ def test_cli_factory_and_config(tmp_path, capsys):
     assert d["parallelism"]["dp"] == 64 and d["samples_per_s"] > 0 and d["seq"] == 256
     assert main(["--model", str(EXAMPLE) + ":make_model", "--instance", "trn2.48xlarge", "--tp", "4"]) == 2
     assert "only data parallelism" in capsys.readouterr().err
+    assert main(["--model", str(EXAMPLE) + ":make_model", "--instance", "trn2.48xlarge", "--compile"]) == 2
+    assert "estimated eagerly only" in capsys.readouterr().err
     cfg = tmp_path / "bert.json"
     cfg.write_text(tiny_bert().to_json_string())
     assert main(["--model", str(cfg), "--instance", "trn1", "--seq", "64", "--micro-batches", "2",

@@ -29,7 +29,7 @@ import math
 
 from .anymodel import PRECISIONS, load_any, model_cost
 
-__all__ = ["estimate_any", "PARAM_BYTES", "OPTIMIZER_BYTES"]
+__all__ = ["estimate_any", "check_flags", "PARAM_BYTES", "OPTIMIZER_BYTES"]
 
 # bytes per parameter: (weights, gradients); optimizer state: fp32 moments (+ fp32 master weights under bf16)
 PARAM_BYTES = {"bf16": (2, 2), "autocast": (4, 4), "fp32": (4, 4)}
@@ -43,14 +43,10 @@ def _limit(what, am):
                       f"decoder config of model_type {', '.join(('llama', 'qwen3', 'mixtral', 'deepseek_v3'))}, ...)")
 
 
-def estimate_any(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, cp=1, ep=1, fsdp=True,
-                 micro_batch=1, seq=None, global_batch=None, checkpointing=False, precision="bf16",
-                 compiled=False, lnc=None, prices=None, jobs=None, sequence_parallel=True, optimizer="adamw"):
-    """One training step of ``model`` (a factory reference, or a transformers config outside the templates)."""
-    from ..targets import get_target
-    from . import estimator as E
+def check_flags(model, tp=1, pp=1, cp=1, ep=1, checkpointing=False, compiled=False, precision="bf16"):
+    """The model (an AnyModel) when the options apply to a model run as its own code; a ValueError naming the
+    limit otherwise."""
     am = load_any(model)
-    instance = E.instance_name(instance)
     for flag, v in (("--tp", tp), ("--pp", pp), ("--cp", cp), ("--ep", ep)):
         if (v or 1) != 1:
             raise _limit(f"{flag} {v}", am)
@@ -62,6 +58,18 @@ def estimate_any(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r} for {am.name}: expected one of {', '.join(PRECISIONS)} "
                          f"(fp8 is modelled for the decoder templates only)")
+    return am
+
+
+def estimate_any(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, cp=1, ep=1, fsdp=True,
+                 micro_batch=1, seq=None, global_batch=None, checkpointing=False, precision="bf16",
+                 compiled=False, lnc=None, prices=None, jobs=None, sequence_parallel=True, optimizer="adamw"):
+    """One training step of ``model`` (a factory reference, or a transformers config outside the templates)."""
+    from ..targets import get_target
+    from . import estimator as E
+    am = check_flags(model, tp=tp, pp=pp, cp=cp, ep=ep, checkpointing=checkpointing, compiled=compiled,
+                     precision=precision)
+    instance = E.instance_name(instance)
     if count < 1:
         raise ValueError(f"count {count}: at least one instance")
     if am.kind in ("text", "seq2seq"):

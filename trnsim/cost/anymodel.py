@@ -127,11 +127,8 @@ def _model_class(cfg):
 def _hf_model(cfg, name):
     cfg = hf_config(cfg)
     cls = _model_class(cfg)
-    if getattr(cfg, "_attn_implementation", None) in (None, "eager"):
-        try:
-            cfg._attn_implementation = "sdpa"      # the fused attention kernel, as a Neuron model runs it
-        except Exception:
-            pass
+    if getattr(cls, "_supports_sdpa", False) and getattr(cfg, "_attn_implementation", None) in (None, "eager"):
+        cfg._attn_implementation = "sdpa"          # the fused attention kernel, as a Neuron model runs it
     sig = inspect.signature(cls.forward).parameters
     main = getattr(cls, "main_input_name", "input_ids")
     seq2seq = bool(_get(cfg, "is_encoder_decoder", False))
@@ -411,8 +408,11 @@ def model_cost(am, *, micro_batch=1, seq=None, target="trn2", precision="bf16"):
     if key in _MEMO:
         return _MEMO[key]
     t0 = time.perf_counter()
-    with torch.device("meta"):
-        full = am.make()
+    try:
+        with torch.device("meta"):
+            full = am.make()
+    except Exception as e:
+        raise ValueError(f"model {am.name}: building it failed ({am.source}): {type(e).__name__}: {e}") from e
     params, emb = count_params(full)
     stacks = find_stacks(full)
     del full

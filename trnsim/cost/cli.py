@@ -117,8 +117,9 @@ def main(argv=None) -> int:
         if E.is_template(a.model):
             E.load_model(a.model)
         else:
-            from .anymodel import load_any
-            load_any(a.model)
+            from .anyestimate import check_flags
+            check_flags(a.model, tp=a.tp, pp=a.pp, cp=a.cp, ep=a.ep, checkpointing=a.checkpointing,
+                        compiled=a.compile, precision=a.precision)
         if a.prices:
             E.load_prices(a.prices)
         if a.out:
