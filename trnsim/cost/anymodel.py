@@ -76,7 +76,7 @@ class AnyModel:
     max_seq: int | None = None     # the longest sequence its positions allow (text models)
     default_seq: int | None = None
     source: str = ""
-    key: str = ""                  # what identifies the model's code and shapes (the cost memo's key)
+    key: str = ""                  # what identifies the model's code and shapes (the run cache's key; "" = none)
 
     def tokens_per_sample(self, seq):
         return int(self.tokens(seq) if callable(self.tokens) else self.tokens)
@@ -124,6 +124,11 @@ def _model_class(cfg):
     raise ValueError(f"model_type {cfg.model_type!r}: transformers has no model class for this config")
 
 
+def _hf_key(cls, cfg):
+    """What identifies a transformers model's code and shapes: class, config and the library's version."""
+    return f"transformers {_transformers().__version__} {cls.__name__} {cfg.to_json_string()}"
+
+
 def _hf_model(cfg, name):
     cfg = hf_config(cfg)
     cls = _model_class(cfg)
@@ -146,7 +151,7 @@ def _hf_model(cfg, name):
             return d
         return AnyModel(name, lambda: cls(cfg), inputs, tokens, "vision",
                         source=f"transformers {cls.__name__}, {img}x{img} images, patch {patch}",
-                        key=cls.__name__ + cfg.to_json_string())
+                        key=_hf_key(cls, cfg))
     if main != "input_ids":
         raise ValueError(f"{cls.__name__}: its main input is {main!r}; only token ids and images are built from a "
                          f"config (give a factory with its input spec: --model file.py:make_model)")
@@ -165,7 +170,7 @@ def _hf_model(cfg, name):
                     "seq2seq" if seq2seq else "text", max_seq=max_seq,
                     default_seq=min(512, max_seq) if max_seq else 512,
                     source=f"transformers {cls.__name__}" + (" (decoder as long as the encoder)" if seq2seq else ""),
-                    key=cls.__name__ + cfg.to_json_string())
+                    key=_hf_key(cls, cfg))
 
 
 # -- a user's factory ---------------------------------------------------------------------------------------
@@ -230,9 +235,10 @@ def load_factory(ref):
     def inputs(mb, seq, dtype):
         return {n: (tuple(mb if d == "batch" else d for d in shape),
                     dtype if dt.is_floating_point else dt) for n, (shape, dt) in ins.items()}
-    st = os.stat(path)
+    # no key: a factory's code (and what it imports) may change between runs, so its runs are never cached on
+    # disk (each process runs it again; the kernel costs it needs are cached)
     return AnyModel(os.path.splitext(os.path.basename(path))[0] + f":{fn}", make, inputs, tokens, "factory",
-                    source=f"{path}:{fn}", key=f"{os.path.abspath(path)}:{fn}:{st.st_mtime_ns}:{st.st_size}")
+                    source=f"{path}:{fn}")
 
 
 def load_any(model):
@@ -317,10 +323,18 @@ def flash_attention():
 
 
 def _run_model(am, cut, micro_batch, seq, target, precision):
-    """One forward + backward of ``am`` with the stacks of ``cut`` ({path: blocks}) cut to that many blocks."""
+    """One forward + backward of ``am`` with the stacks of ``cut`` ({path: blocks}) cut to that many blocks; kept
+    by the layer-cost cache (:mod:`trnsim.cost.layer_cache`) under the model's key when it has one."""
     from ..backend.shape_only import shape_only_tensor
+    from . import layer_cache
     from .step import _run
     dtype, autocast, cost_precision = PRECISIONS[precision]
+    key = ("anymodel", am.key, tuple(sorted(cut.items())), micro_batch, seq, target.name, precision) \
+        if am.key else None
+    if key is not None:
+        hit = layer_cache.lookup(key)
+        if hit is not None:
+            return hit
 
     def build():
         m = am.make()
@@ -337,7 +351,10 @@ def _run_model(am, cut, micro_batch, seq, target, precision):
                 with torch.autocast("neuron", dtype=torch.bfloat16):
                     return _loss(m(**kw))
             return _loss(m(**kw))
-    return _run(build, inputs, target, loss_fn, cost_precision, False)
+    r = _run(build, inputs, target, loss_fn, cost_precision, False)
+    if key is not None:
+        layer_cache.store(key, r)
+    return r
 
 
 @dataclasses.dataclass(frozen=True)
@@ -406,7 +423,7 @@ def model_cost(am, *, micro_batch=1, seq=None, target="trn2", precision="bf16"):
     tg = get_target(target)
     key = (am.key or id(am), micro_batch, seq, tg.name, precision)
     if key in _MEMO:
-        return _MEMO[key]
+        return _MEMO[key][1]
     t0 = time.perf_counter()
     try:
         with torch.device("meta"):
@@ -433,5 +450,5 @@ def model_cost(am, *, micro_batch=1, seq=None, target="trn2", precision="bf16"):
                          f"{micro_batch}" + (f", sequence {seq}" if seq else "") +
                          f": {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
     r = dataclasses.replace(r, wall_s=time.perf_counter() - t0)
-    _MEMO[key] = r
+    _MEMO[key] = (am, r)          # the model is kept with its result: its id() is not reused while memoised
     return r
