@@ -269,3 +269,15 @@ def test_guide_factory_block_is_the_example_file():
     block = text.split("<!-- file: my_model.py -->\n```python\n", 1)[1].split("\n```", 1)[0]
     assert block + "\n" == EXAMPLE.read_text(encoding="utf-8"), \
         "docs/guides/estimating-cost.md's my_model.py block differs from examples/estimate_factory.py"
+
+
+def test_a_python_factory_function_is_accepted_as_the_model():
+    from torch import nn
+
+    def make():
+        m = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8))
+        return m, {"inputs": {"input": (["batch", 32], "float32")}}
+    assert not E.is_template(make)
+    e = E.estimate(make, "trn1.32xlarge", 1, micro_batch=8, fsdp=False)
+    assert e.model == "make" and e.parallelism.dp == 32 and e.step_time_s > 0
+    assert "the whole model run once" in e.notes[0]

@@ -203,8 +203,33 @@ def _check_spec(spec, where):
     return out, tokens
 
 
+def _from_factory(factory, ref, name, source):
+    try:
+        with torch.device("meta"):
+            got = factory()
+    except Exception as e:
+        raise ValueError(f"model {ref!r}: {name}() failed: {type(e).__name__}: {e}") from e
+    if not (isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], nn.Module)):
+        raise ValueError(f"model {ref!r}: {name}() returned {type(got).__name__}, expected (nn.Module, input spec)")
+    ins, tokens = _check_spec(got[1], f"model {ref!r}")
+
+    def make():
+        return factory()[0]
+
+    def inputs(mb, seq, dtype):
+        return {n: (tuple(mb if d == "batch" else d for d in shape),
+                    dtype if dt.is_floating_point else dt) for n, (shape, dt) in ins.items()}
+    # no key: a factory's code (and what it imports) may change between runs, so its runs are never cached on
+    # disk (each process runs it again; the kernel costs it needs are cached)
+    return AnyModel(name, make, inputs, tokens, "factory", source=source)
+
+
 def load_factory(ref):
-    """``"path.py:function"`` -> an :class:`AnyModel`: the function returns ``(nn.Module, input spec)``."""
+    """``"path.py:function"`` (or the function itself) -> an :class:`AnyModel`: the function returns
+    ``(nn.Module, input spec)``."""
+    if callable(ref):
+        name = getattr(ref, "__name__", "factory")
+        return _from_factory(ref, name, name, f"the Python function {getattr(ref, '__qualname__', name)}")
     path, _, fn = ref.rpartition(":")
     if not path.endswith(".py") or not fn:
         raise ValueError(f"model {ref!r}: a factory is given as path.py:function")
@@ -220,33 +245,16 @@ def load_factory(ref):
     factory = getattr(mod, fn, None)
     if not callable(factory):
         raise ValueError(f"model {ref!r}: {path} has no function {fn!r}")
-    try:
-        with torch.device("meta"):
-            got = factory()
-    except Exception as e:
-        raise ValueError(f"model {ref!r}: {fn}() failed: {type(e).__name__}: {e}") from e
-    if not (isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], nn.Module)):
-        raise ValueError(f"model {ref!r}: {fn}() returned {type(got).__name__}, expected (nn.Module, input spec)")
-    ins, tokens = _check_spec(got[1], f"model {ref!r}")
-
-    def make():
-        return factory()[0]
-
-    def inputs(mb, seq, dtype):
-        return {n: (tuple(mb if d == "batch" else d for d in shape),
-                    dtype if dt.is_floating_point else dt) for n, (shape, dt) in ins.items()}
-    # no key: a factory's code (and what it imports) may change between runs, so its runs are never cached on
-    # disk (each process runs it again; the kernel costs it needs are cached)
-    return AnyModel(os.path.splitext(os.path.basename(path))[0] + f":{fn}", make, inputs, tokens, "factory",
-                    source=f"{path}:{fn}")
+    return _from_factory(factory, ref, os.path.splitext(os.path.basename(path))[0] + f":{fn}", f"{path}:{fn}")
 
 
 def load_any(model):
-    """An :class:`AnyModel` for a factory reference, a config path/dict/object (with a non-template
-    ``model_type``) or an AnyModel."""
+    """An :class:`AnyModel` for a factory (``"path.py:function"`` or the function), a config path/dict/object
+    (with a non-template ``model_type``) or an AnyModel."""
     if isinstance(model, AnyModel):
         return model
-    if isinstance(model, str) and ":" in model and model.rpartition(":")[0].endswith(".py"):
+    if (isinstance(model, str) and ":" in model and model.rpartition(":")[0].endswith(".py")) or \
+            (callable(model) and not isinstance(model, (nn.Module, type))):
         return load_factory(model)
     if isinstance(model, str):
         with open(model, encoding="utf-8") as f:

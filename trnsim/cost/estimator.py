@@ -315,8 +315,8 @@ def is_template(model) -> bool:
     from .anymodel import AnyModel, uses_template
     if isinstance(model, ModelSpec):
         return True
-    if isinstance(model, AnyModel):
-        return False
+    if isinstance(model, AnyModel) or (callable(model) and not isinstance(model, type)):
+        return False         # an AnyModel or a factory function
     if isinstance(model, str):
         if model.strip().lower() in BUILTIN:
             return True
