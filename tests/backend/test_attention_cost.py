@@ -107,3 +107,48 @@ def test_sdpa_charge_and_backward():
         assert bfl == pytest.approx(costs.ATTN_BWD_RATIO * want[1])
         # dropout adds its Vector Engine pass
         assert costs.attention_cost(tg, 16, 200, 200, 64, "bfloat16", 0.0)[0] < want[0]
+
+
+# -- batched matmuls (bmm / baddbmm): one launch of library.matmul_batched over the batch ---------------------------
+def test_batched_matmul_numerics_against_float64():
+    from trnsim.kernels.library import matmul_batched
+    rng = np.random.default_rng(2)
+    at = rng.standard_normal((5, 256, 128)).astype(np.float32)
+    b = rng.standard_normal((5, 256, 512)).astype(np.float32)
+    o = np.asarray(run_kernel(matmul_batched.batched_matmul, (at, b), {"group": 2}, target="trn2").outputs)
+    ref = np.einsum("bkm,bkn->bmn", at.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(o, ref, rtol=0, atol=1e-4)
+
+
+def test_bmm_charge_is_one_and_two_groups_extrapolated():
+    from trnsim.kernels.library import matmul_batched
+    costs.clear_memo()
+    tg = get_target("trn1")
+    M, K, N = 128, 64, 128          # padded to 128 x 128 x 128
+    G = matmul_batched.batch_group(tg, 128, 128, 128, 2)
+    assert G > 1
+
+    def sim(b):
+        return costs._sim(matmul_batched.batched_matmul, (costs._inp((b, 128, 128), "bfloat16"),
+                                                          costs._inp((b, 128, 128), "bfloat16")), {"group": G}, tg)
+    one, two = sim(G), sim(2 * G)
+    batch = 9 * G + 1
+    ns, fl, _ = costs.matmul_cost(tg, M, K, N, "bfloat16", batch)
+    assert ns == pytest.approx(one[0] + (batch / G - 1) * (two[0] - one[0]), rel=1e-12)
+    assert fl == 2.0 * M * K * N * batch
+    lone = costs.matmul_cost(tg, M, K, N, "bfloat16", 1)[0]
+    assert ns / batch < lone                            # one launch, loads overlapping the previous products
+    assert ns / batch >= 2.0 * M * K * N / tg.tensor_bf16_flops_per_core * 1e9
+    assert costs.matmul_cost(tg, M, K, N, "bfloat16", 3)[0] == pytest.approx(sim(3)[0], rel=1e-12)
+    # the steady state: a whole simulation of 5 groups agrees with the extrapolation
+    assert costs.matmul_cost(tg, M, K, N, "bfloat16", 5 * G)[0] == pytest.approx(sim(5 * G)[0], rel=0.02)
+
+
+def test_bmm_op_charge():
+    costs.clear_memo()
+    a, b = torch.empty(48, 128, 64, dtype=torch.bfloat16), torch.empty(48, 64, 128, dtype=torch.bfloat16)
+    with device_target("trn1") as tg:
+        ns, kind, fl, _ = charging.op_time("bmm", "bmm", (a, b), None)
+        want = costs.matmul_cost(tg, 128, 64, 128, "bfloat16", 48)
+        assert (ns, kind, fl) == (costs.launch_ns(tg) + want[0], "native", want[1])
+        assert want[0] < 48 * costs.matmul_cost(tg, 128, 64, 128, "bfloat16", 1)[0]
