@@ -6,10 +6,10 @@ Layouts follow AWS's NKI ``flash_fwd`` (Neuron docs, nki.kernels.flash_fwd: q ``
 flattened into one leading axis ``H``: ``qT[H, D, L]``, ``kT[H, D, S]``, ``v[H, S, D]`` -> ``o[H, L, D]``.  The head
 dimension ``D`` (at most 128) is the contraction of ``Q K^T`` and so lies on the partitions of ``qT`` and ``kT``.
 
-Per head (a loop in the one launch; every tile is allocated inside the loop, so the next head's loads run while the
-engines work on this one, bounded by SBUF and PSUM capacity in schedule time):
+Per group of heads (a loop in the one launch; every tile is allocated inside the loop, so the next group's loads
+run while the engines work on this one, bounded by SBUF and PSUM capacity in schedule time):
 
-* loads: ``qT`` and ``kT`` of the head in one DMA each, ``v`` one 128-row slab per DMA;
+* loads: ``qT``, ``kT`` and ``v`` of the group's heads in one DMA each (``head_group`` heads side by side);
 * for each 128-row tile of queries, for each block of up to ``KV_BLOCK`` keys (NKI flash_fwd's default
   ``seq_tile_size`` of 2048):
 
@@ -18,13 +18,17 @@ engines work on this one, bounded by SBUF and PSUM capacity in schedule time):
     their row sum in one Scalar Engine pass (written as the matmul dtype: the Tensor Engine's operand);
   - optionally dropout of the probabilities (Vector Engine);
   - ``P`` transposed through the Tensor Engine 128 x 128 at a time (PSUM) and copied back to SBUF, then
-    ``O += P^T^T V`` accumulated over the block's 128-key tiles in PSUM;
+    ``O_blk = P V`` accumulated over the block's 128-key tiles in PSUM;
   - with more than one block, the online-softmax rescaling of FlashAttention (Dao et al. 2022, Algorithm 1): the
     running max, ``alpha = exp(scale * (m_old - m_new))``, ``l = alpha * l + rowsum`` and ``O = alpha * O + O_blk``;
-* ``O / l`` (times ``1 / (1 - dropout_p)``) stored with one DMA per query tile.
+* ``O / l`` (times ``1 / (1 - dropout_p)``) stored with one DMA per query tile and head group.
+
+The (query tile, head, key block) items are software-pipelined by one: the next item's scores and exponentials
+are issued before this item's transposes and ``P V``, so the in-order engines overlap them, as a compiler
+schedules a flash kernel's loop.  The ``P^T`` copies out of PSUM alternate between the Vector and Scalar Engines.
 
 Dimensions: ``L`` and ``S`` multiples of 128 (the caller pads), ``D`` at most 128.  The backward pass has no kernel
-here; :func:`trnsim.backend.costs.attention_cost` documents its model.
+here; :func:`trnsim.backend.costs.attention_backward_cost` documents its model.
 """
 
 from ..nki import isa as nisa
@@ -84,80 +88,107 @@ def flash_attention(qT, kT, v, scale=None, dropout_p=0.0, group=1):
         nisa.dma_copy(q_s, qT[h0:h0 + g].permute((1, 0, 2)))
         nisa.dma_copy(k_s, kT[h0:h0 + g].permute((1, 0, 2)))
         nisa.dma_copy(v_s, v[h0:h0 + g].reshape((g, ST, P, D)).permute((2, 0, 1, 3)))
-        for l0 in range(0, L, P):
-            o_t = nl.ndarray((P, g * D), dtype=v.dtype, buffer=nl.sbuf, name="o_tile")
-            for j in range(g):
-                _query_tile(q_s[:, j * L + l0:j * L + l0 + P], k_s[:, j * S:(j + 1) * S],
-                            v_s[:, j * ST * D:(j + 1) * ST * D], o_t[:, j * D:(j + 1) * D], scale, keep,
-                            dropout_p)
-            nisa.dma_copy(out[h0:h0 + g, l0:l0 + P, :].permute((1, 0, 2)), o_t)
-            o_t = None
+        # work items (query tile, head, key block), software-pipelined by one: the scores and exponentials of the
+        # next item are issued before the transposes and P V of this one, so the Tensor Engine computes the next
+        # scores while the Vector and Scalar Engines finish this item's softmax (engines run in program order)
+        items = [(l0, j, s0) for l0 in range(0, L, P) for j in range(g) for s0 in range(0, S, KV_BLOCK)]
+        run = {}
+        o_t = None
+        pending = None
+        for it in items + [None]:
+            nxt = None
+            if it is not None:
+                l0, j, s0 = it
+                if s0 == 0 and j == 0:
+                    o_t = nl.ndarray((P, g * D), dtype=v.dtype, buffer=nl.sbuf, name="o_tile")
+                st = run.setdefault((l0, j), {"m": None, "l": None, "o": None, "o_t": o_t})
+                sc = _scores(q_s[:, j * L + l0:j * L + l0 + P], k_s[:, j * S:(j + 1) * S], s0, scale, v.dtype,
+                             st["m"], dropout_p)
+                nxt = (it, st, sc, st["m"])         # (the running max before this block, for its rescaling)
+                st["m"] = sc[1]
+            if pending is not None:
+                (l0, j, s0), st, sc, m_prev = pending
+                _pv_update(sc, v_s[:, j * ST * D:(j + 1) * ST * D], s0, S, st, m_prev, scale)
+                if s0 + KV_BLOCK >= S:          # the last key block: O / l into this head's columns of the tile
+                    rl = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf, name="inv_sum")
+                    nisa.reciprocal(rl, st["l"])
+                    nisa.tensor_scalar(st["o_t"][:, j * D:(j + 1) * D], st["o"], "multiply", rl, op1="multiply",
+                                       operand1=keep)
+                    del run[(l0, j)]
+                    if j == g - 1:
+                        nisa.dma_copy(out[h0:h0 + g, l0:l0 + P, :].permute((1, 0, 2)), st["o_t"])
+            pending = nxt
+        o_t = None
         q_s = k_s = v_s = None      # the next group's tiles are fresh allocations: its loads need not wait
     return out
 
 
-def _query_tile(q_t, k_h, v_h, o_t, scale, keep, dropout_p):
-    """One head's 128 queries (``q_t[D, 128]``) against all its keys (``k_h[D, S]``, ``v_h[128, S/128 * D]``) into
-    ``o_t[128, D]``."""
+def _scores(q_t, k_h, s0, scale, mm_dt, m_prev, dropout_p):
+    """Scores of 128 queries (``q_t[D, 128]``) against the key block from ``s0`` of ``k_h[D, S]``, their (running)
+    row maximum and the probabilities ``exp(scale * s - scale * max)`` (``mm_dt``) with their row sum."""
     D, P = q_t.shape
     S = k_h.shape[1]
     TN = nl.tile_size.gemm_moving_fmax
-    mm_dt = v_h.dtype
-    m_run = l_run = o_run = None
-    for s0 in range(0, S, KV_BLOCK):
-        sb = min(KV_BLOCK, S - s0)
-        # one PSUM bank per 512 score columns (a matmul output never crosses a bank)
-        chunks = [(c0, min(TN, sb - c0)) for c0 in range(0, sb, TN)]
-        sc = [nl.ndarray((P, cw), dtype=nl.float32, buffer=nl.psum, name="scores") for _, cw in chunks]
-        for (c0, cw), sc_c in zip(chunks, sc):
-            nisa.nc_matmul(sc_c, q_t, k_h[:, s0 + c0:s0 + c0 + cw])
-        mx = _row_combine(sc, "maximum", "mx")
-        if m_run is not None:
-            m_new = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf, name="m_new")
-            nisa.tensor_tensor(m_new, m_run, mx, op="maximum")
-            mx = m_new
-        neg = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf, name="neg_max")
-        nisa.tensor_scalar(neg, mx, "multiply", -scale)
-        # exp(scale * s - scale * max) with its row sum, one Scalar Engine pass per PSUM bank
-        p_s = nl.ndarray((P, sb), dtype=mm_dt, buffer=nl.sbuf, name="probs")
-        parts = nl.ndarray((P, len(chunks)), dtype=nl.float32, buffer=nl.sbuf, name="rowsums")
-        for i, ((c0, cw), sc_c) in enumerate(zip(chunks, sc)):
-            nisa.activation(p_s[:, c0:c0 + cw], "exp", sc_c, bias=neg, scale=scale, reduce_op="add",
-                            reduce_res=parts[:, i:i + 1])
-        sc = None
-        rs = parts
-        if len(chunks) > 1:
-            rs = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf, name="rowsum")
-            nisa.tensor_reduce(rs, "add", parts, axis=1)
-        if dropout_p > 0.0:
-            nisa.dropout(p_s, p_s, dropout_p)
-        # O_blk = P V: P transposed 128 x 128 through the Tensor Engine, accumulated over the block's key tiles
-        o_ps = nl.ndarray((P, D), dtype=nl.float32, buffer=nl.psum, name="o_blk")
-        for t in range(sb // P):
-            pt_ps = nl.ndarray((P, P), dtype=mm_dt, buffer=nl.psum, name="pT_psum")
-            nisa.nc_transpose(pt_ps, p_s[:, t * P:(t + 1) * P])
-            pt = nl.ndarray((P, P), dtype=mm_dt, buffer=nl.sbuf, name="pT")
-            nisa.tensor_copy(pt, pt_ps)
-            st = s0 // P + t
-            nisa.nc_matmul(o_ps, pt, v_h[:, st * D:(st + 1) * D])
-        p_s = None
-        if m_run is None:
-            if S > KV_BLOCK:        # more blocks follow: the running output is kept in SBUF
-                o_run = nl.ndarray((P, D), dtype=nl.float32, buffer=nl.sbuf, name="o_acc")
-                nisa.tensor_copy(o_run, o_ps)
-            else:
-                o_run = o_ps
-            m_run, l_run = mx, rs
-            continue
-        # online softmax (FlashAttention, Algorithm 1): alpha = exp(scale * (m_old - m_new)) rescales the running
-        # sum and output
-        alpha = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf, name="alpha")
-        nisa.activation(alpha, "exp", m_run, bias=neg, scale=scale)
-        l_new = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf, name="l_new")
-        nisa.scalar_tensor_tensor(l_new, l_run, "multiply", alpha, "add", rs)
-        o_new = nl.ndarray((P, D), dtype=nl.float32, buffer=nl.sbuf, name="o_acc")
-        nisa.scalar_tensor_tensor(o_new, o_run, "multiply", alpha, "add", o_ps)
-        m_run, l_run, o_run = mx, l_new, o_new
-    rl = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf, name="inv_sum")
-    nisa.reciprocal(rl, l_run)
-    nisa.tensor_scalar(o_t, o_run, "multiply", rl, op1="multiply", operand1=keep)
+    sb = min(KV_BLOCK, S - s0)
+    # one PSUM bank per 512 score columns (a matmul output never crosses a bank)
+    chunks = [(c0, min(TN, sb - c0)) for c0 in range(0, sb, TN)]
+    sc = [nl.ndarray((P, cw), dtype=nl.float32, buffer=nl.psum, name="scores") for _, cw in chunks]
+    for (c0, cw), sc_c in zip(chunks, sc):
+        nisa.nc_matmul(sc_c, q_t, k_h[:, s0 + c0:s0 + c0 + cw])
+    mx = _row_combine(sc, "maximum", "mx")
+    if m_prev is not None:
+        m_new = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf, name="m_new")
+        nisa.tensor_tensor(m_new, m_prev, mx, op="maximum")
+        mx = m_new
+    neg = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf, name="neg_max")
+    nisa.tensor_scalar(neg, mx, "multiply", -scale)
+    # exp(scale * s - scale * max) with its row sum, one Scalar Engine pass per PSUM bank
+    p_s = nl.ndarray((P, sb), dtype=mm_dt, buffer=nl.sbuf, name="probs")
+    parts = nl.ndarray((P, len(chunks)), dtype=nl.float32, buffer=nl.sbuf, name="rowsums")
+    for i, ((c0, cw), sc_c) in enumerate(zip(chunks, sc)):
+        nisa.activation(p_s[:, c0:c0 + cw], "exp", sc_c, bias=neg, scale=scale, reduce_op="add",
+                        reduce_res=parts[:, i:i + 1])
+    rs = parts
+    if len(chunks) > 1:
+        rs = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf, name="rowsum")
+        nisa.tensor_reduce(rs, "add", parts, axis=1)
+    if dropout_p > 0.0:
+        nisa.dropout(p_s, p_s, dropout_p)
+    return p_s, mx, neg, rs
+
+
+def _pv_update(sc, v_h, s0, S, st, m_prev, scale):
+    """``O_blk = P V`` for one key block (P transposed 128 x 128 through the Tensor Engine, every transpose issued
+    before the products) and the running output and sum of ``st`` updated (FlashAttention, Algorithm 1)."""
+    p_s, mx, neg, rs = sc
+    P, sb = p_s.shape
+    D = v_h.shape[1] // (S // P)
+    mm_dt = p_s.dtype
+    pts = []
+    for t in range(sb // P):
+        pt_ps = nl.ndarray((P, P), dtype=mm_dt, buffer=nl.psum, name="pT_psum")
+        nisa.nc_transpose(pt_ps, p_s[:, t * P:(t + 1) * P])
+        pt = nl.ndarray((P, P), dtype=mm_dt, buffer=nl.sbuf, name="pT")
+        # PSUM -> SBUF on the Vector and Scalar Engines in turn (the Vector Engine also takes the row maxima)
+        nisa.tensor_copy(pt, pt_ps, engine="scalar" if t % 2 else "vector")
+        pts.append(pt)
+    o_ps = nl.ndarray((P, D), dtype=nl.float32, buffer=nl.psum, name="o_blk")
+    for t, pt in enumerate(pts):
+        kt = s0 // P + t
+        nisa.nc_matmul(o_ps, pt, v_h[:, kt * D:(kt + 1) * D])
+    if st["o"] is None:
+        if S > KV_BLOCK:        # more blocks follow: the running output is kept in SBUF
+            o_run = nl.ndarray((P, D), dtype=nl.float32, buffer=nl.sbuf, name="o_acc")
+            nisa.tensor_copy(o_run, o_ps)
+        else:
+            o_run = o_ps
+        st["o"], st["l"] = o_run, rs
+        return
+    # online softmax: alpha = exp(scale * (m_old - m_new)) rescales the running sum and output
+    alpha = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf, name="alpha")
+    nisa.activation(alpha, "exp", m_prev, bias=neg, scale=scale)
+    l_new = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf, name="l_new")
+    nisa.scalar_tensor_tensor(l_new, st["l"], "multiply", alpha, "add", rs)
+    o_new = nl.ndarray((P, D), dtype=nl.float32, buffer=nl.sbuf, name="o_acc")
+    nisa.scalar_tensor_tensor(o_new, st["o"], "multiply", alpha, "add", o_ps)
+    st["o"], st["l"] = o_new, l_new
