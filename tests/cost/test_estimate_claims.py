@@ -109,10 +109,13 @@ def test_tp_collectives_are_four_per_layer_per_micro_batch_step_of_the_activatio
     assert s.breakdown["comm: tp all_gather/reduce_scatter (sequence parallel)"] == pytest.approx(
         mbs * 4 * TINY.layers * both, rel=1e-9)
     assert s.memory["activations"] < e.memory["activations"]
-    # and the matmul work per micro-batch shrinks with TP: 4-way TP does less than 1/2 of TP1's per rank
+    # and the matmul work per micro-batch shrinks with TP: 4-way TP does less than 1/2 of TP1's Tensor Engine flops
+    # per rank, in less time (not in proportion: this tiny layer's kernels are mostly their fixed costs, and the
+    # attention kernel is one launch over the rank's heads whichever their number)
     t1 = step.layer_cost(TINY, "dense", tp=1, seq=SEQ, target="trn2")
     t4 = step.layer_cost(TINY, "dense", tp=4, seq=SEQ, target="trn2")
-    assert t4.tensor_ns < t1.tensor_ns / 2
+    assert t4.flops < t1.flops / 2
+    assert t4.tensor_ns < t1.tensor_ns
 
 
 # -- memory ---------------------------------------------------------------------------------------------------

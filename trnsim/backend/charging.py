@@ -66,10 +66,12 @@ def op_time(name, cat, args, out):
     launch = costs.launch_ns(tg)
     if cat in native_costs.COSTS:         # ops added for models (issue 12): their costs live in native_costs.py
         return native_costs.COSTS[cat](name, args, out, launch)
+    if cat in ("sdpa", "backward:sdpa"):
+        return _sdpa_time(name, args, launch, backward=cat == "backward:sdpa")
     if cat.startswith("backward:"):
         r = op_time(name, cat.split(":", 1)[1], args, out if cat != "backward:sdpa" else None)
         return launch + 2 * (r[0] - launch), "estimated", 2 * r[2], 2 * r[3]
-    if cat in ("mm", "addmm", "bmm", "baddbmm", "sdpa"):
+    if cat in ("mm", "addmm", "bmm", "baddbmm"):
         ts = _tensors(args, [])
         if name == "linear":      # (input, weight [N, K], bias): reaches the device when called below autograd
             x, w = ts[0], ts[1]
@@ -84,14 +86,6 @@ def op_time(name, cat, args, out):
         dt = kdtype(a.dtype)
         if not a.is_floating_point():       # the Tensor Engine takes no integers: an estimate, not its kernel
             return _estimate(args, out, launch, tensor_engine=False)
-        if cat == "sdpa":
-            q, k = a, b
-            batch = q.numel() // (q.shape[-2] * q.shape[-1])
-            L, D, S = q.shape[-2], q.shape[-1], k.shape[-2]
-            ns1, f1, b1 = costs.matmul_cost(tg, L, D, S, dt, batch)
-            ns2, f2, b2 = costs.matmul_cost(tg, L, S, D, dt, batch)
-            sm = costs.softmax_cost(tg, batch * L, S, "float32") or (costs.roofline_ns(tg, 5 * batch * L * S, 0), 0, 0)
-            return launch + ns1 + ns2 + sm[0], "native", f1 + f2 + 5 * batch * L * S, b1 + b2 + sm[2]
         if a.dim() == 1 or b.dim() == 1:
             return _estimate(args, out, launch, tensor_engine=True)
         batch = a.shape[0] if cat in ("bmm", "baddbmm") else 1
@@ -157,6 +151,39 @@ def op_time(name, cat, args, out):
             return _estimate(args, out, launch)
         return launch + r[0], "native", r[1], r[2]
     return _estimate(args, out, launch)
+
+
+# where the dropout probability sits in the arguments of the attention ops that take one
+_SDPA_DROPOUT_ARG = {"_scaled_dot_product_flash_attention_for_cpu": 3,
+                     "_scaled_dot_product_flash_attention_for_cpu_backward": 6,
+                     "_scaled_dot_product_attention_math": 4}
+
+
+def _sdpa_time(name, args, launch, backward=False):
+    """Scaled dot-product attention (and its backward): the fused attention kernel over every (batch x head) in one
+    launch (``costs.attention_cost``; the backward ``costs.attention_backward_cost``).  The flash backward's
+    arguments start with the output gradient, then q, k, v."""
+    tg = STATE.target
+    ts = _tensors(args, [])
+    if name.endswith("_for_cpu_backward"):
+        ts = ts[1:]
+    if len(ts) < 3 or not ts[0].is_floating_point() or ts[0].dim() < 2:
+        return _estimate(args, None, launch, tensor_engine=True)
+    q, k = ts[0], ts[1]
+    dt = kdtype(q.dtype)
+    L, D, S = q.shape[-2], q.shape[-1], k.shape[-2]
+    heads = q.numel() // max(1, L * D)
+    i = _SDPA_DROPOUT_ARG.get(name)
+    drop = args[i] if i is not None and len(args) > i and isinstance(args[i], float) else 0.0
+    r = (costs.attention_backward_cost if backward else costs.attention_cost)(tg, heads, L, S, D, dt, drop)
+    kind = "estimated" if backward else "native"
+    if r is None:       # a head dimension over 128: the two products as matmul kernels, the softmax as its kernel
+        ns1, f1, b1 = costs.matmul_cost(tg, L, D, S, dt, heads)
+        ns2, f2, b2 = costs.matmul_cost(tg, L, S, D, dt, heads)
+        sm = costs.softmax_cost(tg, heads * L, S, "float32") or (costs.roofline_ns(tg, 5 * heads * L * S, 0), 0, 0)
+        m = costs.ATTN_BWD_RATIO if backward else 1.0
+        r = (m * (ns1 + ns2 + sm[0]), m * (f1 + f2 + 5 * heads * L * S), m * (b1 + b2 + sm[2]))
+    return launch + r[0], kind, r[1], r[2]
 
 
 def _estimate(args, out, launch, tensor_engine=False):

@@ -18,8 +18,8 @@ import numpy as np
 from .. import machine as _machine
 from . import cost_cache
 from ..kernels.jit import run_kernel
-from ..kernels.library import (elementwise, matmul, matmul_blocked, matmul_resident, normalization, reduction,
-                               softmax)
+from ..kernels.library import (attention, elementwise, matmul, matmul_batched, matmul_blocked, matmul_resident,
+                               normalization, reduction, softmax)
 
 _MEMO = {}
 
@@ -88,23 +88,48 @@ def matmul_cost(target, m, k, n, dtype, batch=1):
     """``batch`` matmuls [m, k] @ [k, n] through ``library.matmul_resident.resident_matmul`` when the operands fit
     its SBUF budget, else ``library.matmul_blocked.blocked_matmul`` (dims padded to the kernels' tiles).  An empty
     product (a zero dimension) launches no matmul kernel.  Large blocked products are extrapolated from the
-    simulation of one and two of their blocks (:func:`blocked_matmul_ns`)."""
+    simulation of one and two of their blocks (:func:`blocked_matmul_ns`).  A batch of resident products is one
+    launch of ``library.matmul_batched.batched_matmul`` (:func:`_batched_cost`); a batch of blocked products is
+    ``batch`` times one (each is long enough that its launch overheads are a small part)."""
     if m == 0 or k == 0 or n == 0 or batch == 0:
         return 0.0, 0.0, 0
+    P = target.pmax
+    mp = max(P, math.ceil(m / P) * P)
+    kp = max(P, math.ceil(k / P) * P)
+    tn = target.moving_fmax
+    np_ = n if n <= tn else math.ceil(n / tn) * tn
+    item = np.dtype(_np_dtype(dtype)).itemsize
+    if batch > 1 and matmul_resident.fits(target, mp, kp, np_, item):
+        return _batched_cost(target, int(batch), m, k, n, mp, kp, np_, dtype, item)
 
     def compute():
-        P = target.pmax
-        mp = max(P, math.ceil(m / P) * P)
-        kp = max(P, math.ceil(k / P) * P)
-        tn = target.moving_fmax
-        np_ = n if n <= tn else math.ceil(n / tn) * tn
-        item = np.dtype(_np_dtype(dtype)).itemsize
         if matmul_resident.fits(target, mp, kp, np_, item):
             return _sim(matmul_resident.resident_matmul, (_inp((kp, mp), dtype), _inp((kp, np_), dtype)), {},
                         target)
         return blocked_matmul_ns(target, mp, kp, np_, dtype)
     ns, fl, nb = _memo(("mm", target.name, m, k, n, dtype), compute)
     return ns * batch, 2.0 * m * k * n * batch, nb * batch
+
+
+def _batched_cost(target, batch, m, k, n, mp, kp, np_, dtype, item):
+    """``batch`` resident products in one launch of ``batched_matmul``: its group of products per DMA
+    (``matmul_batched.batch_group``); up to two groups simulated whole, beyond that one group's time plus
+    (batch / group - 1) times the increment from one group to two (the steady state, as in
+    :func:`attention_cost`).  flops are the logical ``2 m k n`` per product."""
+    G = matmul_batched.batch_group(target, mp, kp, np_, item)
+
+    def run(b):
+        return _sim(matmul_batched.batched_matmul, (_inp((b, kp, mp), dtype), _inp((b, kp, np_), dtype)),
+                    {"group": G}, target)
+
+    def compute():
+        if batch <= 2 * G:
+            ns, _, nb = run(batch)
+        else:
+            a, b = run(G), run(2 * G)
+            ns, nb = (x + (y - x) * (batch / G - 1) for x, y in ((a[0], b[0]), (a[2], b[2])))
+        return ns, 2.0 * m * k * n * batch, nb
+    return _memo(("bmm", target.name, batch, m, k, n, dtype), compute)
 
 
 def blocked_matmul_ns(target, m, k, n, dtype, extrapolate=True):
@@ -164,6 +189,55 @@ def _blocks_ns(target, m, k, n, dtype, mb, nb, kc):
 
 
 _EMPTY = (0.0, 0.0, 0)      # an op on an empty tensor launches no kernel
+
+
+# The flash backward's matmul work over the forward's: it recomputes S = Q K^T and then computes dV = P^T dO,
+# dP = dO V^T, dQ = dS K and dK = dS^T Q, five products of the forward's two sizes (NKI flash_attn_bwd, Neuron docs
+# "Detailed steps" 1-4; FlashAttention, Dao et al. 2022, Algorithm 4): 5 / 2.
+ATTN_BWD_RATIO = 2.5
+
+
+def attention_cost(target, heads, L, S, D, dtype, dropout_p=0.0):
+    """(ns, flops, bytes) of fused attention over ``heads`` (batch x heads) of ``[L, D]`` queries against ``[S, D]``
+    keys and values: ``library.attention.flash_attention``, all heads in one launch, ``L`` and ``S`` padded to
+    128.  Heads go by groups of ``attention.head_group`` per DMA; up to two groups are simulated whole, beyond that
+    the time is the simulation of one group plus (heads / group - 1) times the increment from one group to two (the
+    steady state: the next group's loads overlap this one's compute).  flops are the logical ones (two products of
+    2 L S D each, and 5 per score for the softmax).  ``None`` when ``D`` exceeds the 128 partitions of the
+    contraction (the caller prices the two products as matmuls).  Causal masking is not modelled (every block is
+    computed)."""
+    heads, L, S, D = int(heads), int(L), int(S), int(D)
+    if heads == 0 or L == 0 or S == 0 or D == 0:
+        return _EMPTY
+    if D > target.pmax:
+        return None
+    P = target.pmax
+    Lp, Sp = math.ceil(L / P) * P, math.ceil(S / P) * P
+    drop = float(dropout_p)
+    item = np.dtype(_np_dtype(dtype)).itemsize
+    G = attention.head_group(Lp, Sp, D, item, target.dma_knee_bytes_per_partition)
+
+    def run(h):
+        return _sim(attention.flash_attention, (_inp((h, D, Lp), dtype), _inp((h, D, Sp), dtype),
+                                                _inp((h, Sp, D), dtype)), {"group": G, "dropout_p": drop}, target)
+
+    def compute():
+        if heads <= 2 * G:
+            ns, _, nb = run(heads)
+        else:
+            a, b = run(G), run(2 * G)
+            ns, nb = (x + (y - x) * (heads / G - 1) for x, y in ((a[0], b[0]), (a[2], b[2])))
+        return ns, heads * (4.0 * L * S * D + 5.0 * L * S), nb
+    return _memo(("attn", target.name, heads, L, S, D, dtype, drop), compute)
+
+
+def attention_backward_cost(target, heads, L, S, D, dtype, dropout_p=0.0):
+    """The flash backward: ``ATTN_BWD_RATIO`` times the forward kernel's time, flops and bytes (no backward kernel
+    is simulated: its five products of the forward's sizes, each engine's work in the same proportion)."""
+    r = attention_cost(target, heads, L, S, D, dtype, dropout_p)
+    if r is None:
+        return None
+    return tuple(ATTN_BWD_RATIO * x for x in r)
 
 
 def elementwise_cost(target, numel, dtype, kind="binary", op="add"):

@@ -16,6 +16,8 @@ _EXAMPLES = """examples:
   trnsim estimate --model llama3-8b --instance trn2.48xlarge            # best parallelism found for 1 instance
   trnsim estimate --model deepseek-v3 --instance trn2-ultraserver --tp 8 --ep 8 --pp 4 --checkpointing --json
   trnsim estimate --model ./config.json --instance trn3-gen1-ultraserver --search --counts 1,2 -j 2
+  trnsim estimate --model bert-config.json --instance trn1.32xlarge --seq 128 --micro-batch 16 --precision autocast
+  trnsim estimate --model examples/estimate_factory.py:make_model --instance trn2.48xlarge --micro-batch 8
 """
 
 
@@ -57,8 +59,9 @@ def build_parser():
                 description="Estimate the time and price of a training step on trn1/trn2/trn3 instances: the "
                             "model's layers run on the simulated device in shape-only mode, collectives on the "
                             "instance's topology.")
-    p.add_argument("--model", required=True, help=f"built-in ({', '.join(builtin_names())}) or a Hugging Face "
-                   "config.json path")
+    p.add_argument("--model", required=True, help=f"built-in ({', '.join(builtin_names())}), a Hugging Face "
+                   "config.json path (any architecture transformers builds), or a Python factory path.py:function "
+                   "returning (nn.Module, input spec)")
     p.add_argument("--instance", "--topology", dest="instance", required=True, type=_instance, metavar="INSTANCE",
                    help=f"one of {', '.join(INSTANCES)} (aliases as in nccom-test: trn1, trn2, trn2u, "
                         "trn2u.48xlarge, trn3, ...)")
@@ -69,10 +72,18 @@ def build_parser():
     p.add_argument("--no-sequence-parallel", action="store_true",
                    help="plain tensor parallelism (all-reduces; norms on the whole sequence on every TP rank)")
     p.add_argument("--micro-batch", type=_positive, default=1)
-    p.add_argument("--seq", type=_positive, default=4096, help="sequence length (default 4096)")
-    p.add_argument("--global-batch", type=_positive, default=None, help="sequences per step")
+    p.add_argument("--seq", type=_positive, default=None,
+                   help="sequence length (default 4096 for decoders; a text model run as its own code: 512 or its "
+                        "max_position_embeddings if fewer; unused for images and factories)")
+    p.add_argument("--global-batch", type=_positive, default=None,
+                   help="sequences (samples) per step; default 4 x ranks x micro-batch (with a search: x the least "
+                        "common multiple of the micro-batches tried), the same for every candidate")
     p.add_argument("--checkpointing", action="store_true", help="activation checkpointing")
-    p.add_argument("--precision", choices=("bf16", "fp8"), default="bf16")
+    p.add_argument("--precision", choices=("bf16", "fp8", "autocast", "fp32"), default="bf16",
+                   help="bf16 (default); fp8 (decoder templates, trn2+); autocast (fp32 weights, bf16 matmuls: "
+                        "Neuron's 'Autocast BF16') and fp32 (matmuls auto-cast to bf16 by the compiler, its "
+                        "default) for models run as their own code")
+    p.add_argument("--optimizer", choices=("adamw", "lamb"), default="adamw")
     p.add_argument("--compile", action="store_true", help="compiled execution (default eager)")
     p.add_argument("--lnc", type=int, choices=(1, 2), default=None, help="logical core size (default: the target's)")
     p.add_argument("--prices", metavar="FILE", help="your own price file (same format as the built-in one)")
@@ -103,14 +114,19 @@ def main(argv=None) -> int:
     from .search import search
     line = ProgressLine()          # a terminal only
     try:
-        E.load_model(a.model)
+        if E.is_template(a.model):
+            E.load_model(a.model)
+        else:
+            from .anyestimate import check_flags
+            check_flags(a.model, tp=a.tp, pp=a.pp, cp=a.cp, ep=a.ep, checkpointing=a.checkpointing,
+                        compiled=a.compile, precision=a.precision)
         if a.prices:
             E.load_prices(a.prices)
         if a.out:
             ensure_writable_dir(a.out)
         common = dict(seq=a.seq, global_batch=a.global_batch, precision=a.precision, compiled=a.compile,
                       lnc=a.lnc, prices=a.prices, fsdp=not a.no_fsdp,
-                      sequence_parallel=not a.no_sequence_parallel)
+                      sequence_parallel=not a.no_sequence_parallel, optimizer=a.optimizer)
         if a.search or all(v is None for v in (a.tp, a.pp, a.dp)):
             counts = a.counts or [a.count]
             try:
@@ -127,6 +143,9 @@ def main(argv=None) -> int:
                       file=sys.stderr)
                 return 1
             best = min(res, key=lambda e: e.step_time_s)
+            best.notes.append(f"configuration chosen by the search (fastest of {len(res)} that fit at the global "
+                              f"batch {best.global_batch}, the same for every candidate): "
+                              f"{best.parallelism.label()}")
             if a.search:
                 if a.json:
                     print(json.dumps({"front": [e.to_json() for e in front],

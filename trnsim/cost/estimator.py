@@ -44,10 +44,11 @@ import os
 
 import torch
 
-from .models import ModelSpec, load_model
+from .models import BUILTIN, ModelSpec, load_model
 
 __all__ = ["Parallelism", "Estimate", "estimate", "INSTANCES", "instance_name", "load_prices", "rank_layout",
-           "state_memory", "capacity_per_rank"]
+           "state_memory", "capacity_per_rank", "default_global_batch", "optimizer_s", "OPTIMIZERS",
+           "is_template"]
 
 _DATA = os.path.join(os.path.dirname(__file__), "data")
 GiB = 2 ** 30
@@ -196,6 +197,11 @@ class Estimate:
         return None if self.usd_per_hour is None else self.usd_per_hour * self.count * seconds / 3600.0
 
     @property
+    def samples_per_s(self):
+        """Sequences (or samples: images, a factory's inputs) per second."""
+        return self.global_batch / self.step_time_s
+
+    @property
     def usd_per_step(self):
         return self.dollars(self.step_time_s)
 
@@ -215,7 +221,7 @@ class Estimate:
         d.pop("_ranks_per_chip", None)
         d["parallelism"] = dataclasses.asdict(self.parallelism)
         d["parallelism"]["label"] = self.parallelism.label()
-        d.update(usd_per_step=self.usd_per_step, usd_per_billion_tokens=self.usd_per_billion_tokens,
+        d.update(samples_per_s=self.samples_per_s, usd_per_step=self.usd_per_step, usd_per_billion_tokens=self.usd_per_billion_tokens,
                  hbm_per_chip_bytes=self.hbm_per_chip_bytes, fallbacks=list(self.fallbacks),
                  usd_for_compile=self.usd_for_compile)
         return d
@@ -240,22 +246,61 @@ def _coll(op, nbytes, topo, group):
     return collective_time(op, int(nbytes), topo, nranks=topo.ranks, group=group).time_ns * 1e-9
 
 
-def _optimizer_s(numel, target):
-    """One ``AdamW(foreach=True).step()`` over ``numel`` fp32 parameters on the shape-only device."""
+def default_global_batch(ranks, micro_batches=(1,)):
+    """The default global batch (sequences or samples per step): 4 x ranks x the least common multiple of the
+    micro-batches tried.  Fixed for every candidate of one instance count (it does not depend on the
+    parallelism), a multiple of dp x micro_batch for each, and at least 4 x pp x tp micro-batches per step (a
+    pipeline bubble under 1/4 of the step)."""
+    return 4 * int(ranks) * math.lcm(*[int(m) for m in micro_batches])
+
+
+OPTIMIZERS = ("adamw", "lamb")
+
+
+def _lamb_step(params, grads, m, v, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, wd=0.01):
+    """One LAMB step (You et al. 2019, "Large Batch Optimization for Deep Learning", Algorithm 2) as foreach
+    ops: Adam moments, the Adam update plus weight decay, then each tensor scaled by its trust ratio
+    ||w|| / ||update||.  Written here (torch has no Lamb); only its device cost is used."""
+    import torch
+    torch._foreach_mul_(m, betas[0])
+    torch._foreach_add_(m, grads, alpha=1 - betas[0])
+    torch._foreach_mul_(v, betas[1])
+    torch._foreach_addcmul_(v, grads, grads, value=1 - betas[1])
+    denom = torch._foreach_add(torch._foreach_sqrt(v), eps)
+    upd = torch._foreach_div(m, denom)
+    torch._foreach_add_(upd, params, alpha=wd)
+    ratio = torch._foreach_div(torch._foreach_norm(params), torch._foreach_norm(upd))
+    torch._foreach_mul_(upd, ratio)
+    torch._foreach_add_(params, upd, alpha=-lr)
+
+
+def optimizer_s(numel, target, name="adamw"):
+    """One optimizer step over ``numel`` fp32 parameters on the shape-only device: ``torch.optim.AdamW(
+    foreach=True).step()``, or LAMB (:func:`_lamb_step`) as foreach ops; each op's cost is the device's (the
+    memory traffic of its elementwise kernels: AdamW reads parameter, gradient and two moments and writes three
+    of them; LAMB adds the update's round trips and two norms)."""
     from ..backend.device_state import STATE
     from ..backend.shape_only import device_target, shape_only_tensor
+    if name not in OPTIMIZERS:
+        raise ValueError(f"optimizer {name!r}: expected one of {', '.join(OPTIMIZERS)}")
     if numel <= 0:
         return 0.0
-    key = (int(numel), target.name)
+    key = (int(numel), target.name, name)
     if key in _OPT:
         return _OPT[key]
     with device_target(target):
         p = torch.nn.Parameter(shape_only_tensor((int(numel),), torch.float32))
         p.grad = shape_only_tensor((int(numel),), torch.float32)
-        opt = torch.optim.AdamW([p], lr=1e-4, foreach=True)
-        opt.step()                       # the first step creates the moments
-        t0 = STATE.now_ns
-        opt.step()
+        if name == "adamw":
+            opt = torch.optim.AdamW([p], lr=1e-4, foreach=True)
+            opt.step()                       # the first step creates the moments
+            t0 = STATE.now_ns
+            opt.step()
+        else:
+            m, v = (shape_only_tensor((int(numel),), torch.float32) for _ in range(2))
+            with torch.no_grad():
+                t0 = STATE.now_ns
+                _lamb_step([p], [p.grad], [m], [v])
         _OPT[key] = (STATE.now_ns - t0) * 1e-9
     return _OPT[key]
 
@@ -263,20 +308,56 @@ def _optimizer_s(numel, target):
 _OPT = {}
 
 
+def is_template(model) -> bool:
+    """True when ``model`` is estimated by the decoder templates (a built-in name, a ModelSpec, a decoder config
+    the templates describe); False for a factory (``path.py:function``) or any other transformers config, which
+    run as their own code (:mod:`trnsim.cost.anyestimate`)."""
+    from .anymodel import AnyModel, uses_template
+    if isinstance(model, ModelSpec):
+        return True
+    if isinstance(model, AnyModel) or (callable(model) and not isinstance(model, type)):
+        return False         # an AnyModel or a factory function
+    if isinstance(model, str):
+        if model.strip().lower() in BUILTIN:
+            return True
+        if ":" in model and model.rpartition(":")[0].endswith(".py"):
+            return False
+        if os.path.isfile(model):
+            try:
+                with open(model, encoding="utf-8") as f:
+                    cfg = json.load(f)
+            except (OSError, json.JSONDecodeError) as e:
+                raise ValueError(f"model {model!r}: not a readable JSON config ({e})") from None
+            return uses_template(cfg)
+        return True             # load_model names what is wrong
+    return uses_template(model)
+
+
 def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, cp=1, ep=1, fsdp=True,
-             micro_batch=1, seq=4096, global_batch=None, checkpointing=False, precision="bf16",
-             compiled=False, lnc=None, prices=None, jobs=None, sequence_parallel=True) -> Estimate:
+             micro_batch=1, seq=None, global_batch=None, checkpointing=False, precision="bf16",
+             compiled=False, lnc=None, prices=None, jobs=None, sequence_parallel=True,
+             optimizer="adamw") -> Estimate:
     """Estimate one training step (see the module docstring).  ``dp`` defaults to the ranks left after
-    tp x pp x cp; ``global_batch`` (sequences) to dp x micro_batch x max(pp, 1) x 4."""
+    tp x pp x cp; ``global_batch`` (sequences) to :func:`default_global_batch` (4 x ranks x micro_batch);
+    ``seq`` to 4096.  A model outside the decoder templates (:func:`is_template`) is run as its own code,
+    data parallel only (:func:`trnsim.cost.anyestimate.estimate_any`)."""
     from ..targets import get_target
     from .step import head_cost, layer_cost, prepare
 
+    if not is_template(model):
+        from .anyestimate import estimate_any
+        return estimate_any(model, instance, count, dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, fsdp=fsdp,
+                            micro_batch=micro_batch, seq=seq, global_batch=global_batch,
+                            checkpointing=checkpointing, precision=precision, compiled=compiled, lnc=lnc,
+                            prices=prices, jobs=jobs, sequence_parallel=sequence_parallel, optimizer=optimizer)
+    seq = seq or 4096
     spec: ModelSpec = load_model(model)
     instance = instance_name(instance)
     if count < 1:
         raise ValueError(f"count {count}: at least one instance")
     if precision not in ("bf16", "fp8"):
-        raise ValueError(f"precision {precision!r}: expected bf16 or fp8")
+        raise ValueError(f"precision {precision!r} for the decoder template of {spec.name}: expected bf16 or fp8 "
+                         f"(fp32 and autocast are modelled for models run as their own code)")
     inst = INSTANCES[instance]
     tg = get_target(inst["target"])
     lnc = lnc or tg.default_lnc
@@ -294,7 +375,7 @@ def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, c
         raise ValueError(f"ep={ep}: needs a mixture-of-experts model and to divide dp x cp = {dp * cp}")
     if seq % cp:
         raise ValueError(f"seq {seq} is not divisible by cp={cp}")
-    gb = global_batch or dp * micro_batch * max(pp, 1) * 4
+    gb = global_batch or default_global_batch(ranks, [micro_batch])
     if gb % (dp * micro_batch):
         raise ValueError(f"global batch {gb} is not a multiple of dp x micro_batch = {dp * micro_batch}")
     mbs = gb // (dp * micro_batch)
@@ -407,7 +488,7 @@ def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, c
             grad_s = max(0.0, ar - bwd_s)
             coll["dp gradient all_reduce"] = grad_s
     shard = dp if (fsdp and dp > 1) else 1
-    opt_s = _optimizer_s(math.ceil(params_local / shard), tg) * split
+    opt_s = optimizer_s(math.ceil(params_local / shard), tg, optimizer) * split
     coll_total = {k: (v * steps if k in ("tp all_reduce", "tp all_gather/reduce_scatter (sequence parallel)",
                                          "cp all_gather/reduce_scatter", "ep all_to_all")
                       else v) for k, v in coll.items()}

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import itertools
 
-from .estimator import INSTANCES, GiB, instance_name, Parallelism, capacity_per_rank, estimate, state_memory
+import math
+
+from .estimator import (INSTANCES, GiB, instance_name, Parallelism, capacity_per_rank, default_global_batch, estimate,
+                        is_template, state_memory)
 from .models import load_model
 
 __all__ = ["candidates", "search", "pareto"]
@@ -69,7 +72,34 @@ def _one(model, instance, c, seq, global_batch, lnc, checkpointing, kw):
     return out
 
 
-def search(model, instance, counts=(1,), micro_batches=(1, 2), seq=4096, global_batch=None, lnc=None,
+def search_global_batch(instance, counts, micro_batches, lnc=None):
+    """The global batch every candidate of a search shares when none is given: :func:`default_global_batch` of
+    the least common multiple of the candidates' rank counts (so it does not change between candidates)."""
+    from ..collectives import get_topology
+    ranks = math.lcm(*[get_topology(INSTANCES[instance_name(instance)]["topology"], nodes=c, lnc=lnc).ranks
+                       for c in counts])
+    return default_global_batch(ranks, micro_batches)
+
+
+def _search_any(model, instance, counts, micro_batches, seq, global_batch, lnc, progress, **kw):
+    """A model run as its own code: data parallel over every rank, so the choices are the instance count and
+    the micro-batch (the one that fits and is fastest)."""
+    res, rejected = [], []
+    cands = [(c, mb) for c in counts for mb in micro_batches]
+    for i, (c, mb) in enumerate(cands):
+        cand = dict(count=c, tp=1, pp=1, dp=None, ep=1, micro_batch=mb)
+        try:
+            e = estimate(model, instance, c, micro_batch=mb, seq=seq, global_batch=global_batch, lnc=lnc, **kw)
+        except ValueError as err:
+            rejected.append((cand, str(err)))
+        else:
+            (res.append(e) if e.fits else rejected.append((cand, e.notes[-1])))
+        if progress:
+            progress(i + 1, len(cands))
+    return res, pareto(res), rejected
+
+
+def search(model, instance, counts=(1,), micro_batches=(1, 2), seq=None, global_batch=None, lnc=None,
            checkpointing=(False, True), progress=None, jobs=None, compile_top=None, **kw):
     """Every candidate that fits in memory, estimated; returns ``(feasible, front, rejected)``.  Memory is
     checked first (the training state, then with activations: a configuration that does not fit is retried
@@ -78,7 +108,13 @@ def search(model, instance, counts=(1,), micro_batches=(1, 2), seq=4096, global_
     op by op, the kernel simulations in parallel), and only the ``k`` fastest are compiled and estimated
     compiled (a layer's ``torch.compile`` costs seconds of CPU per shape; compilation changes a configuration's
     step time by a few percent, not its rank among configurations seconds apart); ``feasible`` then holds those
-    ``k`` compiled estimates.  See the module docstring."""
+    ``k`` compiled estimates.  ``global_batch`` defaults to :func:`search_global_batch` (one value for every
+    candidate).  A model run as its own code searches counts and micro-batches only (data parallel).  See the
+    module docstring."""
+    global_batch = global_batch or search_global_batch(instance, counts, micro_batches, lnc)
+    if not is_template(model):
+        return _search_any(model, instance, counts, micro_batches, seq, global_batch, lnc, progress, **kw)
+    seq = seq or 4096
     if compile_top and kw.get("compiled"):
         eager, _, rejected = search(model, instance, counts, micro_batches, seq, global_batch, lnc, checkpointing,
                                     progress, jobs, None, **dict(kw, compiled=False))

@@ -33,12 +33,13 @@ class LayerCost:
     fallbacks: tuple          # aten ops that fell back
     graphs: int = 0           # compiled: graphs compiled for this layer (forward, backward)
     graph_ops: int = 0        # compiled: aten ops in them (what the compile-time model prices)
+    flops: float = 0.0        # matmul-family flops of the run, forward + backward (model flops when nothing recomputes)
 
     def scaled(self, k):
         return dataclasses.replace(self, fwd_ns=self.fwd_ns * k, bwd_ns=self.bwd_ns * k,
                                    tensor_ns=self.tensor_ns * k, other_ns=self.other_ns * k,
                                    fallback_ns=self.fallback_ns * k, launch_ns=self.launch_ns * k,
-                                   launches=int(self.launches * k))
+                                   launches=int(self.launches * k), flops=self.flops * k)
 
 
 def classify(row):
@@ -73,11 +74,25 @@ def fp8_matmul_ns(target, m, k, n, batch=1):
     return mm, cast
 
 
+def fp32_matmul_ns(target, m, k, n, batch=1):
+    """(matmul ns, cast ns) of an fp32 [m, k] x [k, n] product (``batch`` of them) as neuronx-cc compiles it by
+    default: "By default, the Neuron Compiler will automatically cast FP32 matrix multiplication operations to
+    BF16" (Neuron docs, "Mixed Precision and Performance-accuracy Tuning (neuronx-cc)", the --auto-cast matmult
+    default).  Charged as the simulated bf16 kernel plus the Vector Engine's casts of both operands (fp32 copies,
+    an upper bound on the bf16 writes)."""
+    from ..backend import costs
+    mm = costs.matmul_cost(target, m, k, n, "bfloat16", batch)[0]
+    cast = costs.elementwise_cost(target, batch * m * k, "float32", "copy")[0] + \
+        costs.elementwise_cost(target, batch * k * n, "float32", "copy")[0]
+    return mm, cast
+
+
 def _run(build, inputs, target, loss_fn, precision="bf16", compiled=False):
     """Run ``loss_fn(module, *inputs)`` forward and backward on the shape-only device; returns a LayerCost.
     ``compiled``: the module runs through ``torch.compile(backend="neuron")`` (the compile backend's fused kernels
     and per-graph launch).  ``precision="fp8"``: every linear/expert matmul of the run (mm, addmm, bmm; attention
-    stays bf16) is re-priced as its fp8 kernel (:func:`fp8_matmul_ns`)."""
+    stays bf16) is re-priced as its fp8 kernel (:func:`fp8_matmul_ns`); ``precision="fp32"``: every fp32 matmul
+    (mm, addmm, bmm) is re-priced as the compiler's default auto-cast runs it (:func:`fp32_matmul_ns`)."""
     import trnsim
     from ..backend import costs
     from ..backend.device_state import STATE
@@ -115,12 +130,16 @@ def _run(build, inputs, target, loss_fn, precision="bf16", compiled=False):
         parts = {"tensor": 0.0, "other": 0.0, "fallback": 0.0}
         fwd, bwd = t1 - t0, t2 - t1
         fb = set()
+        flops = 0.0
         for r in prof.rows:
             c = classify(r)
             d = r.duration_ns
-            if precision == "fp8" and r.op in _FP8_OPS and r.dtypes and r.dtypes[-1] == "bfloat16":
+            flops += r.flops if c == "tensor" else 0.0
+            want = {"fp8": "bfloat16", "fp32": "float32"}.get(precision)
+            if want and r.op in _FP8_OPS and r.dtypes and r.dtypes[-1] == want:
                 a, b = r.shapes[-2], r.shapes[-1]
-                mm, cast = fp8_matmul_ns(tg, a[-2], a[-1], b[-1], a[0] if len(a) == 3 else 1)
+                price = fp8_matmul_ns if precision == "fp8" else fp32_matmul_ns
+                mm, cast = price(tg, a[-2], a[-1], b[-1], a[0] if len(a) == 3 else 1)
                 new = launch + mm + cast
                 parts["other"] += cast
                 d_tensor = launch + mm
@@ -144,7 +163,7 @@ def _run(build, inputs, target, loss_fn, precision="bf16", compiled=False):
     else:
         n = len([r for r in prof.rows if r.kind != "fallback" and r.duration_ns > 0])
     return LayerCost(fwd, bwd, parts["tensor"], parts["other"], parts["fallback"], n * launch, n,
-                     int(sum(saved.values())), tuple(sorted(fb)), graphs, ops)
+                     int(sum(saved.values())), tuple(sorted(fb)), graphs, ops, flops)
 
 
 def _layer_job(spec, kind, tp, ep, micro_batch, seq, dtype, tg, precision, compiled, sp=False):

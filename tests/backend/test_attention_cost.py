@@ -1,0 +1,154 @@
+"""The fused attention kernel (library/attention.py): its numerics against float64, and the sdpa charge built on
+its simulation (costs.attention_cost, charging._sdpa_time)."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+
+from trnsim.backend import charging, costs
+from trnsim.backend.shape_only import device_target
+from trnsim.kernels.jit import run_kernel
+from trnsim.kernels.library import attention
+from trnsim.targets import get_target
+
+
+def _ref(q, k, v, scale):
+    s = np.einsum("hld,hsd->hls", q.astype(np.float64), k.astype(np.float64)) * scale
+    s -= s.max(-1, keepdims=True)
+    p = np.exp(s)
+    p /= p.sum(-1, keepdims=True)
+    return np.einsum("hls,hsd->hld", p, v.astype(np.float64))
+
+
+def _run(q, k, v, **kw):
+    qT = np.ascontiguousarray(q.transpose(0, 2, 1))
+    kT = np.ascontiguousarray(k.transpose(0, 2, 1))
+    return np.asarray(run_kernel(attention.flash_attention, (qT, kT, v), kw, target="trn2").outputs)
+
+
+@pytest.mark.parametrize("H,L,S,D,group", [(3, 128, 256, 64, 2), (2, 256, 128, 32, 1), (2, 256, 2048 + 256, 16, 2)])
+def test_numerics_fp32_against_float64(H, L, S, D, group):
+    # (2, 256, 2304, ...): two key blocks, so the online-softmax rescaling runs, pipelined across heads and tiles
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((H, n, D)).astype(np.float32) for n in (L, S, S))
+    o = _run(q, k, v, group=group)
+    assert o.shape == (H, L, D)
+    np.testing.assert_allclose(o, _ref(q, k, v, D ** -0.5), rtol=0, atol=2e-6)
+
+
+def test_numerics_bf16_and_scale():
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((2, 128, 64)).astype(ml_dtypes.bfloat16) for _ in range(3))
+    o = _run(q, k, v, group=2, scale=0.25).astype(np.float64)
+    # bf16 probabilities feed the second product (as on the device): about 3 significant digits
+    np.testing.assert_allclose(o, _ref(q, k, v, 0.25), rtol=0, atol=1e-2)
+    assert np.abs(o - _ref(q, k, v, 0.125)).max() > 5e-2       # the scale is applied
+
+
+def test_bad_shapes_are_refused():
+    z = np.zeros
+    with pytest.raises(ValueError, match="head dimension 256"):
+        run_kernel(attention.flash_attention, (z((1, 256, 128), np.float32), z((1, 256, 128), np.float32),
+                                               z((1, 128, 256), np.float32)), {}, target="trn2", execute=False)
+    with pytest.raises(ValueError, match="multiples of 128"):
+        run_kernel(attention.flash_attention, (z((1, 64, 100), np.float32), z((1, 64, 128), np.float32),
+                                               z((1, 128, 64), np.float32)), {}, target="trn2", execute=False)
+
+
+def _sim_heads(tg, h, L, S, D, G, dt="bfloat16"):
+    return costs._sim(attention.flash_attention, (costs._inp((h, D, L), dt), costs._inp((h, D, S), dt),
+                                                  costs._inp((h, S, D), dt)), {"group": G, "dropout_p": 0.0}, tg)
+
+
+def test_charge_is_one_and_two_groups_extrapolated():
+    costs.clear_memo()
+    tg = get_target("trn1")
+    L, S, D = 128, 128, 64
+    G = attention.head_group(L, S, D, 2, tg.dma_knee_bytes_per_partition)
+    assert G > 1
+    one, two = _sim_heads(tg, G, L, S, D, G), _sim_heads(tg, 2 * G, L, S, D, G)
+    heads = 7 * G + 3
+    ns = costs.attention_cost(tg, heads, L, S, D, "bfloat16")[0]
+    assert ns == pytest.approx(one[0] + (heads / G - 1) * (two[0] - one[0]), rel=1e-12)
+    # up to two groups: the whole simulation
+    assert costs.attention_cost(tg, G + 1, L, S, D, "bfloat16")[0] == \
+        pytest.approx(_sim_heads(tg, G + 1, L, S, D, G)[0], rel=1e-12)
+    # the extrapolation is the steady state: a whole simulation of 6 groups agrees
+    whole = _sim_heads(tg, 6 * G, L, S, D, G)[0]
+    assert costs.attention_cost(tg, 6 * G, L, S, D, "bfloat16")[0] == pytest.approx(whole, rel=0.02)
+
+
+@pytest.mark.parametrize("L,S,D", [(128, 128, 64), (256, 512, 128)])
+def test_heads_overlap_but_never_beat_the_tensor_engine(L, S, D):
+    costs.clear_memo()
+    tg = get_target("trn1")
+    lone = costs.attention_cost(tg, 1, L, S, D, "bfloat16")[0]
+    many = costs.attention_cost(tg, 256, L, S, D, "bfloat16")[0] / 256
+    assert many < lone                  # the next heads' loads overlap this head's compute
+    roof = 4.0 * L * S * D / tg.tensor_bf16_flops_per_core * 1e9
+    assert many >= roof
+
+
+def test_sdpa_charge_and_backward():
+    costs.clear_memo()
+    q, k, v = (torch.empty(2, 8, 200, 64, dtype=torch.bfloat16) for _ in range(3))
+    with device_target("trn1") as tg:
+        ns, kind, fl, nb = charging.op_time("_scaled_dot_product_flash_attention_for_cpu", "sdpa",
+                                            (q, k, v, 0.1, False), None)
+        want = costs.attention_cost(tg, 16, 200, 200, 64, "bfloat16", 0.1)
+        assert (ns, kind, fl) == (costs.launch_ns(tg) + want[0], "native", want[1])
+        assert fl == 16 * (4.0 * 200 * 200 * 64 + 5.0 * 200 * 200)
+        g = torch.empty_like(q)
+        bns, bkind, bfl, _ = charging.op_time("_scaled_dot_product_flash_attention_for_cpu_backward",
+                                              "backward:sdpa", (g, q, k, v, q, None, 0.1, False), None)
+        assert bkind == "estimated"
+        assert bns == pytest.approx(costs.launch_ns(tg) + costs.ATTN_BWD_RATIO * want[0], rel=1e-12)
+        assert bfl == pytest.approx(costs.ATTN_BWD_RATIO * want[1])
+        # dropout adds its Vector Engine pass
+        assert costs.attention_cost(tg, 16, 200, 200, 64, "bfloat16", 0.0)[0] < want[0]
+
+
+# -- batched matmuls (bmm / baddbmm): one launch of library.matmul_batched over the batch ---------------------------
+def test_batched_matmul_numerics_against_float64():
+    from trnsim.kernels.library import matmul_batched
+    rng = np.random.default_rng(2)
+    at = rng.standard_normal((5, 256, 128)).astype(np.float32)
+    b = rng.standard_normal((5, 256, 512)).astype(np.float32)
+    o = np.asarray(run_kernel(matmul_batched.batched_matmul, (at, b), {"group": 2}, target="trn2").outputs)
+    ref = np.einsum("bkm,bkn->bmn", at.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(o, ref, rtol=0, atol=1e-4)
+
+
+def test_bmm_charge_is_one_and_two_groups_extrapolated():
+    from trnsim.kernels.library import matmul_batched
+    costs.clear_memo()
+    tg = get_target("trn1")
+    M, K, N = 128, 64, 128          # padded to 128 x 128 x 128
+    G = matmul_batched.batch_group(tg, 128, 128, 128, 2)
+    assert G > 1
+
+    def sim(b):
+        return costs._sim(matmul_batched.batched_matmul, (costs._inp((b, 128, 128), "bfloat16"),
+                                                          costs._inp((b, 128, 128), "bfloat16")), {"group": G}, tg)
+    one, two = sim(G), sim(2 * G)
+    batch = 9 * G + 1
+    ns, fl, _ = costs.matmul_cost(tg, M, K, N, "bfloat16", batch)
+    assert ns == pytest.approx(one[0] + (batch / G - 1) * (two[0] - one[0]), rel=1e-12)
+    assert fl == 2.0 * M * K * N * batch
+    lone = costs.matmul_cost(tg, M, K, N, "bfloat16", 1)[0]
+    assert ns / batch < lone                            # one launch, loads overlapping the previous products
+    assert ns / batch >= 2.0 * M * K * N / tg.tensor_bf16_flops_per_core * 1e9
+    assert costs.matmul_cost(tg, M, K, N, "bfloat16", 3)[0] == pytest.approx(sim(3)[0], rel=1e-12)
+    # the steady state: a whole simulation of 5 groups agrees with the extrapolation
+    assert costs.matmul_cost(tg, M, K, N, "bfloat16", 5 * G)[0] == pytest.approx(sim(5 * G)[0], rel=0.02)
+
+
+def test_bmm_op_charge():
+    costs.clear_memo()
+    a, b = torch.empty(48, 128, 64, dtype=torch.bfloat16), torch.empty(48, 64, 128, dtype=torch.bfloat16)
+    with device_target("trn1") as tg:
+        ns, kind, fl, _ = charging.op_time("bmm", "bmm", (a, b), None)
+        want = costs.matmul_cost(tg, 128, 64, 128, "bfloat16", 48)
+        assert (ns, kind, fl) == (costs.launch_ns(tg) + want[0], "native", want[1])
+        assert want[0] < 48 * costs.matmul_cost(tg, 128, 64, 128, "bfloat16", 1)[0]
