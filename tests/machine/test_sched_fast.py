@@ -1,8 +1,9 @@
 """The scheduler's one loop (``sched_kernels.schedule_arrays``, fed by ``sched_fast``) gives identical timelines
 compiled (numba) and uncompiled (its ``py_func``): every column and counter equal, on the library and team kernels,
-random kernels from ``trnsim.isa.fuzz`` and random kernels on several DMA queues, multi-core launches, barrier launches, kernels that exercise DMA
-back-filling, partial DMA engine use and the SBUF capacity gate.  Also: barriers complete at the last arrival on
-every participant, odd records (empty, barrier only, records without columns) and the loop without numba."""
+random kernels from ``trnsim.isa.fuzz``, random kernels on several DMA queues, multi-core launches, barrier
+launches, kernels that exercise DMA back-filling, partial DMA engine use and the SBUF capacity gate.  Also: barriers
+complete at the last arrival on every participant, odd records (empty, barrier only, records without columns) and
+the loop without numba."""
 
 import importlib.util
 import os
