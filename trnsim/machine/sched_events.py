@@ -7,23 +7,27 @@ rescheduling.
 Under round robin a transfer's end depends on the transfers of other queues that arrive while it moves, and those
 can come later in program order than the instructions waiting for it.  So the record is taken in two steps:
 
-1. In program order, each instruction's dependencies (the rows whose result or end it waits for, the rules of
-   ``deps.AccessTracker`` as ``sched_kernels`` applies them), its new on-chip buffers and the access trackers:
-   nothing here depends on time.
-2. In simulated time: an instruction is placed (its start, and for a transfer its arrival at the DMA engines) as
-   soon as every row it waits for is known, it is the next of its engine's instructions (engines run their
-   programs in order; a ``swdge`` transfer's descriptors are the GpSimd Engine's), and, when it allocates on-chip
-   buffers, it is the next allocation (the capacity gate releases buffers in program order, as ``sched_kernels``
-   does: a new buffer waits for enough buffers whose last access comes before it to be released, the earliest
-   released first).  The DMA engines serve the transfers that have arrived as a fluid (``dma_share``'s model):
-   each engine shares its time equally among its classes with a transfer ready (a named queue serves its
-   transfers in program order, the transfers of no named queue are one class served the earliest in program
-   order first), and time advances to the next arrival or the next end of a transfer's part on an engine.
+1. In program order, each instruction's dependencies (the rows whose result or end it waits for), its new
+   on-chip buffers and the access trackers (``sched_rules.dep_scan`` and ``track``, the rules ``sched_kernels``
+   applies): nothing here depends on time.
+2. In simulated time: an instruction is placed (its start, and for a transfer its arrival at the DMA engines) once
+   every row it waits for is known, it is the next of its engine's instructions (engines run their programs in
+   order; a ``swdge`` transfer's descriptors are the GpSimd Engine's, ``sched_rules.dge_place``) and its new
+   buffers have passed the capacity gate.  The gate takes each memory's new buffers in program order, as
+   ``sched_kernels`` does (a new buffer waits for enough buffers whose last access comes before it to be
+   released, the earliest released first), whether or not their instructions can start yet.  The DMA engines
+   serve the transfers that have arrived as a fluid (``dma_share``'s model): each engine shares its time equally
+   among its classes with a transfer ready (a named queue serves its transfers in program order, the transfers
+   of no named queue are one class served the earliest in program order first), and time advances to the next
+   arrival or the next end of a transfer's part on an engine.  A transfer that waited on an engine behind
+   another (its queue's previous transfer, an earlier one of no named queue) names it as its critical-path link
+   (``bind``); one only slowed by sharing keeps the row it was issued after.
 
-Time only advances to ``T`` once nothing still unplaced can arrive before ``T``: every instruction not placed
+Time only advances to ``T`` once nothing still unplaced can start before ``T``: every instruction not placed
 waits, directly or through others, for a transfer that has not ended (so no sooner than the next end the engines
 give), and a new buffer waiting on the gate takes a release that is known and no later than ``T`` or waits for
-one that is not known yet.  Each instruction is placed once: no rescheduling, no rounds.
+one that is not known yet.  Each instruction is placed once: no rescheduling, no rounds.  The hardware DGE blocks
+are filled in the order transfers are placed (in program order in ``sched_kernels``).
 
 With a single class of transfers per engine (no named queue, or one) the loop of ``sched_kernels`` gives the same
 rule (its gap filling is the program-order priority among one class) in one pass in program order, and runs
