@@ -721,7 +721,7 @@ def schedule_events(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
                     rem[pi] = 0.0
                     if ci < 0:
                         c0n[q] = _ipop(c0h[q], c0n[q])
-                        if c0n[q] > 0 and arr_t[c0h[q, 0]] < T:     # it waited behind this one
+                        if c0n[q] > 0 and arr_t[c0h[q, 0]] <= T:    # it waited behind this one
                             blk[c0h[q, 0]] = i
                     else:
                         fhead[key] += 1
