@@ -192,9 +192,10 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     _k("strict_uninit", "TRNSIM_STRICT_UNINIT", _bool, False, "On: reading memory never written raises."),
     _k("strict_races", "TRNSIM_STRICT_RACES", _bool, False,
        "On: a race between programs sharing memory without a barrier raises (off: a warning)."),
-    _k("dma_round_robin", "TRNSIM_DMA_ROUND_ROBIN", _bool, False,
-       "On: the named DMA queues of one engine share it round robin (NeuronCore-v2/v3); off: each transfer "
-       "fills the engine's free time in program order."),
+    _k("dma_round_robin", "TRNSIM_DMA_ROUND_ROBIN", _bool, True,
+       "On: the queues of one DMA engine share it round robin (NeuronCore-v2/v3), modelled in simulated time; "
+       "off: each transfer fills the engine's free time in program order (the timelines before the round robin, "
+       "to compare with them)."),
     # -- command line -----------------------------------------------------------------------------------------
     _k("progress", "TRNSIM_PROGRESS", _bool, True,
        "Off: the `trnsim` command shows no progress line (it shows one only on a terminal anyway)."),

@@ -445,8 +445,9 @@ def all_claims():
     out.append(matmul_throughput_claim())
     out.append(matmul_fp32_claim())
     out += dependent_chain_claims()
-    from .dma_queues import dge_claims, queue_order_claims
+    from .dma_queues import dge_claims, queue_order_claims, round_robin_claims
     out += queue_order_claims()
+    out += round_robin_claims()
     out += dge_claims()
     from .transposes import dma_transpose_claims
     out += dma_transpose_claims()

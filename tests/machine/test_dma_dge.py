@@ -87,24 +87,29 @@ def _dma(tl):
 
 def test_transfers_on_one_queue_move_in_program_order():
     x = np.zeros((128, 512), np.float32)
-    same = _dma(_timelines(_store_then_load(E.sync, E.sync), x, x))
+    # the queue order under the round robin (on by default): the load waits for its queue's store
+    rr = _dma(_timelines(_store_then_load(E.sync, E.sync), x, x))
+    assert rr[2].start < rr[1].start and rr[2].data_start == pytest.approx(rr[1].end)
+    assert rr[2].bind == rr[1].index
+    # the same and the other queues by the gap filling (TRNSIM_DMA_ROUND_ROBIN=0)
+    prev = dma_share.set_enabled(False)
+    try:
+        same = _dma(_timelines(_store_then_load(E.sync, E.sync), x, x))
+        other = _dma(_timelines(_store_then_load(E.scalar, E.sync), x, x))
+        default = _dma(_timelines(_store_then_load(None, None), x, x))
+    finally:
+        dma_share.set_enabled(prev)
     store, load = same[1], same[2]
     assert load.start < store.start                       # the load was ready long before the store
     assert load.data_start == pytest.approx(store.end)    # but its queue's last transfer went first
     assert load.bind == store.index
-    other = _dma(_timelines(_store_then_load(E.scalar, E.sync), x, x))
-    default = _dma(_timelines(_store_then_load(None, None), x, x))
     # on another queue (or with no queue named) the load does not wait for the store
     assert other[2].end < store.start and default[2].end == other[2].end
     assert other[1].end == store.end
-    # with the round robin on (opt-in, dma_share): it moves at once with the first load (of no named queue:
-    # another class), the engines serve the two in turn, both end at 2 x their engine time, and the compute and
-    # the store come that much later than with one queue, where the first load moved alone
-    prev = dma_share.set_enabled(True)
-    try:
-        other = _dma(_timelines(_store_then_load(E.scalar, E.sync), x, x))
-    finally:
-        dma_share.set_enabled(prev)
+    # with the round robin: it moves at once with the first load (of no named queue: another class), the
+    # engines serve the two in turn, both end at 2 x their engine time, and the compute and the store come that
+    # much later than with one queue, where the first load moved alone
+    other = _dma(_timelines(_store_then_load(E.scalar, E.sync), x, x))
     w = other[0].work
     assert other[0].end == pytest.approx(other[0].data_start + 2 * w) == pytest.approx(other[2].end)
     assert same[0].end == pytest.approx(same[0].data_start + w)

@@ -27,7 +27,8 @@ def test_the_table_covers_every_document_statement():
                  "memset zero", "activation_reduce", "of 16 elements", "bf16 / fp32",
                  "8 cores streaming", "HBM->HBM together", "streaming alone", "4 of 8 launched cores",
                  "one input in PSUM", "maximum, both in SBUF", "add, non-contiguous",
-                 "one DMA queue", "two DMA queues", "hwdge: a lone tiny transfer", "two DGE blocks",
+                 "one DMA queue", "two DMA queues", "round robin: two DMA queues", "round robin: a lone DMA queue",
+                 "hwdge: a lone tiny transfer", "two DGE blocks",
                  "beside 8 hwdge", "swdge: GpSimd Engine busy", "dge_mode unknown",
                  "DMA transpose HBM->SBUF", "DMA transpose SBUF->SBUF throughput", "8-element runs"):
         assert what in names

@@ -1,8 +1,9 @@
 """The scheduler's one loop (``sched_kernels.schedule_arrays``, fed by ``sched_fast``) gives identical timelines
 compiled (numba) and uncompiled (its ``py_func``): every column and counter equal, on the library and team kernels,
-random kernels from ``trnsim.isa.fuzz``, multi-core launches, barrier launches, kernels that exercise DMA
-back-filling, partial DMA engine use and the SBUF capacity gate.  Also: barriers complete at the last arrival on
-every participant, odd records (empty, barrier only, records without columns) and the loop without numba."""
+random kernels from ``trnsim.isa.fuzz``, random kernels on several DMA queues, multi-core launches, barrier
+launches, kernels that exercise DMA back-filling, partial DMA engine use and the SBUF capacity gate.  Also: barriers
+complete at the last arrival on every participant, odd records (empty, barrier only, records without columns) and
+the loop without numba."""
 
 import importlib.util
 import os
@@ -103,7 +104,7 @@ def _cases():
         "stream": (stream, (np.zeros((128, 64), np.float32),), (1,), {"n": 300}),
         "pressure": (pressure, (np.zeros((128, 8192), np.float32),), (1,), {"n": 40}),
         "stream_2_cores": (stream, (np.zeros((128, 64), np.float32),), (2,), {"n": 50}),
-        # loads and stores on two DMA queues: the engines' round robin (dma_share) over both loops' schedules
+        # loads and stores on two DMA queues: the engines' round robin (sched_events, both builds)
         "stream_2_queues": (stream, (np.zeros((128, 512), np.float32),), (1,),
                             {"n": 60, "load": nisa.engine.sync, "store": nisa.engine.scalar}),
         "stream_2_queues_2_cores": (stream, (np.zeros((128, 512), np.float32),), (2,),
@@ -135,13 +136,45 @@ def test_compiled_and_python_loops_agree(name):
     fn, args, grid, *kw = CASES[name]
     res = run_kernel(fn, args, kw[0] if kw else {}, grid, "trn2", execute=False)
     assert len(res.instructions) > 0
-    # the two-queue cases with the engines' round robin (opt-in, dma_share) on: both runs take its moves
+    # the two-queue cases with the engines' round robin (sched_events), the others without it
     prev = dma_share.set_enabled("2_queues" in name)
     try:
         tl = _both(res.cores)
     finally:
         dma_share.set_enabled(prev)
     assert tl.total_ns > 0
+
+
+def _events(cores):
+    """The record scheduled by the event-driven loop (``sched_events``), whatever its DMA classes."""
+    from trnsim.machine.timeline import Timeline
+    tg = cores[0].target
+    tl = Timeline(tg, [c.core_id for c in cores], queues_per_core=tg.dma_engines_per_core)
+    for c in cores:
+        cols, counters = sched_fast.CoreRun(c, sched_fast.encode(c), tg.hbm_peak_bytes_per_s * 1e-9,
+                                            events=True).run()
+        tl.extend(cols)
+        tl.counters.update(counters)
+    return tl
+
+
+# one class of DMA transfers and fewer than 32 gaps to fill on an engine: the program-order loop's gap filling is
+# the event-driven loop's program-order priority, so both loops give the same timeline (the event-driven loop
+# repeats the program-order loop's rules: dependencies, engines, the Tensor Engine's stationary load, the
+# capacity gate, descriptor generation)
+ONE_CLASS = [n for n in CASES if "stream" not in n and "2_cores" not in n]
+
+
+@pytest.mark.parametrize("name", ONE_CLASS)
+def test_the_event_driven_loop_gives_the_program_order_timeline(name):
+    fn, args, grid, *kw = CASES[name]
+    res = run_kernel(fn, args, kw[0] if kw else {}, grid, "trn2", execute=False)
+    assert all(dma_share.queue_classes(c) is None for c in res.cores)
+    a = schedule(res.cores)
+    b = _events(res.cores)
+    for f in ("start", "data_start", "end", "done"):
+        assert getattr(b, f) == pytest.approx(getattr(a, f), rel=1e-12, abs=1e-6), f
+    assert b.deps == a.deps         # (``bind``, the critical-path link, may name another transfer it waited behind)
 
 
 def _fuzz_core(seed, target, calls=1500):
@@ -161,6 +194,66 @@ def test_random_kernels_give_identical_timelines_compiled_and_python(seed):
     assert len(core.instructions) > 100
     tl = _both([core])
     assert tl.total_ns > 0
+
+
+def random_queues(x, seed, n):
+    """``n`` random loads, Vector instructions and stores over tiles at random partition offsets and widths, each
+    transfer on a random DMA queue (trigger engine named or not, each DGE mode): several classes per DMA engine, so
+    the engines' round robin (``dma_share``) has transfers of different queues meeting on one engine."""
+    rng = random.Random(seed)
+    P, F = x.shape
+    out = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.shared_hbm)
+    E = nisa.engine
+    triggers = (None, E.sync, E.scalar, E.gpsimd, E.vector, E.tensor)
+    modes = (None, nisa.dge_mode.none, nisa.dge_mode.hwdge, nisa.dge_mode.swdge)
+    tiles = []
+    for _ in range(n):
+        k = rng.random()
+        rows = rng.choice((8, 16, 32, 64, 128))
+        p0 = rng.randrange(0, P - rows + 1, 8)
+        f = rng.choice((16, 128, 512))
+        kw = dict(engine=rng.choice(triggers), dge_mode=rng.choice(modes))
+        if k < 0.45 or not tiles:
+            t = nl.ndarray((P, f), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(t[p0:p0 + rows, :], x[p0:p0 + rows, 0:f], **kw)
+            tiles.append((t, f))
+        elif k < 0.75:
+            t, tf = rng.choice(tiles)
+            u = nl.ndarray((P, tf), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.tensor_scalar(u, t, nl.multiply, 2.0)
+            tiles.append((u, tf))
+        else:
+            t, tf = rng.choice(tiles)
+            nisa.dma_copy(out[p0:p0 + rows, 0:tf], t[p0:p0 + rows, :], **kw)
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("target", ["trn2", "trn3"])
+@pytest.mark.parametrize("round_robin", [False, True])
+def test_random_kernels_with_several_dma_queues(seed, target, round_robin):
+    """Random kernels whose transfers are on several DMA queues: identical timelines compiled and uncompiled, with
+    the engines' round robin (NeuronCore-v2/v3; trn3 keeps the gap filling) and without."""
+    x = np.zeros((128, 512), np.float32)
+    res = run_kernel(random_queues, (x, seed, 160), {}, (1,), target, execute=False)
+    queues = {r.dge[1] if r.dge else -1 for r in res.cores[0].instructions if r.engine == "dma"}
+    assert len(queues) >= 4                              # several named queues and the unnamed one
+    prev = dma_share.set_enabled(round_robin)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            tl = _both(res.cores)
+    finally:
+        dma_share.set_enabled(prev)
+    assert tl.total_ns > 0
+    if round_robin:                                      # the round robin moved the transfers (not on trn3)
+        dma_share.set_enabled(False)
+        try:
+            gap_filling = _both(res.cores)
+        finally:
+            dma_share.set_enabled(prev)
+        moved = [r for r, e in enumerate(tl.engine) if e == "dma" and tl.end[r] != gap_filling.end[r]]
+        assert bool(moved) == (target == "trn2")
 
 
 def test_random_kernels_on_several_cores_of_a_chip():

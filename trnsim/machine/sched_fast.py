@@ -206,10 +206,11 @@ def encode(core):
 
 class CoreRun:
     """One run of the loop over a core's encoding ``enc`` (``encode(core)``), to the end of its record or to a
-    barrier at a time.  ``ns_over``: DMA row -> the ns it costs instead of its record's (``hbm_share``);
-    ``moves``: DMA row -> (data start move, end move) (``dma_share``).  ``impl``: as :func:`mode`."""
+    barrier at a time.  ``ns_over``: DMA row -> the ns it costs instead of its record's (``hbm_share``).
+    ``impl``: as :func:`mode`.  ``events``: the whole record in simulated-time order (``sched_events``: the DMA
+    engines serve their queues round robin; no barrier rows)."""
 
-    def __init__(self, core, enc, hbm_bytes_per_ns, ns_over=None, moves=None, impl=None):
+    def __init__(self, core, enc, hbm_bytes_per_ns, ns_over=None, impl=None, events=False):
         arrs, emap, rec_cols = enc
         k = _kernels()
         py = mode(impl) == "python"
@@ -217,6 +218,11 @@ class CoreRun:
         self.enc = enc
         self.k = k
         self.fn = getattr(k.schedule_arrays, "py_func", k.schedule_arrays) if py else k.schedule_arrays
+        self.events = events
+        if events:                  # the DMA engines' round robin: the loop in simulated-time order
+            from . import sched_events
+            f = sched_events.schedule_events
+            self.efn = getattr(f, "py_func", f) if py else f
         n = len(arrs["eng"])
         tg = core.target
         ns = arrs["ns"]
@@ -232,7 +238,7 @@ class CoreRun:
             arrs["b_size"], float(tg.static_overhead_cycles), float(tg.access_request_cycles),
             float(tg.semaphore_ns), float(tg.dma_fixed_ns),
             int(tg.dma_engines_per_core), int(tg.dma_partitions_per_engine), float(hbm_bytes_per_ns),
-            arrs["dge_m"], arrs["dge_q"], arrs["dge_c"], QUEUE_KEYS, *_moves(moves, n), arrs["bar"], self.bar_t)
+            arrs["dge_m"], arrs["dge_q"], arrs["dge_c"], QUEUE_KEYS, arrs["bar"], self.bar_t)
         new = k.new_state.py_func if py and hasattr(k.new_state, "py_func") else k.new_state
         self.state = new(n, len(arrs["b_mem"]), len(arrs["clk"]), int(tg.dma_engines_per_core), QUEUE_KEYS,
                          arrs["ptr"], arrs["op_b"], int(tg.sbuf_partition_bytes), int(tg.psum_partition_bytes),
@@ -241,6 +247,9 @@ class CoreRun:
     def run(self):
         """Go on: ``("barrier", row, arrival)`` when stopped at a barrier whose completion is not known (set it
         with :meth:`pass_barrier`, then run again), else ``(columns, counters)`` for :meth:`Timeline.extend`."""
+        if self.events:
+            self.state = self.efn(*self.args[:-2], self.state)
+            return self._columns()
         self.state, stop_row, stop_t = self.fn(*self.args, self.state)
         if stop_row >= 0:
             return "barrier", int(stop_row), float(stop_t)
@@ -267,20 +276,6 @@ class CoreRun:
                              dstart, end, hbm)
         self.state = None                  # (the arrays the columns were made from)
         return cols, counters
-
-
-def _moves(moves, n):
-    """``dma_share``'s data starts and ends after the arrivals as the kernel's ``mv_ds``/``mv_end`` arrays (NaN: a
-    row placed as usual; empty: none)."""
-    if not moves:
-        return np.zeros(0), np.zeros(0)
-    rows = np.fromiter(moves.keys(), np.int64, len(moves))
-    mv = np.array(list(moves.values()), np.float64).reshape(-1, 2)
-    mv_ds = np.full(n, np.nan)
-    mv_end = np.full(n, np.nan)
-    mv_ds[rows] = mv[:, 0]
-    mv_end[rows] = mv[:, 1]
-    return mv_ds, mv_end
 
 
 def _dge_spans(mode, unit, s, e):

@@ -13,12 +13,13 @@ queue number or -1, DGE cost: ``InstrRecord.dge``); its operands are ``ptr[i]:pt
 of them written and the rest read (indices into the operand arrays ``op_b`` (dense buffer), ``op_lo``, ``op_hi``,
 ``op_v`` (interned view)).  Per view: ``v_pitch``/``v_c0``/``v_c1`` (row geometry, pitch -1 if none) and
 ``v_size`` (elements).  Per buffer: ``b_mem`` (0 HBM, 1 SBUF, 2 PSUM) and ``b_size`` (bytes per partition).
-``mv_ds``/``mv_end``: per row, a DMA row's data start and end after its arrival at the engines under their
-round robin (``dma_share``; NaN: placed as usual), or empty arrays (none).  ``bar[i]``: the number of cores a
-``core_barrier`` row names (-1: not a barrier); ``bar_t[i]``: the time that barrier completes (the latest
-arrival of its participants) or NaN when not known yet: the loop then stops at that row and returns its
-arrival (``stop_row``, ``stop_t``) with its state (``sched_state``), and the caller (``scheduler``) runs it on
-from that row, with the same state, once every participant has arrived.
+``bar[i]``: the number of cores a ``core_barrier`` row names (-1: not a barrier); ``bar_t[i]``: the time that
+barrier completes (the latest arrival of its participants) or NaN when not known yet: the loop then stops at that
+row and returns its arrival (``stop_row``, ``stop_t``) with its state (``sched_state``), and the caller
+(``scheduler``) runs it on from that row, with the same state, once every participant has arrived.
+
+A core whose DMA engines serve several queues round robin (NeuronCore-v2/v3) runs the same rules in
+simulated-time order instead (``sched_events``): there a transfer's end is not known when it is placed.
 
 A buffer's live accesses are segments of a pooled array of operand indices, kept sorted by low element with ties
 in arrival order (the rules of ``deps.AccessTracker``).
@@ -224,7 +225,7 @@ def _compute_times(st, cyc, ck, static, acc, nacc):
 def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, ptr, nw,
                     op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, v_size, b_mem, b_size,
                     static, acc, sema, fixed, nq, ppe, hbm_bytes_per_ns,
-                    dge_m, dge_q, dge_c, nqk, mv_ds, mv_end, bar, bar_t, state):
+                    dge_m, dge_q, dge_c, nqk, bar, bar_t, state):
     """Run the loop from where ``state`` (``sched_state.new_state``, or the state a previous call returned)
     stands to the end of the record, or to a barrier whose completion ``bar_t`` does not know yet.  Returns
     ``(state, stop_row, stop_t)``: ``stop_row`` -1 when the record is done, else that barrier's row and
@@ -490,14 +491,8 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
                     delayed_by = ob
             if fin > ds + xfer + 1e-9 and delayed_by >= 0:
                 b = delayed_by
-            ds_arr = ds
             if have_first:
                 ds = first_piece
-            if mv_ds.shape[0] > 0 and mv_ds[idx] == mv_ds[idx]:     # the engines' round robin (dma_share)
-                ds = ds_arr + mv_ds[idx]
-                fin = ds_arr + mv_end[idx]
-                if fin < ds + xfer:
-                    fin = ds + xfer
             start[idx] = issue
             dstart[idx] = ds
             end[idx] = fin

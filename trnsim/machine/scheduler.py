@@ -25,15 +25,15 @@ The model (every figure from the target, which takes it from docs/hardware.md):
   cost.  The fixed cost is latency, not occupancy.  An engine interleaves the descriptors of its 16 queues: a
   ready transfer takes the engine's free time from its data start on, filling the gaps between transfers placed
   earlier (the most recent 32 gaps are searched), so a store waiting for compute does not block later loads.
-  With ``TRNSIM_DMA_ROUND_ROBIN=1`` (off by default: on long capacity-bound streams the rescheduling below finds
-  no fixed point, see ``dma_share``), on NeuronCore-v2/v3 the engine serves its queues round robin ("DMA
-  transfers from different DMA queues are scheduled in a round robin fashion", dma-overview): transfers of
-  different named queues moving at the same time share the engine equally, each slowed while the others move
-  (``dma_share``: processor sharing, the transfers of no named queue one class among themselves in the gap
-  filling's order).  A later transfer can slow an earlier
-  one, so the cores are scheduled again with each transfer's data start and end after its arrival taken from
-  the shared engines, until the schedule is its own round robin (at most ``dma_share.MAX_ROUNDS`` schedules; if
-  not, the gap filling, with a warning).  The engines' busy time is the gap filling's; individual ends differ.
+  On NeuronCore-v2/v3 the engine serves its queues round robin ("DMA transfers from different DMA queues are
+  scheduled in a round robin fashion", dma-overview): transfers of different named queues moving at the same
+  time share the engine equally, each slowed while the others move (``dma_share``: processor sharing, the
+  transfers of no named queue one class among themselves in the gap filling's order).  A later transfer can slow
+  an earlier one, so a core with transfers of two classes or more is scheduled in simulated-time order
+  (``sched_events``: the engines, DMA engines, descriptor generation, dependencies and the capacity gate advanced
+  together, event by event, each instruction placed once); with one class the gap filling is that same rule in
+  program order (``TRNSIM_DMA_ROUND_ROBIN=0`` takes the gap filling for every core).  A launch with barriers
+  keeps the gap filling (the event-driven loop does not stop at a barrier).
   NeuronCore-v4 (trn3) serves "based on the queue QoS configured", with no figure: the gap filling stays.
   Transfers on one DMA queue (a trigger engine and DGE mode the kernel named, ``isa/dma_dge.py``) move their
   data on each DMA engine in program order ("DMA transfers within a queue on the same DMA engine are executed in
@@ -53,7 +53,9 @@ The model (every figure from the target, which takes it from docs/hardware.md):
   finished their last access (the release order of the compiler's multi-buffering).
 
 The model is one loop, ``sched_kernels.schedule_arrays`` (compiled with numba; ``impl="python"`` runs the same
-function uncompiled), over each core's record encoded as arrays by ``sched_fast.encode``.  It stops at a barrier
+function uncompiled), over each core's record encoded as arrays by ``sched_fast.encode``; a core whose DMA engines
+share their time among queues runs ``sched_events.schedule_events`` instead (the same rules in simulated-time
+order, compiled or not alike).  It stops at a barrier
 whose participants have not all arrived and keeps its state (``sched_state``); this module runs the cores in turn
 and lets a stopped core go on once every participant has reached the barrier, with the barrier's completion.
 """
@@ -62,7 +64,7 @@ from __future__ import annotations
 
 import gc
 
-from . import sched_fast
+from . import dma_share, sched_fast
 from .sharing import share_rounds
 from .timeline import Timeline
 
@@ -91,9 +93,10 @@ def schedule(cores, *, progress=None, impl=None) -> Timeline:
     gc.disable()
     try:
         encs = [sched_fast.encode(c) for c in cores]
-        results = _schedule_pass(cores, cap, impl, None, progress, total, None, encs)
+        events = [_round_robin(c, enc) for c, enc in zip(cores, encs)]
+        results = _schedule_pass(cores, cap, impl, None, progress, total, encs, events)
         over = share_rounds(cores, results, cap,
-                            lambda ov, mv: _schedule_pass(cores, cap, impl, ov, None, total, mv, encs))
+                            lambda ov: _schedule_pass(cores, cap, impl, ov, None, total, encs, events))
         if over is not None:
             results = over
         for cols, counters in results:
@@ -107,10 +110,19 @@ def schedule(cores, *, progress=None, impl=None) -> Timeline:
     return tl
 
 
-def _schedule_pass(cores, cap, impl, overrides, progress, total, moves=None, encs=None):
-    """One schedule of every core (``overrides``: per core, DMA row -> its ns, or None; ``moves``: per core, DMA
-    row -> its data start and end after its arrival, from ``dma_share``, or None; ``encs``: each core's
-    ``sched_fast.encode``, made here when None); returns each core's ``(columns, counters)``.
+def _round_robin(core, enc):
+    """Whether ``core``'s DMA engines serve its queues round robin in the schedule (``sched_events``): on
+    NeuronCore-v2/v3 with the round robin on (``dma_share.applies``), transfers of at least two classes (named
+    queues, or one and transfers of no named queue) and no barrier in the record (a launch with barriers keeps
+    the gap filling: the event-driven loop does not stop at a barrier)."""
+    return (dma_share.applies(core.target) and dma_share.queue_classes(core) is not None
+            and not (enc[0]["bar"] >= 0).any())
+
+
+def _schedule_pass(cores, cap, impl, overrides, progress, total, encs=None, events=None):
+    """One schedule of every core (``overrides``: per core, DMA row -> its ns, or None; ``encs``: each core's
+    ``sched_fast.encode``, made here when None; ``events``: per core, whether it runs in simulated-time order,
+    ``sched_events``); returns each core's ``(columns, counters)``.
 
     A core at a barrier (``core_barrier``) waits until every core it names has reached that barrier, and all of
     them pass it at the latest of their arrival times (a barrier that cannot complete, when every running core
@@ -120,8 +132,8 @@ def _schedule_pass(cores, cap, impl, overrides, progress, total, moves=None, enc
     if encs is None:
         encs = [sched_fast.encode(c) for c in cores]
     ids = {c.core_id: i for i, c in enumerate(cores)}
-    runs = [sched_fast.CoreRun(c, encs[i], cap, overrides[i] if overrides is not None else None,
-                               moves[i] if moves is not None else None, impl) for i, c in enumerate(cores)]
+    runs = [sched_fast.CoreRun(c, encs[i], cap, overrides[i] if overrides is not None else None, impl=impl,
+                               events=bool(events and events[i])) for i, c in enumerate(cores)]
     results = [None] * n
     waiting = {}                       # core index -> (participant indices, barrier row, arrival time)
     live = set(range(n))

@@ -1,27 +1,21 @@
-"""The sharing passes over a first schedule of a launch's cores (``scheduler.schedule``): the chip's HBM bandwidth
-among the transfers in flight (``hbm_share``) and each DMA engine's time among its queues (``dma_share``), each
-round rescheduling the cores with the shared transfers until nothing changes."""
+"""The chip's HBM bandwidth shared among the transfers in flight (``hbm_share``), over a first schedule of a
+launch's cores (``scheduler.schedule``): each round reschedules the cores with the slowed transfers until no
+slowdown changes.  (The DMA engines' round robin among their queues is no round here: the loop models it in
+simulated time, ``sched_events``.)"""
 
 from __future__ import annotations
 
-import warnings
-
-import numpy as np
-
-from . import dma_share, hbm_share
+from . import hbm_share
 
 __all__ = ["share_rounds"]
 
 
-def share_rounds(cores, results, cap, reschedule, queues=True):
-    """The sharing passes over a first schedule (``results``): each chip's HBM bandwidth among the transfers in
-    flight (``hbm_share``) and, on NeuronCore-v2/v3, each DMA engine's time among its queues (``dma_share``, round
-    robin; not when ``queues`` is false).  Each round computes both from the last schedule and schedules every
-    core again with ``reschedule(ns_overrides, dma_overrides)`` (per core: DMA row -> its ns; DMA row -> its data
-    start and end after its arrival at the engines), until neither changes (the HBM's slowdowns are recomputed
-    in the first ``hbm_share.MAX_ROUNDS`` rounds).  When the round robin has not reached its fixed point within
-    ``dma_share.MAX_ROUNDS`` schedules, the first schedule is shared again without it (a warning says so).
-    Returns the last ``(columns, counters)`` per core, or None when nothing changed."""
+def share_rounds(cores, results, cap, reschedule):
+    """Each chip's HBM bandwidth among the transfers in flight (``hbm_share``) over a first schedule
+    (``results``): each round computes the slowdowns from the last schedule and schedules every core again with
+    ``reschedule(ns_overrides)`` (per core: DMA row -> its ns, or None), until none changes or for at most
+    ``hbm_share.MAX_ROUNDS`` rounds.  Returns the last ``(columns, counters)`` per core, or None when nothing
+    changed."""
     tg = cores[0].target
     groups = {}
     for i, c in enumerate(cores):
@@ -30,46 +24,17 @@ def share_rounds(cores, results, cap, reschedule, queues=True):
     # practical rate, HBM to HBM) needs no sharing: every single-core launch on every generation
     bound = 2 * tg.dma_bytes_per_ns_per_core
     groups = [g for g in groups.values() if len(g) * bound > cap]
-    queued = {}
-    if queues and dma_share.applies(tg):
-        for i, c in enumerate(cores):
-            qc = dma_share.queue_classes(c)
-            if qc is not None:
-                queued[i] = qc
-    if not groups and not queued:
+    if not groups:
         return None
-    first = results
     fixed = tg.dma_fixed_ns
-    nq = tg.dma_engines_per_core
     base = {}                          # (core, row) -> (unshared work, slowdown applied)
-    overrides = [None] * len(cores)
-    moves = [None] * len(cores)        # per core: DMA row -> its data start and end after its arrival
     changed_any = False
-    rounds = dma_share.MAX_ROUNDS if queued else hbm_share.MAX_ROUNDS
-    for rnd in range(rounds + 1):
-        changed = False
-        if groups and rnd < hbm_share.MAX_ROUNDS:
-            overrides, changed = _hbm_round(tg, groups, results, base, cap, fixed)
-        for i, (rows, cls) in queued.items():
-            cols = results[i][0]
-            g_arr, g_ds, g_end = dma_share.core_share(cols, rows, cls, nq, fixed, tg.semaphore_ns)
-            rl = rows.tolist()
-            ds = np.array([cols["data_start"][r] for r in rl])
-            en = np.array([cols["end"][r] for r in rl])
-            if np.allclose(g_end, en, rtol=1e-9, atol=1e-6) and np.allclose(g_ds, ds, rtol=1e-9, atol=1e-6):
-                continue
-            if rnd == rounds:          # no fixed point: the placement without the round robin
-                warnings.warn(f"trnsim: the round robin among DMA queues (core {cores[i].core_id}) did not reach "
-                              f"a fixed point in {rounds} rounds; the timeline uses the engines' gap filling "
-                              "instead (trnsim/machine/dma_share.py)", RuntimeWarning, stacklevel=3)
-                return share_rounds(cores, first, cap, reschedule, queues=False)
-            changed = True
-            # each transfer's data start and end after its arrival (the next schedule gives its arrival)
-            moves[i] = dict(zip(rl, zip((g_ds - g_arr).tolist(), (g_end - g_arr).tolist())))
-        if not changed or rnd == rounds:
+    for _ in range(hbm_share.MAX_ROUNDS):
+        overrides, changed = _hbm_round(tg, groups, results, base, cap, fixed)
+        if not changed:
             break
         changed_any = True
-        results = reschedule(overrides, moves)
+        results = reschedule(overrides)
     return results if changed_any else None
 
 

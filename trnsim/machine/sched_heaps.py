@@ -1,0 +1,92 @@
+"""Small array helpers of the event-driven loop (``sched_events``): a growable array and two binary min-heaps
+(row numbers; (time, row) pairs, ties by row), compiled with numba like the rest of the loop."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .sched_jit import njit
+
+
+@njit(cache=True)
+def _grow1(a, need):
+    if need <= a.shape[0]:
+        return a
+    sz = 2 * a.shape[0]
+    if sz < need:
+        sz = need
+    b = np.empty(sz, a.dtype)
+    b[:a.shape[0]] = a
+    return b
+
+
+@njit(cache=True)
+def _ipush(h, hn, v):
+    """Push ``v`` on the int64 min-heap ``h[:hn]``; returns the new size (``h`` has room)."""
+    k = hn
+    h[k] = v
+    while k > 0:
+        par = (k - 1) // 2
+        if h[par] <= h[k]:
+            break
+        h[par], h[k] = h[k], h[par]
+        k = par
+    return hn + 1
+
+
+@njit(cache=True)
+def _ipop(h, hn):
+    """Remove the least entry of the int64 min-heap ``h[:hn]`` (it is at 0); returns the new size."""
+    hn -= 1
+    h[0] = h[hn]
+    k = 0
+    while True:
+        l = 2 * k + 1
+        if l >= hn:
+            break
+        m = l
+        if l + 1 < hn and h[l + 1] < h[l]:
+            m = l + 1
+        if h[k] <= h[m]:
+            break
+        h[m], h[k] = h[k], h[m]
+        k = m
+    return hn
+
+
+@njit(cache=True)
+def _tpush(ht, hi, hn, t, i):
+    """Push ``(t, i)`` on the min-heap by (time, row) ``ht/hi[:hn]``; returns the new size."""
+    k = hn
+    ht[k] = t
+    hi[k] = i
+    while k > 0:
+        par = (k - 1) // 2
+        if ht[par] < ht[k] or (ht[par] == ht[k] and hi[par] <= hi[k]):
+            break
+        ht[par], ht[k] = ht[k], ht[par]
+        hi[par], hi[k] = hi[k], hi[par]
+        k = par
+    return hn + 1
+
+
+@njit(cache=True)
+def _tpop(ht, hi, hn):
+    hn -= 1
+    ht[0] = ht[hn]
+    hi[0] = hi[hn]
+    k = 0
+    while True:
+        l = 2 * k + 1
+        if l >= hn:
+            break
+        m = l
+        r = l + 1
+        if r < hn and (ht[r] < ht[l] or (ht[r] == ht[l] and hi[r] < hi[l])):
+            m = r
+        if ht[k] < ht[m] or (ht[k] == ht[m] and hi[k] <= hi[m]):
+            break
+        ht[m], ht[k] = ht[k], ht[m]
+        hi[m], hi[k] = hi[k], hi[m]
+        k = m
+    return hn
