@@ -71,7 +71,7 @@ from ..memory.dtypes import DType
 from . import issue_cache as _ic
 from .context import current
 from .loop_fit import TileSegment, concat, fit_blocks, predict, same, splits
-from .loop_rewrite import LOOPS, rewritten as _rewritten
+from .loop_rewrite import LOOPS, helper_info as _helper_info, rewritten as _rewritten
 
 __all__ = ["enabled", "set_enabled", "rewritten", "STATS", "LoopReplayError"]
 
@@ -136,7 +136,10 @@ def _lookup(frame, name):
     loc = frame.f_locals
     if name in loc:
         return True, loc[name]
-    g = frame.f_globals
+    return _lookup_globals(frame.f_globals, name)
+
+
+def _lookup_globals(g, name):
     if name in g:
         return True, g[name]
     b = g.get("__builtins__", __builtins__)
@@ -146,10 +149,80 @@ def _lookup(frame, name):
     return False, None
 
 
-def _dynamic_ok(info, frame):
+def _fn_lookup(fn):
+    """``name -> (found, value)`` as helper function ``fn``'s body reads a name not its own: its closure cells,
+    then its module's globals, then the builtins."""
+    cells = {}
+    for n, c in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        try:
+            cells[n] = c.cell_contents
+        except ValueError:           # an empty cell: reading it raises, as the call would
+            pass
+    g = fn.__globals__
+
+    def look(name):
+        if name in cells:
+            return True, cells[name]
+        return _lookup_globals(g, name)
+    return look
+
+
+MAX_HELPER_DEPTH = 4        # helpers calling helpers: deeper chains run normally
+
+
+def _kind(v):
+    return "int" if type(v) is int else "tensor" if isinstance(v, Tensor) else "other"
+
+
+def _bind(fn, descs, kws, look):
+    """Helper ``fn``'s parameters -> (kind, depends on the index) for a call with arguments described by
+    ``descs`` and ``kws`` (``LoopInfo.callees``), or None (a call the pass does not follow)."""
+    code = fn.__code__
+    npos = code.co_argcount
+    names = code.co_varnames[:npos + code.co_kwonlyargcount]
+    if len(descs) > npos:
+        return None
+    bound = dict(zip(names, descs))
+    for k, d in kws.items():
+        if k not in names or k in bound or names.index(k) < code.co_posonlyargcount:
+            return None
+        bound[k] = d
+    defaults = fn.__defaults__ or ()
+    kwdefaults = fn.__kwdefaults__ or {}
+    params = {}
+    for j, nm in enumerate(names):
+        d = bound.get(nm)
+        if d is None:
+            if j < npos and j >= npos - len(defaults):
+                v = defaults[j - (npos - len(defaults))]
+            elif nm in kwdefaults:
+                v = kwdefaults[nm]
+            else:
+                return None
+            if not (isinstance(v, (Tensor, types.ModuleType)) or _plain(v)):
+                return None
+            params[nm] = (_kind(v), False)
+            continue
+        kind, dep, free = d
+        if kind == "free":
+            ok, v = look(free)
+            if not ok:
+                return None
+            kind = _kind(v)
+        params[nm] = (kind, dep)
+    return params
+
+
+def _names_ok(info, look, depth=0):
+    """Whether the names ``info``'s body reads from outside it hold what the replay allows (a module, a trnsim
+    tensor, a dtype or a plain value; ints where it does arithmetic, ints or bools in ``if`` tests), and every
+    callee is one of trnsim's ``nki.isa`` instructions, ``nki.language.ndarray`` or a helper function whose body
+    passes the same rules (``loop_rewrite.helper_info``)."""
     for n in info.free:
-        ok, v = _lookup(frame, n)
+        ok, v = look(n)
         if not ok:
+            return False
+        if n in info.flags and type(v) not in (int, bool):
             return False
         if isinstance(v, types.ModuleType):
             if n in info.subs or n in info.ints:
@@ -166,17 +239,50 @@ def _dynamic_ok(info, frame):
         if not _plain(v):
             return False
     allowed = _allowed_callees()
-    for chain in info.callees:
-        ok, v = _lookup(frame, chain[0])
-        if not ok or not isinstance(v, types.ModuleType):
+    for chain, descs, kws in info.callees:
+        ok, v = look(chain[0])
+        if not ok:
             return False
-        for a in chain[1:]:
-            v = getattr(v, a, None)
-            if v is None:
+        if len(chain) > 1:
+            if not isinstance(v, types.ModuleType):
                 return False
-        if id(v) not in allowed:
+            for a in chain[1:]:
+                v = getattr(v, a, None)
+                if v is None:
+                    return False
+        if id(v) in allowed:
+            continue
+        # a helper function of the kernel's (not trnsim's own: its functions reach the core other ways)
+        if (depth >= MAX_HELPER_DEPTH or type(v) is not types.FunctionType
+                or (getattr(v, "__module__", None) or "").startswith("trnsim")):
+            return False
+        hlook = _fn_lookup(v)
+        params = _bind(v, descs, kws, look)
+        if params is None:
+            return False
+        hinfo = _helper_info(v, params)
+        if hinfo is None or not _names_ok(hinfo, hlook, depth + 1):
             return False
     return True
+
+
+def _dynamic_ok(info, frame):
+    return _names_ok(info, lambda n: _lookup(frame, n))
+
+
+def _outcomes(info, frame, rng):
+    """The ``if`` tests' values at every index of ``rng`` (a list of tuples), or None when the body has no test;
+    False when a test cannot be evaluated."""
+    if not info.tests:
+        return None
+    values = {}
+    for n in info.flags:
+        ok, v = _lookup(frame, n)
+        values[n] = v
+    try:
+        return list(map(info.outcomes(values), rng))
+    except Exception:          # (e.g. a modulo by zero in a branch never taken): the loop runs normally
+        return False
 
 
 def _loop(lid, iterable):
@@ -192,11 +298,17 @@ def _loop(lid, iterable):
             or core.occupancy.log is not None:
         return iterable
     info = LOOPS[lid]
-    if not _dynamic_ok(info, sys._getframe(1)):
+    frame = sys._getframe(1)
+    if not _dynamic_ok(info, frame):
         STATS["declined"] += 1
         STATS["why"] = "a name or callee of the body is not one the replay knows"
         return iterable
-    return _replay(iterable, core, info)
+    outs = _outcomes(info, frame, iterable)
+    if outs is False:
+        STATS["declined"] += 1
+        STATS["why"] = "an if test that cannot be evaluated for every index"
+        return iterable
+    return _replay(iterable, core, info, outs)
 
 
 # -- observing, predicting, appending -------------------------------------------------------------------------
@@ -365,7 +477,7 @@ def _apply(core, pred, m, fit):
 _BULK_FIELDS = frozenset(_COLS + ("bk", "bv"))
 
 
-def _replay(rng, core, info):
+def _replay(rng, core, info, outs=None):
     """The replay iterator (a generator) over ``rng``.  The cycle collector is paused from the first observed
     iteration to the end of the checked block: tiles caught in reference cycles (the first iteration's, through the
     issue cache's probe) go back to the allocator when a collection runs, and a collection in the middle would
@@ -373,7 +485,7 @@ def _replay(rng, core, info):
     st = {"gc": gc.isenabled(), "done": False}
     gc.disable()
     try:
-        for v in _replay_steps(rng, core, info, st):
+        for v in _replay_steps(rng, core, info, st, outs):
             if st["done"] and st["gc"]:
                 st["gc"] = False
                 gc.enable()
@@ -383,7 +495,19 @@ def _replay(rng, core, info):
             gc.enable()
 
 
-def _replay_steps(rng, core, info, st):
+def _periodic_blocks(outs, k, p, m):
+    """How many blocks of ``p`` iterations from ``k`` on (at most ``m``, and one more for the check) take the same
+    branches as the block before them: the largest ``m' <= m`` such that iterations ``k .. k + (m' + 1) p`` do."""
+    end = k + (m + 1) * p
+    if outs[k:end] == outs[k - p:end - p]:
+        return m
+    j = k
+    while outs[j] == outs[j - p]:
+        j += 1
+    return (j - k) // p - 1
+
+
+def _replay_steps(rng, core, info, st, outs):
     n = len(rng)
     spaces = (core.sbuf, core.psum, core.chip.hbm)
     k = 0
@@ -465,6 +589,10 @@ def _replay_steps(rng, core, info, st):
         return
     p = fit.p
     m = (n - p - k) // p
+    if outs is not None and m > 0:
+        # every skipped iteration, and the checked block, takes the branches of the iteration a period before
+        # it (so of the observed block the prediction is made from); past the first that does not, normally
+        m = _periodic_blocks(outs, k, p, m)
     if m <= 0 or not _extents_ok(core, fit, m):
         STATS["why"] = "too few iterations left" if m <= 0 else "a moving slice would leave its tensor"
         yield from _rest(rng, k, st)
