@@ -538,12 +538,17 @@ def _replay_steps(rng, core, info, st, outs):
 
     fit = None
     its, states = [], []
-    try:
+    def wrap_new():
         for prog in cache.values():
-            if prog:
-                # (by id: a _Prog is a tuple, equal to another layout's with the same steps)
+            # (by id: a _Prog is a tuple, equal to another layout's with the same steps; the cache keeps every
+            # one alive, so an id is not reused meanwhile)
+            if prog and id(prog) not in wrapped:
                 wrapped[id(prog)] = (prog, prog.run, counter(prog, prog.run))
                 prog.run = wrapped[id(prog)][2]
+        return len(cache)
+
+    try:
+        ncache = wrap_new()
         warnings.showwarning = show
         w.hook()
         last = n - 2 * PMAX
@@ -556,6 +561,8 @@ def _replay_steps(rng, core, info, st, outs):
             hits_by.clear()
             yield rng[k]
             k += 1
+            if len(cache) != ncache:       # layouts made in this iteration (a branch first taken): counted from now
+                ncache = wrap_new()
             m2 = w.mark()
             d = w.delta(mark, m2)
             mark = m2
