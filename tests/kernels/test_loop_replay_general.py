@@ -136,9 +136,9 @@ def make_helper_closure(scale):
 # ------------------------------------------------------------------------------------------------ branches
 
 def branch_period4(x, n):
-    """if/elif/else on ``i % 4``: the branches repeat every 4 iterations, the longest period the replay looks
-    for (``loop_replay.PMAX``; the allocator's states, which repeat every 2 iterations, must repeat with it: a
-    tile made in one branch only would make them repeat every 8, and the loop would run normally)."""
+    """if/elif/else on ``i % 4``: the branches repeat every 4 iterations (the allocator's states, which repeat
+    every 2 iterations, repeat with it; a tile made in one branch only would make them repeat every 8, longer
+    than the replay looks for, ``loop_replay.PMAX``, and the loop would run normally)."""
     P, F = x.shape
     out = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.shared_hbm)
     for i in range(n):
@@ -152,6 +152,24 @@ def branch_period4(x, n):
             nisa.tensor_tensor(t, t, t, op=nl.add)
             nisa.dma_copy(out, t)
         nisa.dma_copy(out, t)
+    return out
+
+
+def branch_period6(x, n):
+    """Two tiles per iteration (the allocator's states repeat every 3 iterations) and a branch on ``i % 2``:
+    replayed with period 6."""
+    P, F = x.shape
+    out = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in range(n):
+        t = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(t, x)
+        u = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+        if i % 2 == 0:
+            nisa.tensor_scalar(u, t, nl.multiply, 2.0)
+        else:
+            nisa.activation(u, nl.copy, t, scale=2.0)
+        nisa.tensor_tensor(u, t, u, op=nl.add)
+        nisa.dma_copy(out, u)
     return out
 
 
@@ -269,9 +287,11 @@ REPLAYED = {
     "helper_rows": (helper_rows, (np.zeros((128 * N, 64), np.float32),), {"n": N}),
     "helper_in_closure": (make_helper_closure(4.0), (X,), {"n": N}),
     "branch_period4": (branch_period4, (X,), {"n": N}),
+    "branch_period6": (branch_period6, (X,), {"n": N}),
     "branch_switch": (branch_switch, (X,), {"n": 90, "at": 50}),
     "branch_closure": (make_branch_closure(2), (X,), {"n": N}),
 }
+PERIOD = {"branch_period4": 4, "branch_period6": 6}
 NORMAL = {
     "helper_side_effect": (helper_side_effect, (X,), {"n": N}),
     "helper_with_branch": (helper_with_branch, (X,), {"n": N}),
@@ -290,6 +310,8 @@ def test_replayed_state_equals_a_plain_run(name, monkeypatch):
     assert on[0][0] == off[0][0]          # records, columns, live ranges, report, patterns, timelines
     assert on[0][1] == off[0][1]          # tile, partition, buffer tables, ranges
     assert len(off[0][0][0][0][0]) > 60
+    if name in PERIOD:
+        assert loop_replay.STATS["period"] == PERIOD[name]
 
 
 def test_a_branch_switch_limits_the_bulk_blocks(monkeypatch):

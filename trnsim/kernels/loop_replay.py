@@ -80,7 +80,9 @@ __all__ = ["enabled", "set_enabled", "rewritten", "STATS", "LoopReplayError"]
 # the replay; 128: 3.39 / 3.78 ms; 256: 6.20 / 4.39 ms), so a loop pays from ~150 iterations
 MIN_ITERATIONS = 160
 WARMUP = 2              # iterations run before observing (the first makes the issue cache's layouts)
-PMAX = 4                # longest period looked for
+# longest period looked for: the allocator's states of a body making two tiles repeat every 3 iterations (the new
+# tile is placed before the old one it replaces is freed), and a branch on ``i % 2`` makes that 6
+PMAX = 6
 # what happened, for tests and benchmarks: loops replayed, iterations appended in bulk, loops declined, the
 # period of the last loop replayed, why the last loop declined
 STATS = {"replayed": 0, "bulk_iterations": 0, "declined": 0, "period": 0, "why": ""}
