@@ -429,3 +429,90 @@ def test_a_capacity_refusal_is_the_same(monkeypatch):
     assert on[2] == 1 and off[2] == 0
     assert off[1] is not None and "SBUF" in off[1]
     assert on[1] == off[1]
+
+
+# the slow path (issue cache and loop replay off) against the fast one (both on): a rule broken late in a loop
+# that is replayed up to it, through a helper under a branch, raises the same error at the same line
+
+def _bad_partitions(u, t):
+    nisa.tensor_scalar(u[0:64, :], t, nl.multiply, 2.0)
+
+
+def _bad_engine(u, t):
+    nisa.tensor_scalar(u, t, nl.multiply, 2.0, engine=nisa.engine.tensor)
+
+
+def _bad_operator(u, t):
+    nisa.tensor_scalar(u, t, "no_such_op", 2.0)
+
+
+def _bad_immediate(u, t):
+    nisa.tensor_scalar(u, t, nl.multiply, "2.0")
+
+
+def make_late_error(bad):
+    def kernel(x, n, at):
+        P, F = x.shape
+        t = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(t, x)
+        out = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.shared_hbm)
+        for i in range(n):
+            u = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.tensor_scalar(u, t, nl.multiply, 2.0)
+            if i == at:
+                bad(u, t)
+            nisa.dma_copy(out, u)
+        return out
+    return kernel
+
+
+@pytest.mark.parametrize("bad", [_bad_partitions, _bad_engine, _bad_operator, _bad_immediate])
+def test_a_late_error_is_the_same_on_the_slow_and_fast_paths(bad, monkeypatch):
+    from trnsim.kernels import issue_cache
+    from trnsim.isa.errors import NkiValidationError
+    kernel = make_late_error(bad)
+    got = []
+    for fast in (False, True):
+        monkeypatch.setattr(loop_replay, "MIN_ITERATIONS", 16)
+        prev = (issue_cache.set_enabled(fast), loop_replay.set_enabled(fast))
+        before = loop_replay.STATS["replayed"]
+        try:
+            with pytest.raises(NkiValidationError) as e:
+                run_kernel(kernel, (X,), {"n": 200, "at": 150}, (1,), "trn2", execute=False)
+        finally:
+            issue_cache.set_enabled(prev[0])
+            loop_replay.set_enabled(prev[1])
+        got.append((str(e.value), e.value.instruction, e.value.operand, e.value.location))
+        assert (loop_replay.STATS["replayed"] > before) == fast
+    assert got[0] == got[1]
+    assert got[0][3] == (__file__, bad.__code__.co_firstlineno + 1)       # the helper's line
+
+
+def test_records_name_each_call_site():
+    """The line a record names is its call's own: two calls on one line, a helper called from two lines (its
+    line for both), the same with the issue cache off (the caller's line read without the memo)."""
+    from trnsim.kernels import issue_cache
+
+    def two(t, u):
+        nisa.tensor_scalar(u, t, nl.multiply, 2.0); nisa.activation(t, nl.exp, u)  # noqa: E702
+
+    def kernel(x):
+        P, F = x.shape
+        t = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(t, x)
+        u = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+        two(t, u)
+        two(t, u)
+        nisa.tensor_scalar(u, t, nl.multiply, 3.0)
+        return x
+    locs = []
+    for on in (False, True):
+        prev = issue_cache.set_enabled(on)
+        try:
+            res = run_kernel(kernel, (X,), {}, (1,), "trn2", execute=False)
+        finally:
+            issue_cache.set_enabled(prev)
+        locs.append([r.loc for r in res.cores[0].instructions])
+    base = kernel.__code__.co_firstlineno
+    line2 = two.__code__.co_firstlineno + 1
+    assert locs[0] == locs[1] == [(__file__, base + 3)] + [(__file__, line2)] * 4 + [(__file__, base + 7)]
