@@ -11,19 +11,26 @@ few observed ones are predicted exactly and appended in bulk, without running th
 How (``run_kernel`` uses :func:`rewritten` only for a one-program shape-only launch that records columns):
 
 1. :func:`rewritten` (``loop_rewrite.py``) parses the kernel function's own source (only when it compiles to the
-   function's own code) and rewrites each *eligible* loop ``for NAME in EXPR:`` to ``for NAME in
-   __trnsim_loop__(ID, EXPR):`` (line numbers and file name kept, so error messages name the user's lines).
-   Eligible: no ``else``; the body only assignments to plain local names, expression statements and ``pass``;
-   expressions only names, constants, attribute loads, subscripts/slices of names, tuple/list displays,
-   ``+ - *`` on integers (``*`` with at most one operand depending on the loop index, ``//`` and ``%`` only on
-   values free of it: every integer the body computes from the index is affine in it) and calls whose callee is
-   an attribute chain of a name not assigned in the body; no name of the body read before it is assigned in the
-   iteration (no loop-carried Python state); the loop name never assigned in the body.
+   function's own code; a closure -- a kernel defined inside a function, reading its names -- is compiled inside a
+   function defining them and runs with its own cells) and rewrites each *eligible* loop ``for NAME in EXPR:`` to
+   ``for NAME in __trnsim_loop__(ID, EXPR):`` (line numbers and file name kept, so error messages name the user's
+   lines).  Eligible: no ``else``; the body only assignments to plain local names, expression statements,
+   ``pass`` and ``if``/``elif``/``else`` whose tests are comparisons, ``and``/``or``/``not`` and integer
+   arithmetic of the loop index, int constants and names from outside the body; expressions only names,
+   constants, attribute loads, subscripts/slices of names, tuple/list displays, ``+ - *`` on integers (``*`` with
+   at most one operand depending on the loop index, ``//`` and ``%`` only on values free of it: every integer the
+   body computes from the index is affine in it) and calls whose callee is a name not assigned in the body or an
+   attribute chain of one; no name of the body read before it is assigned in the iteration, nor after an ``if``
+   that assigns it in one branch only (no loop-carried Python state); the loop name never assigned in the body.
 2. When the loop starts (:func:`_loop`), the iterable must be a ``range`` of at least ``MIN_ITERATIONS``, the
    launch one program, shape-only, with record columns and the issue cache on, and every name the body reads
-   from outside it must hold a module, a trnsim tensor, a dtype or a plain value (ints where it does arithmetic);
-   every callee must be one of trnsim's ``nki.isa`` instructions or ``nki.language.ndarray`` (by identity);
-   subscript bases must be tensors.  Otherwise the loop runs normally.
+   from outside it must hold a module, a trnsim tensor, a dtype or a plain value (ints where it does arithmetic,
+   ints or bools in tests); subscript bases must be tensors; every callee must be one of trnsim's ``nki.isa``
+   instructions or ``nki.language.ndarray`` (by identity), or a helper function of the kernel's (not trnsim's)
+   whose body meets the rules of 1 (no ``if``; a ``return`` last) with each parameter as the call passes it (an
+   int, a tensor, anything else: neither subscripted nor used in arithmetic) and whose names and callees meet
+   these, up to ``MAX_HELPER_DEPTH`` calls deep.  The ``if`` tests are evaluated for every index (one compiled
+   function of the index, ``LoopInfo.outcomes``).  Otherwise the loop runs normally.
 3. The first ``WARMUP`` iterations run normally; then iterations run normally while their effects are observed
    (:class:`_Watch`: the appended column slices, the new and touched live ranges, tiles, partitions and buffers,
    the number of new interned patterns, the instruction count and buffer ids, each allocator call and release
@@ -31,11 +38,12 @@ How (``run_kernel`` uses :func:`rewritten` only for a one-program shape-only lau
    rules, as every skipped one would be), no warning shown, no new cache entry, no barrier, fence or block
    tensor).  As soon as the last three blocks of ``p`` iterations (``p <= PMAX``) are equal up to integers that
    change by the same amount from block to block, and the allocators' states repeat every ``p`` iterations, the
-   blocks up to iteration ``n - p`` are made from the last observed one (NumPy for the integers, C loops --
-   list repetition, zip, str.format -- for the rest) and appended, unless a moving operand extent would leave
-   its buffer on the way (then the loop runs normally and fails where it fails without replay).  The new tiles'
-   live ranges and table entries are not made one by one: they go to the occupancy as one segment
-   (``loop_fit.TileSegment``, ``Occupancy.add_bulk``), whose columns the capacity sweep reads as arrays and which
+   blocks up to iteration ``n - p`` (and up to the first block whose branches differ from the block before it:
+   each skipped iteration takes the branches of the observed one it is predicted from) are made from the last
+   observed one (NumPy for the integers, C loops -- list repetition, zip, str.format -- for the rest) and
+   appended, unless a moving operand extent would leave its buffer on the way (then the loop runs normally and
+   fails where it fails without replay).  The new tiles' live ranges and table entries are not made one by one:
+   they go to the occupancy as one segment (``loop_fit.TileSegment``, ``Occupancy.add_bulk``), whose columns the capacity sweep reads as arrays and which
    is put in the tables only when something needs them (a refusal, a quadrant-placed tile); the buffer id
    counter and instruction count advance; the issue cache's replay counters advance as the skipped hits would
    have advanced them (``GEN_AFTER``).  The remaining iterations run normally (so the kernel's names hold what

@@ -4,7 +4,8 @@ and the kernel recompiled with those loops going through the replay iterator.
 :func:`rewritten` parses the function's own source (``inspect.getsourcelines``; functions without source,
 generators: not rewritten; a closure is recompiled inside a function defining its free variables and runs with
 its own cells) and rewrites each eligible ``for NAME in EXPR:`` to ``for NAME in __trnsim_loop__(ID, EXPR):``,
-keeping every line number and the file name (trnsim's error messages name the user's kernel line).  The iterator is a closure cell of the recompiled function, whose globals stay its module's.
+keeping every line number and the file name (trnsim's error messages name the user's kernel line).  The iterator
+is a closure cell of the recompiled function, whose globals stay its module's.
 Helper functions a loop body calls are checked when the loop starts (:func:`helper_info`, the same rules on
 their bodies, with each parameter as the call passes it); ``if`` tests on the index are compiled to one function
 of the index (``LoopInfo.outcomes``), evaluated for every iteration when the loop starts.
