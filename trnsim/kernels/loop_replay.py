@@ -43,9 +43,9 @@ How (``run_kernel`` uses :func:`rewritten` only for a one-program shape-only lau
    observed one (NumPy for the integers, C loops -- list repetition, zip, str.format -- for the rest) and
    appended, unless a moving operand extent would leave its buffer on the way (then the loop runs normally and
    fails where it fails without replay).  The new tiles' live ranges and table entries are not made one by one:
-   they go to the occupancy as one segment (``loop_fit.TileSegment``, ``Occupancy.add_bulk``), whose columns the capacity sweep reads as arrays and which
-   is put in the tables only when something needs them (a refusal, a quadrant-placed tile); the buffer id
-   counter and instruction count advance; the issue cache's replay counters advance as the skipped hits would
+   they go to the occupancy as one segment (``loop_fit.TileSegment``, ``Occupancy.add_bulk``), whose columns
+   the capacity sweep reads as arrays and which is put in the tables only when something needs them (a refusal,
+   a quadrant-placed tile); the buffer id counter and instruction count advance; the issue cache's replay counters advance as the skipped hits would
    have advanced them (``GEN_AFTER``).  The remaining iterations run normally (so the kernel's names hold what
    the last iteration made) and the first block of them is checked against the prediction: a difference raises
    :class:`LoopReplayError` (impossible by construction; the check is the proof's backstop).  The cycle
