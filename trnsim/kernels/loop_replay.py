@@ -31,25 +31,25 @@ How (``run_kernel`` uses :func:`rewritten` only for a one-program shape-only lau
    int, a tensor, anything else: neither subscripted nor used in arithmetic) and whose names and callees meet
    these, up to ``MAX_HELPER_DEPTH`` calls deep.  The ``if`` tests are evaluated for every index (one compiled
    function of the index, ``LoopInfo.outcomes``).  Otherwise the loop runs normally.
-3. The first ``WARMUP`` iterations run normally; then iterations run normally while their effects are observed
-   (:class:`_Watch`: the appended column slices, the new and touched live ranges, tiles, partitions and buffers,
-   the number of new interned patterns, the instruction count and buffer ids, each allocator call and release
-   with its address, every instruction an issue-cache hit of a layout cached before (so validated, with the same
-   rules, as every skipped one would be), no warning shown, no new cache entry, no barrier, fence or block
-   tensor).  As soon as the last three blocks of ``p`` iterations (``p <= PMAX``) are equal up to integers that
-   change by the same amount from block to block, and the allocators' states repeat every ``p`` iterations, the
-   blocks up to iteration ``n - p`` (and up to the first block whose branches differ from the block before it:
-   each skipped iteration takes the branches of the observed one it is predicted from) are made from the last
-   observed one (NumPy for the integers, C loops -- list repetition, zip, str.format -- for the rest) and
-   appended, unless a moving operand extent would leave its buffer on the way (then the loop runs normally and
-   fails where it fails without replay).  The new tiles' live ranges and table entries are not made one by one:
-   they go to the occupancy as one segment (``loop_fit.TileSegment``, ``Occupancy.add_bulk``), whose columns
-   the capacity sweep reads as arrays and which is put in the tables only when something needs them (a refusal,
-   a quadrant-placed tile); the buffer id counter and instruction count advance; the issue cache's replay counters advance as the skipped hits would
-   have advanced them (``GEN_AFTER``).  The remaining iterations run normally (so the kernel's names hold what
-   the last iteration made) and the first block of them is checked against the prediction: a difference raises
-   :class:`LoopReplayError` (impossible by construction; the check is the proof's backstop).  The cycle
-   collector is paused from the first observed iteration to the end of the checked block.
+3.  The first ``WARMUP`` iterations run normally; then iterations run normally while their effects are observed
+   (:class:`_Watch`: the appended column slices, the new and touched live ranges, tiles, partitions and buffers, the
+   number of new interned patterns, the instruction count and buffer ids, each allocator call and release with its
+   address, every instruction an issue-cache hit of a layout cached before (so validated, with the same rules, as
+   every skipped one would be), no warning shown, no new cache entry, no barrier, fence or block tensor).  As soon as
+   the last three blocks of ``p`` iterations (``p <= PMAX``) are equal up to integers that change by the same amount
+   from block to block, and the allocators' states repeat every ``p`` iterations, the blocks up to iteration ``n-p``
+   (and up to the first block whose branches differ from the block before it: each skipped iteration takes the
+   branches of the observed one it is predicted from) are made from the last observed one (NumPy for the integers, C
+   loops -- list repetition, zip, str.format -- for the rest) and appended, unless a moving operand extent would
+   leave its buffer on the way (then the loop runs normally and fails where it fails without replay).  The new tiles'
+   live ranges and table entries are not made one by one: they go to the occupancy as one segment
+   (``loop_fit.TileSegment``, ``Occupancy.add_bulk``), whose columns the capacity sweep reads as arrays and which is
+   put in the tables only when something needs them (a refusal, a quadrant-placed tile); the buffer id counter and
+   instruction count advance; the issue cache's replay counters advance as the skipped hits would have advanced them
+   (``GEN_AFTER``).  The remaining iterations run normally (so the kernel's names hold what the last iteration made)
+   and the first block of them is checked against the prediction: a difference raises :class:`LoopReplayError`
+   (impossible by construction; the check is the proof's backstop).  The cycle collector is paused from the first
+   observed iteration to the end of the checked block.
 
 Not mirrored (memos whose numbers or contents never reach a record): the issue cache's view-layout numbering for
 the HBM offsets of skipped ``dma_copy`` s; Python objects (views, buffers) of skipped iterations, which no name
