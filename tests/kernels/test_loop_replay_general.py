@@ -173,6 +173,21 @@ def branch_period6(x, n):
     return out
 
 
+def branch_truthy(x, n):
+    """``if i:`` (an int as the test: false at the first iteration only) and ``if i % 2:``."""
+    P, F = x.shape
+    out = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in range(n):
+        t = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(t, x)
+        if i:
+            nisa.activation(t, nl.exp, t)
+        if i % 2:
+            nisa.tensor_scalar(t, t, nl.multiply, 2.0)
+        nisa.dma_copy(out, t)
+    return out
+
+
 def branch_switch(x, n, at):
     """A branch whose outcome changes once, in the middle of the loop (``i < at``), and one taken only by the last
     iteration: the iterations around the change and the last one run normally."""
@@ -288,6 +303,7 @@ REPLAYED = {
     "helper_in_closure": (make_helper_closure(4.0), (X,), {"n": N}),
     "branch_period4": (branch_period4, (X,), {"n": N}),
     "branch_period6": (branch_period6, (X,), {"n": N}),
+    "branch_truthy": (branch_truthy, (X,), {"n": N}),
     "branch_switch": (branch_switch, (X,), {"n": 90, "at": 50}),
     "branch_closure": (make_branch_closure(2), (X,), {"n": N}),
 }

@@ -57,7 +57,9 @@ class LoopInfo:
         if self._outcomes is None:
             args = ast.arguments(posonlyargs=[], args=[ast.arg(arg=self.var)], kwonlyargs=[], kw_defaults=[],
                                  defaults=[])
-            lam = ast.Expression(body=ast.Lambda(args=args, body=ast.Tuple(elts=list(self.tests), ctx=ast.Load())))
+            # each test as the bool ``if`` takes from it (``not not``): ``if i % 4:`` repeats every 4 iterations
+            truth = [ast.UnaryOp(op=ast.Not(), operand=ast.UnaryOp(op=ast.Not(), operand=t)) for t in self.tests]
+            lam = ast.Expression(body=ast.Lambda(args=args, body=ast.Tuple(elts=truth, ctx=ast.Load())))
             ast.fix_missing_locations(lam)
             self._outcomes = compile(lam, self.filename, "eval")
         return eval(self._outcomes, dict(values))     # noqa: S307  (the kernel's own tests, checked by _Body.test)
@@ -359,7 +361,7 @@ def helper_info(fn, params):
                 info = LoopInfo(fdef.lineno, code.co_filename)
                 _Body(fdef.body, info, _assigned_names(fdef.body), params=params)
                 out = info
-    except (_Ineligible, Exception):
+    except Exception:           # (_Ineligible, no source, syntax the pass does not know): not followed
         out = None
     if len(_HELPERS) < 4096:
         _HELPERS[key] = (code, out)
