@@ -8,6 +8,9 @@ Usage: python benchmarks/bench_issue.py [--quick] [--million] [--matmul] [--repe
    (its ratio against replay off in the same run), the compiled scheduler's time, and the total for
    1,000,000 instructions (measured with --million, else extrapolated from 200,000).  Baseline in the same run:
    a bare Python loop making the same calls to a function that does nothing (the floor of any Python front end).
+   Then the same stream as most kernels write it: defined inside a function (a closure), its instructions in
+   helper functions, a branch on the loop index; each issued with the loop replay off (the general path) and on,
+   and scheduled.
 2. functional small tiles: nisa.tensor_tensor on 128x64 fp32 SBUF tiles, instructions/s with the cache off and
    on, against a NumPy loop of the same adds.
 3. (--matmul) 2048^3 bf16 tiled matmul, functional, against the bare NumPy tile loop of bench_sim.py.
@@ -51,6 +54,69 @@ from trnsim.profiling import gc_paused  # noqa: E402
 from bench_common import blas_note, blas_one_thread, cpu_timed as timed  # noqa: E402
 from bench_sim import make_small_kernel, numpy_matmul, numpy_small  # noqa: E402
 from bench_timing import stream  # noqa: E402
+
+
+def make_stream_closure():
+    """``stream`` as a kernel factory writes it: defined inside a function, reading the factory's names."""
+    isa, lang, scale = nisa, nl, 2.0
+
+    def stream_closure(x, n):
+        P, F = x.shape
+        out = lang.ndarray((P, F), dtype=x.dtype, buffer=lang.shared_hbm)
+        for i in range(n):
+            t = lang.ndarray((P, F), dtype=x.dtype, buffer=lang.sbuf)
+            isa.dma_copy(t, x)
+            u = lang.ndarray((P, F), dtype=x.dtype, buffer=lang.sbuf)
+            isa.tensor_scalar(u, t, lang.multiply, scale)
+            isa.activation(t, lang.exp, u)
+            isa.tensor_tensor(u, t, u, op=lang.add)
+            isa.dma_copy(out, u)
+        return out
+    return stream_closure
+
+
+def _load_tile(x, P, F):
+    t = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(t, x)
+    return t
+
+
+def _compute(t, P, F):
+    u = nl.ndarray((P, F), dtype=t.dtype, buffer=nl.sbuf)
+    nisa.tensor_scalar(u, t, nl.multiply, 2.0)
+    nisa.activation(t, nl.exp, u)
+    nisa.tensor_tensor(u, t, u, op=nl.add)
+    return u
+
+
+def stream_helpers(x, n):
+    """``stream`` with its body in helper functions."""
+    P, F = x.shape
+    out = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in range(n):
+        t = _load_tile(x, P, F)
+        u = _compute(t, P, F)
+        nisa.dma_copy(out, u)
+    return out
+
+
+def stream_branch(x, n):
+    """``stream`` with a branch on the index: every other tile scaled by the Vector Engine, the others by the
+    Scalar Engine (five instructions per tile either way)."""
+    P, F = x.shape
+    out = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in range(n):
+        t = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(t, x)
+        u = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+        if i % 2 == 0:
+            nisa.tensor_scalar(u, t, nl.multiply, 2.0)
+        else:
+            nisa.activation(u, nl.copy, t, scale=2.0)
+        nisa.activation(t, nl.exp, u)
+        nisa.tensor_tensor(u, t, u, op=nl.add)
+        nisa.dma_copy(out, u)
+    return out
 
 
 def _noop(*args, **kwargs):
@@ -177,6 +243,31 @@ def main():
             tot = (ti + ts) / n * 1e6
             print(f"   1,000,000 instructions issued + scheduled, {name}: {tot:.1f} s ({tag}; aim: under 3 s)")
         del tl_on, tl_rep
+        gc.collect()
+
+        # the general path's kernels: closure, helpers, branch; loop replay off (general) and on
+        print(f"   as most kernels are written ({n:,} instructions each; issue + compiled scheduling; median of {r1})")
+        for name, kern in (("closure (kernel factory)", make_stream_closure()), ("helper calls", stream_helpers),
+                           ("branch on the index", stream_branch)):
+            row = []
+            for on in (False, True):
+                before = loop_replay.STATS["replayed"] if loop_replay is not None else 0
+                ti, res = timed(lambda: with_replay(on, lambda: with_cache(
+                    True, lambda: shape_only(kern, (x,), {"n": tiles}))), r1)
+                rep = loop_replay is not None and loop_replay.STATS["replayed"] > before
+                ni = len(res.instructions)
+                schedule(res.cores, impl="numba")
+                ts, tl = timed(lambda: schedule(res.cores, impl="numba"), r1)
+                row.append((ti, ts, ni, rep, tl))
+                del res
+                gc.collect()
+            (ti0, ts0, n0, _, tl0), (ti1, ts1, n1, rep1, tl1) = row
+            print(f"   {name:<26} replay off: {ti0 / n0 * 1e6:5.2f} + {ts0 / n0 * 1e6:4.2f} us/instr = "
+                  f"{(ti0 + ts0) / n0 * 1e6:4.1f} s per 1M (aim: under 4 s); replay on: {ti1 / n1 * 1e6:5.2f} + "
+                  f"{ts1 / n1 * 1e6:4.2f} us/instr = {(ti1 + ts1) / n1 * 1e6:4.1f} s per 1M "
+                  f"({'replayed' if rep1 else 'NOT replayed'}; aim: under 3 s); identical timelines: {tl0 == tl1}")
+            del row, tl0, tl1
+            gc.collect()
         gc.collect()        # section 1's results are not collected inside a later section's timing
 
         # 2. functional small tiles ---------------------------------------------------------------------

@@ -333,13 +333,21 @@ class _Prog(tuple):
 _HBM_OFF: dict = {}          # instruction function -> whether HBM offsets are in its layouts
 
 
-def issue(fn, core, loc, args, kwargs):
-    """Run instruction ``fn(core, loc, *args, **kwargs)`` through the cache."""
-    cache = core.issue_cache
-    leaves = []
+def keeps_hbm_offsets(fn) -> bool:
+    """Whether instruction function ``fn``'s layouts hold its HBM operands' offsets (all but ``_HBM_OFFSET_FREE``)."""
     hbm_off = _HBM_OFF.get(fn)
     if hbm_off is None:
         hbm_off = _HBM_OFF[fn] = fn.__name__ not in _HBM_OFFSET_FREE
+    return hbm_off
+
+
+def issue(fn, core, loc, args, kwargs, hbm_off=None):
+    """Run instruction ``fn(core, loc, *args, **kwargs)`` through the cache (``hbm_off``: ``keeps_hbm_offsets(fn)``,
+    which the caller may pass, worked out once)."""
+    cache = core.issue_cache
+    leaves = []
+    if hbm_off is None:
+        hbm_off = keeps_hbm_offsets(fn)
     try:
         parts = [fn]
         for a in args:
@@ -363,16 +371,23 @@ def issue(fn, core, loc, args, kwargs):
                 parts.append(lk[0] if hbm_off else lk[1])
                 parts.append(alias)
             elif t in _PLAIN:
-                parts.append((t, a))         # what _arg_key gives a plain value (no tensor type is in _PLAIN)
+                # a plain value as two entries, its type and itself (no tuple made and hashed per call): the key
+                # still reads one way, as each argument's first entry says what follows -- a view number (an
+                # int: its alias follows), a type (its value follows) or an _arg_key tuple (nothing follows)
+                parts.append(t)
+                parts.append(a)
             else:
                 parts.append(_arg_key(a, leaves, hbm_off))
         if kwargs:
             for k in (sorted(kwargs) if len(kwargs) > 1 else kwargs):
                 v = kwargs[k]
                 t = type(v)
-                parts.append(k)
-                # a plain value inline (what _arg_key gives it: no tensor's type is in _PLAIN)
-                parts.append((t, v) if t in _PLAIN else _arg_key(v, leaves, hbm_off))
+                parts.append(k)              # (a str: no argument's first entry is one)
+                if t in _PLAIN:
+                    parts.append(t)
+                    parts.append(v)
+                else:
+                    parts.append(_arg_key(v, leaves, hbm_off))
         key = tuple(parts)
         prog = cache.get(key)
     except (_Uncacheable, TypeError):      # TypeError: an unhashable value inside an argument

@@ -12,7 +12,7 @@ from ..isa.errors import caller_location
 from ..memory import HBM, PSUM, SBUF, DynSlice, Tensor, dtype_of
 from ..memory.dtypes import round_to
 from ..memory.space import native_ok
-from .context import current
+from .context import _local, current
 from .tensor import NkiTensor
 
 # -- dtypes (strings, as in NKI v2) -------------------------------------------------------------------
@@ -208,7 +208,7 @@ def _nd_args(shape, dtype, buffer):
 
 def ndarray(shape, dtype, buffer=sbuf, name="", address=None):
     """A new tensor in ``buffer`` (filled with the sentinel: NaN for floats, 4 for integers)."""
-    ctx = current()
+    ctx = getattr(_local, "ctx", None) or current()      # (inline: every tile of a loop body comes through here)
     core = ctx.core
     shape, dt, kind, shared = _nd_args(shape, dtype, buffer)
     if kind != HBM:

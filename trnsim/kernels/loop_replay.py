@@ -11,37 +11,45 @@ few observed ones are predicted exactly and appended in bulk, without running th
 How (``run_kernel`` uses :func:`rewritten` only for a one-program shape-only launch that records columns):
 
 1. :func:`rewritten` (``loop_rewrite.py``) parses the kernel function's own source (only when it compiles to the
-   function's own code) and rewrites each *eligible* loop ``for NAME in EXPR:`` to ``for NAME in
-   __trnsim_loop__(ID, EXPR):`` (line numbers and file name kept, so error messages name the user's lines).
-   Eligible: no ``else``; the body only assignments to plain local names, expression statements and ``pass``;
-   expressions only names, constants, attribute loads, subscripts/slices of names, tuple/list displays,
-   ``+ - *`` on integers (``*`` with at most one operand depending on the loop index, ``//`` and ``%`` only on
-   values free of it: every integer the body computes from the index is affine in it) and calls whose callee is
-   an attribute chain of a name not assigned in the body; no name of the body read before it is assigned in the
-   iteration (no loop-carried Python state); the loop name never assigned in the body.
+   function's own code; a closure -- a kernel defined inside a function, reading its names -- is compiled inside a
+   function defining them and runs with its own cells) and rewrites each *eligible* loop ``for NAME in EXPR:`` to
+   ``for NAME in __trnsim_loop__(ID, EXPR):`` (line numbers and file name kept, so error messages name the user's
+   lines).  Eligible: no ``else``; the body only assignments to plain local names, expression statements,
+   ``pass`` and ``if``/``elif``/``else`` whose tests are comparisons, ``and``/``or``/``not`` and integer
+   arithmetic of the loop index, int constants and names from outside the body; expressions only names,
+   constants, attribute loads, subscripts/slices of names, tuple/list displays, ``+ - *`` on integers (``*`` with
+   at most one operand depending on the loop index, ``//`` and ``%`` only on values free of it: every integer the
+   body computes from the index is affine in it) and calls whose callee is a name not assigned in the body or an
+   attribute chain of one; no name of the body read before it is assigned in the iteration, nor after an ``if``
+   that assigns it in one branch only (no loop-carried Python state); the loop name never assigned in the body.
 2. When the loop starts (:func:`_loop`), the iterable must be a ``range`` of at least ``MIN_ITERATIONS``, the
    launch one program, shape-only, with record columns and the issue cache on, and every name the body reads
-   from outside it must hold a module, a trnsim tensor, a dtype or a plain value (ints where it does arithmetic);
-   every callee must be one of trnsim's ``nki.isa`` instructions or ``nki.language.ndarray`` (by identity);
-   subscript bases must be tensors.  Otherwise the loop runs normally.
-3. The first ``WARMUP`` iterations run normally; then iterations run normally while their effects are observed
-   (:class:`_Watch`: the appended column slices, the new and touched live ranges, tiles, partitions and buffers,
-   the number of new interned patterns, the instruction count and buffer ids, each allocator call and release
-   with its address, every instruction an issue-cache hit of a layout cached before (so validated, with the same
-   rules, as every skipped one would be), no warning shown, no new cache entry, no barrier, fence or block
-   tensor).  As soon as the last three blocks of ``p`` iterations (``p <= PMAX``) are equal up to integers that
-   change by the same amount from block to block, and the allocators' states repeat every ``p`` iterations, the
-   blocks up to iteration ``n - p`` are made from the last observed one (NumPy for the integers, C loops --
-   list repetition, zip, str.format -- for the rest) and appended, unless a moving operand extent would leave
-   its buffer on the way (then the loop runs normally and fails where it fails without replay).  The new tiles'
+   from outside it must hold a module, a trnsim tensor, a dtype or a plain value (ints where it does arithmetic,
+   ints or bools in tests); subscript bases must be tensors; every callee must be one of trnsim's ``nki.isa``
+   instructions or ``nki.language.ndarray`` (by identity), or a helper function of the kernel's (not trnsim's)
+   whose body meets the rules of 1 (no ``if``; a ``return`` last) with each parameter as the call passes it (an
+   int, a tensor, anything else: neither subscripted nor used in arithmetic) and whose names and callees meet
+   these, up to ``MAX_HELPER_DEPTH`` calls deep.  The ``if`` tests are evaluated for every index (one compiled
+   function of the index, ``LoopInfo.outcomes``).  Otherwise the loop runs normally.
+3.  The first ``WARMUP`` iterations run normally; then iterations run normally while their effects are observed
+   (:class:`_Watch`: the appended column slices, the new and touched live ranges, tiles, partitions and buffers, the
+   number of new interned patterns, the instruction count and buffer ids, each allocator call and release with its
+   address, every instruction an issue-cache hit of a layout cached before (so validated, with the same rules, as
+   every skipped one would be), no warning shown, no new cache entry, no barrier, fence or block tensor).  As soon as
+   the last three blocks of ``p`` iterations (``p <= PMAX``) are equal up to integers that change by the same amount
+   from block to block, and the allocators' states repeat every ``p`` iterations, the blocks up to iteration ``n-p``
+   (and up to the first block whose branches differ from the block before it: each skipped iteration takes the
+   branches of the observed one it is predicted from) are made from the last observed one (NumPy for the integers, C
+   loops -- list repetition, zip, str.format -- for the rest) and appended, unless a moving operand extent would
+   leave its buffer on the way (then the loop runs normally and fails where it fails without replay).  The new tiles'
    live ranges and table entries are not made one by one: they go to the occupancy as one segment
-   (``loop_fit.TileSegment``, ``Occupancy.add_bulk``), whose columns the capacity sweep reads as arrays and which
-   is put in the tables only when something needs them (a refusal, a quadrant-placed tile); the buffer id
-   counter and instruction count advance; the issue cache's replay counters advance as the skipped hits would
-   have advanced them (``GEN_AFTER``).  The remaining iterations run normally (so the kernel's names hold what
-   the last iteration made) and the first block of them is checked against the prediction: a difference raises
-   :class:`LoopReplayError` (impossible by construction; the check is the proof's backstop).  The cycle
-   collector is paused from the first observed iteration to the end of the checked block.
+   (``loop_fit.TileSegment``, ``Occupancy.add_bulk``), whose columns the capacity sweep reads as arrays and which is
+   put in the tables only when something needs them (a refusal, a quadrant-placed tile); the buffer id counter and
+   instruction count advance; the issue cache's replay counters advance as the skipped hits would have advanced them
+   (``GEN_AFTER``).  The remaining iterations run normally (so the kernel's names hold what the last iteration made)
+   and the first block of them is checked against the prediction: a difference raises :class:`LoopReplayError`
+   (impossible by construction; the check is the proof's backstop).  The cycle collector is paused from the first
+   observed iteration to the end of the checked block.
 
 Not mirrored (memos whose numbers or contents never reach a record): the issue cache's view-layout numbering for
 the HBM offsets of skipped ``dma_copy`` s; Python objects (views, buffers) of skipped iterations, which no name
@@ -71,7 +79,7 @@ from ..memory.dtypes import DType
 from . import issue_cache as _ic
 from .context import current
 from .loop_fit import TileSegment, concat, fit_blocks, predict, same, splits
-from .loop_rewrite import LOOPS, rewritten as _rewritten
+from .loop_rewrite import LOOPS, helper_info as _helper_info, rewritten as _rewritten
 
 __all__ = ["enabled", "set_enabled", "rewritten", "STATS", "LoopReplayError"]
 
@@ -80,7 +88,9 @@ __all__ = ["enabled", "set_enabled", "rewritten", "STATS", "LoopReplayError"]
 # the replay; 128: 3.39 / 3.78 ms; 256: 6.20 / 4.39 ms), so a loop pays from ~150 iterations
 MIN_ITERATIONS = 160
 WARMUP = 2              # iterations run before observing (the first makes the issue cache's layouts)
-PMAX = 4                # longest period looked for
+# longest period looked for: the allocator's states of a body making two tiles repeat every 3 iterations (the new
+# tile is placed before the old one it replaces is freed), and a branch on ``i % 2`` makes that 6
+PMAX = 6
 # what happened, for tests and benchmarks: loops replayed, iterations appended in bulk, loops declined, the
 # period of the last loop replayed, why the last loop declined
 STATS = {"replayed": 0, "bulk_iterations": 0, "declined": 0, "period": 0, "why": ""}
@@ -136,7 +146,10 @@ def _lookup(frame, name):
     loc = frame.f_locals
     if name in loc:
         return True, loc[name]
-    g = frame.f_globals
+    return _lookup_globals(frame.f_globals, name)
+
+
+def _lookup_globals(g, name):
     if name in g:
         return True, g[name]
     b = g.get("__builtins__", __builtins__)
@@ -146,10 +159,80 @@ def _lookup(frame, name):
     return False, None
 
 
-def _dynamic_ok(info, frame):
+def _fn_lookup(fn):
+    """``name -> (found, value)`` as helper function ``fn``'s body reads a name not its own: its closure cells,
+    then its module's globals, then the builtins."""
+    cells = {}
+    for n, c in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        try:
+            cells[n] = c.cell_contents
+        except ValueError:           # an empty cell: reading it raises, as the call would
+            pass
+    g = fn.__globals__
+
+    def look(name):
+        if name in cells:
+            return True, cells[name]
+        return _lookup_globals(g, name)
+    return look
+
+
+MAX_HELPER_DEPTH = 4        # helpers calling helpers: deeper chains run normally
+
+
+def _kind(v):
+    return "int" if type(v) is int else "tensor" if isinstance(v, Tensor) else "other"
+
+
+def _bind(fn, descs, kws, look):
+    """Helper ``fn``'s parameters -> (kind, depends on the index) for a call with arguments described by
+    ``descs`` and ``kws`` (``LoopInfo.callees``), or None (a call the pass does not follow)."""
+    code = fn.__code__
+    npos = code.co_argcount
+    names = code.co_varnames[:npos + code.co_kwonlyargcount]
+    if len(descs) > npos:
+        return None
+    bound = dict(zip(names, descs))
+    for k, d in kws.items():
+        if k not in names or k in bound or names.index(k) < code.co_posonlyargcount:
+            return None
+        bound[k] = d
+    defaults = fn.__defaults__ or ()
+    kwdefaults = fn.__kwdefaults__ or {}
+    params = {}
+    for j, nm in enumerate(names):
+        d = bound.get(nm)
+        if d is None:
+            if j < npos and j >= npos - len(defaults):
+                v = defaults[j - (npos - len(defaults))]
+            elif nm in kwdefaults:
+                v = kwdefaults[nm]
+            else:
+                return None
+            if not (isinstance(v, (Tensor, types.ModuleType)) or _plain(v)):
+                return None
+            params[nm] = (_kind(v), False)
+            continue
+        kind, dep, free = d
+        if kind == "free":
+            ok, v = look(free)
+            if not ok:
+                return None
+            kind = _kind(v)
+        params[nm] = (kind, dep)
+    return params
+
+
+def _names_ok(info, look, depth=0):
+    """Whether the names ``info``'s body reads from outside it hold what the replay allows (a module, a trnsim
+    tensor, a dtype or a plain value; ints where it does arithmetic, ints or bools in ``if`` tests), and every
+    callee is one of trnsim's ``nki.isa`` instructions, ``nki.language.ndarray`` or a helper function whose body
+    passes the same rules (``loop_rewrite.helper_info``)."""
     for n in info.free:
-        ok, v = _lookup(frame, n)
+        ok, v = look(n)
         if not ok:
+            return False
+        if n in info.flags and type(v) not in (int, bool):
             return False
         if isinstance(v, types.ModuleType):
             if n in info.subs or n in info.ints:
@@ -166,17 +249,50 @@ def _dynamic_ok(info, frame):
         if not _plain(v):
             return False
     allowed = _allowed_callees()
-    for chain in info.callees:
-        ok, v = _lookup(frame, chain[0])
-        if not ok or not isinstance(v, types.ModuleType):
+    for chain, descs, kws in info.callees:
+        ok, v = look(chain[0])
+        if not ok:
             return False
-        for a in chain[1:]:
-            v = getattr(v, a, None)
-            if v is None:
+        if len(chain) > 1:
+            if not isinstance(v, types.ModuleType):
                 return False
-        if id(v) not in allowed:
+            for a in chain[1:]:
+                v = getattr(v, a, None)
+                if v is None:
+                    return False
+        if id(v) in allowed:
+            continue
+        # a helper function of the kernel's (not trnsim's own: its functions reach the core other ways)
+        if (depth >= MAX_HELPER_DEPTH or type(v) is not types.FunctionType
+                or (getattr(v, "__module__", None) or "").startswith("trnsim")):
+            return False
+        hlook = _fn_lookup(v)
+        params = _bind(v, descs, kws, look)
+        if params is None:
+            return False
+        hinfo = _helper_info(v, params)
+        if hinfo is None or not _names_ok(hinfo, hlook, depth + 1):
             return False
     return True
+
+
+def _dynamic_ok(info, frame):
+    return _names_ok(info, lambda n: _lookup(frame, n))
+
+
+def _outcomes(info, frame, rng):
+    """The ``if`` tests' values at every index of ``rng`` (a list of tuples), or None when the body has no test;
+    False when a test cannot be evaluated."""
+    if not info.tests:
+        return None
+    values = {}
+    for n in info.flags:
+        ok, v = _lookup(frame, n)
+        values[n] = v
+    try:
+        return list(map(info.outcomes(values), rng))
+    except Exception:          # (e.g. a modulo by zero in a branch never taken): the loop runs normally
+        return False
 
 
 def _loop(lid, iterable):
@@ -192,11 +308,17 @@ def _loop(lid, iterable):
             or core.occupancy.log is not None:
         return iterable
     info = LOOPS[lid]
-    if not _dynamic_ok(info, sys._getframe(1)):
+    frame = sys._getframe(1)
+    if not _dynamic_ok(info, frame):
         STATS["declined"] += 1
         STATS["why"] = "a name or callee of the body is not one the replay knows"
         return iterable
-    return _replay(iterable, core, info)
+    outs = _outcomes(info, frame, iterable)
+    if outs is False:
+        STATS["declined"] += 1
+        STATS["why"] = "an if test that cannot be evaluated for every index"
+        return iterable
+    return _replay(iterable, core, info, outs)
 
 
 # -- observing, predicting, appending -------------------------------------------------------------------------
@@ -365,7 +487,7 @@ def _apply(core, pred, m, fit):
 _BULK_FIELDS = frozenset(_COLS + ("bk", "bv"))
 
 
-def _replay(rng, core, info):
+def _replay(rng, core, info, outs=None):
     """The replay iterator (a generator) over ``rng``.  The cycle collector is paused from the first observed
     iteration to the end of the checked block: tiles caught in reference cycles (the first iteration's, through the
     issue cache's probe) go back to the allocator when a collection runs, and a collection in the middle would
@@ -373,7 +495,7 @@ def _replay(rng, core, info):
     st = {"gc": gc.isenabled(), "done": False}
     gc.disable()
     try:
-        for v in _replay_steps(rng, core, info, st):
+        for v in _replay_steps(rng, core, info, st, outs):
             if st["done"] and st["gc"]:
                 st["gc"] = False
                 gc.enable()
@@ -383,7 +505,19 @@ def _replay(rng, core, info):
             gc.enable()
 
 
-def _replay_steps(rng, core, info, st):
+def _periodic_blocks(outs, k, p, m):
+    """How many blocks of ``p`` iterations from ``k`` on (at most ``m``, and one more for the check) take the same
+    branches as the block before them: the largest ``m' <= m`` such that iterations ``k .. k + (m' + 1) p`` do."""
+    end = k + (m + 1) * p
+    if outs[k:end] == outs[k - p:end - p]:
+        return m
+    j = k
+    while outs[j] == outs[j - p]:
+        j += 1
+    return (j - k) // p - 1
+
+
+def _replay_steps(rng, core, info, st, outs):
     n = len(rng)
     spaces = (core.sbuf, core.psum, core.chip.hbm)
     k = 0
@@ -414,12 +548,17 @@ def _replay_steps(rng, core, info, st):
 
     fit = None
     its, states = [], []
-    try:
+    def wrap_new():
         for prog in cache.values():
-            if prog:
-                # (by id: a _Prog is a tuple, equal to another layout's with the same steps)
+            # (by id: a _Prog is a tuple, equal to another layout's with the same steps; the cache keeps every
+            # one alive, so an id is not reused meanwhile)
+            if prog and id(prog) not in wrapped:
                 wrapped[id(prog)] = (prog, prog.run, counter(prog, prog.run))
                 prog.run = wrapped[id(prog)][2]
+        return len(cache)
+
+    try:
+        ncache = wrap_new()
         warnings.showwarning = show
         w.hook()
         last = n - 2 * PMAX
@@ -432,6 +571,8 @@ def _replay_steps(rng, core, info, st):
             hits_by.clear()
             yield rng[k]
             k += 1
+            if len(cache) != ncache:       # layouts made in this iteration (a branch first taken): counted from now
+                ncache = wrap_new()
             m2 = w.mark()
             d = w.delta(mark, m2)
             mark = m2
@@ -465,6 +606,10 @@ def _replay_steps(rng, core, info, st):
         return
     p = fit.p
     m = (n - p - k) // p
+    if outs is not None and m > 0:
+        # every skipped iteration, and the checked block, takes the branches of the iteration a period before
+        # it (so of the observed block the prediction is made from); past the first that does not, normally
+        m = _periodic_blocks(outs, k, p, m)
     if m <= 0 or not _extents_ok(core, fit, m):
         STATS["why"] = "too few iterations left" if m <= 0 else "a moving slice would leave its tensor"
         yield from _rest(rng, k, st)
