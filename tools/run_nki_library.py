@@ -132,6 +132,39 @@ def not_simulated(r):
     return None
 
 
+GIB = 2 ** 30
+RSS_LIMIT_GIB = 6.0   # issue 31: one test under 6 GB resident, so two workers fit in a 24 GB machine
+
+
+def rss_summary(recs, limit_gib=RSS_LIMIT_GIB):
+    """Per-test peak resident memory (the plugin's ``peak_rss_bytes``) -> the tests above ``limit_gib`` and the
+    peak per family.  ``how`` names what was measured: ``VmHWM`` (each test's own peak) or ``ru_maxrss`` (a
+    worker's lifetime peak, an upper bound)."""
+    peaks, hows, outcome = {}, collections.Counter(), {}
+    for r in recs:
+        b = r.get("peak_rss_bytes")
+        if b is None or r.get("when") == "collect":
+            continue
+        hows[r.get("peak_rss_how") or "?"] += 1
+        if b >= peaks.get(r["nodeid"], -1):
+            peaks[r["nodeid"]] = int(b)
+            outcome[r["nodeid"]] = r.get("outcome")
+    fam = {}
+    for nid, b in peaks.items():
+        f = fam.setdefault(family(nid), {"tests": 0, "max_bytes": 0, "max_test": None, "over_limit": 0})
+        f["tests"] += 1
+        if b > f["max_bytes"]:
+            f["max_bytes"], f["max_test"] = b, nid
+        if b > limit_gib * GIB:
+            f["over_limit"] += 1
+    over = sorted(((b, nid) for nid, b in peaks.items() if b > limit_gib * GIB), reverse=True)
+    vals = sorted(peaks.values())
+    return {"measured": len(peaks), "how": dict(hows), "limit_gib": limit_gib,
+            "max_bytes": vals[-1] if vals else None, "median_bytes": vals[len(vals) // 2] if vals else None,
+            "over_limit": [{"nodeid": n, "peak_bytes": b, "outcome": outcome[n]} for b, n in over],
+            "families": dict(sorted(fam.items()))}
+
+
 def classify(recs, golden=None):
     """Per-test records (last phase wins for failures) -> summary dict.  ``golden``: {nodeid: entry} of
     mismatches traced to the test's golden (still counted as mismatches, listed apart with the reason)."""
@@ -210,6 +243,7 @@ def classify(recs, golden=None):
         "mismatches_golden": [dict(golden[n], nodeid=n) for n in mismatches if n in golden],
         "skips": [{"reason": k, "count": n} for k, n in skips.most_common()],
         "collect_errors": [{"file": r["nodeid"], "message": r.get("message", "")} for r in collect_errors],
+        "rss": rss_summary(recs),
     }
 
 
@@ -296,11 +330,40 @@ def render_md(rep):
         out += ["", "## Test files that failed to import", ""]
         for c in s["collect_errors"]:
             out.append(f"- `{c['file']}`: {c['message']}")
+    out += render_rss(s.get("rss"))
     if s["skips"]:
         out += ["", "## Skipped by the harness", ""]
         for c in s["skips"]:
             out.append(f"- {c['count']} x {c['reason']}")
     return "\n".join(out) + "\n"
+
+
+def _gib(b):
+    return f"{b / GIB:.2f} GiB" if b is not None else "n/a"
+
+
+def render_rss(m):
+    """The report's memory section: tests above the limit, and the peak per family."""
+    if not m or not m.get("measured"):
+        return ["", "## Peak resident memory per test", "", "Not recorded (a report from before the runner "
+                "measured it, or no test ran)."]
+    how = m["how"]
+    what = ("each test's own peak resident set size (VmHWM of the process that ran it, reset before the test's "
+            "setup via /proc/self/clear_refs; the test's inputs, goldens and trnsim's state all count)")
+    if set(how) != {"VmHWM"}:
+        what += (f"; for {sum(n for k, n in how.items() if k != 'VmHWM')} record(s) only the worker's lifetime peak "
+                 "(ru_maxrss) could be read, an upper bound of the test's own")
+    out = ["", "## Peak resident memory per test", "",
+           f"Measured for {m['measured']} tests: {what}. Largest {_gib(m['max_bytes'])}, median "
+           f"{_gib(m['median_bytes'])}; {len(m['over_limit'])} above {m['limit_gib']:g} GiB.", ""]
+    if m["over_limit"]:
+        out += [f"Tests above {m['limit_gib']:g} GiB:", ""]
+        out += [f"- {_gib(t['peak_bytes'])} `{t['nodeid']}` ({t['outcome']})" for t in m["over_limit"]]
+        out.append("")
+    out += ["| family | tests measured | peak | test at the peak | above the limit |", "|---|---|---|---|---|"]
+    for f, c in m["families"].items():
+        out.append(f"| {f} | {c['tests']} | {_gib(c['max_bytes'])} | `{c['max_test']}` | {c['over_limit']} |")
+    return out
 
 
 def _address_space_cap(gib):

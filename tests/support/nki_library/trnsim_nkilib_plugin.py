@@ -9,7 +9,10 @@ It does two things and changes nothing else in the harness:
   file ``TRNSIM_NKILIB_DONE`` (the runner's ``--resume``) are left out;
 - recording: for each test, its outcome, whether it is a negative case (a parameter ``is_negative_test_case``),
   and for a failure the innermost exception of the chain (type, message, and the deepest frame in trnsim and in
-  the snapshot's sources), written as JSON lines to ``TRNSIM_NKILIB_RESULTS`` by the controlling process.
+  the snapshot's sources), written as JSON lines to ``TRNSIM_NKILIB_RESULTS`` by the controlling process;
+- memory: each test's peak resident set size (``peak_rss_bytes``, from setup to the end of its call), measured in
+  the process that ran it by ``peak_rss`` (``peak_rss_how``: ``VmHWM`` for the test's own peak, ``ru_maxrss`` when
+  only the worker's lifetime peak can be read).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import pytest
 # before conftest files) installs trnsim's ``nki`` aliases, as ``NKI_SIMULATOR=1`` with the start hook would.
 import nki_cpu_simulator  # noqa: F401,E402
 import nkilib_sampling  # noqa: E402  (this folder, on the child's path)
+import multirank  # noqa: E402  (this folder)
+import peak_rss  # noqa: E402  (this folder)
 
 
 def _install_missing_harness_modules():
@@ -59,13 +64,19 @@ def pytest_sessionstart(session):
     """The snapshot's ``Orchestrator`` reads ``self._compiled_kernel`` after every inference, but sets it only when
     it compiles, which simulation mode skips: every simulated test would end in an AttributeError after its kernel
     ran.  Give the class the attribute (``None``: no compiled kernel, outputs keep their Python names), unless the
-    snapshot already has it.  This is the one change made to the harness's behaviour."""
+    snapshot already has it.
+
+    The other change: a test with ``collective_ranks > 1`` runs on that many simulated ranks, each with its own
+    inputs, joined by trnsim's collectives, its outputs written per rank where the harness's validator reads them
+    (``multirank.py``); the snapshot's simulation path has no multi-rank branch."""
     try:
+        from test.utils.exceptions import InferenceException
         from test.utils.test_orchestrator import Orchestrator
     except ImportError:
         return
     if not hasattr(Orchestrator, "_compiled_kernel"):
         Orchestrator._compiled_kernel = None
+    multirank.install(Orchestrator, InferenceException)
 
 _RESULTS = os.environ.get("TRNSIM_NKILIB_RESULTS")
 
@@ -112,11 +123,21 @@ def _root(exc):
     return chain
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Reset the process's peak RSS before the test's fixtures are built (its inputs and goldens count)."""
+    item._trnsim_rss_reset = peak_rss.reset()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
     info = {"negative": _negative(item)}
+    if call.when == "call" or (call.when == "setup" and rep.failed):
+        b, how = peak_rss.peak(getattr(item, "_trnsim_rss_reset", False))
+        if b is not None:
+            info.update(peak_rss_bytes=b, peak_rss_how=how)
     if call.excinfo is not None and rep.failed:
         chain = _root(call.excinfo.value)
         root = chain[-1]
