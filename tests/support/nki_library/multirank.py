@@ -68,7 +68,10 @@ def simulate_all_ranks(kernel_under_test):
     n = kernel_under_test.inference_args.collective_ranks
     os.environ["NKI_NC_VERSION"] = kernel_under_test.compiler_input.platform_target.get_nc_gen()
     kernel = nki.cpu_simulate(kernel_under_test.kernel_func)[kernel_under_test.compiler_input.logical_nc_config]
-    results = simulate_ranks(kernel, rank_inputs(kernel_under_test.kernel_input, n))
+    import peak_rss
+    inputs = rank_inputs(kernel_under_test.kernel_input, n)
+    with peak_rss.around_simulate():
+        results = simulate_ranks(kernel, inputs)
     if kernel_under_test.validation_args is None:
         raise ValueError("Simulation mode requires validation_args to verify outputs")
     gold = kernel_under_test.validation_args.golden_output

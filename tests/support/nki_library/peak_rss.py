@@ -6,14 +6,34 @@ the current resident size when ``5`` is written to ``/proc/self/clear_refs`` (pr
 alone.  Where either file is missing or refuses (not Linux, a locked-down /proc), :func:`peak` falls back to
 ``getrusage(RUSAGE_SELF).ru_maxrss``, the process's peak since it started, and says so in its ``how``: that figure
 is an upper bound of the test's peak (it includes every earlier test of the worker), not the test's own.
+
+Attribution (:class:`TestMemory`): the plugin also brackets the harness's simulate call.  Before it, the peak so
+far is kept, the resident size is read (``VmRSS``: the harness's inputs, its golden if already computed, the
+process) and the peak is reset; after it, the peak is the simulate call's own.  ``sim_peak - rss_before_sim`` is
+what trnsim added on top of what the process held when the harness called it.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 STATUS = "/proc/self/status"
 CLEAR_REFS = "/proc/self/clear_refs"
 HOW_TEST = "VmHWM"                     # per-test peak, reset before the test
 HOW_LIFETIME = "ru_maxrss"             # the process's peak since it started (fallback)
+
+
+def release_freed():
+    """Return freed memory to the system before a test (a cycle collection, then glibc's ``malloc_trim(0)`` where
+    there is one), so that the resident size a test starts from holds what earlier tests still reference, not what
+    the allocator kept of what they freed."""
+    import gc
+    gc.collect()
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def reset(clear_refs=CLEAR_REFS) -> bool:
@@ -26,14 +46,14 @@ def reset(clear_refs=CLEAR_REFS) -> bool:
         return False
 
 
-def _vmhwm_bytes(status=STATUS):
+def _vmhwm_bytes(status=STATUS, field="VmHWM"):
     try:
         with open(status) as f:
             for line in f:
-                if line.startswith("VmHWM:"):
+                if line.startswith(field + ":"):
                     value, unit = line.split()[1:3]
                     if unit != "kB":
-                        raise ValueError(f"{status}: VmHWM in unit {unit!r}, expected kB")
+                        raise ValueError(f"{status}: {field} in unit {unit!r}, expected kB")
                     return int(value) * 1024
     except OSError:
         return None
@@ -56,3 +76,57 @@ def peak(was_reset: bool, status=STATUS):
     except (ImportError, OSError):
         return None, None
 
+
+
+class TestMemory:
+    """One test's peak RSS, with the part of it inside the simulate call (see the module docstring)."""
+
+    def __init__(self, clear_refs=CLEAR_REFS, status=STATUS):
+        self.clear_refs, self.status = clear_refs, status
+        self.ok = reset(clear_refs)
+        self.earlier = 0            # the peak before the last reset (bytes)
+        self.sim = None             # {"rss_before": .., "peak": ..} of the simulate call with the highest peak
+
+    @contextlib.contextmanager
+    def simulate(self):
+        """Bracket a simulate call (nothing measured where the per-test peak cannot be)."""
+        if not self.ok:
+            yield
+            return
+        before = _vmhwm_bytes(self.status, "VmRSS")
+        self.earlier = max(self.earlier, _vmhwm_bytes(self.status) or 0)
+        self.ok = reset(self.clear_refs)
+        try:
+            yield
+        finally:
+            if self.ok:
+                pk = _vmhwm_bytes(self.status) or 0
+                self.earlier = max(self.earlier, pk)
+                if self.sim is None or pk > self.sim["peak"]:
+                    self.sim = {"rss_before": before, "peak": pk}
+                self.ok = reset(self.clear_refs)
+
+    def record(self):
+        """The fields of the test's record: ``peak_rss_bytes``, ``peak_rss_how`` and, when a simulate call was
+        bracketed, ``sim_rss_before_bytes`` and ``sim_peak_bytes``."""
+        b, how = peak(self.ok, self.status)
+        if b is None:
+            return {}
+        out = {"peak_rss_bytes": max(b, self.earlier) if how == HOW_TEST else b, "peak_rss_how": how}
+        if self.sim is not None and how == HOW_TEST:
+            out.update(sim_rss_before_bytes=self.sim["rss_before"], sim_peak_bytes=self.sim["peak"])
+        return out
+
+
+CURRENT = None       # the running test's TestMemory (set by the plugin at setup)
+
+
+@contextlib.contextmanager
+def around_simulate():
+    """``with around_simulate(): <the simulate call>`` -- brackets it in the running test's TestMemory."""
+    cur = CURRENT
+    if cur is None:
+        yield
+        return
+    with cur.simulate():
+        yield

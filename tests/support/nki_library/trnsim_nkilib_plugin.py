@@ -10,6 +10,7 @@ It does two things and changes nothing else in the harness:
 - recording: for each test, its outcome, whether it is a negative case (a parameter ``is_negative_test_case``),
   and for a failure the innermost exception of the chain (type, message, and the deepest frame in trnsim and in
   the snapshot's sources), written as JSON lines to ``TRNSIM_NKILIB_RESULTS`` by the controlling process;
+- a resident-memory cap (``TRNSIM_NKILIB_MAX_RSS`` bytes, the runner's ``--max-memory``): ``rss_cap``;
 - memory: each test's peak resident set size (``peak_rss_bytes``, from setup to the end of its call), measured in
   the process that ran it by ``peak_rss`` (``peak_rss_how``: ``VmHWM`` for the test's own peak, ``ru_maxrss`` when
   only the worker's lifetime peak can be read).
@@ -30,6 +31,7 @@ import nki_cpu_simulator  # noqa: F401,E402
 import nkilib_sampling  # noqa: E402  (this folder, on the child's path)
 import multirank  # noqa: E402  (this folder)
 import peak_rss  # noqa: E402  (this folder)
+import rss_cap  # noqa: E402  (this folder)
 
 
 def _install_missing_harness_modules():
@@ -77,6 +79,25 @@ def pytest_sessionstart(session):
     if not hasattr(Orchestrator, "_compiled_kernel"):
         Orchestrator._compiled_kernel = None
     multirank.install(Orchestrator, InferenceException)
+    _measure_simulate_calls()
+
+
+def _measure_simulate_calls():
+    """Bracket the harness's simulate call (``simulation_setup.simulate_kernel``, which only calls
+    ``nki.cpu_simulate``) for the memory attribution of ``peak_rss``; the call itself is unchanged."""
+    try:
+        from test.utils import simulation_setup
+    except ImportError:
+        return
+    inner = simulation_setup.simulate_kernel
+    if getattr(inner, "_trnsim_measured", False):
+        return
+
+    def simulate_kernel(*args, **kwargs):
+        with peak_rss.around_simulate():
+            return inner(*args, **kwargs)
+    simulate_kernel._trnsim_measured = True
+    simulation_setup.simulate_kernel = simulate_kernel
 
 _RESULTS = os.environ.get("TRNSIM_NKILIB_RESULTS")
 
@@ -123,10 +144,31 @@ def _root(exc):
     return chain
 
 
+_CAP = None         # the resident-memory cap of this process (rss_cap.Cap), when TRNSIM_NKILIB_MAX_RSS is set
+
+
+def pytest_configure(config):
+    global _CAP
+    cap = int(os.environ.get("TRNSIM_NKILIB_MAX_RSS", "0") or 0)
+    if cap > 0 and _CAP is None:
+        c = rss_cap.Cap(cap, killed_path=(_RESULTS + ".killed") if _RESULTS else None)
+        if c.install():
+            _CAP = c
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
-    """Reset the process's peak RSS before the test's fixtures are built (its inputs and goldens count)."""
-    item._trnsim_rss_reset = peak_rss.reset()
+    """Free what earlier tests left and reset the process's peak RSS before the test's fixtures are built (its
+    inputs and goldens count); the resident-memory cap starts watching the test."""
+    peak_rss.release_freed()
+    item._trnsim_memory = peak_rss.CURRENT = peak_rss.TestMemory()
+    if _CAP is not None:
+        _CAP.start_test(item.nodeid)
+
+
+def pytest_runtest_teardown(item):
+    if _CAP is not None:
+        _CAP.end_test()
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -134,10 +176,9 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
     info = {"negative": _negative(item)}
-    if call.when == "call" or (call.when == "setup" and rep.failed):
-        b, how = peak_rss.peak(getattr(item, "_trnsim_rss_reset", False))
-        if b is not None:
-            info.update(peak_rss_bytes=b, peak_rss_how=how)
+    mem = getattr(item, "_trnsim_memory", None)
+    if mem is not None and (call.when == "call" or (call.when == "setup" and rep.failed)):
+        info.update(mem.record())
     if call.excinfo is not None and rep.failed:
         chain = _root(call.excinfo.value)
         root = chain[-1]
