@@ -260,3 +260,18 @@ def test_simulate_ranks_refuses_more_ranks_than_the_machine_has(monkeypatch):
         simulate_ranks(k, [{"x": np.zeros((128, 8), np.float32), "n_ranks": 33}] * 33)
     with pytest.raises(ValueError, match="no ranks"):
         simulate_ranks(k, [])
+
+
+def test_tracemalloc_diagnosis_names_the_largest_allocation_site_of_the_call(monkeypatch):
+    import time
+    monkeypatch.setenv("TRNSIM_NKILIB_TRACEMALLOC", "1")
+    m = peak_rss.TestMemory()
+    with m.simulate():
+        a = np.ones(40 * MiB, dtype=np.uint8)
+        time.sleep(1.2)                 # the tracer's thread snapshots at its next high (every 0.5 s)
+        del a
+    sites = getattr(m, "sites", None) if m.ok else None
+    if not m.ok:
+        pytest.skip("needs Linux /proc/self/clear_refs")
+    assert sites and sites[0].startswith("traced high ")
+    assert int(sites[1].split(" MiB")[0]) >= 39         # the 40 MiB array, largest site first

@@ -16,6 +16,7 @@ what trnsim added on top of what the process held when the harness called it.
 from __future__ import annotations
 
 import contextlib
+import os
 
 STATUS = "/proc/self/status"
 CLEAR_REFS = "/proc/self/clear_refs"
@@ -96,9 +97,12 @@ class TestMemory:
         before = _vmhwm_bytes(self.status, "VmRSS")
         self.earlier = max(self.earlier, _vmhwm_bytes(self.status) or 0)
         self.ok = reset(self.clear_refs)
+        tracer = _PeakSites() if os.environ.get("TRNSIM_NKILIB_TRACEMALLOC") else None
         try:
             yield
         finally:
+            if tracer is not None:
+                self.sites = tracer.stop()
             if self.ok:
                 pk = _vmhwm_bytes(self.status) or 0
                 self.earlier = max(self.earlier, pk)
@@ -115,7 +119,43 @@ class TestMemory:
         out = {"peak_rss_bytes": max(b, self.earlier) if how == HOW_TEST else b, "peak_rss_how": how}
         if self.sim is not None and how == HOW_TEST:
             out.update(sim_rss_before_bytes=self.sim["rss_before"], sim_peak_bytes=self.sim["peak"])
+        if getattr(self, "sites", None):
+            out["sim_alloc_sites"] = self.sites
         return out
+
+
+class _PeakSites:
+    """Diagnosis (``TRNSIM_NKILIB_TRACEMALLOC=1``): tracemalloc during the simulate call, a snapshot taken by a
+    thread whenever the traced size reaches a new high (every 0.5 s at most), and the largest allocation sites of
+    the highest one (file:line, MiB).  Slows the call several times; for finding where a test's memory goes."""
+
+    def __init__(self, frames=12, every_s=0.5, top=12):
+        import threading
+        import tracemalloc
+        self.tm, self.top, self.best, self.snap = tracemalloc, top, 0, None
+        tracemalloc.start(frames)
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._watch, args=(every_s,), daemon=True)
+        self.thread.start()
+
+    def _watch(self, every_s):
+        while not self.done.wait(every_s):
+            cur = self.tm.get_traced_memory()[0]
+            if cur > self.best * 1.05:
+                self.best, self.snap = cur, self.tm.take_snapshot()
+
+    def stop(self):
+        self.done.set()
+        self.thread.join()
+        self.tm.stop()
+        if self.snap is None:
+            return []
+        out = []
+        for st in self.snap.statistics("traceback")[:self.top]:
+            frames = [f"{os.path.basename(f.filename)}:{f.lineno}" for f in st.traceback
+                      if "/trnsim/" in f.filename or "nkilib" in f.filename][-4:]
+            out.append(f"{st.size / 2 ** 20:.0f} MiB in {st.count} blocks: " + " <- ".join(reversed(frames)))
+        return [f"traced high {self.best / 2 ** 20:.0f} MiB"] + out
 
 
 CURRENT = None       # the running test's TestMemory (set by the plugin at setup)
