@@ -588,7 +588,8 @@ def run(args, argv):
         made = provenance()                 # the trnsim commit and date this report is made at
         rep = {"trnsim_commit": made["commit"], "made": made["made"], "snapshot": os.path.basename(snap), "snapshot_commit": snapshot_commit(snap, args.snapshot_commit),
                "platform": args.platform, "every": args.every, "offset": args.offset, "limit": args.limit, "jobs": args.jobs,
-               "command": "python tools/run_nki_library.py " + " ".join(argv),
+               "command": "python tools/run_nki_library.py " + " ".join(
+                   "<snapshot>" if a in (args.snapshot, snap) else a for a in argv),   # no machine's paths
                "standins": used, "max_memory_gib": args.max_memory or None, "wall_s": wall, "partial": partial,
                "crashed_signal": crashed, "restarts": 0 if args.results else restarts,
                "resumed_from": args.resume, "summary": summary,
