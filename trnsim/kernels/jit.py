@@ -79,9 +79,11 @@ def _to_output(t, kind, own=(), inputs=frozenset()):
         return np.array(rv.bits(t))
     buf = t.buf
     if (kind == "numpy" and rv is None and t._bad is None and buf.id in own and buf.id not in inputs
-            and t.offset == 0 and t.size == buf.nelem and t.is_contiguous() and buf.data.dtype == t.dtype.np):
-        # a whole buffer held in the dtype's own NumPy type (float32, integers) that only this output views and
-        # that is no kernel input: handed over, not copied (the launch is done with it)
+            and not t.dtype.packed and t.offset == 0 and t.size == buf.nelem and t.is_contiguous()
+            and buf.data.dtype == t.dtype.np):
+        # a whole buffer held in the dtype's own NumPy type (float32, integers; not an MX packed format, which
+        # comes back in its registered dtype below) that only this output views and that is no kernel input:
+        # handed over, not copied (the launch is done with it)
         return buf.data.reshape(t.shape)
     a = np.ascontiguousarray(t.np)
     if t.dtype.packed and kind != "torch":
