@@ -275,3 +275,32 @@ def test_tracemalloc_diagnosis_names_the_largest_allocation_site_of_the_call(mon
         pytest.skip("needs Linux /proc/self/clear_refs")
     assert sites and sites[0].startswith("traced high ")
     assert int(sites[1].split(" MiB")[0]) >= 39         # the 40 MiB array, largest site first
+
+
+def test_runner_records_a_test_that_ended_pytest_and_runs_the_rest(tmp_path):
+    """A fake checkout whose second test ends its process (as the cap's hard limit or the OOM killer would): the
+    runner records it as killed, starts pytest again on the tests not yet recorded, and reports all three."""
+    if runner.missing_harness_requirements():
+        pytest.skip("the harness's requirements are not installed")
+    snap = tmp_path / "snap"
+    (snap / "test" / "integration").mkdir(parents=True)
+    (snap / "test" / "conftest.py").write_text(
+        "def pytest_addoption(parser):\n"
+        "    for o in ('--test-mode', '--platform-target', '--output-directory'):\n"
+        "        parser.addoption(o, default=None)\n"
+        "    parser.addoption('--force-local-cleanup', action='store_true')\n")
+    (snap / "test" / "integration" / "test_fake.py").write_text(
+        "import os, signal\n"
+        "def test_a(): pass\n"
+        "def test_b_dies(): os.kill(os.getpid(), signal.SIGKILL)\n"
+        "def test_c(): pass\n")
+    out = tmp_path / "rep"
+    assert runner.main(["--snapshot", str(snap), "--snapshot-commit", "fake", "--max-memory", "4",
+                        "--out", str(out), "test/integration"]) == 0
+    rep = json.loads((tmp_path / "rep.json").read_text())
+    assert rep["restarts"] == 1 and not rep["partial"]
+    s = rep["summary"]
+    assert (s["runnable"], s["passed"], s["failed"]) == (3, 2, 1)
+    assert s["causes"][0]["cause"].startswith("Killed: pytest was ended by signal N")
+    assert "<snapshot>" in rep["command"] and str(snap) not in rep["command"]
+    assert s["rss"]["measured"] == 2                   # the two that ran to the end
