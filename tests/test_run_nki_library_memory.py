@@ -304,3 +304,18 @@ def test_runner_records_a_test_that_ended_pytest_and_runs_the_rest(tmp_path):
     assert s["causes"][0]["cause"].startswith("Killed: pytest was ended by signal N")
     assert "<snapshot>" in rep["command"] and str(snap) not in rep["command"]
     assert s["rss"]["measured"] == 2                   # the two that ran to the end
+
+
+@needs_proc
+def test_release_freed_drops_the_last_failures_frames():
+    def fails():
+        big = np.ones(200 * MiB, dtype=np.uint8)      # noqa: F841 -- held by the frame of the traceback
+        raise MemoryError("stopped")
+    try:
+        fails()
+    except MemoryError:
+        sys.last_type, sys.last_value, sys.last_traceback = sys.exc_info()    # as pytest keeps a failure
+    holding = peak_rss._vmhwm_bytes(field="VmRSS")
+    peak_rss.release_freed()
+    assert sys.last_traceback is None
+    assert holding - peak_rss._vmhwm_bytes(field="VmRSS") >= 190 * MiB     # the failed test's 200 MiB went

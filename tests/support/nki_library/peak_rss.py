@@ -29,6 +29,12 @@ def release_freed():
     there is one), so that the resident size a test starts from holds what earlier tests still reference, not what
     the allocator kept of what they freed."""
     import gc
+    import sys
+    # pytest keeps the last failure's traceback in sys.last_* (for post-mortem debugging): its frames hold the
+    # failed test's arrays (a test stopped by the memory cap holds GBs), so the next test would start with them
+    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+        if hasattr(sys, name):
+            setattr(sys, name, None)
     gc.collect()
     try:
         import ctypes
