@@ -319,3 +319,21 @@ def test_release_freed_drops_the_last_failures_frames():
     peak_rss.release_freed()
     assert sys.last_traceback is None
     assert holding - peak_rss._vmhwm_bytes(field="VmRSS") >= 190 * MiB     # the failed test's 200 MiB went
+
+
+def _snapshot():
+    from trnsim import config
+    return config.nki_library_path or ""
+
+
+@pytest.mark.skipif(not _snapshot() or not os.path.isdir(os.path.join(_snapshot(), "test")),
+                    reason="needs an nki-library checkout (NKI_LIBRARY_PATH)")
+def test_a_collective_test_runs_on_its_ranks_through_the_harness(tmp_path):
+    out = tmp_path / "coll"
+    code = runner.main(["--snapshot", _snapshot(), "--snapshot-commit", "test", "--max-memory", "6", "-k",
+                        "test_all_gather and 2ranks_lnc2 or test_allgather_sb2sb_tiled and m128_k512_bf16_tp4_lnc2",
+                        "--out", str(out), "test/integration/nkilib/experimental/collectives"])
+    assert code == 0
+    s = json.loads(out.with_suffix(".json").read_text())["summary"]
+    assert (s["runnable"], s["passed"], s["not_simulated"]) == (2, 2, 0), (s["causes"], s["not_simulated_causes"])
+    assert s["rss"]["measured"] == 2 and set(s["rss"]["how"]) <= {"VmHWM", "ru_maxrss"}
