@@ -168,7 +168,7 @@ def test_rss_summary_lists_tests_above_the_limit_and_the_peak_per_family():
     assert m["families"]["core/qkv"]["over_limit"] == 1 and m["families"]["core/qkv"]["max_bytes"] == 7 * GiB
     assert m["families"]["core/mlp"]["max_sim_added_bytes"] is None
     md = "\n".join(runner.render_rss(m))
-    assert "1 above 6 GiB" in md and "7.00 GiB | 5.00 GiB | 1.00 GiB" in md
+    assert "1 above 6 GiB" in md and "7.00 GiB | 5.00 GiB | 1.00 GiB | harness (before or after the call)" in md
     assert "lifetime peak (ru_maxrss)" in md           # the fallback is named
     s = runner.classify(recs, golden={})
     assert s["rss"]["measured"] == 3

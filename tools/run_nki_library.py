@@ -167,13 +167,19 @@ def rss_summary(recs, limit_gib=RSS_LIMIT_GIB):
         a = added(rec_of[nid])
         if a is not None and (f["max_sim_added_bytes"] is None or a > f["max_sim_added_bytes"]):
             f["max_sim_added_bytes"] = a
+    def where(r, b):        # where the test's peak was: in the simulate call, or in the harness around it
+        sp = r.get("sim_peak_bytes")
+        if sp is None:
+            return "harness (no simulate call reached)" if r.get("outcome") != "passed" else "unknown"
+        return "simulate call" if sp >= b else "harness (before or after the call)"
     over = sorted(((b, nid) for nid, b in peaks.items() if b > limit_gib * GIB), reverse=True)
     vals = sorted(peaks.values())
     return {"measured": len(peaks), "how": dict(hows), "limit_gib": limit_gib,
             "max_bytes": vals[-1] if vals else None, "median_bytes": vals[len(vals) // 2] if vals else None,
             "over_limit": [{"nodeid": n, "peak_bytes": b, "outcome": rec_of[n].get("outcome"),
                             "sim_rss_before_bytes": rec_of[n].get("sim_rss_before_bytes"),
-                            "sim_peak_bytes": rec_of[n].get("sim_peak_bytes"), "sim_added_bytes": added(rec_of[n])}
+                            "sim_peak_bytes": rec_of[n].get("sim_peak_bytes"), "sim_added_bytes": added(rec_of[n]),
+                            "peak_in": where(rec_of[n], b)}
                            for b, n in over],
             "families": dict(sorted(fam.items()))}
 
@@ -378,10 +384,14 @@ def render_rss(m):
             "memories, copies and records, and the outputs it returns). The rest of a peak is the harness's "
             "(its golden, its output conversion and comparison).", ""]
     if m["over_limit"]:
-        out += [f"Tests above {m['limit_gib']:g} GiB:", "",
-                "| peak | resident at the call | added by the simulate call | test | outcome |", "|---|---|---|---|---|"]
+        ins = collections.Counter(t.get("peak_in", "unknown") for t in m["over_limit"])
+        out += [f"Tests above {m['limit_gib']:g} GiB (the peak was in: "
+                + ", ".join(f"{k} {n}" for k, n in ins.most_common()) + "):", "",
+                "| peak | resident at the call | added by the simulate call | peak in | test | outcome |",
+                "|---|---|---|---|---|---|"]
         out += [f"| {_gib(t['peak_bytes'])} | {_gib(t.get('sim_rss_before_bytes'))} | "
-                f"{_gib(t.get('sim_added_bytes'))} | `{t['nodeid']}` | {t['outcome']} |" for t in m["over_limit"]]
+                f"{_gib(t.get('sim_added_bytes'))} | {t.get('peak_in', 'unknown')} | `{t['nodeid']}` | {t['outcome']} |"
+                for t in m["over_limit"]]
         out.append("")
     out += ["| family | tests measured | peak | test at the peak | above the limit | most added by a simulate call |",
             "|---|---|---|---|---|---|"]
