@@ -372,9 +372,12 @@ def render_rss(m):
     how = m["how"]
     what = ("each test's own peak resident set size (VmHWM of the process that ran it, reset before the test's "
             "setup via /proc/self/clear_refs; the test's inputs, goldens and trnsim's state all count)")
-    if set(how) != {"VmHWM"}:
-        what += (f"; for {sum(n for k, n in how.items() if k != 'VmHWM')} record(s) only the worker's lifetime peak "
-                 "(ru_maxrss) could be read, an upper bound of the test's own")
+    if how.get("ru_maxrss"):
+        what += (f"; for {how['ru_maxrss']} record(s) only the worker's lifetime peak (ru_maxrss) could be read, an "
+                 "upper bound of the test's own")
+    killed = sum(n for k, n in how.items() if k.startswith("VmRSS"))
+    if killed:
+        what += f"; for {killed} test(s) ended by the cap, the resident size when it ended them"
     out = ["", "## Peak resident memory per test", "",
            f"Measured for {m['measured']} tests: {what}. Largest {_gib(m['max_bytes'])}, median "
            f"{_gib(m['median_bytes'])}; {len(m['over_limit'])} above {m['limit_gib']:g} GiB.", ""]
