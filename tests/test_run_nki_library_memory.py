@@ -337,3 +337,37 @@ def test_a_collective_test_runs_on_its_ranks_through_the_harness(tmp_path):
     s = json.loads(out.with_suffix(".json").read_text())["summary"]
     assert (s["runnable"], s["passed"], s["not_simulated"]) == (2, 2, 0), (s["causes"], s["not_simulated_causes"])
     assert s["rss"]["measured"] == 2 and set(s["rss"]["how"]) <= {"VmHWM", "ru_maxrss"}
+
+
+@needs_proc
+def test_after_a_capped_test_that_keeps_its_memory_pytest_starts_again(tmp_path):
+    """A test goes above the cap and its arrays stay referenced (a module global here; in the harness, what keeps
+    its exception): it fails with ResidentMemoryExceeded, the plugin ends the process at its teardown, and the
+    runner runs the next test in a new pytest instead of letting it start above the cap."""
+    if runner.missing_harness_requirements():
+        pytest.skip("the harness's requirements are not installed")
+    snap = tmp_path / "snap"
+    (snap / "test" / "integration").mkdir(parents=True)
+    (snap / "test" / "conftest.py").write_text(
+        "def pytest_addoption(parser):\n"
+        "    for o in ('--test-mode', '--platform-target', '--output-directory'):\n"
+        "        parser.addoption(o, default=None)\n"
+        "    parser.addoption('--force-local-cleanup', action='store_true')\n")
+    (snap / "test" / "integration" / "test_fake.py").write_text(
+        "import time\n"
+        "import numpy as np\n"
+        "HELD = []\n"
+        "def test_a_grows():\n"
+        "    for i in range(150):\n"
+        "        HELD.append(np.ones(20 * 2 ** 20, dtype=np.uint8))\n"
+        "        time.sleep(0.02)\n"
+        "def test_b():\n"
+        "    pass\n")
+    out = tmp_path / "rep"
+    assert runner.main(["--snapshot", str(snap), "--snapshot-commit", "fake", "--max-memory", "1", "--out", str(out),
+                        "test/integration"]) == 0
+    rep = json.loads((tmp_path / "rep.json").read_text())
+    s = rep["summary"]
+    assert rep["restarts"] == 1 and not rep["partial"], rep
+    assert (s["runnable"], s["passed"], s["failed"]) == (2, 1, 1)
+    assert s["causes"][0]["cause"].startswith("ResidentMemoryExceeded")

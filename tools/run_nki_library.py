@@ -404,6 +404,13 @@ def render_rss(m):
     return out
 
 
+def _count_lines(path):
+    if not os.path.exists(path):
+        return 0
+    with open(path) as f:
+        return sum(1 for ln in f if ln.strip())
+
+
 MAX_RESTARTS = 50      # pytest started again at most this many times in one run after a test ended it
 
 
@@ -555,6 +562,7 @@ def run(args, argv):
             results = args.results
         restarts = 0
         while not args.results:
+            n_before = _count_lines(results)
             left = (args.time_budget - (time.time() - t0)) if args.time_budget else None
             proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     text=True, start_new_session=True)
@@ -567,11 +575,13 @@ def run(args, argv):
             output += out
             if partial or proc.returncode >= 0:
                 break
-            # ended by a signal (SIGKILL: the memory cap's hard limit, or the kernel's out-of-memory killer): the
-            # test that was running is recorded as killed, and pytest starts again on the tests not yet recorded
+            # ended by a signal (SIGKILL: the memory cap's hard limit, the plugin after a test the cap stopped kept
+            # its memory, or the kernel's out-of-memory killer): the test that was running is recorded as killed,
+            # and pytest starts again on the tests not yet recorded (if this start recorded any)
             crashed = -proc.returncode
             killed = record_killed(results, crashed)
-            if not killed or restarts >= MAX_RESTARTS:
+            n_now = _count_lines(results)
+            if (not killed and n_now <= n_before) or restarts >= MAX_RESTARTS:
                 partial = True                      # no progress to build on: the rest did not run
                 break
             restarts += 1
