@@ -14,7 +14,10 @@ A watchdog thread reads ``VmRSS`` of ``/proc/self/status`` every :data:`POLL_S` 
 - above the cap plus :data:`HARD_MARGIN` (a single C call -- a NumPy operation -- kept allocating before the
   interrupt could be delivered), it writes the test and the figure to ``<results>.killed`` and ends the process
   with ``SIGKILL`` before the machine runs out of memory; the runner records the test as killed by the cap and
-  starts pytest again on the tests not yet run.
+  starts pytest again on the tests not yet run;
+- after a test it interrupted, if the process still holds more than half the cap once the test is over (something
+  keeps the test's arrays), the plugin ends the process at the test's teardown (its result already recorded) and
+  the runner starts pytest again, rather than every later test starting above the cap.
 """
 
 from __future__ import annotations
