@@ -123,13 +123,65 @@ def not_simulated(r):
         if pat in msg:
             return why
     chain = r.get("chain", [])
-    if r.get("trnsim_frame") or "nki" in msg.lower() or "trnsim" in msg.lower() or r.get("type") == "Killed":
-        return None             # killed while it ran (out of memory): the simulator did not complete it
+    if (r.get("trnsim_frame") or "nki" in msg.lower() or "trnsim" in msg.lower()
+            or r.get("type") in ("Killed", "ResidentMemoryExceeded")):
+        return None             # killed or stopped by the memory cap while it ran: it counts against the test
     if "InferenceException" not in chain and not is_mismatch(r):
         if "ValidationException" in chain:
             return "the test's golden reference failed (outside the simulator)"
         return "the test failed before its kernel ran (snapshot test code)"
     return None
+
+
+GIB = 2 ** 30
+RSS_LIMIT_GIB = 6.0   # issue 31: one test under 6 GB resident, so two workers fit in a 24 GB machine
+
+
+def rss_summary(recs, limit_gib=RSS_LIMIT_GIB):
+    """Per-test peak resident memory (the plugin's ``peak_rss_bytes``) -> the tests above ``limit_gib`` and the
+    peak per family.  ``how`` names what was measured: ``VmHWM`` (each test's own peak) or ``ru_maxrss`` (a
+    worker's lifetime peak, an upper bound)."""
+    peaks, hows, rec_of = {}, collections.Counter(), {}
+    for r in recs:
+        b = r.get("peak_rss_bytes")
+        if b is None or r.get("when") == "collect":
+            continue
+        hows[r.get("peak_rss_how") or "?"] += 1
+        if b >= peaks.get(r["nodeid"], -1):
+            peaks[r["nodeid"]] = int(b)
+            rec_of[r["nodeid"]] = r
+
+    def added(r):           # what the simulate call added on top of the process (None: not bracketed)
+        if r.get("sim_peak_bytes") is None or r.get("sim_rss_before_bytes") is None:
+            return None
+        return max(0, int(r["sim_peak_bytes"]) - int(r["sim_rss_before_bytes"]))
+    fam = {}
+    for nid, b in peaks.items():
+        f = fam.setdefault(family(nid), {"tests": 0, "max_bytes": 0, "max_test": None, "over_limit": 0,
+                                         "max_sim_added_bytes": None})
+        f["tests"] += 1
+        if b > f["max_bytes"]:
+            f["max_bytes"], f["max_test"] = b, nid
+        if b > limit_gib * GIB:
+            f["over_limit"] += 1
+        a = added(rec_of[nid])
+        if a is not None and (f["max_sim_added_bytes"] is None or a > f["max_sim_added_bytes"]):
+            f["max_sim_added_bytes"] = a
+    def where(r, b):        # where the test's peak was: in the simulate call, or in the harness around it
+        sp = r.get("sim_peak_bytes")
+        if sp is None:
+            return "harness (no simulate call reached)" if r.get("outcome") != "passed" else "unknown"
+        return "simulate call" if sp >= b else "harness (before or after the call)"
+    over = sorted(((b, nid) for nid, b in peaks.items() if b > limit_gib * GIB), reverse=True)
+    vals = sorted(peaks.values())
+    return {"measured": len(peaks), "how": dict(hows), "limit_gib": limit_gib,
+            "max_bytes": vals[-1] if vals else None, "median_bytes": vals[len(vals) // 2] if vals else None,
+            "over_limit": [{"nodeid": n, "peak_bytes": b, "outcome": rec_of[n].get("outcome"),
+                            "sim_rss_before_bytes": rec_of[n].get("sim_rss_before_bytes"),
+                            "sim_peak_bytes": rec_of[n].get("sim_peak_bytes"), "sim_added_bytes": added(rec_of[n]),
+                            "peak_in": where(rec_of[n], b)}
+                           for b, n in over],
+            "families": dict(sorted(fam.items()))}
 
 
 def classify(recs, golden=None):
@@ -210,6 +262,7 @@ def classify(recs, golden=None):
         "mismatches_golden": [dict(golden[n], nodeid=n) for n in mismatches if n in golden],
         "skips": [{"reason": k, "count": n} for k, n in skips.most_common()],
         "collect_errors": [{"file": r["nodeid"], "message": r.get("message", "")} for r in collect_errors],
+        "rss": rss_summary(recs),
     }
 
 
@@ -239,10 +292,13 @@ def render_md(rep):
                if rep.get("crashed_signal") else
                " **Partial run**: stopped at the time budget; only the tests that finished are counted.")
               if rep.get("partial") else "")
+           + (f" pytest was started again {rep['restarts']} time(s) after a test ended it (recorded as killed)."
+              if rep.get("restarts") else "")
            + (f" Resumed from `{rep['resumed_from']}`: its records are counted with this run's."
               if rep.get("resumed_from") else "")
-           + (f" Address space capped at {rep['max_memory_gib']:g} GiB (`--max-memory`): a test over it fails with "
-              "MemoryError." if rep.get("max_memory_gib") else ""),
+           + (f" Resident memory capped at {rep['max_memory_gib']:g} GiB per test process (`--max-memory`): a test "
+              "above it fails with ResidentMemoryExceeded (a MemoryError), one that keeps allocating 1 GiB past it "
+              "is ended and recorded as killed." if rep.get("max_memory_gib") else ""),
            f"Stand-ins used (not installed here): {', '.join(rep['standins']) or 'none'} "
            f"(tests/support/nki_library/standins).",
            "",
@@ -296,6 +352,7 @@ def render_md(rep):
         out += ["", "## Test files that failed to import", ""]
         for c in s["collect_errors"]:
             out.append(f"- `{c['file']}`: {c['message']}")
+    out += render_rss(s.get("rss"))
     if s["skips"]:
         out += ["", "## Skipped by the harness", ""]
         for c in s["skips"]:
@@ -303,14 +360,95 @@ def render_md(rep):
     return "\n".join(out) + "\n"
 
 
-def _address_space_cap(gib):
-    """A pre-exec hook that caps the child's virtual address space at ``gib`` GiB (soft and hard limit)."""
-    import resource
-    nbytes = int(gib * 2 ** 30)
+def _gib(b):
+    return f"{b / GIB:.2f} GiB" if b is not None else "n/a"
 
-    def cap():
-        resource.setrlimit(resource.RLIMIT_AS, (nbytes, nbytes))
-    return cap
+
+def render_rss(m):
+    """The report's memory section: tests above the limit, and the peak per family."""
+    if not m or not m.get("measured"):
+        return ["", "## Peak resident memory per test", "", "Not recorded (a report from before the runner "
+                "measured it, or no test ran)."]
+    how = m["how"]
+    what = ("each test's own peak resident set size (VmHWM of the process that ran it, reset before the test's "
+            "setup via /proc/self/clear_refs; the test's inputs, goldens and trnsim's state all count)")
+    if how.get("ru_maxrss"):
+        what += (f"; for {how['ru_maxrss']} record(s) only the worker's lifetime peak (ru_maxrss) could be read, an "
+                 "upper bound of the test's own")
+    killed = sum(n for k, n in how.items() if k.startswith("VmRSS"))
+    if killed:
+        what += f"; for {killed} test(s) ended by the cap, the resident size when it ended them"
+    out = ["", "## Peak resident memory per test", "",
+           f"Measured for {m['measured']} tests: {what}. Largest {_gib(m['max_bytes'])}, median "
+           f"{_gib(m['median_bytes'])}; {len(m['over_limit'])} above {m['limit_gib']:g} GiB.", ""]
+    out += ["The simulate call is bracketed too: *resident at the call* is what the process held when the harness "
+            "called `nki.cpu_simulate` (the test's inputs, any golden computed before, the interpreter and "
+            "libraries); *added by the simulate call* is the call's own peak less that (trnsim's simulated "
+            "memories, copies and records, and the outputs it returns). The rest of a peak is the harness's "
+            "(its golden, its output conversion and comparison).", ""]
+    if m["over_limit"]:
+        ins = collections.Counter(t.get("peak_in", "unknown") for t in m["over_limit"])
+        out += [f"Tests above {m['limit_gib']:g} GiB (the peak was in: "
+                + ", ".join(f"{k} {n}" for k, n in ins.most_common()) + "):", "",
+                "| peak | resident at the call | added by the simulate call | peak in | test | outcome |",
+                "|---|---|---|---|---|---|"]
+        out += [f"| {_gib(t['peak_bytes'])} | {_gib(t.get('sim_rss_before_bytes'))} | "
+                f"{_gib(t.get('sim_added_bytes'))} | {t.get('peak_in', 'unknown')} | `{t['nodeid']}` | {t['outcome']} |"
+                for t in m["over_limit"]]
+        out.append("")
+    out += ["| family | tests measured | peak | test at the peak | above the limit | most added by a simulate call |",
+            "|---|---|---|---|---|---|"]
+    for f, c in m["families"].items():
+        out.append(f"| {f} | {c['tests']} | {_gib(c['max_bytes'])} | `{c['max_test']}` | {c['over_limit']} | "
+                   f"{_gib(c.get('max_sim_added_bytes'))} |")
+    return out
+
+
+def _count_lines(path):
+    if not os.path.exists(path):
+        return 0
+    with open(path) as f:
+        return sum(1 for ln in f if ln.strip())
+
+
+MAX_RESTARTS = 50      # pytest started again at most this many times in one run after a test ended it
+
+
+def record_killed(results, signum):
+    """Append a record for each test that started and never reported (it was running when pytest was ended by
+    ``signum``) to ``results``; the memory cap's ``<results>.killed`` names the ones it ended, with their resident
+    size.  Returns the node ids recorded."""
+    seen = set()
+    if os.path.exists(results):
+        with open(results) as f:
+            seen = {json.loads(ln)["nodeid"] for ln in f if ln.strip()}
+    capped = {}
+    if os.path.exists(results + ".killed"):
+        with open(results + ".killed") as f:
+            for ln in f:
+                nid, rss, cap = ln.rstrip("\n").split("\t")
+                capped[nid] = (int(rss), int(cap))
+    new = []
+    if os.path.exists(results + ".started"):
+        with open(results + ".started") as f:
+            for nid in dict.fromkeys(ln.strip() for ln in f if ln.strip()):
+                if nid in seen:
+                    continue
+                if nid in capped:
+                    rss, cap = capped[nid]
+                    msg = (f"ended by the runner's resident-memory cap: {rss / GIB:.2f} GiB resident, above "
+                           f"--max-memory {cap / GIB:g} GiB plus the 1 GiB margin within which a test is interrupted")
+                    rec = {"peak_rss_bytes": rss, "peak_rss_how": "VmRSS at the kill"}
+                else:
+                    msg = (f"pytest was ended by signal {signum} while this test ran (9: most often the "
+                           "out-of-memory killer)")
+                    rec = {}
+                new.append({"nodeid": nid, "when": "call", "outcome": "failed", "negative": False,
+                            "chain": ["Killed"], "type": "Killed", "message": msg, **rec})
+    if new:
+        with open(results, "a") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in new))
+    return [r["nodeid"] for r in new]
 
 
 def build_parser():
@@ -336,9 +474,10 @@ def build_parser():
                    help="keep the harness's per-test output directories (its copies of every input, some of them "
                         "GBs); by default the harness deletes each after its test (--force-local-cleanup)")
     p.add_argument("--max-memory", type=float, default=0, metavar="GIB",
-                   help="cap pytest's address space at this many GiB (RLIMIT_AS): a test that needs more fails with "
-                        "MemoryError, recorded as such, instead of the kernel's out-of-memory killer ending the run "
-                        "(or another process on the machine); 0: no cap")
+                   help="cap each pytest process's resident memory at this many GiB: a test above it fails with "
+                        "ResidentMemoryExceeded (a MemoryError) and the run goes on; one still allocating 1 GiB "
+                        "past it is ended (recorded as killed) and pytest starts again on the tests not yet run "
+                        "(tests/support/nki_library/rss_cap.py); 0: no cap")
     p.add_argument("--resume", default=None,
                    help="a results.jsonl of an earlier run of the same selection (kept with --keep-tmp): its tests "
                         "are not run again, its records are counted with this run's, and it is rewritten with both")
@@ -392,6 +531,8 @@ def run(args, argv):
         env.setdefault("OPENBLAS_NUM_THREADS", "1")
         env["PYTHONPATH"] = os.pathsep.join([sdir, SUPPORT, os.path.join(snap, "src"), snap]
                                             + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        if args.max_memory:
+            env["TRNSIM_NKILIB_MAX_RSS"] = str(int(args.max_memory * GIB))
         env.update(PYTHONDONTWRITEBYTECODE="1", TRNSIM_NKILIB_RESULTS=results,
                    TRNSIM_NKILIB_EVERY=str(args.every), TRNSIM_NKILIB_LIMIT=str(args.limit),
                    TRNSIM_NKILIB_OFFSET=str(args.offset))
@@ -419,35 +560,43 @@ def run(args, argv):
             env["TRNSIM_NKILIB_DONE"] = done
         if args.results:
             results = args.results
-        else:
+        restarts = 0
+        while not args.results:
+            n_before = _count_lines(results)
+            left = (args.time_budget - (time.time() - t0)) if args.time_budget else None
             proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True, start_new_session=True,
-                                    preexec_fn=_address_space_cap(args.max_memory) if args.max_memory else None)
+                                    text=True, start_new_session=True)
             try:
-                output, _ = proc.communicate(timeout=args.time_budget or None)
+                out, _ = proc.communicate(timeout=max(left, 1.0) if left is not None else None)
             except subprocess.TimeoutExpired:
                 partial = True
                 os.killpg(proc.pid, 15)            # pytest and its xdist workers (their own session)
-                output, _ = proc.communicate()
-            if not partial and proc.returncode < 0:
-                # ended by a signal (SIGKILL: most often the kernel's out-of-memory killer): the tests not yet
-                # recorded did not run; the report says so and --resume can run them
-                crashed = -proc.returncode
-                partial = True
+                out, _ = proc.communicate()
+            output += out
+            if partial or proc.returncode >= 0:
+                break
+            # ended by a signal (SIGKILL: the memory cap's hard limit, the plugin after a test the cap stopped kept
+            # its memory, or the kernel's out-of-memory killer): the test that was running is recorded as killed,
+            # and pytest starts again on the tests not yet recorded (if this start recorded any)
+            crashed = -proc.returncode
+            killed = record_killed(results, crashed)
+            n_now = _count_lines(results)
+            if (not killed and n_now <= n_before) or restarts >= MAX_RESTARTS:
+                partial = True                      # no progress to build on: the rest did not run
+                break
+            restarts += 1
+            done = os.path.join(tmp, "done.txt")
+            with open(results) as f:
+                now = {json.loads(ln)["nodeid"] for ln in f if ln.strip()}
+            with open(done, "w") as f:
+                f.write("\n".join(sorted(now | {r["nodeid"] for r in earlier if r.get("when") != "collect"})))
+            env["TRNSIM_NKILIB_DONE"] = done
+            crashed = None
         wall = time.time() - t0
         recs = list(earlier)
         if os.path.exists(results):
             with open(results) as f:
                 recs += [json.loads(ln) for ln in f if ln.strip()]
-        if crashed and os.path.exists(results + ".started"):
-            seen = {r["nodeid"] for r in recs}
-            with open(results + ".started") as f:
-                for nid in dict.fromkeys(ln.strip() for ln in f if ln.strip()):
-                    if nid not in seen:         # started, never reported: running when pytest was killed
-                        recs.append({"nodeid": nid, "when": "call", "outcome": "failed", "negative": False,
-                                     "chain": ["Killed"], "type": "Killed",
-                                     "message": f"pytest was ended by signal {crashed} while this test ran (9: "
-                                                "most often the out-of-memory killer)"})
         recs = list({(r["nodeid"], r.get("when")): r for r in recs}.values())   # a test (or file) once: the latest
         if args.resume and not args.results:
             from trnsim.fileio import atomic_write
@@ -462,9 +611,10 @@ def run(args, argv):
         made = provenance()                 # the trnsim commit and date this report is made at
         rep = {"trnsim_commit": made["commit"], "made": made["made"], "snapshot": os.path.basename(snap), "snapshot_commit": snapshot_commit(snap, args.snapshot_commit),
                "platform": args.platform, "every": args.every, "offset": args.offset, "limit": args.limit, "jobs": args.jobs,
-               "command": "python tools/run_nki_library.py " + " ".join(argv),
+               "command": "python tools/run_nki_library.py " + " ".join(
+                   "<snapshot>" if a in (args.snapshot, snap) else a for a in argv),   # no machine's paths
                "standins": used, "max_memory_gib": args.max_memory or None, "wall_s": wall, "partial": partial,
-               "crashed_signal": crashed,
+               "crashed_signal": crashed, "restarts": 0 if args.results else restarts,
                "resumed_from": args.resume, "summary": summary,
                "tail": output.strip().splitlines()[-1:] if output.strip() else []}
         from trnsim.fileio import atomic_write, atomic_write_json

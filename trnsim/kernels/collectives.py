@@ -1,8 +1,9 @@
 """``nki.collectives`` on simulated ranks: collectives between the launches of one kernel on several ranks, run in
 one process.
 
-:func:`run_ranks` launches a kernel once per rank, each in its own thread with its own cores; the threads take
-turns (one simulates at a time, so the simulator's shared state needs no locks) and hand over only where a rank
+:func:`run_ranks` launches a kernel once per rank (:func:`simulate_ranks`: keyword inputs per rank, placed on the
+machine of the kernel's target, as nki-library's harness launches its collective tests), each in its own thread
+with its own cores; the threads take turns (one simulates at a time, so the simulator's shared state needs no locks) and hand over only where a rank
 waits in a collective.  A collective (``all_reduce``, ``all_gather``, ``reduce_scatter``, ``all_to_all``,
 ``collective_permute``, ``collective_permute_implicit``) completes when every rank of its rank-list has issued it;
 the data move with :mod:`trnsim.collectives.functional` (float64 accumulation, one rounding to the destination's
@@ -10,7 +11,8 @@ dtype), and each rank's core records the collective as a DMA transfer lasting wh
 :func:`trnsim.collectives.collective_time` gives for its size, rank-list and topology, so compute issued around it
 overlaps it in the rank's Timeline.
 
-The n-th collective a rank issues on a rank-list pairs with the n-th of every other rank of that list; ranks that
+The n-th collective a rank issues on a rank-list pairs with the n-th of every other rank of that list (at LNC 2,
+of the same program: physical core p of a rank exchanges with physical core p of the others); ranks that
 disagree (shapes, dtypes, collective) raise :class:`CollectiveMismatch` naming the ranks; a rank that never arrives
 makes the others raise after ``timeout`` seconds, naming it.
 
@@ -37,7 +39,7 @@ from .context import current
 __all__ = ["ReplicaGroup", "rg_partition_op", "rank_id", "all_reduce", "all_gather", "reduce_scatter",
            "all_to_all", "collective_permute", "collective_permute_implicit",
            "collective_permute_implicit_reduce", "collective_permute_implicit_current_processing_rank_id",
-           "run_ranks", "RankResult", "CollectiveMismatch", "CollectiveTimeout"]
+           "run_ranks", "simulate_ranks", "machine_of", "RankResult", "CollectiveMismatch", "CollectiveTimeout"]
 
 
 class CollectiveTimeout(RuntimeError):
@@ -101,9 +103,9 @@ class _World:
         self.timeout = timeout
         self.turn = threading.Lock()          # held by the rank that is simulating
         self.cond = threading.Condition(threading.Lock())
-        self.pending = {}                     # (rank-list, n) -> {rank: contribution}
-        self.results = {}                     # (rank-list, n) -> {rank: result} or an exception
-        self.counts = {}                      # (rank, rank-list) -> collectives issued
+        self.pending = {}                     # (rank-list, program, n) -> {rank: contribution}
+        self.results = {}                     # (rank-list, program, n) -> {rank: result} or an exception
+        self.counts = {}                      # (rank, rank-list, program) -> collectives issued
         self.failed = None
 
 
@@ -123,14 +125,30 @@ def rank_id() -> int:
     return _world_rank()[1]
 
 
+def _program() -> int:
+    """Which program of its rank's launch is calling (0 at LNC 1; 0 or 1 at LNC 2)."""
+    try:
+        return int(getattr(current().core, "core_id", 0) or 0)
+    except Exception:           # noqa: BLE001 -- outside a launch (a direct call in a test): the rank itself
+        return 0
+
+
 def _exchange(kind, group, contribution, compute):
     """Deposit this rank's contribution for the next collective on its rank-list; wait (giving the turn away)
-    until all of the list have; return this rank's share of ``compute({rank: contribution})``."""
+    until all of the list have; return this rank's share of ``compute({rank: contribution})``.
+
+    At LNC 2 each program of a rank's launch (one per physical core) issues its own collectives, and program ``p``
+    of a rank pairs with program ``p`` of the other ranks of the list: the physical cores at the same place in
+    their logical cores exchange.  (nki-library's ``allgather_sb2sb_tiled`` relies on it: each program gathers its
+    own tiles from its own SBUF; a kernel whose programs issue the same collective on the same shared-HBM tensors
+    gets the same result on each.)"""
     world, rank = _world_rank()
     lst = _as_group(group).list_of(rank)
-    n = world.counts.get((rank, lst), 0)
-    world.counts[(rank, lst)] = n + 1
-    key = (lst, n)
+    prog = _program()
+    ck = (rank, lst, prog)
+    n = world.counts.get(ck, 0)
+    world.counts[ck] = n + 1
+    key = (lst, prog, n)
     with world.cond:
         world.pending.setdefault(key, {})[rank] = (kind, contribution)
         if len(world.pending[key]) == len(lst):
@@ -140,7 +158,8 @@ def _exchange(kind, group, contribution, compute):
                 by = {}
                 for r, k in sorted(kinds.items()):
                     by.setdefault(k, []).append(r)
-                res = CollectiveMismatch(f"collective #{n + 1} on rank-list {list(lst)}: "
+                res = CollectiveMismatch(f"collective #{n + 1} on rank-list {list(lst)}"
+                                         + (f" (program {prog} of each rank)" if prog else "") + ": "
                                          + "; ".join(f"ranks {rs} issued {k}" for k, rs in by.items()))
             else:
                 try:
@@ -149,14 +168,19 @@ def _exchange(kind, group, contribution, compute):
                     res = e
             world.results[key] = res
             world.cond.notify_all()
-        world.turn.release()     # let the other ranks simulate up to their collective
-        ok = world.cond.wait_for(lambda: key in world.results or world.failed is not None, world.timeout)
-    world.turn.acquire()
+        waited = key not in world.results
+        ok = True
+        if waited:
+            world.turn.release()     # let the other ranks simulate up to their collective
+            ok = world.cond.wait_for(lambda: key in world.results or world.failed is not None, world.timeout)
+    if waited:
+        world.turn.acquire()
     if not ok:
         have = sorted(world.pending.get(key, {}))
         missing = [r for r in lst if r not in have]
-        raise CollectiveTimeout(f"nki.collectives.{kind} #{n + 1} on rank-list {list(lst)} (rank {rank}): ranks "
-                                f"{missing} did not arrive within {world.timeout:g} s")
+        raise CollectiveTimeout(f"nki.collectives.{kind} #{n + 1} on rank-list {list(lst)} (rank {rank}"
+                                + (f", program {prog}" if prog else "") + f"): ranks {missing} did not arrive "
+                                f"within {world.timeout:g} s")
     if key not in world.results:
         raise CollectiveTimeout(f"nki.collectives.{kind} on rank-list {list(lst)}: another rank failed "
                                 f"({world.failed})")
@@ -303,7 +327,7 @@ def collective_permute_implicit_reduce(srcs0_by_channel, srcs1_by_channel, dsts_
 def _step_ring(replica_group):
     world, rank = _world_rank()
     lst = _as_group(replica_group).list_of(rank)
-    key = ("ring", rank, lst)
+    key = ("ring", rank, lst, _program())
     world.counts[key] = world.counts.get(key, 0) + 1
 
 
@@ -328,6 +352,23 @@ class RankResult:
         return schedule(self.cores)
 
 
+def _in_rank(kernel, world, rank):
+    """``kernel`` whose every program (at LNC 2 each runs on its own thread) runs as ``rank`` of ``world``."""
+    import functools
+    from .jit import Kernel
+    fn = kernel.fn
+
+    @functools.wraps(fn)
+    def as_rank(*args, **kwargs):
+        prev = getattr(_tls, "world", None), getattr(_tls, "rank", None)
+        _tls.world, _tls.rank = world, rank
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _tls.world, _tls.rank = prev
+    return Kernel(as_rank, kernel.grid, kernel.target, kernel.options)
+
+
 def run_ranks(kernel, per_rank_args, per_rank_kwargs=None, topology="trn2.48xlarge", nodes=1, timeout=60.0):
     """Launch ``kernel`` (an ``nki.jit`` kernel, optionally ``kernel[lnc]``) once per rank with that rank's
     arguments, ranks placed on ``topology``; returns a :class:`RankResult` per rank.  An exception on any rank is
@@ -342,7 +383,7 @@ def run_ranks(kernel, per_rank_args, per_rank_kwargs=None, topology="trn2.48xlar
         _tls.world, _tls.rank = world, r
         world.turn.acquire()
         try:
-            res = kernel.run(*per_rank_args[r], **kwargs[r])
+            res = _in_rank(kernel, world, r).run(*per_rank_args[r], **kwargs[r])
             results[r] = RankResult(r, res.outputs, res.cores)
         except BaseException as e:      # noqa: BLE001 -- re-raised in the caller
             errors[r] = e
@@ -363,3 +404,40 @@ def run_ranks(kernel, per_rank_args, per_rank_kwargs=None, topology="trn2.48xlar
         if e is not None:
             raise e
     return results
+
+
+# The one-instance machine whose NeuronCores a set of ranks runs on, by target (the topologies of
+# trnsim.collectives.topology, each with its source there): nki-library's harness places a test's ranks on the
+# cores of one instance (test/utils/host_management.py: logical_core_ids 0 .. collective_ranks - 1).
+_MACHINE_OF_TARGET = {"trn1": "trn1.32xlarge", "trn2": "trn2.48xlarge", "trn3": "trn3-gen1-ultraserver"}
+
+
+def machine_of(target) -> str:
+    """The machine (topology name) the ranks of a kernel for ``target`` are placed on."""
+    from ..targets import get_target
+    name = get_target(target).name
+    if name not in _MACHINE_OF_TARGET:
+        raise ValueError(f"simulate_ranks: no multi-rank machine for target {name!r}; known: "
+                         f"{sorted(_MACHINE_OF_TARGET)}")
+    return _MACHINE_OF_TARGET[name]
+
+
+def simulate_ranks(kernel, per_rank_inputs, timeout=600.0):
+    """Run ``kernel`` (a kernel from ``nki.simulate``/``nki.cpu_simulate``, indexed by its LNC) on
+    ``len(per_rank_inputs)`` ranks, rank ``r`` called with the keyword arguments ``per_rank_inputs[r]``, joined by
+    this module's collectives, as a launch on that many NeuronCores of one instance runs it; returns each rank's
+    outputs (what ``kernel(**inputs)`` returns) in rank order.
+
+    The ranks are placed on the machine of the kernel's target (:func:`machine_of`) at the kernel's LNC; more ranks
+    than it has logical cores is an error.  ``timeout``: seconds a rank waits in a collective for the others (they
+    simulate one at a time, so it grows with the rank count)."""
+    from ..collectives import get_topology
+    n = len(per_rank_inputs)
+    if n < 1:
+        raise ValueError("simulate_ranks: no ranks (per_rank_inputs is empty)")
+    lnc = int(kernel.grid[0]) if getattr(kernel, "grid", None) else 1
+    topo = get_topology(machine_of(kernel.target), lnc=lnc)
+    if n > topo.ranks:
+        raise ValueError(f"simulate_ranks: {n} ranks, but a {topo.name} has {topo.ranks} logical cores at LNC {lnc}")
+    res = run_ranks(kernel, [()] * n, [dict(kw) for kw in per_rank_inputs], topology=topo, timeout=timeout)
+    return [r.outputs for r in res]

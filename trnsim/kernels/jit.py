@@ -61,9 +61,10 @@ def _registered_packed(dt):
     return npd if npd.itemsize == dt.itemsize and npd.kind == "V" else None
 
 
-def _to_output(t, kind, own=()):
+def _to_output(t, kind, own=(), inputs=frozenset()):
     """The host value of output ``t``.  ``own``: ids of buffers the launch is done with and that no other output
-    views (run_kernel's outputs), whose arrays may be handed over rather than copied."""
+    views (run_kernel's outputs), whose arrays may be handed over rather than copied; ``inputs``: ids of buffers
+    holding kernel inputs (a float32 input's buffer may be the caller's own array: copied)."""
     if not isinstance(t, Tensor):
         return t
     if t.buf.data is None:
@@ -76,6 +77,14 @@ def _to_output(t, kind, own=()):
         if buf.id in own and t.offset == 0 and t.size == buf.nelem and t.is_contiguous():
             return buf.data.reshape(t.shape)
         return np.array(rv.bits(t))
+    buf = t.buf
+    if (kind == "numpy" and rv is None and t._bad is None and buf.id in own and buf.id not in inputs
+            and not t.dtype.packed and t.offset == 0 and t.size == buf.nelem and t.is_contiguous()
+            and buf.data.dtype == t.dtype.np):
+        # a whole buffer held in the dtype's own NumPy type (float32, integers; not an MX packed format, which
+        # comes back in its registered dtype below) that only this output views and that is no kernel input:
+        # handed over, not copied (the launch is done with it)
+        return buf.data.reshape(t.shape)
     a = np.ascontiguousarray(t.np)
     if t.dtype.packed and kind != "torch":
         # an MX output comes back in the format's NumPy dtype where one is registered (as the Neuron runtime's
@@ -105,14 +114,15 @@ def _tensors(out, acc):
     return acc
 
 
-def _convert(out, kind, own=None):
+def _convert(out, kind, own=None, inputs=frozenset()):
+    """``inputs``: ids of the buffers holding kernel inputs (a float32 one may be the caller's own array)."""
     if own is None:          # the buffers exactly one output views
         own = {i for i, n in collections.Counter(_tensors(out, [])).items() if n == 1}
     if isinstance(out, (tuple, list)):
-        return type(out)(_convert(o, kind, own) for o in out)
+        return type(out)(_convert(o, kind, own, inputs) for o in out)
     if isinstance(out, dict):
-        return {k: _convert(v, kind, own) for k, v in out.items()}
-    return _to_output(out, kind, own)
+        return {k: _convert(v, kind, own, inputs) for k, v in out.items()}
+    return _to_output(out, kind, own, inputs)
 
 
 class SimulationResult:
@@ -182,7 +192,8 @@ def run_kernel(fn, args, kwargs, grid=(1,), target=None, execute=True, precise=N
         context.pop(prev)
         if raised and gc.get_threshold()[0] == GC_YOUNG:     # (unless the kernel set it meanwhile)
             gc.set_threshold(*thr)
-    result = SimulationResult(_convert(out, kind), cores)
+    ins = frozenset(t.buf.id for t in list(wrapped) + list(wkw.values()) if isinstance(t, Tensor))
+    result = SimulationResult(_convert(out, kind, inputs=ins), cores)
     if execute and hooks._OBSERVERS:
         hooks.notify_launch(fn, args, kwargs, params, result.outputs)
     return result

@@ -9,7 +9,11 @@ It does two things and changes nothing else in the harness:
   file ``TRNSIM_NKILIB_DONE`` (the runner's ``--resume``) are left out;
 - recording: for each test, its outcome, whether it is a negative case (a parameter ``is_negative_test_case``),
   and for a failure the innermost exception of the chain (type, message, and the deepest frame in trnsim and in
-  the snapshot's sources), written as JSON lines to ``TRNSIM_NKILIB_RESULTS`` by the controlling process.
+  the snapshot's sources), written as JSON lines to ``TRNSIM_NKILIB_RESULTS`` by the controlling process;
+- a resident-memory cap (``TRNSIM_NKILIB_MAX_RSS`` bytes, the runner's ``--max-memory``): ``rss_cap``;
+- memory: each test's peak resident set size (``peak_rss_bytes``, from setup to the end of its call), measured in
+  the process that ran it by ``peak_rss`` (``peak_rss_how``: ``VmHWM`` for the test's own peak, ``ru_maxrss`` when
+  only the worker's lifetime peak can be read).
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ import pytest
 # before conftest files) installs trnsim's ``nki`` aliases, as ``NKI_SIMULATOR=1`` with the start hook would.
 import nki_cpu_simulator  # noqa: F401,E402
 import nkilib_sampling  # noqa: E402  (this folder, on the child's path)
+import multirank  # noqa: E402  (this folder)
+import peak_rss  # noqa: E402  (this folder)
+import rss_cap  # noqa: E402  (this folder)
 
 
 def _install_missing_harness_modules():
@@ -59,13 +66,38 @@ def pytest_sessionstart(session):
     """The snapshot's ``Orchestrator`` reads ``self._compiled_kernel`` after every inference, but sets it only when
     it compiles, which simulation mode skips: every simulated test would end in an AttributeError after its kernel
     ran.  Give the class the attribute (``None``: no compiled kernel, outputs keep their Python names), unless the
-    snapshot already has it.  This is the one change made to the harness's behaviour."""
+    snapshot already has it.
+
+    The other change: a test with ``collective_ranks > 1`` runs on that many simulated ranks, each with its own
+    inputs, joined by trnsim's collectives, its outputs written per rank where the harness's validator reads them
+    (``multirank.py``); the snapshot's simulation path has no multi-rank branch."""
     try:
+        from test.utils.exceptions import InferenceException
         from test.utils.test_orchestrator import Orchestrator
     except ImportError:
         return
     if not hasattr(Orchestrator, "_compiled_kernel"):
         Orchestrator._compiled_kernel = None
+    multirank.install(Orchestrator, InferenceException)
+    _measure_simulate_calls()
+
+
+def _measure_simulate_calls():
+    """Bracket the harness's simulate call (``simulation_setup.simulate_kernel``, which only calls
+    ``nki.cpu_simulate``) for the memory attribution of ``peak_rss``; the call itself is unchanged."""
+    try:
+        from test.utils import simulation_setup
+    except ImportError:
+        return
+    inner = simulation_setup.simulate_kernel
+    if getattr(inner, "_trnsim_measured", False):
+        return
+
+    def simulate_kernel(*args, **kwargs):
+        with peak_rss.around_simulate():
+            return inner(*args, **kwargs)
+    simulate_kernel._trnsim_measured = True
+    simulation_setup.simulate_kernel = simulate_kernel
 
 _RESULTS = os.environ.get("TRNSIM_NKILIB_RESULTS")
 
@@ -112,11 +144,49 @@ def _root(exc):
     return chain
 
 
+_CAP = None         # the resident-memory cap of this process (rss_cap.Cap), when TRNSIM_NKILIB_MAX_RSS is set
+
+
+def pytest_configure(config):
+    global _CAP
+    cap = int(os.environ.get("TRNSIM_NKILIB_MAX_RSS", "0") or 0)
+    if cap > 0 and _CAP is None:
+        c = rss_cap.Cap(cap, killed_path=(_RESULTS + ".killed") if _RESULTS else None)
+        if c.install():
+            _CAP = c
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Free what earlier tests left and reset the process's peak RSS before the test's fixtures are built (its
+    inputs and goldens count); the resident-memory cap starts watching the test."""
+    peak_rss.release_freed()
+    item._trnsim_memory = peak_rss.CURRENT = peak_rss.TestMemory()
+    if _CAP is not None:
+        _CAP.start_test(item.nodeid)
+
+
+def pytest_runtest_teardown(item):
+    if _CAP is not None:
+        _CAP.end_test()
+        if _CAP.fired:
+            # the test was stopped by the cap and its result is recorded; if what it held is not given back (a
+            # reference kept somewhere in the harness), the next tests would start above the cap: end this
+            # process, and the runner starts pytest again on the tests not yet run
+            peak_rss.release_freed()
+            rss = rss_cap.vmrss_bytes()
+            if rss is not None and rss > _CAP.cap // 2:
+                os.kill(os.getpid(), 9)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
     info = {"negative": _negative(item)}
+    mem = getattr(item, "_trnsim_memory", None)
+    if mem is not None and (call.when == "call" or (call.when == "setup" and rep.failed)):
+        info.update(mem.record())
     if call.excinfo is not None and rep.failed:
         chain = _root(call.excinfo.value)
         root = chain[-1]
