@@ -51,6 +51,8 @@ def device_class(cls):
         DEVICE_TYPES.add(dc)
         from . import patches
         patches.foreach_supported(dc)     # the optimizers' exact-type allow-lists, as for NeuronTensor
+        if "dynamo_wrap_tensor" in patches.APPLIED:
+            patches.dynamo_wrap_tensor(dc)    # dynamo traces it as a tensor, as it does NeuronTensor
     return dc
 
 
