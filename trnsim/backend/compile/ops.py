@@ -13,7 +13,9 @@ Kinds:
 * ``factory`` / ``random`` -- ops creating tensors (``arange``, ``full``, ``rand``...) on the device
 * ``custom``    -- a ``torch.library.custom_op`` operator (an ``nki_op``, an NKI kernel call traced as
   ``trnsim_nki::kernel_call``, or the ``auto_functionalized`` wrapper of a mutating one): not fused; it runs on the
-  device when the graph reaches it, timed by the kernels it runs (``trnsim/backend/nki_bridge.py``)
+  device when the graph reaches it, timed by the kernels it runs (``trnsim/backend/nki_bridge.py``); also an
+  operator of another library's namespace with no lowering (``torch.library.define``: bitsandbytes' ops), which
+  runs as eager runs it (its device kernel, or the CPU fallback charged its transfers)
 
 An op in none of these is not lowerable: compiling a graph with it fails (see ``backend.py``).
 """
@@ -88,7 +90,15 @@ def kind(target):
         return "pointwise"
     if cat is not None:
         return "opaque"
+    if _library_op(target):
+        return "custom"
     return None
+
+
+def _library_op(target):
+    # an operator another library defined with torch.library (bitsandbytes' ``bitsandbytes::gemm_4bit``, ...) and no
+    # lowering of its own: it runs as eager runs it (its device kernel, or the CPU fallback under its own name)
+    return isinstance(target, torch._ops.OpOverload) and target.namespace not in ("aten", "prims")
 
 
 _AUTO_FUNC = ("auto_functionalized", "auto_functionalized_v2")
