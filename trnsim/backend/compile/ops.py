@@ -45,6 +45,9 @@ _SOFTMAX = frozenset(("_softmax", "_log_softmax", "_safe_softmax"))
 _SOFTMAX_BW = frozenset(("_softmax_backward_data", "_log_softmax_backward_data"))
 _HOP_OPAQUE = {"flex_attention": "sdpa", "flex_attention_backward": "backward:sdpa"}   # higher-order ops -> cost
 _VIEW_EXTRA = frozenset(("split_with_sizes", "split", "unbind", "chunk", "alias"))
+# host-side checks of symbolic sizes (data-dependent shapes: ``nonzero``, ``capture_dynamic_output_shape_ops``): no
+# device work, they run as traced
+_HOST_CHECK = frozenset(("_assert_scalar", "sym_constrain_range_for_size", "sym_constrain_range"))
 
 
 def op_name(target):
@@ -77,7 +80,7 @@ def kind(target):
         return "softmax"
     if name in _SOFTMAX_BW:
         return "softmax_bw"
-    if name in _VIEW_EXTRA:
+    if name in _VIEW_EXTRA or name in _HOST_CHECK:
         return "view"
     cat = TABLE.get(name)
     if cat == "view":
