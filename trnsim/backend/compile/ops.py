@@ -33,7 +33,7 @@ ACT = frozenset("""exp exp2 expm1 log log1p log2 tanh sigmoid erf erfc rsqrt sqr
 reciprocal mish elu log_sigmoid_forward atan asin acos sinh cosh erfinv""".split())
 
 _POINTWISE_COPY = frozenset("""clone _to_copy contiguous fill_ zero_ zeros_like ones_like full_like new_zeros new_ones
-new_full masked_fill where fill full zeros ones scalar_tensor lift_fresh_copy tril triu _unsafe_view_copy
+new_full masked_fill where fill full zeros ones scalar_tensor lift_fresh_copy tril triu _unsafe_view_copy copy
 alias_copy""".split())
 _FACTORY = frozenset("""arange full zeros ones empty empty_strided empty_permuted scalar_tensor linspace eye
 full_like zeros_like ones_like empty_like new_empty new_empty_strided new_zeros new_ones new_full""".split())
@@ -125,7 +125,7 @@ def step(name, n_tensor_args):
         return "act"
     if base in ("clone", "contiguous", "alias", "lift_fresh_copy"):
         return None          # no instruction: the value is already in SBUF
-    if base == "_to_copy":
+    if base in ("_to_copy", "copy"):       # copy: functionalised ``dst[...] = src`` (the value of src, in dst's dtype)
         # no instruction inside a fused chain: intermediates stay in SBUF in fp32 (fusion.py) and an engine reads
         # and writes any dtype, so the conversion happens in the neighbouring step's read or write; a kernel that
         # is nothing but the conversion still pays its one copy (library.fused.pointwise with no steps)
