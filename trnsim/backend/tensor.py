@@ -605,6 +605,7 @@ _INFO = {}   # OpOverload -> (name, category, is a transfer op, accumulates in f
 _TABLE_NAMESPACES = frozenset(("aten", "_c10d_functional"))
 _DEVICE_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse1)
 _KERNEL_FOR_DEVICE = set()   # ids of the library ops whose PrivateUse1 kernel the device runs (see _info)
+_DECOMPOSE = set()           # ids of the aten ops run as their CompositeImplicitAutograd decomposition (see _info)
 
 
 def _ew_entry(func):
@@ -667,7 +668,13 @@ def _info(func):
             _KERNEL_FOR_DEVICE.add(id(func))
         r = _INFO[id(func)] = (qual, None, False, False)
         return r
-    r = _INFO[id(func)] = (name, TABLE.get(name), name in TRANSFER, name in ACCUMULATING)
+    cat = TABLE.get(name)
+    if cat is None and torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+        # an aten op that is a composition of others (``aten::to``, ``__and__``): the dispatcher decomposes it before
+        # any backend sees it, except under the Python dispatcher (a torch.library kernel run by dynamo's
+        # ``func_no_dynamo``, as bitsandbytes' are); then it runs as its decomposition, whose ops the device runs
+        _DECOMPOSE.add(id(func))
+    r = _INFO[id(func)] = (name, cat, name in TRANSFER, name in ACCUMULATING)
     return r
 
 
@@ -732,6 +739,10 @@ def _dispatch(func, args, kwargs):
     if cat is None:
         if id(func) in _KERNEL_FOR_DEVICE:      # a library op with a kernel any backend may run (_info)
             return func.redispatch(_DEVICE_KEYS, *args, **kwargs)
+        if id(func) in _DECOMPOSE:
+            out = func.decompose(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
         out = _fallback(func, name, uargs, ukw, ctx, host_out)
         if _written(func):
             _sync_written(func, args, kwargs)
