@@ -329,7 +329,8 @@ def inductor_on_neuron():
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/compile/reference-torch-compile.html): a graph with
     a ``neuron`` tensor among its inputs is compiled by the ``neuron`` backend, with a ``NeuronCompileWarning`` naming
     the inductor options (from ``mode=`` or ``options=``) that do not apply.  Graphs without device tensors keep
-    inductor.  Applied with the other dynamo patches (``compile/patching.py``)."""
+    inductor.  Applied with the other dynamo patches (``compile/patching.py``); tested in
+    tests/backend/test_param_subclass_compile.py."""
     if "inductor_on_neuron" in APPLIED or not hasattr(torch, "_TorchCompileInductorWrapper"):
         return
     from . import tensor
