@@ -24,7 +24,7 @@ import torch
 from torch.nn import Parameter
 
 from . import tensor as _t
-from .tensor import _TB_DATA, DEVICE_TYPES, NeuronTensor, _place, wrap
+from .tensor import _HIDDEN, _TB_DATA, DEVICE_TYPES, NeuronTensor, _place, wrap
 
 _DEVICE_CLASS = {}   # host class (a Parameter subclass) -> its device class
 _HOST_CLASS = {}     # device class -> host class
@@ -37,11 +37,12 @@ def device_class(cls):
     dc = _DEVICE_CLASS.get(cls)
     if dc is None:
         def __getstate__(self):
-            # the payload is the device data (pickled through .data), never a separate attribute
+            # the payload is the device data (pickled through .data), never a separate attribute; object's own
+            # __getstate__ reads the real dictionary, not ``__dict__`` (tensor._Attrs)
             get = getattr(super(dc, self), "__getstate__", None)
             state = get() if get is not None else self.__dict__
-            if isinstance(state, dict) and "_p" in state:
-                state = {k: v for k, v in state.items() if k != "_p"}
+            if isinstance(state, dict) and not _HIDDEN.isdisjoint(state):
+                state = {k: v for k, v in state.items() if k not in _HIDDEN}
             return state
         ns = {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "__getstate__": __getstate__,
               "__doc__": cls.__doc__, "_trnsim_host_class": cls}
@@ -51,6 +52,8 @@ def device_class(cls):
         DEVICE_TYPES.add(dc)
         from . import patches
         patches.foreach_supported(dc)     # the optimizers' exact-type allow-lists, as for NeuronTensor
+        if "dynamo_wrap_tensor" in patches.APPLIED:
+            patches.dynamo_wrap_tensor(dc)    # dynamo traces it as a tensor, as it does NeuronTensor
     return dc
 
 

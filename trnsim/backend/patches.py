@@ -282,18 +282,22 @@ def dynamo_wrap_tensor(tensor_type):
     an unknown tensor subclass is traced as an object (graph breaks, then tracing into ``__torch_dispatch__``).
     Mapping the device tensor type to ``wrap_tensor`` in both tables (``trace_numpy`` True and False) makes dynamo
     treat it as a tensor.  Applied by the compile backend when dynamo is first used (never at import: importing
-    dynamo costs about a second)."""
-    if "dynamo_wrap_tensor" in APPLIED:
-        return
-    if not _version_ok():
+    dynamo costs about a second), for ``tensor_type`` and every device type made so far; the device class of a
+    Parameter subclass made later is added by ``params.device_class`` (so that ``self.weight.data = ...`` in a
+    compiled forward meets dynamo's own handling of ``.data`` on a tensor, not an opaque object)."""
+    first = "dynamo_wrap_tensor" not in APPLIED
+    if first and not _version_ok():
         import warnings
         warnings.warn(f"trnsim's dynamo patch was written for torch {SUPPORTED}; torch {torch.__version__} may "
                       "trace neuron tensors with graph breaks", RuntimeWarning, stacklevel=2)
     from torch._dynamo.variables.builder import VariableBuilder
+    from .tensor import DEVICE_TYPES
     for trace_numpy in (True, False):
         table = VariableBuilder._type_dispatch_impl(trace_numpy)
-        table[tensor_type] = VariableBuilder.wrap_tensor
-    APPLIED.append("dynamo_wrap_tensor")
+        for t in (tensor_type, *DEVICE_TYPES):
+            table[t] = VariableBuilder.wrap_tensor
+    if first:
+        APPLIED.append("dynamo_wrap_tensor")
 
 
 def flex_attention_device():
@@ -314,3 +318,39 @@ def flex_attention_device():
     _validate_device._trnsim_orig = orig
     fa._validate_device = _validate_device
     APPLIED.append("flex_attention_device")
+
+
+def inductor_on_neuron():
+    """7. ``torch._TorchCompileInductorWrapper.__call__`` (torch 2.13; what ``torch.compile(model)`` and
+    ``backend="inductor"`` call with each graph): inductor has no code generator for the ``neuron`` device
+    (``KeyError: 'neuron'`` in its wrapper code generation).  On a Neuron device TorchNeuron's backend is
+    "explicitly set, or auto-selected when running on a Neuron device", and modes other than "default" "log a
+    warning and fall back to default"
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/compile/reference-torch-compile.html): a graph with
+    a ``neuron`` tensor among its inputs is compiled by the ``neuron`` backend, with a ``NeuronCompileWarning`` naming
+    the inductor options (from ``mode=`` or ``options=``) that do not apply.  Graphs without device tensors keep
+    inductor.  Applied with the other dynamo patches (``compile/patching.py``); tested in
+    tests/backend/test_param_subclass_compile.py."""
+    if "inductor_on_neuron" in APPLIED or not hasattr(torch, "_TorchCompileInductorWrapper"):
+        return
+    from . import tensor
+    wrapper = torch._TorchCompileInductorWrapper
+    orig = wrapper.__call__
+
+    def __call__(self, model_, inputs_, **kwargs):
+        dev = tensor.DEVICE.type
+        if any(isinstance(t, torch.Tensor) and t.device.type == dev for t in inputs_):
+            from .compile import neuron
+            from .compile.errors import NeuronCompileWarning
+            if self.config:
+                import warnings
+                warnings.warn(f"torch.compile with inductor on {dev} tensors: the {dev} backend compiles the graph "
+                              f"(as TorchNeuron selects it on a Neuron device); the inductor options "
+                              f"{sorted(self.config)} (from mode= or options=) do not apply",
+                              NeuronCompileWarning, stacklevel=2)
+            return neuron(model_, inputs_)
+        return orig(self, model_, inputs_, **kwargs)
+    __call__._trnsim_orig = orig
+    wrapper.__call__ = __call__
+    APPLIED.append("inductor_on_neuron")
+

@@ -41,11 +41,78 @@ _make = torch.Tensor._make_wrapper_subclass
 _LOW = (torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.float8_e5m2)
 
 
+_REAL_DICT = torch.Tensor.__dict__["__dict__"]      # the instance-dictionary descriptor of tensor objects
+# the wrapper's own attributes, which a tensor on CUDA does not have: its payload, its device index, and torch's
+# flag for a Parameter made of a non-Tensor type (``nn.Parameter(t)`` sets it on a wrapper, never on a CUDA tensor)
+_HIDDEN = frozenset(("_p", "_dev", "_is_param"))
+
+
+class _Attrs(dict):
+    """A neuron tensor's ``__dict__`` as Python code sees it: its attributes without the wrapper's own (``_HIDDEN``),
+    so that ``vars(t)``, ``t.__dict__.copy()``, pickling and deep copies of tensor subclasses (bitsandbytes'
+    ``Params4bit.__getstate__``) see what they see on CUDA.  A snapshot for reading; every write goes through to the
+    real dictionary too."""
+
+    __slots__ = ("_real",)
+
+    def __init__(self, real):
+        super().__init__((k, v) for k, v in real.items() if k not in _HIDDEN)
+        self._real = real
+
+    def __setitem__(self, k, v):
+        self._real[k] = v
+        super().__setitem__(k, v)
+
+    def __delitem__(self, k):
+        del self._real[k]
+        super().__delitem__(k)
+
+    def update(self, *args, **kwargs):
+        for k, v in dict(*args, **kwargs).items():
+            self[k] = v
+
+    def __ior__(self, other):
+        self.update(other)
+        return self
+
+    def setdefault(self, k, default=None):
+        if k not in self:
+            self[k] = default
+        return self[k]
+
+    _MISSING = object()
+
+    def pop(self, k, default=_MISSING):
+        if k in self:
+            self._real.pop(k)
+        return super().pop(k) if default is _Attrs._MISSING else super().pop(k, default)
+
+    def popitem(self):
+        k, v = super().popitem()
+        self._real.pop(k)
+        return k, v
+
+    def clear(self):
+        for k in list(self):
+            self._real.pop(k)
+        super().clear()
+
+
+def _get_dict(self):
+    return _Attrs(_REAL_DICT.__get__(self))
+
+
+def _set_dict(self, value):
+    # torch.utils.swap_tensors exchanges two tensors' dictionaries through ``__dict__``: the real ones move
+    _REAL_DICT.__set__(self, value._real if type(value) is _Attrs else value)
+
+
 class NeuronTensor(torch.Tensor):
     """A tensor on the simulated ``neuron`` device."""
 
     __torch_function__ = torch._C._disabled_torch_function_impl
     _dev = DEVICE         # the device Python sees (the module text)
+    __dict__ = property(_get_dict, _set_dict, doc="The tensor's attributes (without the wrapper's own, _HIDDEN).")
 
     @staticmethod
     def __new__(cls, payload):
@@ -164,7 +231,7 @@ class NeuronTensor(torch.Tensor):
                                "does not support crossing process boundaries.  If you just want to transfer the "
                                "data, call detach() on the tensor before serializing (e.g., putting it on the "
                                "queue).")
-        if self.__dict__.get("_is_param"):
+        if _REAL_DICT.__get__(self).get("_is_param"):
             return (torch._utils._rebuild_parameter, (_plain(self), self.requires_grad, OrderedDict()))
         p = self._p
         if p.is_conj() or p.is_neg():
@@ -191,7 +258,7 @@ class NeuronTensor(torch.Tensor):
                 new.requires_grad_()
             if self.grad is not None:
                 new.grad = copy.deepcopy(self.grad, memo)
-        state = {k: v for k, v in self.__dict__.items() if k != "_p"}
+        state = {k: v for k, v in _REAL_DICT.__get__(self).items() if k != "_p"}
         if state:
             new.__dict__.update(copy.deepcopy(state, memo))
         memo[id(self)] = new
@@ -216,7 +283,7 @@ def _place(t, dev):
     if dev != NeuronTensor._dev:
         t._dev = dev
         MULTI = True
-    elif "_dev" in t.__dict__:
+    elif "_dev" in _REAL_DICT.__get__(t):
         del t._dev
 
 
@@ -538,6 +605,7 @@ _INFO = {}   # OpOverload -> (name, category, is a transfer op, accumulates in f
 _TABLE_NAMESPACES = frozenset(("aten", "_c10d_functional"))
 _DEVICE_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse1)
 _KERNEL_FOR_DEVICE = set()   # ids of the library ops whose PrivateUse1 kernel the device runs (see _info)
+_DECOMPOSE = set()           # ids of the aten ops run as their CompositeImplicitAutograd decomposition (see _info)
 
 
 def _ew_entry(func):
@@ -600,7 +668,13 @@ def _info(func):
             _KERNEL_FOR_DEVICE.add(id(func))
         r = _INFO[id(func)] = (qual, None, False, False)
         return r
-    r = _INFO[id(func)] = (name, TABLE.get(name), name in TRANSFER, name in ACCUMULATING)
+    cat = TABLE.get(name)
+    if cat is None and torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+        # an aten op that is a composition of others (``aten::to``, ``__and__``): the dispatcher decomposes it before
+        # any backend sees it, except under the Python dispatcher (a torch.library kernel run by dynamo's
+        # ``func_no_dynamo``, as bitsandbytes' are); then it runs as its decomposition, whose ops the device runs
+        _DECOMPOSE.add(id(func))
+    r = _INFO[id(func)] = (name, cat, name in TRANSFER, name in ACCUMULATING)
     return r
 
 
@@ -665,6 +739,10 @@ def _dispatch(func, args, kwargs):
     if cat is None:
         if id(func) in _KERNEL_FOR_DEVICE:      # a library op with a kernel any backend may run (_info)
             return func.redispatch(_DEVICE_KEYS, *args, **kwargs)
+        if id(func) in _DECOMPOSE:
+            out = func.decompose(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
         out = _fallback(func, name, uargs, ukw, ctx, host_out)
         if _written(func):
             _sync_written(func, args, kwargs)

@@ -76,8 +76,11 @@ def _aot(gm, example_inputs, options):
         def fn(agm, ins):
             return _lower(agm, ins, kind, fallback, opts_key)
         return fn
+    # input mutations stay in inference graphs (as inductor and aot_eager keep them): AOTAutograd refuses a ``set_``
+    # on a graph input otherwise, which is what dynamo makes of ``param.data = t`` in a compiled forward
     be = aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
-                      inference_compiler=compiler("inference"), decompositions=core_aten_decompositions())
+                      inference_compiler=compiler("inference"), decompositions=core_aten_decompositions(),
+                      keep_inference_input_mutations=True)
     return be(gm, example_inputs)
 
 

@@ -14,7 +14,8 @@ from . import ops as O
 from .errors import NeuronCompileError
 from .fusion import Fusion
 
-PLAN_FORMAT = 2      # 2: custom ops (nki_op, NKI kernel calls) are lowerable (issue 21)
+PLAN_FORMAT = 3      # 2: custom ops (nki_op, NKI kernel calls) are lowerable (issue 21); 3: other libraries' ops,
+#                      aten.copy and host-side size checks too (issue 28)
 
 _TORCH_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 

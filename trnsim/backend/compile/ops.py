@@ -13,7 +13,9 @@ Kinds:
 * ``factory`` / ``random`` -- ops creating tensors (``arange``, ``full``, ``rand``...) on the device
 * ``custom``    -- a ``torch.library.custom_op`` operator (an ``nki_op``, an NKI kernel call traced as
   ``trnsim_nki::kernel_call``, or the ``auto_functionalized`` wrapper of a mutating one): not fused; it runs on the
-  device when the graph reaches it, timed by the kernels it runs (``trnsim/backend/nki_bridge.py``)
+  device when the graph reaches it, timed by the kernels it runs (``trnsim/backend/nki_bridge.py``); also an
+  operator of another library's namespace with no lowering (``torch.library.define``: bitsandbytes' ops), which
+  runs as eager runs it (its device kernel, or the CPU fallback charged its transfers)
 
 An op in none of these is not lowerable: compiling a graph with it fails (see ``backend.py``).
 """
@@ -31,7 +33,7 @@ ACT = frozenset("""exp exp2 expm1 log log1p log2 tanh sigmoid erf erfc rsqrt sqr
 reciprocal mish elu log_sigmoid_forward atan asin acos sinh cosh erfinv""".split())
 
 _POINTWISE_COPY = frozenset("""clone _to_copy contiguous fill_ zero_ zeros_like ones_like full_like new_zeros new_ones
-new_full masked_fill where fill full zeros ones scalar_tensor lift_fresh_copy tril triu _unsafe_view_copy
+new_full masked_fill where fill full zeros ones scalar_tensor lift_fresh_copy tril triu _unsafe_view_copy copy
 alias_copy""".split())
 _FACTORY = frozenset("""arange full zeros ones empty empty_strided empty_permuted scalar_tensor linspace eye
 full_like zeros_like ones_like empty_like new_empty new_empty_strided new_zeros new_ones new_full""".split())
@@ -43,6 +45,9 @@ _SOFTMAX = frozenset(("_softmax", "_log_softmax", "_safe_softmax"))
 _SOFTMAX_BW = frozenset(("_softmax_backward_data", "_log_softmax_backward_data"))
 _HOP_OPAQUE = {"flex_attention": "sdpa", "flex_attention_backward": "backward:sdpa"}   # higher-order ops -> cost
 _VIEW_EXTRA = frozenset(("split_with_sizes", "split", "unbind", "chunk", "alias"))
+# host-side checks of symbolic sizes (data-dependent shapes: ``nonzero``, ``capture_dynamic_output_shape_ops``): no
+# device work, they run as traced
+_HOST_CHECK = frozenset(("_assert_scalar", "sym_constrain_range_for_size", "sym_constrain_range"))
 
 
 def op_name(target):
@@ -75,7 +80,7 @@ def kind(target):
         return "softmax"
     if name in _SOFTMAX_BW:
         return "softmax_bw"
-    if name in _VIEW_EXTRA:
+    if name in _VIEW_EXTRA or name in _HOST_CHECK:
         return "view"
     cat = TABLE.get(name)
     if cat == "view":
@@ -88,7 +93,15 @@ def kind(target):
         return "pointwise"
     if cat is not None:
         return "opaque"
+    if _library_op(target):
+        return "custom"
     return None
+
+
+def _library_op(target):
+    # an operator another library defined with torch.library (bitsandbytes' ``bitsandbytes::gemm_4bit``, ...) and no
+    # lowering of its own: it runs as eager runs it (its device kernel, or the CPU fallback under its own name)
+    return isinstance(target, torch._ops.OpOverload) and target.namespace not in ("aten", "prims")
 
 
 _AUTO_FUNC = ("auto_functionalized", "auto_functionalized_v2")
@@ -112,7 +125,7 @@ def step(name, n_tensor_args):
         return "act"
     if base in ("clone", "contiguous", "alias", "lift_fresh_copy"):
         return None          # no instruction: the value is already in SBUF
-    if base == "_to_copy":
+    if base in ("_to_copy", "copy"):       # copy: functionalised ``dst[...] = src`` (the value of src, in dst's dtype)
         # no instruction inside a fused chain: intermediates stay in SBUF in fp32 (fusion.py) and an engine reads
         # and writes any dtype, so the conversion happens in the neighbouring step's read or write; a kernel that
         # is nothing but the conversion still pays its one copy (library.fused.pointwise with no steps)

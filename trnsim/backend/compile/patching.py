@@ -28,6 +28,7 @@ def ensure_patched():
     from .. import patches
     from ..tensor import NeuronTensor
     patches.dynamo_wrap_tensor(NeuronTensor)
+    patches.inductor_on_neuron()            # inductor graphs of device tensors go to the neuron backend
     from .. import nki_bridge
     nki_bridge.auto_functionalized_on_device(NeuronTensor)      # mutating custom ops in graphs (issue 21)
     from . import flex
