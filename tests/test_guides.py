@@ -5,10 +5,13 @@ Conventions in a guide:
 - a fenced block tagged ``python`` runs with the interpreter, one tagged ``bash`` runs with ``bash -e``;
 - a block right after a line ``<!-- file: NAME -->`` is written to NAME instead (kernels and tests the next
   blocks use);
+- a block right after ``<!-- needs: MODULE -->`` runs only where MODULE is installed (an optional extra, such as
+  ``transformers``);
 - a block right after ``<!-- skip: REASON -->`` is not run (something this machine cannot do); ``text``,
   ``console`` and untagged blocks are output shown to the reader and never run.
 """
 
+import importlib.util
 import os
 import re
 import shutil
@@ -19,7 +22,7 @@ from pathlib import Path
 import pytest
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
-_FENCE = re.compile(r"(?:<!--\s*(file|skip):\s*(.*?)\s*-->\s*\n)?```(\w*)[^\n]*\n(.*?)\n```", re.S)
+_FENCE = re.compile(r"(?:<!--\s*(file|skip|needs):\s*(.*?)\s*-->\s*\n)?```(\w*)[^\n]*\n(.*?)\n```", re.S)
 
 
 def guide_blocks(path):
@@ -49,6 +52,8 @@ def test_guide_code_blocks_run(guide, tmp_path):
             (tmp_path / arg).write_text(code + "\n")
             continue
         if kind == "skip" or lang not in ("python", "bash"):
+            continue
+        if kind == "needs" and importlib.util.find_spec(arg) is None:
             continue
         cmd = [sys.executable, "-c", code] if lang == "python" else ["bash", "-e", "-c", code]
         r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)

@@ -150,7 +150,7 @@ for TM, TN, TK in ((2, 2, 16), (4, 1, 32), (4, 2, 128)):     # the test's three 
     np.testing.assert_allclose(np.asarray(out, np.float64), want, rtol=2e-2)
 print("match")
 """
-CONTRIB_DRIVER = """
+CONTRIB_DRIVER = r"""
 import contextlib, io, re, runpy, sys
 sys.argv = [{path!r}]
 buf = io.StringIO()

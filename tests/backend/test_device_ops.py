@@ -85,7 +85,9 @@ def test_matmul_cost_is_memoised_and_scales():
     assert costs.matmul_cost(TRN2, 512, 512, 512, "bfloat16") == a
     big = costs.matmul_cost(TRN2, 1024, 1024, 1024, "bfloat16")
     assert big[0] > 2 * a[0] and big[1] == 8 * a[1]          # 8x the flops; fixed DMA costs amortise
-    assert costs.matmul_cost(TRN2, 512, 512, 512, "bfloat16", batch=3)[0] == pytest.approx(3 * a[0])
+    b3 = costs.matmul_cost(TRN2, 512, 512, 512, "bfloat16", batch=3)
+    # one launch over the batch (library.matmul_batched): the next product's loads overlap this one's matmuls
+    assert a[0] < b3[0] < 3 * a[0] and b3[1] == 3 * a[1]
 
 
 def test_patches_each_applied():

@@ -1,6 +1,7 @@
 """Models run as their own code (trnsim.cost.anymodel / anyestimate): a factory's nn.Module and transformers
 configs outside the decoder templates, forward and backward on the shape-only device, data parallel only."""
 
+import os
 import textwrap
 from pathlib import Path
 
@@ -247,9 +248,10 @@ def test_devset_published_figures_are_the_csvs():
     """The published figures written in devset.ROWS are those of the aws-neuron-sdk snapshot (when present)."""
     import csv
     from trnsim.cost import devset
-    base = Path("/work/ext/aws-neuron-sdk/about-neuron/benchmarks/trn1")
+    sdk = os.environ.get("AWS_NEURON_SDK_PATH")
+    base = Path(sdk or "/nonexistent") / "about-neuron" / "benchmarks" / "trn1"
     if not base.is_dir():
-        pytest.skip("no aws-neuron-sdk snapshot")
+        pytest.skip("no aws-neuron-sdk snapshot (set AWS_NEURON_SDK_PATH to a checkout of aws-neuron/aws-neuron-sdk)")
     got = []
     for name in ("training_data_encoder.csv", "training_data_vision_transformers.csv"):
         with open(base / name, encoding="utf-8") as f:
