@@ -146,20 +146,10 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
             ready_s = sf[3]
         else:
             # -- dependencies (sched_rules.dep_scan): the latest result or end it waits for -----------
-            found, newb, pr_row, pr_end, npr, nfirst, nd, nnew = dep_scan(
-                idx, e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, b_mem, seen, wpool, woff,
-                wcnt, wmax, rpool, roff, rcnt, rmax, op_i, eng, deps, found, newb, pr_row, pr_end, 0)
-            for k in range(npr):
-                p = pr_row[k]
-                if eng[p] == e:
-                    t = end[p] if pr_end[k] else done[p]
-                else:
-                    t = done[p] + sema
-                if t > ready:
-                    ready = t
-                    rb = p
-                if k + 1 == nfirst:
-                    ready_s = ready
+            found, newb, pr_row, pr_end, npr, nfirst, nd, nnew, ready, rb, ready_s = dep_scan(
+                idx, e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, b_mem, seen,
+                (wpool, woff, wcnt, wmax), (rpool, roff, rcnt, rmax), op_i, eng, deps, found, newb, pr_row, pr_end, 0,
+                True, done, end, sema)
             # -- capacity gate for new on-chip buffers ---------------------------------------------
             for k in range(nnew):
                 b = newb[k]

@@ -15,17 +15,27 @@ from .sched_tracker import _bisect_right_lo, _drop_covered, _reserve, _scan, _se
 __all__ = ["dep_scan", "track", "pe_load", "dge_place", "dma_xfer"]
 
 
-@njit(cache=True)
-def dep_scan(idx, e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, b_mem, seen, wpool, woff,
-             wcnt, wmax, rpool, roff, rcnt, rmax, op_i, eng, deps, found, newb, pr_row, pr_end, npr):
+@njit(cache=True, inline="always")
+def dep_scan(idx, e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, b_mem, seen, wtr, rtr, op_i,
+             eng, deps, found, newb, pr_row, pr_end, npr, now, done, end, sema):
     """Row ``idx``'s dependencies (``deps.AccessTracker``'s rules): appends to ``pr_row``/``pr_end`` from ``npr``
     on the rows it waits for, in the order found (its reads' writers, then its writes' writers and readers), each
     with whether it waits for that row's end (a later write on the same engine) rather than its result; records
     the first 8 other rows in ``deps[idx]``; lists its new on-chip buffers in ``newb``.  Returns ``(found, newb,
-    pr_row, pr_end, npr, entries of the first read operand, deps count, new buffers)``."""
+    pr_row, pr_end, npr, entries of the first read operand, deps count, new buffers, ready, its row, ready after
+    the first read operand)``.  With ``now`` (the program-order loop, where every earlier row is timed) the waits
+    are folded at once into the returned ready time (``done``, or ``end`` for a same-engine row it overwrites, plus
+    ``sema`` across engines) and nothing is appended; else the ready fields are 0.0, -1, 0.0.  ``wtr``/``rtr`` are the
+    write and read trackers as ``(pool, off, cnt, max)`` (a tuple: a call with more than 30 arguments compiles
+    to a star-args call, which numba's inliner refuses)."""
+    wpool, woff, wcnt, wmax = wtr
+    rpool, roff, rcnt, rmax = rtr
     nd = 0
     nnew = 0
     nfirst = 0
+    ready = 0.0
+    rb = -1
+    ready_s = 0.0
     if found.size < 8 + 2 * (r1 - r0 + w1 - w0):
         found = np.empty(64 + 2 * (r1 - r0 + w1 - w0), np.int64)
     if newb.size < r1 - r0 + w1 - w0:
@@ -43,13 +53,20 @@ def dep_scan(idx, e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_
             if found.size < c:
                 found = np.empty(2 * c, np.int64)
             nf = _scan(wpool, woff[b], c, wmax[b], j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, 0)
-            pr_row = _grow1(pr_row, npr + nf)
-            pr_end = _grow1(pr_end, npr + nf)
+            if not now:
+                pr_row = _grow1(pr_row, npr + nf)
+                pr_end = _grow1(pr_end, npr + nf)
             for k in range(nf):
                 p = op_i[found[k]]
-                pr_row[npr] = p
-                pr_end[npr] = False
-                npr += 1
+                if now:
+                    t = done[p] if eng[p] == e else done[p] + sema
+                    if t > ready:
+                        ready = t
+                        rb = p
+                else:
+                    pr_row[npr] = p
+                    pr_end[npr] = False
+                    npr += 1
                 dup = False
                 for m in range(nd):
                     if deps[idx, m] == p:
@@ -60,6 +77,7 @@ def dep_scan(idx, e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_
                     nd += 1
         if j == r0:
             nfirst = npr - n0
+            ready_s = ready
     for j in range(w0, w1):
         b = op_b[j]
         if not seen[b]:
@@ -85,13 +103,20 @@ def dep_scan(idx, e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_
                 nf = _scan(wpool, woff[b], cw, wmax[b], j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, nf)
             if cr:
                 nf = _scan(rpool, roff[b], cr, rmax[b], j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, nf)
-        pr_row = _grow1(pr_row, npr + nf)
-        pr_end = _grow1(pr_end, npr + nf)
+        if not now:
+            pr_row = _grow1(pr_row, npr + nf)
+            pr_end = _grow1(pr_end, npr + nf)
         for k in range(nf):
             p = op_i[found[k]]
-            pr_row[npr] = p
-            pr_end[npr] = eng[p] == e
-            npr += 1
+            if now:
+                t = end[p] if eng[p] == e else done[p] + sema
+                if t > ready:
+                    ready = t
+                    rb = p
+            else:
+                pr_row[npr] = p
+                pr_end[npr] = eng[p] == e
+                npr += 1
             if eng[p] != e:
                 dup = False
                 for m in range(nd):
@@ -101,10 +126,10 @@ def dep_scan(idx, e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_
                 if not dup and nd < 8:
                     deps[idx, nd] = p
                     nd += 1
-    return found, newb, pr_row, pr_end, npr, nfirst, nd, nnew
+    return found, newb, pr_row, pr_end, npr, nfirst, nd, nnew, ready, rb, ready_s
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def track(e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_size, eng, op_i, wpool, wused, woff, wcnt, wcap, wmax,
           rpool, rused, roff, rcnt, rcap, rmax):
     """Row accesses into the trackers (``deps.AccessTracker.add_write`` / ``add_read``): its writes drop the
@@ -167,7 +192,7 @@ def track(e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_size, eng, op_i, wpool,
     return wpool, wused, rpool, rused
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def pe_load(e, st, b, rb, ready_s, pre_i, ck, r0, r1, op_b, op_lo, op_hi, eng_last, pe_has, pe_b, pe_lo, pe_hi,
             pe_prev_start, pe_load_free):
     """A matmul's stationary load on the Tensor Engine (``pre_i`` cycles): it overlaps the previous multiply, is
@@ -197,7 +222,7 @@ def pe_load(e, st, b, rb, ready_s, pre_i, ck, r0, r1, op_b, op_lo, op_hi, eng_la
     return st, b, pe_has, pe_b, pe_lo, pe_hi, st, pe_load_free
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def dge_place(idx, dmode, issue, b, cost, gp, clk_gp, eng_free, eng_last, dbs, dbe, dbo, dbn, dcap, dge_s, dge_e,
               dge_u, fixed):
     """A transfer's descriptor generation from ``issue`` on (``isa/dma_dge.py``): ``swdge`` on the GpSimd Engine in
@@ -240,7 +265,7 @@ def dge_place(idx, dmode, issue, b, cost, gp, clk_gp, eng_free, eng_last, dbs, d
     return issue + fixed, b, dbs, dbe, dbo, dcap
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def dma_xfer(idx, ns_i, fixed, r0, r1, w0, w1, op_b, b_mem, nbytes_i, hbm_bytes_per_ns, hbm):
     """A transfer's time on each DMA engine it uses (its cost less the fixed cost, and no less than its HBM bytes,
     twice for HBM to HBM, at the chip's HBM peak) and its source and destination memories.  Returns ``(engine
