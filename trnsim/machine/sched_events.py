@@ -89,7 +89,14 @@ def schedule_events(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
         w1 = w0 + nw[idx]
         r0 = w1
         r1 = ptr[idx + 1]
-        found, newb, pr_row, pr_end, npr, nfirst, nd, nnew, _, _, _ = dep_scan(
+        nops = r1 - r0 + w1 - w0
+        if found.size < wused + rused:
+            found = np.empty(2 * (wused + rused), np.int64)
+        if newb.size < nops:
+            newb = np.empty(nops, np.int64)
+        pr_row = _grow1(pr_row, npr + nops * (wused + rused))
+        pr_end = _grow1(pr_end, npr + nops * (wused + rused))
+        npr, nfirst, nd, nnew, _, _, _ = dep_scan(
             idx, e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, b_mem, seen,
             (wpool, woff, wcnt, wmax), (rpool, roff, rcnt, rmax), op_i, eng, deps, found, newb, pr_row, pr_end, npr,
             False, done, end, sema)

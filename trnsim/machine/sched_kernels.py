@@ -146,7 +146,12 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
             ready_s = sf[3]
         else:
             # -- dependencies (sched_rules.dep_scan): the latest result or end it waits for -----------
-            found, newb, pr_row, pr_end, npr, nfirst, nd, nnew, ready, rb, ready_s = dep_scan(
+            nops = r1 - r0 + w1 - w0
+            if found.size < wused + rused:
+                found = np.empty(2 * (wused + rused), np.int64)
+            if newb.size < nops:
+                newb = np.empty(nops, np.int64)
+            npr, nfirst, nd, nnew, ready, rb, ready_s = dep_scan(
                 idx, e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, b_mem, seen,
                 (wpool, woff, wcnt, wmax), (rpool, roff, rcnt, rmax), op_i, eng, deps, found, newb, pr_row, pr_end, 0,
                 True, done, end, sema)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .sched_heaps import _grow1
 from .sched_intervals import _dge_slot, _grow, _insert
 from .sched_jit import njit
 from .sched_tracker import _bisect_right_lo, _drop_covered, _reserve, _scan, _seg_insert
@@ -36,10 +35,6 @@ def dep_scan(idx, e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_
     ready = 0.0
     rb = -1
     ready_s = 0.0
-    if found.size < 8 + 2 * (r1 - r0 + w1 - w0):
-        found = np.empty(64 + 2 * (r1 - r0 + w1 - w0), np.int64)
-    if newb.size < r1 - r0 + w1 - w0:
-        newb = np.empty(r1 - r0 + w1 - w0, np.int64)
     n0 = npr
     for j in range(r0, r1):
         b = op_b[j]
@@ -50,12 +45,7 @@ def dep_scan(idx, e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_
                 nnew += 1
         elif wcnt[b] > 0:
             c = wcnt[b]
-            if found.size < c:
-                found = np.empty(2 * c, np.int64)
             nf = _scan(wpool, woff[b], c, wmax[b], j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, 0)
-            if not now:
-                pr_row = _grow1(pr_row, npr + nf)
-                pr_end = _grow1(pr_end, npr + nf)
             for k in range(nf):
                 p = op_i[found[k]]
                 if now:
@@ -90,8 +80,6 @@ def dep_scan(idx, e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_
         cr = rcnt[b]
         if cw == 0 and cr == 0:
             continue
-        if found.size < cw + cr:
-            found = np.empty(2 * (cw + cr), np.int64)
         nf = 0
         if cw + cr <= 8:
             if cw:
@@ -103,9 +91,6 @@ def dep_scan(idx, e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_
                 nf = _scan(wpool, woff[b], cw, wmax[b], j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, nf)
             if cr:
                 nf = _scan(rpool, roff[b], cr, rmax[b], j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, nf)
-        if not now:
-            pr_row = _grow1(pr_row, npr + nf)
-            pr_end = _grow1(pr_end, npr + nf)
         for k in range(nf):
             p = op_i[found[k]]
             if now:
@@ -126,7 +111,7 @@ def dep_scan(idx, e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_
                 if not dup and nd < 8:
                     deps[idx, nd] = p
                     nd += 1
-    return found, newb, pr_row, pr_end, npr, nfirst, nd, nnew, ready, rb, ready_s
+    return npr, nfirst, nd, nnew, ready, rb, ready_s
 
 
 @njit(cache=True, inline="always")
