@@ -46,7 +46,7 @@ import numpy as np
 from .sched_heaps import _grow1, _ipop, _ipush, _tpop, _tpush
 from .sched_jit import njit
 from .sched_kernels import _compute_times, _heap_pop, _heap_push
-from .sched_rules import dep_scan, dge_place, dma_xfer, pe_load, track
+from .sched_rules import dep_scan, dge_place, dma_xfer, pe_load, scan_room, track
 
 __all__ = ["schedule_events"]
 
@@ -90,12 +90,13 @@ def schedule_events(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
         r0 = w1
         r1 = ptr[idx + 1]
         nops = r1 - r0 + w1 - w0
-        if found.size < wused + rused:
-            found = np.empty(2 * (wused + rused), np.int64)
+        mx, tot = scan_room(w0, r1, op_b, wcnt, rcnt)
+        if found.size < mx:
+            found = np.empty(2 * mx, np.int64)
         if newb.size < nops:
             newb = np.empty(nops, np.int64)
-        pr_row = _grow1(pr_row, npr + nops * (wused + rused))
-        pr_end = _grow1(pr_end, npr + nops * (wused + rused))
+        pr_row = _grow1(pr_row, npr + tot)
+        pr_end = _grow1(pr_end, npr + tot)
         npr, nfirst, nd, nnew, _, _, _ = dep_scan(
             idx, e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, b_mem, seen,
             (wpool, woff, wcnt, wmax), (rpool, roff, rcnt, rmax), op_i, eng, deps, found, newb, pr_row, pr_end, npr,

@@ -32,7 +32,7 @@ import numpy as np
 from .sched_jit import njit
 
 from .sched_intervals import _BACKFILL, _append, _fill, _grow  # noqa: F401
-from .sched_rules import dep_scan, dge_place, dma_xfer, pe_load, track
+from .sched_rules import dep_scan, dge_place, dma_xfer, pe_load, scan_room, track
 from .sched_state import new_state  # noqa: F401  (sched_fast takes it from here)
 
 
@@ -147,8 +147,9 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
         else:
             # -- dependencies (sched_rules.dep_scan): the latest result or end it waits for -----------
             nops = r1 - r0 + w1 - w0
-            if found.size < wused + rused:
-                found = np.empty(2 * (wused + rused), np.int64)
+            mx, _ = scan_room(w0, r1, op_b, wcnt, rcnt)
+            if found.size < mx:
+                found = np.empty(2 * mx, np.int64)
             if newb.size < nops:
                 newb = np.empty(nops, np.int64)
             npr, nfirst, nd, nnew, ready, rb, ready_s = dep_scan(

@@ -11,7 +11,23 @@ from .sched_intervals import _dge_slot, _grow, _insert
 from .sched_jit import njit
 from .sched_tracker import _bisect_right_lo, _drop_covered, _reserve, _scan, _seg_insert
 
-__all__ = ["dep_scan", "track", "pe_load", "dge_place", "dma_xfer"]
+__all__ = ["scan_room", "dep_scan", "track", "pe_load", "dge_place", "dma_xfer"]
+
+
+@njit(cache=True, inline="always")
+def scan_room(w0, r1, op_b, wcnt, rcnt):
+    """Room ``dep_scan`` needs for row operands ``w0:r1``: ``(the most tracker entries one operand can find, their
+    sum over the operands)``, a buffer's live writes plus reads.  The caller sizes ``found`` (and ``pr_row``,
+    ``pr_end``) before the call, so the inlined rule hands no array back."""
+    mx = 0
+    tot = 0
+    for j in range(w0, r1):
+        b = op_b[j]
+        c = wcnt[b] + rcnt[b]
+        tot += c
+        if c > mx:
+            mx = c
+    return mx, tot
 
 
 @njit(cache=True, inline="always")
@@ -20,9 +36,10 @@ def dep_scan(idx, e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_
     """Row ``idx``'s dependencies (``deps.AccessTracker``'s rules): appends to ``pr_row``/``pr_end`` from ``npr``
     on the rows it waits for, in the order found (its reads' writers, then its writes' writers and readers), each
     with whether it waits for that row's end (a later write on the same engine) rather than its result; records
-    the first 8 other rows in ``deps[idx]``; lists its new on-chip buffers in ``newb``.  Returns ``(found, newb,
-    pr_row, pr_end, npr, entries of the first read operand, deps count, new buffers, ready, its row, ready after
-    the first read operand)``.  With ``now`` (the program-order loop, where every earlier row is timed) the waits
+    the first 8 other rows in ``deps[idx]``; lists its new on-chip buffers in ``newb``.  The caller sizes the
+    scratch ``found`` and ``newb`` and the lists ``pr_row``/``pr_end`` beforehand (``scan_room``): an inlined call
+    handing arrays back through a tuple costs reference counting on every row.  Returns ``(npr, entries of the
+    first read operand, deps count, new buffers, ready, its row, ready after the first read operand)``.  With ``now`` (the program-order loop, where every earlier row is timed) the waits
     are folded at once into the returned ready time (``done``, or ``end`` for a same-engine row it overwrites, plus
     ``sema`` across engines) and nothing is appended; else the ready fields are 0.0, -1, 0.0.  ``wtr``/``rtr`` are the
     write and read trackers as ``(pool, off, cnt, max)`` (a tuple: a call with more than 30 arguments compiles
