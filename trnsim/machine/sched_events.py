@@ -44,6 +44,7 @@ from __future__ import annotations
 import numpy as np
 
 from .sched_heaps import _grow1, _ipop, _ipush, _tpop, _tpush
+from .sched_intervals import _grow
 from .sched_jit import njit
 from .sched_kernels import _compute_times, _heap_pop, _heap_push
 from .sched_rules import dep_scan, dge_place, dma_xfer, pe_load, scan_room, track
@@ -421,9 +422,11 @@ def schedule_events(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
                 else:
                     issue = gate
                     b = gb
-                ds, b, dbs, dbe, dbo, dcap = dge_place(idx, dge_m[idx], issue, b, dge_c[idx], gp, clk[gp],
-                                                       eng_free, eng_last, dbs, dbe, dbo, dbn, dcap, dge_s, dge_e,
-                                                       dge_u, fixed)
+                if dge_m[idx] == 2 and dbn.max() + 2 > dcap:
+                    dcap *= 2
+                    dbs, dbe, dbo = _grow(dbs, dbe, dbo, dcap)
+                ds, b = dge_place(idx, dge_m[idx], issue, b, dge_c[idx], gp, clk[gp], eng_free, eng_last, dbs, dbe,
+                                  dbo, dbn, dge_s, dge_e, dge_u, fixed)
                 xfer, sk, dk = dma_xfer(idx, ns[idx], fixed, r0, r1, w0, w1, op_b, b_mem, nbytes[idx],
                                         hbm_bytes_per_ns, hbm)
                 if ds < T - 1e-6 * (1.0 + T):    # (cannot happen: nothing unplaced is earlier than T)

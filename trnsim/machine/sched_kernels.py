@@ -191,8 +191,11 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
             q0 = (part0[idx] // ppe) % nq
             dmode = dge_m[idx]
             qk = dge_q[idx]
-            ds, b, dbs, dbe, dbo, dcap = dge_place(idx, dmode, issue, b, dge_c[idx], gp, clk[gp], eng_free,
-                                                   eng_last, dbs, dbe, dbo, dbn, dcap, dge_s, dge_e, dge_u, fixed)
+            if dmode == 2 and dbn.max() + 2 > dcap:
+                dcap *= 2
+                dbs, dbe, dbo = _grow(dbs, dbe, dbo, dcap)
+            ds, b = dge_place(idx, dmode, issue, b, dge_c[idx], gp, clk[gp], eng_free, eng_last, dbs, dbe, dbo, dbn,
+                              dge_s, dge_e, dge_u, fixed)
             xfer, sk, dk = dma_xfer(idx, ns[idx], fixed, r0, r1, w0, w1, op_b, b_mem, nbytes[idx],
                                     hbm_bytes_per_ns, hbm)
             if bcap - 2 * _BACKFILL - 8 < bn.max():

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .sched_intervals import _dge_slot, _grow, _insert
+from .sched_intervals import _dge_slot, _insert
 from .sched_jit import njit
 from .sched_tracker import _bisect_right_lo, _drop_covered, _reserve, _scan, _seg_insert
 
@@ -225,12 +225,12 @@ def pe_load(e, st, b, rb, ready_s, pre_i, ck, r0, r1, op_b, op_lo, op_hi, eng_la
 
 
 @njit(cache=True, inline="always")
-def dge_place(idx, dmode, issue, b, cost, gp, clk_gp, eng_free, eng_last, dbs, dbe, dbo, dbn, dcap, dge_s, dge_e,
+def dge_place(idx, dmode, issue, b, cost, gp, clk_gp, eng_free, eng_last, dbs, dbe, dbo, dbn, dge_s, dge_e,
               dge_u, fixed):
     """A transfer's descriptor generation from ``issue`` on (``isa/dma_dge.py``): ``swdge`` on the GpSimd Engine in
     its program order (``cost`` cycles), ``hwdge`` on the hardware DGE block free first (``cost`` ns, a span in
-    its gaps), ``none`` nothing.  Returns ``(its arrival at the DMA engines after the fixed cost, bound row, dbs,
-    dbe, dbo, dcap)``."""
+    its gaps; the caller grows ``dbs, dbe, dbo`` beforehand), ``none`` nothing.  Returns ``(its arrival at the DMA
+    engines after the fixed cost, bound row)``."""
     if dmode == 1:
         gs = eng_free[gp]
         if gs > issue:
@@ -241,11 +241,8 @@ def dge_place(idx, dmode, issue, b, cost, gp, clk_gp, eng_free, eng_last, dbs, d
         eng_free[gp] = ge
         dge_s[idx] = gs
         dge_e[idx] = ge
-        return ge + fixed, b, dbs, dbe, dbo, dcap
+        return ge + fixed, b
     if dmode == 2:
-        if dbn.max() + 2 > dcap:
-            dcap *= 2
-            dbs, dbe, dbo = _grow(dbs, dbe, dbo, dcap)
         g0, gw0 = _dge_slot(dbs, dbe, dbo, dbn, 0, issue, cost)
         g1, gw1 = _dge_slot(dbs, dbe, dbo, dbn, 1, issue, cost)
         if g0 <= g1:
@@ -263,8 +260,8 @@ def dge_place(idx, dmode, issue, b, cost, gp, clk_gp, eng_free, eng_last, dbs, d
         dge_s[idx] = gs
         dge_e[idx] = ge
         dge_u[idx] = u
-        return ge + fixed, b, dbs, dbe, dbo, dcap
-    return issue + fixed, b, dbs, dbe, dbo, dcap
+        return ge + fixed, b
+    return issue + fixed, b
 
 
 @njit(cache=True, inline="always")
