@@ -44,10 +44,10 @@ from __future__ import annotations
 import numpy as np
 
 from .sched_heaps import _grow1, _ipop, _ipush, _tpop, _tpush
-from .sched_intervals import _dge_slot, _grow, _insert
+from .sched_intervals import _grow
 from .sched_jit import njit
-from .sched_kernels import (_bisect_right_lo, _compute_times, _drop_covered, _heap_pop, _heap_push, _reserve,
-                            _scan, _seg_insert)
+from .sched_kernels import _compute_times, _heap_pop, _heap_push
+from .sched_rules import dep_scan, dge_place, dma_xfer, pe_load, scan_room, track
 
 __all__ = ["schedule_events"]
 
@@ -90,139 +90,30 @@ def schedule_events(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
         w1 = w0 + nw[idx]
         r0 = w1
         r1 = ptr[idx + 1]
-        if found.size < 8 + 2 * (r1 - r0 + w1 - w0):
-            found = np.empty(64 + 2 * (r1 - r0 + w1 - w0), np.int64)
-        nd = 0
-        for j in range(r0, r1):
-            b = op_b[j]
-            if not seen[b]:
-                seen[b] = True
-                if b_mem[b] != 0:
-                    nb_list[nnb] = b
-                    nnb += 1
-            elif wcnt[b] > 0:
-                c = wcnt[b]
-                if found.size < c:
-                    found = np.empty(2 * c, np.int64)
-                nf = _scan(wpool, woff[b], c, wmax[b], j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, 0)
-                pr_row = _grow1(pr_row, npr + nf)
-                pr_end = _grow1(pr_end, npr + nf)
-                for k in range(nf):
-                    p = op_i[found[k]]
-                    pr_row[npr] = p
-                    pr_end[npr] = False
-                    npr += 1
-                    dup = False
-                    for m in range(nd):
-                        if deps[idx, m] == p:
-                            dup = True
-                            break
-                    if not dup and nd < 8:
-                        deps[idx, nd] = p
-                        nd += 1
-            if j == r0:
-                pr_first[idx] = npr - pr_ptr[idx]
-        for j in range(w0, w1):
-            b = op_b[j]
-            if not seen[b]:
-                seen[b] = True
-                if b_mem[b] != 0:
-                    nb_list[nnb] = b
-                    nnb += 1
-                continue
-            cw = wcnt[b]
-            cr = rcnt[b]
-            if cw == 0 and cr == 0:
-                continue
-            if found.size < cw + cr:
-                found = np.empty(2 * (cw + cr), np.int64)
-            nf = 0
-            if cw + cr <= 8:
-                if cw:
-                    nf = _scan(wpool, woff[b], cw, 1 << 62, j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, nf)
-                if cr:
-                    nf = _scan(rpool, roff[b], cr, 1 << 62, j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, nf)
-            else:
-                if cw:
-                    nf = _scan(wpool, woff[b], cw, wmax[b], j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, nf)
-                if cr:
-                    nf = _scan(rpool, roff[b], cr, rmax[b], j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, nf)
-            pr_row = _grow1(pr_row, npr + nf)
-            pr_end = _grow1(pr_end, npr + nf)
-            for k in range(nf):
-                p = op_i[found[k]]
-                pr_row[npr] = p
-                pr_end[npr] = eng[p] == e
-                npr += 1
-                if eng[p] != e:
-                    dup = False
-                    for m in range(nd):
-                        if deps[idx, m] == p:
-                            dup = True
-                            break
-                    if not dup and nd < 8:
-                        deps[idx, nd] = p
-                        nd += 1
+        nops = r1 - r0 + w1 - w0
+        mx, tot = scan_room(w0, r1, op_b, wcnt, rcnt)
+        if found.size < mx:
+            found = np.empty(2 * mx, np.int64)
+        if newb.size < nops:
+            newb = np.empty(nops, np.int64)
+        pr_row = _grow1(pr_row, npr + tot)
+        pr_end = _grow1(pr_end, npr + tot)
+        npr, nfirst, nd, nnew, _, _, _ = dep_scan(
+            idx, e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, b_mem, seen,
+            (wpool, woff, wcnt, wmax), (rpool, roff, rcnt, rmax), op_i, eng, deps, found, newb, pr_row, pr_end, npr,
+            False, done, end, sema)
+        pr_first[idx] = nfirst
         ndeps[idx] = nd
         pr_ptr[idx + 1] = npr
+        for k in range(nnew):
+            nb_list[nnb + k] = newb[k]
+        nnb += nnew
         nb_ptr[idx + 1] = nnb
-        # the access trackers (sched_kernels.schedule_arrays' add_write / add_read)
-        for pas in range(2):
-            jlo = w0 if pas == 0 else r0
-            jhi = w1 if pas == 0 else r1
-            for j in range(jlo, jhi):
-                bb = op_b[j]
-                lo = op_lo[j]
-                hi = op_hi[j]
-                if b_mem[bb] != 0:
-                    bacc[bb] += 1
-                if pas == 0:
-                    if wcnt[bb] == 0 and rcnt[bb] == 0:
-                        wpool, wused = _reserve(wpool, wused, woff, wcnt, wcap, bb)
-                        wpool[woff[bb] + wcnt[bb]] = j
-                        wcnt[bb] += 1
-                        if hi - lo > wmax[bb]:
-                            wmax[bb] = hi - lo
-                    else:
-                        dense = hi - lo == v_size[op_v[j]]
-                        _drop_covered(wpool, woff, wcnt, bb, j, dense, op_lo, op_hi, op_v)
-                        _drop_covered(rpool, roff, rcnt, bb, j, dense, op_lo, op_hi, op_v)
-                        wpool, wused = _reserve(wpool, wused, woff, wcnt, wcap, bb)
-                        c = wcnt[bb]
-                        o = woff[bb]
-                        if c == 0 or lo >= op_lo[wpool[o + c - 1]]:
-                            wpool[o + c] = j
-                        else:
-                            k = _bisect_right_lo(wpool, o, c, op_lo, lo)
-                            _seg_insert(wpool, o, c, k, j)
-                        wcnt[bb] = c + 1
-                        if hi - lo > wmax[bb]:
-                            wmax[bb] = hi - lo
-                else:
-                    c = rcnt[bb]
-                    o = roff[bb]
-                    if c:
-                        last = rpool[o + c - 1]
-                        if (eng[op_i[last]] == e and op_lo[last] == lo and op_hi[last] == hi
-                                and op_v[last] == op_v[j]):
-                            rpool[o + c - 1] = j
-                        else:
-                            rpool, rused = _reserve(rpool, rused, roff, rcnt, rcap, bb)
-                            o = roff[bb]
-                            if lo >= op_lo[rpool[o + c - 1]]:
-                                rpool[o + c] = j
-                            else:
-                                k = _bisect_right_lo(rpool, o, c, op_lo, lo)
-                                _seg_insert(rpool, o, c, k, j)
-                            rcnt[bb] = c + 1
-                            if hi - lo > rmax[bb]:
-                                rmax[bb] = hi - lo
-                    else:
-                        rpool, rused = _reserve(rpool, rused, roff, rcnt, rcap, bb)
-                        rpool[roff[bb]] = j
-                        rcnt[bb] = 1
-                        if hi - lo > rmax[bb]:
-                            rmax[bb] = hi - lo
+        for j in range(w0, r1):
+            if b_mem[op_b[j]] != 0:
+                bacc[op_b[j]] += 1
+        wpool, wused, rpool, rused = track(e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_size, eng, op_i, wpool,
+                                           wused, woff, wcnt, wcap, wmax, rpool, rused, roff, rcnt, rcap, rmax)
 
     # -- 2. the order constraints and the DMA engines' classes --------------------------------------------
     nlane = dma_code + 1
@@ -531,54 +422,13 @@ def schedule_events(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
                 else:
                     issue = gate
                     b = gb
-                dmode = dge_m[idx]
-                if dmode == 1:
-                    gs = eng_free[gp]
-                    if gs > issue:
-                        b = eng_last[gp]
-                    else:
-                        gs = issue
-                    ge = gs + dge_c[idx] / clk[gp]
-                    eng_free[gp] = ge
-                    dge_s[idx] = gs
-                    dge_e[idx] = ge
-                    ds = ge + fixed
-                elif dmode == 2:
-                    if dbn.max() + 2 > dcap:
-                        dcap *= 2
-                        dbs, dbe, dbo = _grow(dbs, dbe, dbo, dcap)
-                    g0, gw0 = _dge_slot(dbs, dbe, dbo, dbn, 0, issue, dge_c[idx])
-                    g1, gw1 = _dge_slot(dbs, dbe, dbo, dbn, 1, issue, dge_c[idx])
-                    if g0 <= g1:
-                        u = 0
-                        gs = g0
-                        wb = gw0
-                    else:
-                        u = 1
-                        gs = g1
-                        wb = gw1
-                    if gs > issue:
-                        b = wb
-                    ge = gs + dge_c[idx]
-                    _insert(dbs, dbe, dbo, dbn, u, gs, ge, idx)
-                    dge_s[idx] = gs
-                    dge_e[idx] = ge
-                    dge_u[idx] = u
-                    ds = ge + fixed
-                else:
-                    ds = issue + fixed
-                xfer = ns[idx] - fixed
-                if xfer < 0.0:
-                    xfer = 0.0
-                sk = b_mem[op_b[r0]] if r1 > r0 else -1
-                dk = b_mem[op_b[w0]] if w1 > w0 else -1
-                nh = (1 if sk == 0 else 0) + (1 if dk == 0 else 0)
-                if nh:
-                    hb = nbytes[idx] * nh
-                    hx = hb / hbm_bytes_per_ns
-                    if hx > xfer:
-                        xfer = hx
-                    hbm[idx] = hb
+                if dge_m[idx] == 2 and dbn.max() + 2 > dcap:
+                    dcap *= 2
+                    dbs, dbe, dbo = _grow(dbs, dbe, dbo, dcap)
+                ds, b = dge_place(idx, dge_m[idx], issue, b, dge_c[idx], gp, clk[gp], eng_free, eng_last, dbs, dbe,
+                                  dbo, dbn, dge_s, dge_e, dge_u, fixed)
+                xfer, sk, dk = dma_xfer(idx, ns[idx], fixed, r0, r1, w0, w1, op_b, b_mem, nbytes[idx],
+                                        hbm_bytes_per_ns, hbm)
                 if ds < T - 1e-6 * (1.0 + T):    # (cannot happen: nothing unplaced is earlier than T)
                     raise ValueError("trnsim: the event-driven scheduler placed a transfer before its time")
                 start[idx] = issue
@@ -608,30 +458,9 @@ def schedule_events(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
                     b = gb
                 cyc = cycles[idx]
                 if pre[idx] != 0.0 and e == 0:
-                    if r1 > r0:
-                        kb = op_b[r0]
-                        klo = op_lo[r0]
-                        khi = op_hi[r0]
-                        same = pe_has and kb == pe_b and klo == pe_lo and khi == pe_hi
-                    else:
-                        same = False
-                    if not same:
-                        ls = ready_s if ready_s > pe_prev_start else pe_prev_start
-                        if pe_load_free > ls:
-                            ls = pe_load_free
-                        le = ls + pre[idx] / ck
-                        pe_load_free = le
-                        if le > st:
-                            st = le
-                            b = rb if rb >= 0 else eng_last[e]
-                    if r1 > r0:
-                        pe_has = True
-                        pe_b = op_b[r0]
-                        pe_lo = op_lo[r0]
-                        pe_hi = op_hi[r0]
-                    else:
-                        pe_has = False
-                    pe_prev_start = st
+                    st, b, pe_has, pe_b, pe_lo, pe_hi, pe_prev_start, pe_load_free = pe_load(
+                        e, st, b, rb, ready_s, pre[idx], ck, r0, r1, op_b, op_lo, op_hi, eng_last, pe_has, pe_b,
+                        pe_lo, pe_hi, pe_prev_start, pe_load_free)
                 nacc = 0
                 for j in range(w0, r1):
                     if b_mem[op_b[j]] != 0:

@@ -31,139 +31,9 @@ import numpy as np
 
 from .sched_jit import njit
 
-from .sched_intervals import _BACKFILL, _append, _dge_slot, _fill, _grow, _insert  # noqa: F401
+from .sched_intervals import _BACKFILL, _append, _fill, _grow  # noqa: F401
+from .sched_rules import dep_scan, dge_place, dma_xfer, pe_load, scan_room, track
 from .sched_state import new_state  # noqa: F401  (sched_fast takes it from here)
-
-
-@njit(cache=True, inline="always")
-def _overlap(a, b, op_v, v_pitch, v_c0, v_c1):
-    va = op_v[a]
-    vb = op_v[b]
-    if va == vb:
-        return True
-    pa = v_pitch[va]
-    if pa < 0:
-        return True
-    pb = v_pitch[vb]
-    if pb < 0 or pa != pb:
-        return True
-    return v_c0[va] < v_c1[vb] and v_c0[vb] < v_c1[va]
-
-
-@njit(cache=True)
-def _reserve(pool, used, off, cnt, cap, b):
-    """Room for one more entry in buffer ``b``'s segment (moved to the pool's end at twice the size)."""
-    if cnt[b] < cap[b]:
-        return pool, used
-    ncap = cap[b] * 2
-    if ncap < 4:
-        ncap = 4
-    if used + ncap > pool.size:
-        sz = pool.size * 2
-        if sz < used + ncap:
-            sz = used + ncap
-        newp = np.empty(sz, np.int64)
-        newp[:used] = pool[:used]
-        pool = newp
-    o = off[b]
-    for k in range(cnt[b]):
-        pool[used + k] = pool[o + k]
-    off[b] = used
-    cap[b] = ncap
-    used += ncap
-    return pool, used
-
-
-@njit(cache=True)
-def _bisect_right_lo(pool, o, c, op_lo, x):
-    lo = 0
-    hi = c
-    while lo < hi:
-        m = (lo + hi) // 2
-        if x < op_lo[pool[o + m]]:
-            hi = m
-        else:
-            lo = m + 1
-    return lo
-
-
-@njit(cache=True)
-def _bisect_left_lo(pool, o, c, op_lo, x):
-    lo = 0
-    hi = c
-    while lo < hi:
-        m = (lo + hi) // 2
-        if op_lo[pool[o + m]] < x:
-            lo = m + 1
-        else:
-            hi = m
-    return lo
-
-
-@njit(cache=True)
-def _scan(pool, o, c, mx, op, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, out, nout):
-    """Append to ``out`` the entries of a segment overlapping operand ``op`` (deps.AccessTracker._scan)."""
-    lo = op_lo[op]
-    hi = op_hi[op]
-    if c <= 8:
-        i0 = 0
-        i1 = c
-    else:
-        i0 = _bisect_right_lo(pool, o, c, op_lo, lo - mx)
-        i1 = _bisect_left_lo(pool, o, c, op_lo, hi)
-    for k in range(i0, i1):
-        e = pool[o + k]
-        if op_lo[e] < hi and op_hi[e] > lo and ((op_lo[e] == lo and op_hi[e] == hi) or
-                                                _overlap(e, op, op_v, v_pitch, v_c0, v_c1)):
-            out[nout] = e
-            nout += 1
-    return nout
-
-
-@njit(cache=True)
-def _seg_insert(pool, o, c, k, val):
-    for j in range(c, k, -1):
-        pool[o + j] = pool[o + j - 1]
-    pool[o + k] = val
-
-
-@njit(cache=True)
-def _drop_covered(pool, off, cnt, b, op, dense, op_lo, op_hi, op_v):
-    """The entries of one segment that write ``op`` covers go (deps.AccessTracker.add_write)."""
-    c = cnt[b]
-    if c == 0:
-        return
-    o = off[b]
-    lo = op_lo[op]
-    hi = op_hi[op]
-    v = op_v[op]
-    if c == 1:
-        e = pool[o]
-        if (dense and op_lo[e] >= lo and op_hi[e] <= hi) or (op_lo[e] == lo and op_hi[e] == hi and op_v[e] == v):
-            cnt[b] = 0
-        return
-    i0 = _bisect_left_lo(pool, o, c, op_lo, lo)
-    if dense:
-        i1 = _bisect_left_lo(pool, o, c, op_lo, hi)
-    else:
-        i1 = _bisect_right_lo(pool, o, c, op_lo, lo)
-    if i0 == 0 and i1 == c and dense:
-        allin = True
-        for k in range(c):
-            if op_hi[pool[o + k]] > hi:
-                allin = False
-                break
-        if allin:
-            cnt[b] = 0
-            return
-    w = i0
-    for k in range(i0, c):
-        e = pool[o + k]
-        if k < i1 and ((dense and op_hi[e] <= hi) or (op_v[e] == v and op_hi[e] == hi)):
-            continue
-        pool[o + w] = e
-        w += 1
-    cnt[b] = w
 
 
 @njit(cache=True)
@@ -253,6 +123,8 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
     pe_load_free = sf[1]
     stop_row = -1
     stop_t = 0.0
+    pr_row = np.empty(64, np.int64)          # scratch: the rows an instruction waits for (sched_rules.dep_scan)
+    pr_end = np.empty(64, np.bool_)
 
     for idx in range(row0, n):
         e = eng[idx]
@@ -267,91 +139,23 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
         w1 = w0 + nw[idx]
         r0 = w1
         r1 = ptr[idx + 1]
-        if found.size < 8 + 2 * (r1 - r0 + w1 - w0):
-            found = np.empty(64 + 2 * (r1 - r0 + w1 - w0), np.int64)
-        if newb.size < r1 - r0 + w1 - w0:
-            newb = np.empty(r1 - r0 + w1 - w0, np.int64)
         resumed = resume and idx == row0
         if resumed:                            # back at the barrier it stopped at: its waits are done
             nd = si[12]
             rb = si[13]
             ready_s = sf[3]
         else:
-            # -- dependencies ----------------------------------------------------------------------
-            for j in range(r0, r1):
-                b = op_b[j]
-                if not seen[b]:
-                    seen[b] = True
-                    if b_mem[b] != 0:
-                        newb[nnew] = b
-                        nnew += 1
-                elif wcnt[b] > 0:
-                    c = wcnt[b]
-                    if found.size < c:
-                        found = np.empty(2 * c, np.int64)
-                    nf = _scan(wpool, woff[b], c, wmax[b], j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, 0)
-                    for k in range(nf):
-                        p = op_i[found[k]]
-                        if eng[p] == e:
-                            t = done[p]
-                        else:
-                            t = done[p] + sema
-                        if t > ready:
-                            ready = t
-                            rb = p
-                        dup = False
-                        for m in range(nd):
-                            if deps[idx, m] == p:
-                                dup = True
-                                break
-                        if not dup and nd < 8:
-                            deps[idx, nd] = p
-                            nd += 1
-                if j == r0:
-                    ready_s = ready
-            for j in range(w0, w1):
-                b = op_b[j]
-                if not seen[b]:
-                    seen[b] = True
-                    if b_mem[b] != 0:
-                        newb[nnew] = b
-                        nnew += 1
-                    continue
-                cw = wcnt[b]
-                cr = rcnt[b]
-                if cw == 0 and cr == 0:
-                    continue
-                if found.size < cw + cr:
-                    found = np.empty(2 * (cw + cr), np.int64)
-                if cw + cr <= 8:
-                    nf = 0
-                    if cw:
-                        nf = _scan(wpool, woff[b], cw, 1 << 62, j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, nf)
-                    if cr:
-                        nf = _scan(rpool, roff[b], cr, 1 << 62, j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, nf)
-                else:
-                    nf = 0
-                    if cw:
-                        nf = _scan(wpool, woff[b], cw, wmax[b], j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, nf)
-                    if cr:
-                        nf = _scan(rpool, roff[b], cr, rmax[b], j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, nf)
-                for k in range(nf):
-                    p = op_i[found[k]]
-                    if eng[p] == e:
-                        t = end[p]
-                    else:
-                        t = done[p] + sema
-                        dup = False
-                        for m in range(nd):
-                            if deps[idx, m] == p:
-                                dup = True
-                                break
-                        if not dup and nd < 8:
-                            deps[idx, nd] = p
-                            nd += 1
-                    if t > ready:
-                        ready = t
-                        rb = p
+            # -- dependencies (sched_rules.dep_scan): the latest result or end it waits for -----------
+            nops = r1 - r0 + w1 - w0
+            mx, _ = scan_room(w0, r1, op_b, wcnt, rcnt)
+            if found.size < mx:
+                found = np.empty(2 * mx, np.int64)
+            if newb.size < nops:
+                newb = np.empty(nops, np.int64)
+            npr, nfirst, nd, nnew, ready, rb, ready_s = dep_scan(
+                idx, e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, b_mem, seen,
+                (wpool, woff, wcnt, wmax), (rpool, roff, rcnt, rmax), op_i, eng, deps, found, newb, pr_row, pr_end, 0,
+                True, done, end, sema)
             # -- capacity gate for new on-chip buffers ---------------------------------------------
             for k in range(nnew):
                 b = newb[k]
@@ -387,53 +191,13 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
             q0 = (part0[idx] // ppe) % nq
             dmode = dge_m[idx]
             qk = dge_q[idx]
-            if dmode == 1:
-                gs = eng_free[gp]
-                if gs > issue:
-                    b = eng_last[gp]
-                else:
-                    gs = issue
-                ge = gs + dge_c[idx] / clk[gp]
-                eng_free[gp] = ge
-                dge_s[idx] = gs
-                dge_e[idx] = ge
-                ds = ge + fixed
-            elif dmode == 2:
-                if dbn.max() + 2 > dcap:
-                    dcap *= 2
-                    dbs, dbe, dbo = _grow(dbs, dbe, dbo, dcap)
-                g0, gw0 = _dge_slot(dbs, dbe, dbo, dbn, 0, issue, dge_c[idx])
-                g1, gw1 = _dge_slot(dbs, dbe, dbo, dbn, 1, issue, dge_c[idx])
-                if g0 <= g1:
-                    u = 0
-                    gs = g0
-                    wb = gw0
-                else:
-                    u = 1
-                    gs = g1
-                    wb = gw1
-                if gs > issue:
-                    b = wb
-                ge = gs + dge_c[idx]
-                _insert(dbs, dbe, dbo, dbn, u, gs, ge, idx)
-                dge_s[idx] = gs
-                dge_e[idx] = ge
-                dge_u[idx] = u
-                ds = ge + fixed
-            else:
-                ds = issue + fixed
-            xfer = ns[idx] - fixed
-            if xfer < 0.0:
-                xfer = 0.0
-            sk = b_mem[op_b[r0]] if r1 > r0 else -1
-            dk = b_mem[op_b[w0]] if w1 > w0 else -1
-            nh = (1 if sk == 0 else 0) + (1 if dk == 0 else 0)
-            if nh:
-                hb = nbytes[idx] * nh
-                hx = hb / hbm_bytes_per_ns
-                if hx > xfer:
-                    xfer = hx
-                hbm[idx] = hb
+            if dmode == 2 and dbn.max() + 2 > dcap:
+                dcap *= 2
+                dbs, dbe, dbo = _grow(dbs, dbe, dbo, dcap)
+            ds, b = dge_place(idx, dmode, issue, b, dge_c[idx], gp, clk[gp], eng_free, eng_last, dbs, dbe, dbo, dbn,
+                              dge_s, dge_e, dge_u, fixed)
+            xfer, sk, dk = dma_xfer(idx, ns[idx], fixed, r0, r1, w0, w1, op_b, b_mem, nbytes[idx],
+                                    hbm_bytes_per_ns, hbm)
             if bcap - 2 * _BACKFILL - 8 < bn.max():
                 bcap *= 2
                 bs, be, bo = _grow(bs, be, bo, bcap)
@@ -535,30 +299,9 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
                         b = -1
             cyc = cycles[idx]
             if pre[idx] != 0.0 and e == 0:
-                if r1 > r0:
-                    kb = op_b[r0]
-                    klo = op_lo[r0]
-                    khi = op_hi[r0]
-                    same = pe_has and kb == pe_b and klo == pe_lo and khi == pe_hi
-                else:
-                    same = False
-                if not same:
-                    ls = ready_s if ready_s > pe_prev_start else pe_prev_start
-                    if pe_load_free > ls:
-                        ls = pe_load_free
-                    le = ls + pre[idx] / ck
-                    pe_load_free = le
-                    if le > st:
-                        st = le
-                        b = rb if rb >= 0 else eng_last[e]
-                if r1 > r0:
-                    pe_has = True
-                    pe_b = op_b[r0]
-                    pe_lo = op_lo[r0]
-                    pe_hi = op_hi[r0]
-                else:
-                    pe_has = False
-                pe_prev_start = st
+                st, b, pe_has, pe_b, pe_lo, pe_hi, pe_prev_start, pe_load_free = pe_load(
+                    e, st, b, rb, ready_s, pre[idx], ck, r0, r1, op_b, op_lo, op_hi, eng_last, pe_has, pe_b, pe_lo,
+                    pe_hi, pe_prev_start, pe_load_free)
             nacc = 0                               # SBUF/PSUM access requests: one per on-chip operand
             for j in range(w0, r1):
                 if b_mem[op_b[j]] != 0:
@@ -573,80 +316,30 @@ def schedule_arrays(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
             eng_last[e] = idx
         bind[idx] = b
         ndeps[idx] = nd
-        # -- record the accesses ----------------------------------------------------------------
-        for pas in range(2):
-            jlo = w0 if pas == 0 else r0
-            jhi = w1 if pas == 0 else r1
-            for j in range(jlo, jhi):
-                bb = op_b[j]
-                lo = op_lo[j]
-                hi = op_hi[j]
-                if pas == 0:       # add_write
-                    if wcnt[bb] == 0 and rcnt[bb] == 0:
-                        wpool, wused = _reserve(wpool, wused, woff, wcnt, wcap, bb)
-                        wpool[woff[bb] + wcnt[bb]] = j
-                        wcnt[bb] += 1
-                        if hi - lo > wmax[bb]:
-                            wmax[bb] = hi - lo
-                    else:
-                        dense = hi - lo == v_size[op_v[j]]
-                        _drop_covered(wpool, woff, wcnt, bb, j, dense, op_lo, op_hi, op_v)
-                        _drop_covered(rpool, roff, rcnt, bb, j, dense, op_lo, op_hi, op_v)
-                        wpool, wused = _reserve(wpool, wused, woff, wcnt, wcap, bb)
-                        c = wcnt[bb]
-                        o = woff[bb]
-                        if c == 0 or lo >= op_lo[wpool[o + c - 1]]:
-                            wpool[o + c] = j
-                        else:
-                            k = _bisect_right_lo(wpool, o, c, op_lo, lo)
-                            _seg_insert(wpool, o, c, k, j)
-                        wcnt[bb] = c + 1
-                        if hi - lo > wmax[bb]:
-                            wmax[bb] = hi - lo
-                else:              # add_read
-                    c = rcnt[bb]
-                    o = roff[bb]
-                    if c:
-                        last = rpool[o + c - 1]
-                        if (eng[op_i[last]] == e and op_lo[last] == lo and op_hi[last] == hi
-                                and op_v[last] == op_v[j]):
-                            rpool[o + c - 1] = j
-                        else:
-                            rpool, rused = _reserve(rpool, rused, roff, rcnt, rcap, bb)
-                            o = roff[bb]
-                            if lo >= op_lo[rpool[o + c - 1]]:
-                                rpool[o + c] = j
-                            else:
-                                k = _bisect_right_lo(rpool, o, c, op_lo, lo)
-                                _seg_insert(rpool, o, c, k, j)
-                            rcnt[bb] = c + 1
-                            if hi - lo > rmax[bb]:
-                                rmax[bb] = hi - lo
-                    else:
-                        rpool, rused = _reserve(rpool, rused, roff, rcnt, rcap, bb)
-                        rpool[roff[bb]] = j
-                        rcnt[bb] = 1
-                        if hi - lo > rmax[bb]:
-                            rmax[bb] = hi - lo
-                if b_mem[bb] != 0:
-                    if np.isnan(t0[bb]) or last_use[bb] == idx:
-                        if np.isnan(t0[bb]):
-                            t0[bb] = dstart[idx]
-                        if d > tdone[bb]:
-                            tdone[bb] = d
-                        if last_use[bb] == idx and not rel[bb]:
-                            rel[bb] = True
-                            kd = b_mem[bb] - 1
-                            seq += 1
-                            hn[kd] = _heap_push(ht[kd], hs[kd], hz[kd], hp[kd], hn[kd], tdone[bb], seq,
-                                                b_size[bb], idx)
-                            lt_kind[nlt] = kd
-                            lt_size[nlt] = b_size[bb] * partk[kd]
-                            lt_t0[nlt] = t0[bb]
-                            lt_t1[nlt] = tdone[bb]
-                            nlt += 1
-                    elif d > tdone[bb]:
+        # -- record the accesses (sched_rules.track) and the on-chip buffers' lifetimes and releases ------
+        wpool, wused, rpool, rused = track(e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_size, eng, op_i, wpool,
+                                           wused, woff, wcnt, wcap, wmax, rpool, rused, roff, rcnt, rcap, rmax)
+        for j in range(w0, r1):
+            bb = op_b[j]
+            if b_mem[bb] != 0:
+                if np.isnan(t0[bb]) or last_use[bb] == idx:
+                    if np.isnan(t0[bb]):
+                        t0[bb] = dstart[idx]
+                    if d > tdone[bb]:
                         tdone[bb] = d
+                    if last_use[bb] == idx and not rel[bb]:
+                        rel[bb] = True
+                        kd = b_mem[bb] - 1
+                        seq += 1
+                        hn[kd] = _heap_push(ht[kd], hs[kd], hz[kd], hp[kd], hn[kd], tdone[bb], seq,
+                                            b_size[bb], idx)
+                        lt_kind[nlt] = kd
+                        lt_size[nlt] = b_size[bb] * partk[kd]
+                        lt_t0[nlt] = t0[bb]
+                        lt_t1[nlt] = tdone[bb]
+                        nlt += 1
+                elif d > tdone[bb]:
+                    tdone[bb] = d
     si[0] = n if stop_row < 0 else stop_row
     si[10] = 0 if stop_row < 0 else 1
     si[1] = 1 if synced else 0
