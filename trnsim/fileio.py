@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import tempfile
 import warnings
 
@@ -110,3 +111,28 @@ def flush_json_memo(state, read, what, encode=None):
         state["new"] = 0
     except FileWriteError as e:
         warnings.warn(f"trnsim: {what} not saved: {e}", RuntimeWarning, stacklevel=3)
+
+
+def update_generated_section(path, new, replace, *, check, prog, what):
+    """Replace (or, with ``check``, compare) the generated section of the document at ``path``.
+
+    ``replace(text, new)`` returns the document with its generated section set to ``new`` (raising ``ValueError``
+    when the document has no such section).  Returns a command's exit status after printing what happened: 0 when
+    written or current, 1 when ``check`` finds the section stale, 2 when the file cannot be read or has no
+    section.  ``prog`` names the command (``python -m <prog> --write``), ``what`` the section, in messages."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        updated = replace(text, new)
+    except (OSError, ValueError) as e:
+        print(f"{prog}: error: {path}: {e}", file=sys.stderr)
+        return 2
+    if check:
+        if updated != text:
+            print(f"{path}: the {what} are stale; regenerate with python -m {prog} --write {path}", file=sys.stderr)
+            return 1
+        return 0
+    with atomic_write(path, "w") as f:
+        f.write(updated)
+    print(f"wrote the {what} to {path}")
+    return 0

@@ -85,25 +85,9 @@ def main(argv=None) -> int:
     if not (a.write or a.check):
         print(new)
         return 0
-    path = a.write or a.check
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-        updated = replace_section(text, new)
-    except (OSError, ValueError) as e:
-        print(f"trnsim.collectives.tables: error: {path}: {e}", file=sys.stderr)
-        return 2
-    if a.check:
-        if updated != text:
-            print(f"{path}: the collectives tables are stale; regenerate with "
-                  f"python -m trnsim.collectives.tables --write {path}", file=sys.stderr)
-            return 1
-        return 0
-    from ..fileio import atomic_write
-    with atomic_write(path, "w") as f:
-        f.write(updated)
-    print(f"wrote the collectives tables to {path}")
-    return 0
+    from ..fileio import update_generated_section
+    return update_generated_section(a.write or a.check, new, replace_section, check=bool(a.check),
+                                    prog="trnsim.collectives.tables", what="collectives tables")
 
 
 if __name__ == "__main__":
