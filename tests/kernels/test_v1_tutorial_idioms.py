@@ -1,4 +1,4 @@
-"""The last nki-samples idioms (issue 31, samples3), each with a small kernel of our own against float64 NumPy:
+"""The last nki-samples idioms (issue 31), each with a small kernel of our own against float64 NumPy:
 block tensors and direct allocation (PSUM banks), dense ``nl.mgrid``, indirect rows after integer indices with
 masks, slices past a tensor kept in bounds by a mask, one-element loads, partition and free broadcasts, the legacy
 ``double_row_gen3`` spelling, loop directives."""
