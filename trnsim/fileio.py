@@ -113,6 +113,16 @@ def flush_json_memo(state, read, what, encode=None):
         warnings.warn(f"trnsim: {what} not saved: {e}", RuntimeWarning, stacklevel=3)
 
 
+def replace_marked_section(text, new, begin, end):
+    """``text`` with the section from marker ``begin`` to marker ``end`` (both included) replaced by ``new``; each
+    marker must be there once, in order (``ValueError`` otherwise)."""
+    i, j = text.find(begin), text.find(end)
+    if i < 0 or j < i or text.count(begin) != 1 or text.count(end) != 1:
+        raise ValueError("the file needs the generated section's two markers once each, in order:\n"
+                         f"  {begin}\n  {end}")
+    return text[:i] + new + text[j + len(end):]
+
+
 def update_generated_section(path, new, replace, *, check, prog, what):
     """Replace (or, with ``check``, compare) the generated section of the document at ``path``.
 

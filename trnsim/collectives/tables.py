@@ -68,11 +68,8 @@ def tables() -> str:
 def replace_section(text: str, new: str) -> str:
     """``text`` with its generated section (between the markers) replaced by ``new``; the markers must be there
     once each."""
-    i, j = text.find(BEGIN), text.find(END)
-    if i < 0 or j < i or text.count(BEGIN) != 1 or text.count(END) != 1:
-        raise ValueError("the file needs the generated section's two markers once each, in order:\n"
-                         f"  {BEGIN}\n  {END}")
-    return text[:i] + new + text[j + len(END):]
+    from ..fileio import replace_marked_section
+    return replace_marked_section(text, new, BEGIN, END)
 
 
 def main(argv=None) -> int:

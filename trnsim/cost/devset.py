@@ -101,11 +101,8 @@ def markdown(results=None) -> str:
 
 
 def replace_section(text: str, new: str) -> str:
-    i, j = text.find(BEGIN), text.find(END)
-    if i < 0 or j < i or text.count(BEGIN) != 1 or text.count(END) != 1:
-        raise ValueError("the file needs the generated section's two markers once each, in order:\n"
-                         f"  {BEGIN}\n  {END}")
-    return text[:i] + new + text[j + len(END):]
+    from ..fileio import replace_marked_section
+    return replace_marked_section(text, new, BEGIN, END)
 
 
 def main(argv=None) -> int:
