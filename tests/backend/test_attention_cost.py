@@ -152,3 +152,87 @@ def test_bmm_op_charge():
         want = costs.matmul_cost(tg, 128, 64, 128, "bfloat16", 48)
         assert (ns, kind, fl) == (costs.launch_ns(tg) + want[0], "native", want[1])
         assert want[0] < 48 * costs.matmul_cost(tg, 128, 64, 128, "bfloat16", 1)[0]
+
+
+# -- the row kernel: token rows [B, L, H x D] as the projections write them (library.attention.flash_attention_rows)
+def _run_rows(q, k, v, H, **kw):
+    """q, k, v as [B, H, n, D] -> the kernel's token rows [B, n, H x D] and back."""
+    rows = [np.ascontiguousarray(t.transpose(0, 2, 1, 3)).reshape(t.shape[0], t.shape[2], -1) for t in (q, k, v)]
+    o = np.asarray(run_kernel(attention.flash_attention_rows, tuple(rows), dict(heads=H, **kw),
+                              target="trn2").outputs)
+    B, L = q.shape[0], q.shape[2]
+    return o.reshape(B, L, H, -1).transpose(0, 2, 1, 3)
+
+
+@pytest.mark.parametrize("B,H,L,S,D", [(2, 3, 128, 256, 64), (1, 5, 256, 128, 32), (2, 2, 128, 640, 128)])
+def test_rows_numerics_fp32_against_float64(B, H, L, S, D):
+    # H=3 with D=64: two heads per transpose and a last group of one; D=32: four per transpose (offsets 0..96);
+    # S=640: two PSUM banks of scores; L=256: two query tiles
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((B, H, L, D)).astype(np.float32)
+    k, v = (rng.standard_normal((B, H, S, D)).astype(np.float32) for _ in range(2))
+    o = _run_rows(q, k, v, H)
+    ref = _ref(q.reshape(B * H, L, D), k.reshape(B * H, S, D), v.reshape(B * H, S, D), D ** -0.5)
+    np.testing.assert_allclose(o.reshape(B * H, L, D), ref, rtol=0, atol=2e-6)
+
+
+def test_rows_numerics_bf16_and_scale():
+    rng = np.random.default_rng(4)
+    q, k, v = (rng.standard_normal((2, 4, 128, 64)).astype(ml_dtypes.bfloat16) for _ in range(3))
+    o = _run_rows(q, k, v, 4, scale=0.25).astype(np.float64).reshape(8, 128, 64)
+    flat = [t.reshape(8, 128, 64) for t in (q, k, v)]
+    np.testing.assert_allclose(o, _ref(*flat, 0.25), rtol=0, atol=1e-2)
+    assert np.abs(o - _ref(*flat, 0.125)).max() > 5e-2
+
+
+def test_rows_bad_shapes_are_refused():
+    z = np.zeros
+    with pytest.raises(ValueError, match="do not split into 3 heads"):
+        run_kernel(attention.flash_attention_rows, (z((1, 128, 128), np.float32),) * 3, {"heads": 3},
+                   target="trn2", execute=False)
+    with pytest.raises(ValueError, match="exceeds one softmax block"):
+        run_kernel(attention.flash_attention_rows, (z((1, 128, 64), np.float32), z((1, 4096, 64), np.float32),
+                                                    z((1, 4096, 64), np.float32)), {"heads": 1},
+                   target="trn2", execute=False)
+    assert not attention.rows_fit(128, 4096, 64, 2, get_target("trn2"))
+
+
+def _sim_rows(tg, b, L, S, H, D, dt="bfloat16"):
+    return costs._sim(attention.flash_attention_rows, (costs._inp((b, L, H * D), dt), costs._inp((b, S, H * D), dt),
+                                                       costs._inp((b, S, H * D), dt)), {"heads": H, "dropout_p": 0.0},
+                      tg)
+
+
+def test_rows_charge_is_one_and_two_batch_elements_extrapolated():
+    costs.clear_memo()
+    tg = get_target("trn1")
+    B, H, L, S, D = 7, 16, 128, 128, 64
+    one, two = _sim_rows(tg, 1, L, S, H, D), _sim_rows(tg, 2, L, S, H, D)
+    ns, fl, _ = costs.attention_cost(tg, B * H, L, S, D, "bfloat16", batch=B)
+    assert ns == pytest.approx(one[0] + (B - 1) * (two[0] - one[0]), rel=1e-12)
+    assert fl == B * H * (4.0 * L * S * D + 5.0 * L * S)
+    # the steady state: a whole simulation of 5 batch elements agrees with the extrapolation
+    assert costs.attention_cost(tg, 5 * H, L, S, D, "bfloat16", batch=5)[0] == \
+        pytest.approx(_sim_rows(tg, 5, L, S, H, D)[0], rel=0.02)
+    # per head: never below the Tensor Engine's time for the two products
+    assert ns / (B * H) >= 4.0 * L * S * D / tg.tensor_bf16_flops_per_core * 1e9
+    # whole-row loads beat the head-major kernel's short rows (the point of the layout)
+    assert ns < costs.attention_cost(tg, B * H, L, S, D, "bfloat16")[0]
+    # rows that do not fit fall back to the head-major kernel
+    long = costs.attention_cost(tg, 2 * H, 128, 4096, D, "bfloat16", batch=2)
+    assert long == costs.attention_cost(tg, 2 * H, 128, 4096, D, "bfloat16")
+
+
+def test_sdpa_charge_picks_the_row_kernel_for_token_rows():
+    costs.clear_memo()
+    B, H, L, D = 2, 8, 128, 64
+    rows = torch.empty(B, L, H * D, dtype=torch.bfloat16).view(B, L, H, D).transpose(1, 2)   # a projection's view
+    dense = torch.empty(B, H, L, D, dtype=torch.bfloat16)
+    with device_target("trn1") as tg:
+        ns_rows = charging.op_time("_scaled_dot_product_flash_attention_for_cpu", "sdpa",
+                                   (rows, rows, rows, 0.0, False), None)[0]
+        ns_dense = charging.op_time("_scaled_dot_product_flash_attention_for_cpu", "sdpa",
+                                    (dense, dense, dense, 0.0, False), None)[0]
+        assert ns_rows == costs.launch_ns(tg) + costs.attention_cost(tg, B * H, L, L, D, "bfloat16", batch=B)[0]
+        assert ns_dense == costs.launch_ns(tg) + costs.attention_cost(tg, B * H, L, L, D, "bfloat16")[0]
+        assert ns_rows != ns_dense

@@ -175,7 +175,8 @@ def _sdpa_time(name, args, launch, backward=False):
     heads = q.numel() // max(1, L * D)
     i = _SDPA_DROPOUT_ARG.get(name)
     drop = args[i] if i is not None and len(args) > i and isinstance(args[i], float) else 0.0
-    r = (costs.attention_backward_cost if backward else costs.attention_cost)(tg, heads, L, S, D, dt, drop)
+    r = (costs.attention_backward_cost if backward else costs.attention_cost)(tg, heads, L, S, D, dt, drop,
+                                                                              _token_rows_batch(q, k))
     kind = "estimated" if backward else "native"
     if r is None:       # a head dimension over 128: the two products as matmul kernels, the softmax as its kernel
         ns1, f1, b1 = costs.matmul_cost(tg, L, D, S, dt, heads)
@@ -184,6 +185,19 @@ def _sdpa_time(name, args, launch, backward=False):
         m = costs.ATTN_BWD_RATIO if backward else 1.0
         r = (m * (ns1 + ns2 + sm[0]), m * (f1 + f2 + 5 * heads * L * S), m * (b1 + b2 + sm[2]))
     return launch + r[0], kind, r[1], r[2]
+
+
+def _token_rows_batch(q, k):
+    """The batch of ``q[B, H, L, D]`` when it and ``k`` are stored as token rows with the heads side by side (the
+    view ``[B, L, H, D] -> [B, H, L, D]`` of a projection's output: ``stride(1) == D``, ``stride(2) == H x D``),
+    the layout ``costs.attention_cost`` prices with the row kernel; None otherwise."""
+    if q.dim() != 4 or k.dim() != 4 or k.shape[1] != q.shape[1]:
+        return None
+    for t in (q, k):
+        B, H, L, D = t.shape
+        if t.stride(3) != 1 or (H > 1 and t.stride(1) != D) or (L > 1 and t.stride(2) != H * D):
+            return None
+    return int(q.shape[0])
 
 
 def _estimate(args, out, launch, tensor_engine=False):

@@ -197,7 +197,7 @@ _EMPTY = (0.0, 0.0, 0)      # an op on an empty tensor launches no kernel
 ATTN_BWD_RATIO = 2.5
 
 
-def attention_cost(target, heads, L, S, D, dtype, dropout_p=0.0):
+def attention_cost(target, heads, L, S, D, dtype, dropout_p=0.0, batch=None):
     """(ns, flops, bytes) of fused attention over ``heads`` (batch x heads) of ``[L, D]`` queries against ``[S, D]``
     keys and values: ``library.attention.flash_attention``, all heads in one launch, ``L`` and ``S`` padded to
     128.  Heads go by groups of ``attention.head_group`` per DMA; up to two groups are simulated whole, beyond that
@@ -205,7 +205,13 @@ def attention_cost(target, heads, L, S, D, dtype, dropout_p=0.0):
     steady state: the next group's loads overlap this one's compute).  flops are the logical ones (two products of
     2 L S D each, and 5 per score for the softmax).  ``None`` when ``D`` exceeds the 128 partitions of the
     contraction (the caller prices the two products as matmuls).  Causal masking is not modelled (every block is
-    computed)."""
+    computed).
+
+    ``batch``: the ``heads`` are ``batch`` elements of ``heads / batch`` heads each, stored as the projections write
+    them (token rows ``[batch, L, heads / batch x D]``).  Then, when one batch element's rows fit
+    (``attention.rows_fit``), the kernel is ``library.attention.flash_attention_rows`` (whole token rows per DMA,
+    ``Q^T``/``K^T`` made by the Tensor Engine): one and two batch elements simulated, every further one costing
+    the increment (the next element's loads overlap this one's compute)."""
     heads, L, S, D = int(heads), int(L), int(S), int(D)
     if heads == 0 or L == 0 or S == 0 or D == 0:
         return _EMPTY
@@ -215,6 +221,8 @@ def attention_cost(target, heads, L, S, D, dtype, dropout_p=0.0):
     Lp, Sp = math.ceil(L / P) * P, math.ceil(S / P) * P
     drop = float(dropout_p)
     item = np.dtype(_np_dtype(dtype)).itemsize
+    if batch and heads % int(batch) == 0 and attention.rows_fit(Lp, Sp, heads // int(batch) * D, item, target):
+        return _attention_rows_cost(target, int(batch), heads // int(batch), L, S, D, Lp, Sp, dtype, drop)
     G = attention.head_group(Lp, Sp, D, item, target.dma_knee_bytes_per_partition)
 
     def run(h):
@@ -231,10 +239,26 @@ def attention_cost(target, heads, L, S, D, dtype, dropout_p=0.0):
     return _memo(("attn", target.name, heads, L, S, D, dtype, drop), compute)
 
 
-def attention_backward_cost(target, heads, L, S, D, dtype, dropout_p=0.0):
+def _attention_rows_cost(target, B, H, L, S, D, Lp, Sp, dtype, drop):
+    def run(b):
+        return _sim(attention.flash_attention_rows, (_inp((b, Lp, H * D), dtype), _inp((b, Sp, H * D), dtype),
+                                                     _inp((b, Sp, H * D), dtype)), {"heads": H, "dropout_p": drop},
+                    target)
+
+    def compute():
+        if B <= 2:
+            ns, _, nb = run(B)
+        else:
+            a, b = run(1), run(2)
+            ns, nb = (x + (y - x) * (B - 1) for x, y in ((a[0], b[0]), (a[2], b[2])))
+        return ns, B * H * (4.0 * L * S * D + 5.0 * L * S), nb
+    return _memo(("attn_rows", target.name, B, H, L, S, D, dtype, drop), compute)
+
+
+def attention_backward_cost(target, heads, L, S, D, dtype, dropout_p=0.0, batch=None):
     """The flash backward: ``ATTN_BWD_RATIO`` times the forward kernel's time, flops and bytes (no backward kernel
     is simulated: its five products of the forward's sizes, each engine's work in the same proportion)."""
-    r = attention_cost(target, heads, L, S, D, dtype, dropout_p)
+    r = attention_cost(target, heads, L, S, D, dtype, dropout_p, batch)
     if r is None:
         return None
     return tuple(ATTN_BWD_RATIO * x for x in r)

@@ -35,6 +35,8 @@ from ..nki import isa as nisa
 from ..nki import language as nl
 
 KV_BLOCK = 2048      # keys per softmax block: NKI flash_fwd's default seq_tile_size (Neuron docs, FlashConfig)
+_STAGE_GAP = 2
+_STAGES = 5           # flash_attention_rows: pipeline stages (scores, exp, dropout + P^T, P V, output)
 
 
 def _row_combine(tiles, op, name):
@@ -123,6 +125,189 @@ def flash_attention(qT, kT, v, scale=None, dropout_p=0.0, group=1):
     return out
 
 
+def heads_per_transpose(D):
+    """Heads whose ``D`` columns one 128 x 128 Tensor Engine transpose turns onto partitions: the transposed heads
+    then sit at partition offsets that a ``D``-partition matmul operand may start at (docs/hardware.md, memory
+    rules: 33-64 partitions start at 0 or 64, 32 or fewer at 0, 32, 64 or 96)."""
+    return 4 if D <= 32 else 2 if D <= 64 else 1
+
+
+def rows_fit(L, S, HD, itemsize, target):
+    """True when ``flash_attention_rows`` applies: at most ``KV_BLOCK`` keys (one softmax block), and one batch
+    element's query, key and value rows (``[L | S, H x D]``), their transposes and outputs within a quarter of a
+    partition (the kernel keeps them for the whole batch element, the next one's loads beside them)."""
+    P = target.pmax
+    need = 2 * ((L // P) * HD + 2 * (S // P) * HD) * itemsize
+    return S <= KV_BLOCK and need <= target.sbuf_partition_bytes // 4
+
+
+def flash_attention_rows(q, k, v, heads, scale=None, dropout_p=0.0):
+    """``o = softmax(scale * Q K^T) V`` per head on the layout the projections write: ``q[B, L, H x D]``,
+    ``k[B, S, H x D]``, ``v[B, S, H x D]`` -> ``o[B, L, H x D]`` (token rows with the heads side by side, as a
+    linear layer's output ``[B, L, hidden]`` is viewed as ``[B, L, H, D]`` by every Hugging Face attention).
+
+    Loads are whole token rows: per batch element one DMA each for q, k and v (runs of ``H x D`` elements, against
+    ``L`` or ``D`` elements per run in the head-major layout of :func:`flash_attention`: for BERT-Large 2 KiB
+    against 256 or 128 B, far past the DMA throughput curve's knee).  ``Q^T`` and ``K^T`` (the contraction ``D``
+    on partitions) are made on chip by the Tensor Engine, 128 x 128 at a time: one transpose covers
+    :func:`heads_per_transpose` heads, whose products then use the partitions ``[j D, (j + 1) D)`` of the
+    transposed tile.  Per (query tile, head, key block) the work is :func:`flash_attention`'s (scores, softmax with
+    its row sum, dropout, ``P^T`` through the Tensor Engine, ``P V``, online rescaling past ``KV_BLOCK`` keys),
+    software-pipelined by one item in the same way; each query tile's output rows leave with one DMA.  Every
+    tile is allocated inside the batch loop, so the next batch element's loads overlap this one's compute.
+
+    Dimensions: ``L`` and ``S`` multiples of 128 (the caller pads), ``D = H x D / heads`` at most 128, and one
+    batch element's rows within :func:`rows_fit` (the caller uses :func:`flash_attention` otherwise)."""
+    B, L, HD = q.shape
+    _, S, _ = k.shape
+    P = nl.tile_size.pmax
+    H = int(heads)
+    if H < 1 or HD % H:
+        raise ValueError(f"flash_attention_rows: {HD} columns do not split into {heads} heads")
+    D = HD // H
+    if D > P:
+        raise ValueError(f"flash_attention_rows: head dimension {D} exceeds the {P} partitions of the contraction")
+    if L % P or S % P:
+        raise ValueError(f"flash_attention_rows: query length {L} and key length {S} must be multiples of {P} "
+                         "(the caller pads)")
+    if S > KV_BLOCK:
+        raise ValueError(f"flash_attention_rows: key length {S} exceeds one softmax block of {KV_BLOCK} keys "
+                         "(use flash_attention)")
+    if tuple(k.shape) != (B, S, HD) or tuple(v.shape) != (B, S, HD):
+        raise ValueError(f"flash_attention_rows: shapes q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} "
+                         "do not match [B, L, H x D], [B, S, H x D], [B, S, H x D]")
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"flash_attention_rows: dropout_p {dropout_p} is outside [0, 1)")
+    scale = float(D) ** -0.5 if scale is None else float(scale)
+    keep = 1.0 / (1.0 - dropout_p)
+    mm_dt = v.dtype
+    LT, ST = L // P, S // P
+    hp = heads_per_transpose(D)
+    out = nl.ndarray((B, L, HD), dtype=v.dtype, buffer=nl.shared_hbm, name="o")
+    for b in range(B):
+        q_s = nl.ndarray((P, LT * HD), dtype=q.dtype, buffer=nl.sbuf, name="q_rows")
+        k_s = nl.ndarray((P, ST * HD), dtype=k.dtype, buffer=nl.sbuf, name="k_rows")
+        v_s = nl.ndarray((P, ST * HD), dtype=v.dtype, buffer=nl.sbuf, name="v_rows")
+        nisa.dma_copy(q_s, q[b].reshape((LT, P, HD)).permute((1, 0, 2)))
+        nisa.dma_copy(k_s, k[b].reshape((ST, P, HD)).permute((1, 0, 2)))
+        nisa.dma_copy(v_s, v[b].reshape((ST, P, HD)).permute((1, 0, 2)))
+        # K^T and Q^T of every head group ([hp x D, S] and [hp x D, L]): one transpose per 128-row tile
+        groups = range(0, H, hp)
+        k_t = [_transposed(k_s, ST, HD, g0 * D, min(hp, H - g0) * D, "kT", i) for i, g0 in enumerate(groups)]
+        q_t = [_transposed(q_s, LT, HD, g0 * D, min(hp, H - g0) * D, "qT", i + 1) for i, g0 in enumerate(groups)]
+        o_t = [nl.ndarray((P, HD), dtype=v.dtype, buffer=nl.sbuf, name="o_rows") for _ in range(LT)]
+        items = [(lt, j) for lt in range(LT) for j in range(H)]
+        st = {}
+        # software pipeline: stage s of item n - s in iteration n, so that no stage waits on the one before it in
+        # the same iteration (every engine in program order; see the module docstring)
+        for n in range(len(items) + _STAGE_GAP * (_STAGES - 1)):
+            for stage in range(_STAGES):
+                i = n - _STAGE_GAP * stage
+                if not 0 <= i < len(items):
+                    continue
+                lt, j = items[i]
+                g, r = divmod(j, hp)
+                if stage == 0:
+                    st[i] = _stage_scores(q_t[g][r * D:(r + 1) * D, lt * P:(lt + 1) * P], k_t[g][r * D:(r + 1) * D, :])
+                elif stage == 1:
+                    _stage_exp(st[i], scale, mm_dt)
+                elif stage == 2:
+                    _stage_drop_transpose(st[i], dropout_p)
+                elif stage == 3:
+                    _stage_pv(st[i], v_s[:, j * D:], D, HD, i)
+                else:
+                    _stage_out(st.pop(i), o_t[lt][:, j * D:(j + 1) * D], keep)
+                    if j == H - 1:
+                        nisa.dma_copy(out[b, lt * P:(lt + 1) * P, :], o_t[lt])
+        q_t = o_t = None
+        q_s = k_s = v_s = k_t = None    # the next batch element's tiles are fresh allocations: its loads need not wait
+    return out
+
+
+def _transposed(rows, tiles, pitch, c0, w, name, turn=0):
+    """``[w, tiles x 128]``: columns ``c0:c0 + w`` of each of ``tiles`` 128-row tiles of ``rows`` (tile ``t`` from
+    column ``t x pitch``) transposed through the Tensor Engine (PSUM), copied back to SBUF by the Vector and
+    Scalar Engines in turn."""
+    P = rows.shape[0]
+    dst = nl.ndarray((w, tiles * P), dtype=rows.dtype, buffer=nl.sbuf, name=name)
+    for t in range(tiles):
+        ps = nl.ndarray((w, P), dtype=rows.dtype, buffer=nl.psum, name=name + "_psum")
+        nisa.nc_transpose(ps, rows[:, t * pitch + c0:t * pitch + c0 + w])
+        nisa.tensor_copy(dst[:, t * P:(t + 1) * P], ps, engine="scalar" if (t + turn) % 2 else "vector")
+    return dst
+
+
+def _stage_scores(q_t, k_h):
+    """Stage 0: the scores of 128 queries (``q_t[D, 128]``) against every key (``k_h[D, S]``, ``S`` at most
+    ``KV_BLOCK``) into PSUM, one bank per 512 columns, and their row maximum (Vector Engine)."""
+    P = q_t.shape[1]
+    S = k_h.shape[1]
+    TN = nl.tile_size.gemm_moving_fmax
+    chunks = [(c0, min(TN, S - c0)) for c0 in range(0, S, TN)]
+    sc = [nl.ndarray((P, cw), dtype=nl.float32, buffer=nl.psum, name="scores") for _, cw in chunks]
+    for (c0, cw), sc_c in zip(chunks, sc):
+        nisa.nc_matmul(sc_c, q_t, k_h[:, c0:c0 + cw])
+    return {"chunks": chunks, "sc": sc, "mx": _row_combine(sc, "maximum", "mx")}
+
+
+def _stage_exp(it, scale, mm_dt):
+    """Stage 1 (Scalar Engine): ``exp(scale * s - scale * max)`` with its row sum, one pass per PSUM bank."""
+    chunks, sc = it["chunks"], it["sc"]
+    P = sc[0].shape[0]
+    neg = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf, name="neg_max")
+    nisa.tensor_scalar(neg, it["mx"], "multiply", -scale, engine="scalar")
+    p_s = nl.ndarray((P, chunks[-1][0] + chunks[-1][1]), dtype=mm_dt, buffer=nl.sbuf, name="probs")
+    parts = nl.ndarray((P, len(chunks)), dtype=nl.float32, buffer=nl.sbuf, name="rowsums")
+    for i, ((c0, cw), sc_c) in enumerate(zip(chunks, sc)):
+        nisa.activation(p_s[:, c0:c0 + cw], "exp", sc_c, bias=neg, scale=scale, reduce_op="add",
+                        reduce_res=parts[:, i:i + 1])
+    rs = parts
+    if len(chunks) > 1:
+        rs = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf, name="rowsum")
+        nisa.tensor_reduce(rs, "add", parts, axis=1)
+    it.update(p=p_s, rs=rs)
+    it["sc"] = None             # the scores' PSUM banks are free
+
+
+def _stage_drop_transpose(it, dropout_p):
+    """Stage 2: dropout of the probabilities (Vector Engine) and ``P^T`` through the Tensor Engine, 128 x 128
+    at a time, into PSUM."""
+    p_s = it["p"]
+    P, S = p_s.shape
+    if dropout_p > 0.0:
+        nisa.dropout(p_s, p_s, dropout_p)
+    pts = []
+    for t in range(S // P):
+        pt_ps = nl.ndarray((P, P), dtype=p_s.dtype, buffer=nl.psum, name="pT_psum")
+        nisa.nc_transpose(pt_ps, p_s[:, t * P:(t + 1) * P])
+        pts.append(pt_ps)
+    it["pt_ps"] = pts
+
+
+def _stage_pv(it, v_h, D, pitch, turn):
+    """Stage 3: ``P^T`` copied to SBUF (Vector and Scalar Engines in turn) and ``O = P V`` accumulated over the
+    key tiles in PSUM (key tile ``t``'s values: the ``D`` columns of ``v_h`` from ``t x pitch``)."""
+    pts = []
+    for t, pt_ps in enumerate(it.pop("pt_ps")):
+        pt = nl.ndarray(tuple(pt_ps.shape), dtype=pt_ps.dtype, buffer=nl.sbuf, name="pT")
+        nisa.tensor_copy(pt, pt_ps, engine="scalar" if (t + turn) % 2 else "vector")
+        pts.append(pt)
+    P = pts[0].shape[0]
+    o_ps = nl.ndarray((P, D), dtype=nl.float32, buffer=nl.psum, name="o_blk")
+    for t, pt in enumerate(pts):
+        nisa.nc_matmul(o_ps, pt, v_h[:, t * pitch:t * pitch + D])
+    it["o"] = o_ps
+    it["p"] = None
+
+
+def _stage_out(it, dst, keep):
+    """Stage 4 (Scalar Engine): ``O / l`` (times the dropout's ``1 / (1 - p)``) into the output rows."""
+    P = dst.shape[0]
+    rl = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf, name="inv_sum")
+    nisa.reciprocal(rl, it["rs"], engine="scalar")
+    nisa.tensor_scalar(dst, it["o"], "multiply", rl, op1="multiply", operand1=keep, engine="scalar")
+
+
 def _scores(q_t, k_h, s0, scale, mm_dt, m_prev, dropout_p):
     """Scores of 128 queries (``q_t[D, 128]``) against the key block from ``s0`` of ``k_h[D, S]``, their (running)
     row maximum and the probabilities ``exp(scale * s - scale * max)`` (``mm_dt``) with their row sum."""
@@ -141,7 +326,7 @@ def _scores(q_t, k_h, s0, scale, mm_dt, m_prev, dropout_p):
         nisa.tensor_tensor(m_new, m_prev, mx, op="maximum")
         mx = m_new
     neg = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf, name="neg_max")
-    nisa.tensor_scalar(neg, mx, "multiply", -scale)
+    nisa.tensor_scalar(neg, mx, "multiply", -scale, engine="scalar")   # read next by the Scalar Engine's exp
     # exp(scale * s - scale * max) with its row sum, one Scalar Engine pass per PSUM bank
     p_s = nl.ndarray((P, sb), dtype=mm_dt, buffer=nl.sbuf, name="probs")
     parts = nl.ndarray((P, len(chunks)), dtype=nl.float32, buffer=nl.sbuf, name="rowsums")
@@ -157,12 +342,15 @@ def _scores(q_t, k_h, s0, scale, mm_dt, m_prev, dropout_p):
     return p_s, mx, neg, rs
 
 
-def _pv_update(sc, v_h, s0, S, st, m_prev, scale):
+def _pv_update(sc, v_h, s0, S, st, m_prev, scale, D=None, pitch=None, turn=0):
     """``O_blk = P V`` for one key block (P transposed 128 x 128 through the Tensor Engine, every transpose issued
-    before the products) and the running output and sum of ``st`` updated (FlashAttention, Algorithm 1)."""
+    before the products) and the running output and sum of ``st`` updated (FlashAttention, Algorithm 1).  The
+    values of key tile ``kt`` are the ``D`` columns of ``v_h`` from ``kt * pitch`` (default: tiles side by side);
+    ``turn`` picks the engine of the first ``P^T`` copy (the copies alternate between Vector and Scalar)."""
     p_s, mx, neg, rs = sc
     P, sb = p_s.shape
-    D = v_h.shape[1] // (S // P)
+    D = D or v_h.shape[1] // (S // P)
+    pitch = pitch or D
     mm_dt = p_s.dtype
     pts = []
     for t in range(sb // P):
@@ -170,12 +358,12 @@ def _pv_update(sc, v_h, s0, S, st, m_prev, scale):
         nisa.nc_transpose(pt_ps, p_s[:, t * P:(t + 1) * P])
         pt = nl.ndarray((P, P), dtype=mm_dt, buffer=nl.sbuf, name="pT")
         # PSUM -> SBUF on the Vector and Scalar Engines in turn (the Vector Engine also takes the row maxima)
-        nisa.tensor_copy(pt, pt_ps, engine="scalar" if t % 2 else "vector")
+        nisa.tensor_copy(pt, pt_ps, engine="scalar" if (t + turn) % 2 else "vector")
         pts.append(pt)
     o_ps = nl.ndarray((P, D), dtype=nl.float32, buffer=nl.psum, name="o_blk")
     for t, pt in enumerate(pts):
         kt = s0 // P + t
-        nisa.nc_matmul(o_ps, pt, v_h[:, kt * D:(kt + 1) * D])
+        nisa.nc_matmul(o_ps, pt, v_h[:, kt * pitch:kt * pitch + D])
     if st["o"] is None:
         if S > KV_BLOCK:        # more blocks follow: the running output is kept in SBUF
             o_run = nl.ndarray((P, D), dtype=nl.float32, buffer=nl.sbuf, name="o_acc")
