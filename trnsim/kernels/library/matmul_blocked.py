@@ -1,7 +1,7 @@
 """A blocked matmul for operands too large to keep resident in SBUF (NKI v2 style): C[M, N] = AT[K, M]^T @ B[K, N].
 
-The output is computed in blocks of ``MB x NB``: up to 4 stationary tiles (128 rows each) by up to 2 moving tiles
-(512 columns each), i.e. at most the 8 PSUM banks.  Two modes, chosen by :func:`block_shape`:
+The output is computed in blocks of ``MB x NB``: up to 8 stationary tiles (128 rows each) by up to 2 moving tiles
+(512 columns each), at most the 8 PSUM banks.  Two modes, chosen by :func:`block_shape`:
 
 * whole K (``KC == K``): the ``at`` strip of a block row ([K, MB]) is loaded once and stays resident while every
   block of that row streams its ``b`` strip ([K, NB]) through fresh, double-buffered SBUF tiles;
@@ -12,6 +12,7 @@ Loads are one 128-row slab per DMA (runs of MB or NB elements per partition).  D
 tile sizes (the caller pads).
 """
 
+from ...isa import dma_timing
 from ..nki import isa as nisa
 from ..nki import language as nl
 
@@ -19,15 +20,47 @@ WHOLE_K_FRACTION = 0.75    # share of a partition the resident at strip and two 
 CHUNK_FRACTION = 0.5       # share of a partition two double-buffered chunk pairs may take
 
 
+def _strip_loads_ns(target, m, n, kt, mb, nb, itemsize):
+    """DMA engine time of a whole-K plan's loads: each ``at`` strip once (``m / mb`` strips), a ``b`` strip per
+    block (``m / mb x n / nb``), every one ``kt`` slabs of 128 rows whose runs are ``mb`` or ``nb`` elements long
+    (the transfer model of ``isa.dma_timing``: descriptors per run against bandwidth)."""
+    rows = -(-m // mb)
+    return kt * rows * (_slab_ns(target, mb, itemsize) + -(-n // nb) * _slab_ns(target, nb, itemsize))
+
+
+def _slab_ns(target, w, itemsize):
+    """DMA engine time of one 128-row slab of ``w`` contiguous elements per row."""
+    P = target.pmax
+    return dma_timing.engine_time_ns(target, P * w * itemsize, P, 1)
+
+
 def block_shape(target, m, n, k, itemsize):
-    """``(MB, NB, KC)`` for an [m, k] x [k, n] product on ``target`` (``KC == k``: the whole-K mode)."""
+    """``(MB, NB, KC)`` for an [m, k] x [k, n] product on ``target`` (``KC == k``: the whole-K mode).
+
+    Whole K: among the blocks that fill at most the PSUM banks (``MB / 128 x NB / 512`` tiles; MB up to 8
+    stationary tiles, NB one or two moving tiles) and whose resident ``at`` strip and two ``b`` strips fit
+    ``WHOLE_K_FRACTION`` of a partition, the one whose loads keep the DMA engines busy the shortest time
+    (:func:`_strip_loads_ns`: a wider block row loads ``b`` fewer times; wider strips move longer runs per
+    descriptor); ties go to the first in the order below.  Chunked K when no whole-K block fits, or when its
+    loads (both operands' chunks for every block) take less DMA time than the best whole-K plan's."""
     P, TN = target.pmax, target.moving_fmax
     kt = max(1, k // P)
+    budget = WHOLE_K_FRACTION * target.sbuf_partition_bytes
+    best = None
+    for mt in (4, 8, 2, 1):
+        mb = min(m, mt * P)
+        for nb in (min(n, 2 * TN), min(n, TN)):
+            if -(-mb // P) * -(-nb // TN) > target.psum_banks or kt * (mb + 2 * nb) * itemsize > budget:
+                continue
+            t = _strip_loads_ns(target, m, n, kt, mb, nb, itemsize)
+            if best is None or t < best[0]:
+                best = (t, mb, nb)
     mb = min(m, 4 * P)
-    for nb in (min(n, 2 * TN), min(n, TN)):
-        if kt * (mb + 2 * nb) * itemsize <= WHOLE_K_FRACTION * target.sbuf_partition_bytes:
-            return mb, nb, k
     nb = min(n, 2 * TN)
+    # chunked K loads both chunks for every block: its DMA time against the best whole-K plan's
+    chunked = kt * -(-m // mb) * -(-n // nb) * (_slab_ns(target, mb, itemsize) + _slab_ns(target, nb, itemsize))
+    if best is not None and best[0] <= chunked:
+        return best[1], best[2], k
     kc_tiles = max(1, int(CHUNK_FRACTION * target.sbuf_partition_bytes // (2 * (mb + nb) * itemsize)))
     return mb, nb, min(k, kc_tiles * P)
 
