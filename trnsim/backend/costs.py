@@ -104,8 +104,8 @@ def matmul_cost(target, m, k, n, dtype, batch=1):
 
     def compute():
         if matmul_resident.fits(target, mp, kp, np_, item):
-            return _sim(matmul_resident.resident_matmul, (_inp((kp, mp), dtype), _inp((kp, np_), dtype)), {},
-                        target)
+            return _sim(matmul_resident.resident_matmul, (_inp((kp, mp), dtype), _inp((kp, np_), dtype)),
+                        {"chunk": matmul_resident.a_chunk(target, mp, item)}, target)
         return blocked_matmul_ns(target, mp, kp, np_, dtype)
     ns, fl, nb = _memo(("mm", target.name, m, k, n, dtype), compute)
     return ns * batch, 2.0 * m * k * n * batch, nb * batch
