@@ -124,13 +124,20 @@ def op_time(name, cat, args, out):
         on = o.numel() if o is not None else 1
         rows = max(on, 1)
         cols = max(1, x.numel() // rows)
-        if cols <= _FEW and rows >= 128 * _FEW:
+        few = cols <= _FEW and rows >= 128 * _FEW
+        lead = cols > 1 and name in ("sum", "mean") and _leading_dims(args, x)
+        if few or lead:
             # a few values per output (a sum over a short outer dimension, e.g. the backward of
-            # repeat_interleave): (cols - 1) elementwise combines of output-sized slices, not a row reduction
-            # of very short rows
+            # repeat_interleave), or any sum over leading dimensions (a broadcast's backward: the position
+            # embedding's gradient summed over the batch): (cols - 1) elementwise combines of output-sized
+            # slices, not a row reduction of short rows; over leading dimensions the cheaper of the two plans
             ns, fl, nb = costs.elementwise_cost(tg, rows, kdtype(x.dtype), "binary", "add")
             k = cols - 1 if cols > 1 else 1
-            return launch + k * ns, "native", k * fl, k * nb
+            comb = (launch + k * ns, "native", k * fl, k * nb)
+            if few:
+                return comb
+            r = costs.reduction_cost(tg, rows, cols, kdtype(x.dtype), "add")
+            return comb if comb[0] <= launch + r[0] else (launch + r[0], "native", r[1], r[2])
         ns, fl, nb = costs.reduction_cost(tg, rows, cols, kdtype(x.dtype),
                                           "maximum" if cat == "reduce_max" else "add")
         return launch + ns, "native", fl, nb
@@ -151,6 +158,17 @@ def op_time(name, cat, args, out):
             return _estimate(args, out, launch)
         return launch + r[0], "native", r[1], r[2]
     return _estimate(args, out, launch)
+
+
+def _leading_dims(args, x):
+    """True when a reduction's ``dim`` argument (``args[1]``) names leading dimensions of ``x`` only (``[0]``,
+    ``[0, 1]``, ...), leaving at least one."""
+    d = args[1] if len(args) > 1 else None
+    d = [d] if isinstance(d, int) else d
+    if not isinstance(d, (list, tuple)) or not d or not all(isinstance(i, int) for i in d) or x.dim() == 0:
+        return False
+    s = sorted({i % x.dim() for i in d})
+    return s == list(range(len(s))) and len(s) < x.dim()
 
 
 # where the dropout probability sits in the arguments of the attention ops that take one

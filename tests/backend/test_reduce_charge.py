@@ -1,0 +1,44 @@
+"""How the device charges a sum over leading dimensions (charging.op_time, "reduce"): the cheaper of (cols - 1)
+elementwise combines of output-sized slices and a row reduction of short rows; other reductions unchanged."""
+
+import torch
+
+from trnsim.backend import charging, costs
+from trnsim.backend.shape_only import device_target
+
+
+def test_sum_over_the_batch_is_slice_combines_when_cheaper():
+    costs.clear_memo()
+    x = torch.empty(16, 128, 1024)
+    out = torch.empty(1, 128, 1024)
+    with device_target("trn1") as tg:
+        ns, kind, fl, nb = charging.op_time("sum", "reduce", (x, [0], True), out)
+        rows, cols = 128 * 1024, 16
+        comb = costs.elementwise_cost(tg, rows, "float32", "binary", "add")
+        row = costs.reduction_cost(tg, rows, cols, "float32", "add")
+        launch = costs.launch_ns(tg)
+        assert ns == min(launch + (cols - 1) * comb[0], launch + row[0])
+        assert ns < launch + row[0]                  # short rows: the combines win here
+        assert (fl, nb) == ((cols - 1) * comb[1], (cols - 1) * comb[2])
+        assert kind == "native"
+
+
+def test_sum_over_the_last_dimension_is_a_row_reduction():
+    costs.clear_memo()
+    x = torch.empty(16, 128, 1024)
+    out = torch.empty(16, 128)
+    with device_target("trn1") as tg:
+        ns = charging.op_time("sum", "reduce", (x, [-1]), out)[0]
+        assert ns == costs.launch_ns(tg) + costs.reduction_cost(tg, 16 * 128, 1024, "float32", "add")[0]
+        # a middle dimension is not leading: a row reduction too
+        ns_mid = charging.op_time("sum", "reduce", (x, [1]), torch.empty(16, 1024))[0]
+        assert ns_mid == costs.launch_ns(tg) + costs.reduction_cost(tg, 16 * 1024, 128, "float32", "add")[0]
+
+
+def test_leading_dims():
+    x = torch.empty(4, 5, 6)
+    assert charging._leading_dims((x, [0]), x) and charging._leading_dims((x, [1, 0]), x)
+    assert charging._leading_dims((x, 0), x)
+    assert not charging._leading_dims((x, [0, 1, 2]), x)        # all of them: a full reduction
+    assert not charging._leading_dims((x, [1]), x) and not charging._leading_dims((x, [-1]), x)
+    assert not charging._leading_dims((x,), x)
