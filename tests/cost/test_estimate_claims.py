@@ -60,12 +60,26 @@ def test_blocked_matmul_contraction_extrapolation_matches_the_whole_kernel(m, k,
     from trnsim.kernels.library import matmul_blocked
     mb, nb, kc = matmul_blocked.block_shape(TRN2, m, n, k, 2)
     whole_k = kc >= k
-    assert k > (12 * 128 if whole_k else 5 * kc)             # the extrapolated path is the one tested
+    assert k > (24 * 128 if whole_k else 5 * kc)             # the extrapolated path is the one tested
     ext = costs.blocked_matmul_ns(TRN2, m, k, n, "bfloat16")
     whole = costs.blocked_matmul_ns(TRN2, m, k, n, "bfloat16", extrapolate=False)
     assert ext[1] == pytest.approx(whole[1], rel=1e-12)      # flops and bytes are linear in k: exact
     assert ext[2] == pytest.approx(whole[2], rel=1e-12)
     assert ext[0] == pytest.approx(whole[0], rel=0.005)
+
+
+def test_blocked_matmul_extrapolation_of_a_wide_block_row_matches_the_whole_kernel_and_its_bounds():
+    # 4096^3 bf16: block rows of 8 stationary tiles (1024 rows); extrapolated over 32 k-tiles from 8 and 16
+    from trnsim.kernels.library import matmul_blocked
+    m = k = n = 4096
+    mb, nb, kc = matmul_blocked.block_shape(TRN2, m, n, k, 2)
+    assert (mb, kc) == (1024, k)
+    ext = costs.blocked_matmul_ns(TRN2, m, k, n, "bfloat16")[0]
+    whole = costs.blocked_matmul_ns(TRN2, m, k, n, "bfloat16", extrapolate=False)[0]
+    assert ext == pytest.approx(whole, rel=0.02)
+    # never faster than the Tensor Engine's matmuls: (m/128)(n/512)(k/128) of 512 moving columns each
+    pe = (m // 128) * (n // 512) * (k // 128) * 512 / TRN2.engine_clock_hz["tensor"] * 1e9
+    assert min(ext, whole) >= pe
 
 
 # -- data parallelism -----------------------------------------------------------------------------------------

@@ -137,7 +137,7 @@ def blocked_matmul_ns(target, m, k, n, dtype, extrapolate=True):
     run back to back in steady state, so with more than two blocks the time is the simulated time of one block
     plus (blocks - 1) times the increment from one to two blocks; and each block's work grows linearly with the
     contraction (whole-K mode: its strips and matmuls; chunked mode: its chunks), so a long contraction is
-    extrapolated from two shorter ones (4 and 8 tiles, or 2 and 3 chunks).  ``extrapolate=False`` simulates the
+    extrapolated from two shorter ones (8 and 16 tiles, or 2 and 3 chunks).  ``extrapolate=False`` simulates the
     whole product (tests compare the two)."""
     item = np.dtype(_np_dtype(dtype)).itemsize
     mb, nb, kc = matmul_blocked.block_shape(target, m, n, k, item)
@@ -145,8 +145,10 @@ def blocked_matmul_ns(target, m, k, n, dtype, extrapolate=True):
         return _sim(matmul_blocked.blocked_matmul, (_inp((k, m), dtype), _inp((k, n), dtype)),
                     {"mb": mb, "nb": nb, "kc": kc}, target)
     whole_k = kc >= k
-    k1, k2 = (4 * target.pmax, 8 * target.pmax) if whole_k else (2 * kc, 3 * kc)
-    if k <= (12 * target.pmax if whole_k else 5 * kc):     # the two shorter runs would cost more than this one
+    # whole K: 8 and 16 tiles, long enough that the loads and the matmuls are past their start-up (from 4 and 8
+    # tiles a block row of 8 stationary tiles extrapolated a 4096^3 product 30% under the Tensor Engine's bound)
+    k1, k2 = (8 * target.pmax, 16 * target.pmax) if whole_k else (2 * kc, 3 * kc)
+    if k <= (24 * target.pmax if whole_k else 5 * kc):     # the two shorter runs would cost more than this one
         return _blocks_ns(target, m, k, n, dtype, mb, nb, kc)
     a = _blocks_ns(target, m, k1, n, dtype, mb, nb, k1 if whole_k else kc)
     b = _blocks_ns(target, m, k2, n, dtype, mb, nb, k2 if whole_k else kc)
