@@ -70,6 +70,10 @@ def op_time(name, cat, args, out):
         return _sdpa_time(name, args, launch, backward=cat == "backward:sdpa")
     if cat.startswith("backward:"):
         r = op_time(name, cat.split(":", 1)[1], args, out if cat != "backward:sdpa" else None)
+        if r[1] == "estimated":
+            # no kernel: the roofline of the backward op's own operands (gradients in, gradients out) is already
+            # the backward's traffic; doubling it would count it twice
+            return r
         return launch + 2 * (r[0] - launch), "estimated", 2 * r[2], 2 * r[3]
     if cat in ("mm", "addmm", "bmm", "baddbmm"):
         ts = _tensors(args, [])

@@ -1,5 +1,6 @@
-"""How the device charges a sum over leading dimensions (charging.op_time, "reduce"): the cheaper of (cols - 1)
-elementwise combines of output-sized slices and a row reduction of short rows; other reductions unchanged."""
+"""How the device charges two op families (charging.op_time): a sum over leading dimensions (the cheaper of
+(cols - 1) elementwise combines of output-sized slices and a row reduction of short rows), and a backward op
+without a kernel (the roofline of its own operands, once)."""
 
 import torch
 
@@ -42,3 +43,20 @@ def test_leading_dims():
     assert not charging._leading_dims((x, [0, 1, 2]), x)        # all of them: a full reduction
     assert not charging._leading_dims((x, [1]), x) and not charging._leading_dims((x, [-1]), x)
     assert not charging._leading_dims((x,), x)
+
+
+def test_backward_without_a_kernel_is_the_roofline_of_its_own_operands_once():
+    costs.clear_memo()
+    g, y = torch.empty(256, 30522), torch.empty(256, 30522)     # wider than the softmax kernel's rows
+    with device_target("trn1") as tg:
+        ns, kind, fl, nb = charging.op_time("_log_softmax_backward_data", "backward:log_softmax",
+                                            (g, y, 1, torch.float32), torch.empty(256, 30522))
+        est = charging._estimate((g, y, 1, torch.float32), torch.empty(256, 30522), costs.launch_ns(tg))
+        assert (ns, kind, fl, nb) == est
+        assert nb == 3 * 256 * 30522 * 4                      # gradient and output in, gradient out: once each
+        # with a kernel (rows that fit): twice the forward kernel, as before
+        g2 = torch.empty(256, 1024)
+        ns2, kind2, _, _ = charging.op_time("_log_softmax_backward_data", "backward:log_softmax",
+                                            (g2, g2, 1, torch.float32), torch.empty(256, 1024))
+        fwd = costs.softmax_cost(tg, 256, 1024, "float32", log=True)[0]
+        assert kind2 == "estimated" and ns2 == costs.launch_ns(tg) + 2 * fwd
