@@ -1,6 +1,6 @@
-"""How the device charges two op families (charging.op_time): a sum over leading dimensions (the cheaper of
-(cols - 1) elementwise combines of output-sized slices and a row reduction of short rows), and a backward op
-without a kernel (the roofline of its own operands, once)."""
+"""How the device charges some op families (charging.op_time): a sum over leading dimensions (the cheaper of
+(cols - 1) elementwise combines of output-sized slices and a row reduction of short rows), a backward op without a
+kernel (the roofline of its own operands, once), and gathers (the bytes they pick, not their source)."""
 
 import torch
 
@@ -60,3 +60,23 @@ def test_backward_without_a_kernel_is_the_roofline_of_its_own_operands_once():
                                             (g2, g2, 1, torch.float32), torch.empty(256, 1024))
         fwd = costs.softmax_cost(tg, 256, 1024, "float32", log=True)[0]
         assert kind2 == "estimated" and ns2 == costs.launch_ns(tg) + 2 * fwd
+
+
+def test_gathers_move_what_they_pick_not_their_source():
+    table, idx = torch.empty(30522, 1024), torch.empty(16, 128, dtype=torch.int64)
+    out = torch.empty(16, 128, 1024)
+    with device_target("trn1") as tg:
+        launch = costs.launch_ns(tg)
+        ns, kind, fl, nb = charging.op_time("embedding", "gather", (table, idx), out)
+        assert nb == 2 * out.numel() * 4 + idx.numel() * 8
+        assert (kind, fl) == ("estimated", float(out.numel()))
+        assert ns == launch + costs.roofline_ns(tg, fl, nb)
+        assert ns < charging._estimate((table, idx), out, launch)[0]       # the whole table is not read
+        logits, target = torch.empty(2048, 30522), torch.empty(2048, dtype=torch.int64)
+        loss = torch.empty(())
+        nb_f = charging.op_time("nll_loss_forward", "gather", (logits, target, None, 1, -100), (loss, loss))[3]
+        assert nb_f == 2048 * 4 + 2048 * 8 + 2 * 4                         # one value per target, the loss
+        g = torch.empty(())
+        nb_b = charging.op_time("nll_loss_backward", "gather", (g, logits, target, None, 1, -100, g),
+                                torch.empty(2048, 30522))[3]
+        assert nb_b == 2048 * 30522 * 4 + 2048 * 8 + 4                     # the dense gradient written once

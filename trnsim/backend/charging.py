@@ -161,7 +161,38 @@ def op_time(name, cat, args, out):
         if r is None:
             return _estimate(args, out, launch)
         return launch + r[0], "native", r[1], r[2]
+    if cat == "gather" and name in _GATHERS:
+        return _gather_time(name, args, out, launch)
     return _estimate(args, out, launch)
+
+
+# gathers whose memory traffic is what they pick, not their whole source (an embedding table, the logits)
+_GATHERS = ("embedding", "index_select", "nll_loss_forward", "nll_loss2d_forward", "nll_loss_backward",
+            "nll_loss2d_backward")
+
+
+def _gather_time(name, args, out, launch):
+    """A gather as a roofline estimate of the bytes it moves: the indices read, and
+
+    * ``embedding`` / ``index_select``: the picked rows read and written (twice the output), not the table;
+    * ``nll_loss_forward``: one value per target read (and the loss written);
+    * ``nll_loss_backward``: the dense input gradient written once (zeros but at the targets), the output
+      gradient read."""
+    ts = _tensors(args, [])
+    outs = _tensors([out], []) if out is not None else []
+    n_out, b_out = _numel_bytes(outs)
+    b_idx = sum(t.numel() * t.element_size() for t in ts if not t.is_floating_point())
+    if name in ("embedding", "index_select"):
+        moved = 2 * b_out + b_idx
+    elif name.endswith("_forward"):
+        x = next((t for t in ts if t.is_floating_point()), None)
+        picked = sum(t.numel() for t in ts if not t.is_floating_point()) * (x.element_size() if x is not None else 4)
+        moved = picked + b_idx + b_out
+    else:
+        grad = ts[0].numel() * ts[0].element_size() if ts and ts[0].is_floating_point() else 0
+        moved = b_out + b_idx + grad
+    flops = float(n_out)
+    return launch + costs.roofline_ns(STATE.target, flops, moved), "estimated", flops, moved
 
 
 def _leading_dims(args, x):
