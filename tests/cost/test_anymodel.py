@@ -103,7 +103,12 @@ def test_factory_estimate_is_data_parallel_and_adds_up(tmp_path):
     opt = E.optimizer_s(mc.params, mc_target(), "adamw") * split
     ar = E._coll("all_reduce", mc.params * 2, E._topology("trn2.48xlarge", 1, 2), tuple(range(64)))
     exposed = max(0.0, ar - mc.total.bwd_ns * split * 1e-9)
-    assert e.step_time_s == pytest.approx(compute + opt + exposed, rel=1e-9)
+    # micro-batches after the first add their bf16 gradients into the accumulated ones: one elementwise add each
+    from trnsim.backend import costs
+    add = costs.launch_ns(mc_target()) + costs.elementwise_cost(mc_target(), mc.params, "bfloat16", "binary")[0]
+    acc = (mbs - 1) * add * 1e-9 * split
+    assert mbs == 4 and e.breakdown["gradient accumulation"] == pytest.approx(acc, rel=1e-9)
+    assert e.step_time_s == pytest.approx(compute + opt + exposed + acc, rel=1e-9)
     assert e.samples_per_s == pytest.approx(e.global_batch / e.step_time_s)
 
 

@@ -7,7 +7,8 @@ overlapping the neighbouring block's compute).  Tensor, pipeline, context and ex
 the layers shard; they apply to the decoder templates only, and asking for them here is an error naming that.
 
 A step: ``global_batch / (dp x micro_batch)`` micro-batches of the model's forward and backward (one rank, the
-cost of :func:`trnsim.cost.anymodel.model_cost`), the data-parallel collectives on the instance's topology, and the
+cost of :func:`trnsim.cost.anymodel.model_cost`), the gradients of every micro-batch after the first added into
+the accumulated ones (:func:`accumulation_s`), the data-parallel collectives on the instance's topology, and the
 optimizer step over the rank's parameters (:func:`trnsim.cost.estimator.optimizer_s`).
 
 Precision (``precision``):
@@ -29,7 +30,7 @@ import math
 
 from .anymodel import PRECISIONS, load_any, model_cost
 
-__all__ = ["estimate_any", "check_flags", "PARAM_BYTES", "OPTIMIZER_BYTES"]
+__all__ = ["estimate_any", "accumulation_s", "check_flags", "PARAM_BYTES", "OPTIMIZER_BYTES"]
 
 # bytes per parameter: (weights, gradients); optimizer state: fp32 moments (+ fp32 master weights under bf16)
 PARAM_BYTES = {"bf16": (2, 2), "autocast": (4, 4), "fp32": (4, 4)}
@@ -59,6 +60,19 @@ def check_flags(model, tp=1, pp=1, cp=1, ep=1, checkpointing=False, compiled=Fal
         raise ValueError(f"precision {precision!r} for {am.name}: expected one of {', '.join(PRECISIONS)} "
                          f"(fp8 is modelled for the decoder templates only)")
     return am
+
+
+def accumulation_s(numel, micro_batches, grad_bytes, target):
+    """Seconds one rank spends adding gradients over ``micro_batches`` micro-batches: autograd writes the first
+    micro-batch's gradients and adds every later one into them in place (PyTorch's AccumulateGrad: ``grad +=
+    new`` once ``.grad`` exists), each add the device's elementwise kernel over the rank's ``numel`` gradients
+    (reads both, writes one), taken as one kernel over all of them plus one launch."""
+    from ..backend import costs
+    if micro_batches <= 1 or numel <= 0:
+        return 0.0
+    dt = "bfloat16" if grad_bytes == 2 else "float32"
+    add = costs.launch_ns(target) + costs.elementwise_cost(target, int(numel), dt, "binary", "add")[0]
+    return (micro_batches - 1) * add * 1e-9
 
 
 def estimate_any(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, cp=1, ep=1, fsdp=True,
@@ -114,13 +128,15 @@ def estimate_any(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=
         coll["dp gradient all_reduce"] = max(0.0, ar - bwd_s)
     shard = dp if (fsdp and dp > 1) else 1
     opt_s = E.optimizer_s(math.ceil(mc.params / shard), tg, optimizer) * split
+    acc_s = accumulation_s(math.ceil(mc.params / shard), mbs, gbytes, tg) * split
     breakdown = {"compute: tensor engine": c.tensor_ns * split * 1e-9 * mbs,
                  "compute: vector/scalar/dma": (c.other_ns - c.launch_ns) * split * 1e-9 * mbs,
                  "launch overhead": c.launch_ns * split * 1e-9 * mbs,
-                 "fallbacks": c.fallback_ns * split * 1e-9 * mbs, "optimizer": opt_s}
+                 "fallbacks": c.fallback_ns * split * 1e-9 * mbs, "optimizer": opt_s,
+                 "gradient accumulation": acc_s}
     for k, v in coll.items():
         breakdown[f"comm: {k}"] = v
-    step_s = mbs * mb_s + opt_s + sum(coll.values())
+    step_s = mbs * mb_s + opt_s + acc_s + sum(coll.values())
     assert abs(sum(breakdown.values()) - step_s) <= 1e-6 * step_s, (breakdown, step_s)
     breakdown = {k: v for k, v in breakdown.items() if v > 0}
     tokens = am.tokens_per_sample(seq)
