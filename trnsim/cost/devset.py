@@ -88,8 +88,8 @@ def layer_ops(micro_batch=16, seq=128, precision="autocast", target="trn1") -> s
     import torch
     from transformers.models.bert.modeling_bert import BertLayer
 
-    import trnsim
     from ..backend.device_state import STATE
+    from ..backend.profiler import profile_torch
     from ..backend.shape_only import device_target, materialize_shape_only, shape_only_tensor
     from ..targets import get_target
     from .anymodel import PRECISIONS, flash_attention
@@ -100,7 +100,7 @@ def layer_ops(micro_batch=16, seq=128, precision="autocast", target="trn1") -> s
     with device_target(tg), torch.device("meta"):
         m = BertLayer(cfg).to(dtype)
     materialize_shape_only(m)
-    with device_target(tg), trnsim.profile_torch() as prof:
+    with device_target(tg), profile_torch() as prof:
         x = shape_only_tensor((micro_batch, seq, cfg.hidden_size), dtype, requires_grad=True)
         t0 = STATE.now_ns
         with flash_attention(), torch.autocast("neuron", dtype=torch.bfloat16, enabled=autocast):
