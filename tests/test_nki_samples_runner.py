@@ -85,3 +85,16 @@ def test_profile_report_counts_kernels_whose_runs_all_succeed(tmp_path):
     assert doc["profiled"] == 1
     md = (tmp_path / "r-profiles.md").read_text()
     assert "**1 / 2 kernels profile without a refusal**" in md and "9.3 us / 9.3 us" in md and "Boom / x" in md
+
+
+def test_a_kernel_of_a_later_target_is_profiled_there_only(tmp_path):
+    """double_row_matmul uses nc_matmul's double_row mode (trn2 on): its row lists trn2 runs only, and the report
+    says so instead of showing a trn1 refusal."""
+    assert runner.PROFILE_ONLY_ON["reference/double_row_matmul"] == ("trn2",)
+    assert any(p[0] == "reference/double_row_matmul" for p in runner.PROFILES)
+    ok = {"ok": True, "seconds": 1.0, "simulated": "784.6 us"}
+    recs = [{"name": "reference/double_row_matmul", "runs": {f"k:trn2:{m}": ok for m in ("shape-only", "full")}}]
+    runner.write_profile_report(recs, str(tmp_path / "r-profiles"), "7af4e4d", 2.0)
+    md = (tmp_path / "r-profiles.md").read_text()
+    assert "**1 / 1 kernels profile without a refusal**" in md
+    assert "(trn1: not profiled) / 784.6 us" in md and "double_row_matmul on trn2 only" in md

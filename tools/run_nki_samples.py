@@ -24,8 +24,9 @@ The kernel list depends on the snapshot: the legacy layout (``src/nki_samples/re
 and earlier) or the newer one (6905a68 and later: the beta-2 tutorials, ``contributed/``); ``--list`` prints it.
 
 ``--profile`` runs ``trnsim profile`` instead, for each kernel in ``PROFILES`` (its kernel and inputs written to a
-wrapper file), shape-only and full, on trn1 and trn2, and reports per kernel whether each of the four ran without a
-refusal, with the simulated time.
+wrapper file), shape-only and full, on trn1 and trn2 (``PROFILE_ONLY_ON``: a kernel built on a later target's
+feature on that target only), and reports per kernel whether each run finished without a refusal, with the
+simulated time.
 
 Outputs ``<out>.json`` and ``<out>.md`` (default ``conformance/reports/nki-samples``): per kernel, the outcome
 (match / mismatch / error / timeout) and, for failures, the last error line.  Exit status 0 when the run completed
@@ -267,6 +268,9 @@ PROFILES = [(f"tutorial/attention_fwd_v{v}", _ATTN, [f"attn_fwd_v{v}"], _QKV.for
      "(rng.random((448, 448)).astype(np.float32), 3)", None),
 ]
 PROFILE_TARGETS = ("trn1", "trn2")
+# kernels built on a feature of later targets only, profiled on those: double_row_matmul's nc_matmul
+# perf_mode="double_row" exists from trn2 on (its own test returns early unless the host is a trn2)
+PROFILE_ONLY_ON = {"reference/double_row_matmul": ("trn2",)}
 PROFILE_WRAPPER = """
 import sys, runpy
 import numpy as np, ml_dtypes
@@ -322,7 +326,7 @@ def profile_one(name, rel, syms, inputs, grid, snap, timeout):
             with open(wraps[sym], "w") as f:
                 f.write(PROFILE_WRAPPER.format(d=os.path.dirname(path), path=path, sym=sym, inputs=inputs))
         for sym in syms:
-            runs = [("kernel", tg, so) for tg in PROFILE_TARGETS for so in (True, False)]
+            runs = [("kernel", tg, so) for tg in PROFILE_ONLY_ON.get(name, PROFILE_TARGETS) for so in (True, False)]
             code = PROFILE_DRIVER.format(runs=runs, wrap=wraps[sym], out=os.path.join(tmp, "out"), grid=grid or "")
             t0 = time.monotonic()
             try:
@@ -362,13 +366,18 @@ def write_profile_report(records, out, snap_commit, elapsed):
              f"Made at commit {meta['commit']} on {meta['made'][:10]} by `python tools/run_nki_samples.py --profile` "
              f"({meta['wall_seconds']} s).", "",
              f"**{ok} / {len(rows)} kernels profile without a refusal** (`trnsim profile`, shape-only and full, on "
-             f"{' and '.join(PROFILE_TARGETS)}).", "",
+             f"{' and '.join(PROFILE_TARGETS)}; " + "; ".join(f"{k} on {', '.join(v)} only (a feature of those "
+                                                             "targets)" for k, v in PROFILE_ONLY_ON.items()) + ").",
+             "",
              "| kernel | runs | simulated time (first kernel; trn1 / trn2, full) | failures |", "|---|---|---|---|"]
     for r in rows:
         runs = r["runs"]
         good = sum(1 for v in runs.values() if v["ok"])
         first = next(iter(runs)).split(":")[0] if runs else ""
-        sim = " / ".join(runs.get(f"{first}:{tg}:full", {}).get("simulated", "-") for tg in PROFILE_TARGETS)
+        sim = " / ".join(runs.get(f"{first}:{tg}:full", {}).get("simulated", "-" if tg in
+                                                                  PROFILE_ONLY_ON.get(r["name"], PROFILE_TARGETS)
+                                                                  else f"({tg}: not profiled)")
+                         for tg in PROFILE_TARGETS)
         bad = "; ".join(f"{k}: {v.get('detail', '')}" for k, v in runs.items() if not v["ok"])
         lines.append(f"| {r['name']} | {good} / {len(runs)} ok | {sim} | {bad.replace('|', '/')[:400]} |")
     with atomic_write(out + ".md") as f:
