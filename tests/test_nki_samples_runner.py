@@ -98,3 +98,21 @@ def test_a_kernel_of_a_later_target_is_profiled_there_only(tmp_path):
     md = (tmp_path / "r-profiles.md").read_text()
     assert "**1 / 1 kernels profile without a refusal**" in md
     assert "(trn1: not profiled) / 784.6 us" in md and "double_row_matmul on trn2 only" in md
+
+
+def test_a_kernel_process_above_the_memory_cap_is_killed_and_named(tmp_path):
+    """run_capped kills a process tree that passes the resident cap and says so; below it, the run completes
+    with its peak resident size measured."""
+    import os
+    import sys
+    grow = ("import time\nx = bytearray(400 * 2**20)\nfor i in range(0, len(x), 4096): x[i] = 1\n"
+            "time.sleep(30)\nprint('done')")
+    rc, out, peak, why = runner.run_capped([sys.executable, "-c", grow], str(tmp_path), dict(os.environ), 60,
+                                           150 * 2 ** 20)
+    assert why == "memory" and rc != 0 and peak > 150 * 2 ** 20 and "done" not in out
+    rc, out, peak, why = runner.run_capped([sys.executable, "-c", "print('small')"], str(tmp_path),
+                                           dict(os.environ), 60, 2 ** 30)
+    assert why is None and rc == 0 and "small" in out
+    rc, out, peak, why = runner.run_capped([sys.executable, "-c", "import time; time.sleep(30)"], str(tmp_path),
+                                           dict(os.environ), 1, 0)
+    assert why == "timeout"
