@@ -116,3 +116,11 @@ def test_a_kernel_process_above_the_memory_cap_is_killed_and_named(tmp_path):
     rc, out, peak, why = runner.run_capped([sys.executable, "-c", "import time; time.sleep(30)"], str(tmp_path),
                                            dict(os.environ), 1, 0)
     assert why == "timeout"
+
+
+def test_unit_counts_from_the_summary_or_the_progress_of_a_killed_run():
+    assert runner.unit_counts("....\n4 passed, 1 failed in 3.2s\n") == {"tests_passed": 4, "tests_failed": 1}
+    # killed before the summary: the progress characters say how far it got
+    assert runner.unit_counts("..........F.                                   [ 75%]\n..") == \
+        {"tests_passed": 13, "tests_failed": 1}
+    assert runner.unit_counts("") == {"tests_passed": 0, "tests_failed": 0}

@@ -434,6 +434,20 @@ def last_error(text):
     return lines[-1][:300] if lines else ""
 
 
+def unit_counts(out):
+    """``tests_passed`` / ``tests_failed`` of a ``pytest -q`` output: its summary line, or, for a process killed
+    before it printed one, its progress characters (``.`` passed, ``F``/``E`` failed)."""
+    m = re.search(r"(\d+) passed", out)
+    f = re.search(r"(\d+) failed", out)
+    e = re.search(r"(\d+) error", out)
+    if m or f or e:
+        return {"tests_passed": int(m.group(1)) if m else 0,
+                "tests_failed": (int(f.group(1)) if f else 0) + (int(e.group(1)) if e else 0)}
+    prog = "".join(re.sub(r"\s*\[\s*\d+%\]$", "", ln.strip()) for ln in out.splitlines()
+                   if re.fullmatch(r"[.FEsxX]+(\s*\[\s*\d+%\])?", ln.strip()))
+    return {"tests_passed": prog.count("."), "tests_failed": prog.count("F") + prog.count("E")}
+
+
 def _tree_rss(pid):
     """Resident bytes of process ``pid`` and its descendants (Linux /proc; 0 where it cannot be read)."""
     kids = {}
@@ -498,6 +512,8 @@ def run_one(name, kind, spec, snap, timeout, mem_cap=0):
         rc, out, peak, why = run_capped(argv, cwd or tmp, env, timeout, mem_cap)
     secs = round(time.monotonic() - t0, 1)
     rec = {"name": name, "kind": kind, "seconds": secs, "peak_rss_gb": round(peak / 2 ** 30, 2)}
+    if kind == "unit":
+        rec.update(unit_counts(out))
     if why == "timeout":
         rec.update(outcome="timeout", detail=f"no result in {timeout} s")
         return rec
@@ -506,12 +522,6 @@ def run_one(name, kind, spec, snap, timeout, mem_cap=0):
                                            f"{mem_cap / 2 ** 30:.1f} GB (--mem-cap); last output: "
                                            f"{last_error(out).replace(os.path.abspath(snap), '<snapshot>')}")
         return rec
-    if kind == "unit":
-        m = re.search(r"(\d+) passed", out)
-        f = re.search(r"(\d+) failed", out)
-        e = re.search(r"(\d+) error", out)
-        rec["tests_passed"] = int(m.group(1)) if m else 0
-        rec["tests_failed"] = (int(f.group(1)) if f else 0) + (int(e.group(1)) if e else 0)
     if rc == 0:
         rec["outcome"] = "match"
     else:
