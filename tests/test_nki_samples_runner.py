@@ -85,3 +85,42 @@ def test_profile_report_counts_kernels_whose_runs_all_succeed(tmp_path):
     assert doc["profiled"] == 1
     md = (tmp_path / "r-profiles.md").read_text()
     assert "**1 / 2 kernels profile without a refusal**" in md and "9.3 us / 9.3 us" in md and "Boom / x" in md
+
+
+def test_a_kernel_of_a_later_target_is_profiled_there_only(tmp_path):
+    """double_row_matmul uses nc_matmul's double_row mode (trn2 on): its row lists trn2 runs only, and the report
+    says so instead of showing a trn1 refusal."""
+    assert runner.PROFILE_ONLY_ON["reference/double_row_matmul"] == ("trn2",)
+    assert any(p[0] == "reference/double_row_matmul" for p in runner.PROFILES)
+    ok = {"ok": True, "seconds": 1.0, "simulated": "784.6 us"}
+    recs = [{"name": "reference/double_row_matmul", "runs": {f"k:trn2:{m}": ok for m in ("shape-only", "full")}}]
+    runner.write_profile_report(recs, str(tmp_path / "r-profiles"), "7af4e4d", 2.0)
+    md = (tmp_path / "r-profiles.md").read_text()
+    assert "**1 / 1 kernels profile without a refusal**" in md
+    assert "(trn1: not profiled) / 784.6 us" in md and "double_row_matmul on trn2 only" in md
+
+
+def test_a_kernel_process_above_the_memory_cap_is_killed_and_named(tmp_path):
+    """run_capped kills a process tree that passes the resident cap and says so; below it, the run completes
+    with its peak resident size measured."""
+    import os
+    import sys
+    grow = ("import time\nx = bytearray(400 * 2**20)\nfor i in range(0, len(x), 4096): x[i] = 1\n"
+            "time.sleep(30)\nprint('done')")
+    rc, out, peak, why = runner.run_capped([sys.executable, "-c", grow], str(tmp_path), dict(os.environ), 60,
+                                           150 * 2 ** 20)
+    assert why == "memory" and rc != 0 and peak > 150 * 2 ** 20 and "done" not in out
+    rc, out, peak, why = runner.run_capped([sys.executable, "-c", "print('small')"], str(tmp_path),
+                                           dict(os.environ), 60, 2 ** 30)
+    assert why is None and rc == 0 and "small" in out
+    rc, out, peak, why = runner.run_capped([sys.executable, "-c", "import time; time.sleep(30)"], str(tmp_path),
+                                           dict(os.environ), 1, 0)
+    assert why == "timeout"
+
+
+def test_unit_counts_from_the_summary_or_the_progress_of_a_killed_run():
+    assert runner.unit_counts("....\n4 passed, 1 failed in 3.2s\n") == {"tests_passed": 4, "tests_failed": 1}
+    # killed before the summary: the progress characters say how far it got
+    assert runner.unit_counts("..........F.                                   [ 75%]\n..") == \
+        {"tests_passed": 13, "tests_failed": 1}
+    assert runner.unit_counts("") == {"tests_passed": 0, "tests_failed": 0}

@@ -24,8 +24,9 @@ The kernel list depends on the snapshot: the legacy layout (``src/nki_samples/re
 and earlier) or the newer one (6905a68 and later: the beta-2 tutorials, ``contributed/``); ``--list`` prints it.
 
 ``--profile`` runs ``trnsim profile`` instead, for each kernel in ``PROFILES`` (its kernel and inputs written to a
-wrapper file), shape-only and full, on trn1 and trn2, and reports per kernel whether each of the four ran without a
-refusal, with the simulated time.
+wrapper file), shape-only and full, on trn1 and trn2 (``PROFILE_ONLY_ON``: a kernel built on a later target's
+feature on that target only), and reports per kernel whether each run finished without a refusal, with the
+simulated time.
 
 Outputs ``<out>.json`` and ``<out>.md`` (default ``conformance/reports/nki-samples``): per kernel, the outcome
 (match / mismatch / error / timeout) and, for failures, the last error line.  Exit status 0 when the run completed
@@ -267,6 +268,9 @@ PROFILES = [(f"tutorial/attention_fwd_v{v}", _ATTN, [f"attn_fwd_v{v}"], _QKV.for
      "(rng.random((448, 448)).astype(np.float32), 3)", None),
 ]
 PROFILE_TARGETS = ("trn1", "trn2")
+# kernels built on a feature of later targets only, profiled on those: double_row_matmul's nc_matmul
+# perf_mode="double_row" exists from trn2 on (its own test returns early unless the host is a trn2)
+PROFILE_ONLY_ON = {"reference/double_row_matmul": ("trn2",)}
 PROFILE_WRAPPER = """
 import sys, runpy
 import numpy as np, ml_dtypes
@@ -322,7 +326,7 @@ def profile_one(name, rel, syms, inputs, grid, snap, timeout):
             with open(wraps[sym], "w") as f:
                 f.write(PROFILE_WRAPPER.format(d=os.path.dirname(path), path=path, sym=sym, inputs=inputs))
         for sym in syms:
-            runs = [("kernel", tg, so) for tg in PROFILE_TARGETS for so in (True, False)]
+            runs = [("kernel", tg, so) for tg in PROFILE_ONLY_ON.get(name, PROFILE_TARGETS) for so in (True, False)]
             code = PROFILE_DRIVER.format(runs=runs, wrap=wraps[sym], out=os.path.join(tmp, "out"), grid=grid or "")
             t0 = time.monotonic()
             try:
@@ -362,13 +366,18 @@ def write_profile_report(records, out, snap_commit, elapsed):
              f"Made at commit {meta['commit']} on {meta['made'][:10]} by `python tools/run_nki_samples.py --profile` "
              f"({meta['wall_seconds']} s).", "",
              f"**{ok} / {len(rows)} kernels profile without a refusal** (`trnsim profile`, shape-only and full, on "
-             f"{' and '.join(PROFILE_TARGETS)}).", "",
+             f"{' and '.join(PROFILE_TARGETS)}; " + "; ".join(f"{k} on {', '.join(v)} only (a feature of those "
+                                                             "targets)" for k, v in PROFILE_ONLY_ON.items()) + ").",
+             "",
              "| kernel | runs | simulated time (first kernel; trn1 / trn2, full) | failures |", "|---|---|---|---|"]
     for r in rows:
         runs = r["runs"]
         good = sum(1 for v in runs.values() if v["ok"])
         first = next(iter(runs)).split(":")[0] if runs else ""
-        sim = " / ".join(runs.get(f"{first}:{tg}:full", {}).get("simulated", "-") for tg in PROFILE_TARGETS)
+        sim = " / ".join(runs.get(f"{first}:{tg}:full", {}).get("simulated", "-" if tg in
+                                                                  PROFILE_ONLY_ON.get(r["name"], PROFILE_TARGETS)
+                                                                  else f"({tg}: not profiled)")
+                         for tg in PROFILE_TARGETS)
         bad = "; ".join(f"{k}: {v.get('detail', '')}" for k, v in runs.items() if not v["ok"])
         lines.append(f"| {r['name']} | {good} / {len(runs)} ok | {sim} | {bad.replace('|', '/')[:400]} |")
     with atomic_write(out + ".md") as f:
@@ -425,7 +434,70 @@ def last_error(text):
     return lines[-1][:300] if lines else ""
 
 
-def run_one(name, kind, spec, snap, timeout):
+def unit_counts(out):
+    """``tests_passed`` / ``tests_failed`` of a ``pytest -q`` output: its summary line, or, for a process killed
+    before it printed one, its progress characters (``.`` passed, ``F``/``E`` failed)."""
+    m = re.search(r"(\d+) passed", out)
+    f = re.search(r"(\d+) failed", out)
+    e = re.search(r"(\d+) error", out)
+    if m or f or e:
+        return {"tests_passed": int(m.group(1)) if m else 0,
+                "tests_failed": (int(f.group(1)) if f else 0) + (int(e.group(1)) if e else 0)}
+    prog = "".join(re.sub(r"\s*\[\s*\d+%\]$", "", ln.strip()) for ln in out.splitlines()
+                   if re.fullmatch(r"[.FEsxX]+(\s*\[\s*\d+%\])?", ln.strip()))
+    return {"tests_passed": prog.count("."), "tests_failed": prog.count("F") + prog.count("E")}
+
+
+def _tree_rss(pid):
+    """Resident bytes of process ``pid`` and its descendants (Linux /proc; 0 where it cannot be read)."""
+    kids = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            kids.setdefault(ppid, []).append(int(d))
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        todo += kids.get(p, [])
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for ln in f:
+                    if ln.startswith("VmRSS:"):
+                        total += int(ln.split()[1]) * 1024
+                        break
+        except OSError:
+            pass
+    return total
+
+
+def run_capped(argv, cwd, env, timeout, mem_cap):
+    """Run ``argv``; ``(returncode, output, peak resident bytes, why)`` where ``why`` is None, "timeout" or
+    "memory" (its process tree was killed on passing ``mem_cap`` bytes resident, polled every half second)."""
+    with tempfile.TemporaryFile("w+") as out:
+        p = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
+                             start_new_session=True)
+        t0, peak, why = time.monotonic(), 0, None
+        while p.poll() is None:
+            rss = _tree_rss(p.pid)
+            peak = max(peak, rss)
+            if mem_cap and rss > mem_cap:
+                why = "memory"
+            elif time.monotonic() - t0 > timeout:
+                why = "timeout"
+            if why:
+                os.killpg(p.pid, 9)          # the kernel's own session: its process and any it started
+                p.wait()
+                break
+            time.sleep(0.5)
+        out.seek(0)
+        return p.returncode, out.read(), peak, why
+
+
+def run_one(name, kind, spec, snap, timeout, mem_cap=0):
     argv, cwd, extra = command_for(kind, spec, snap)
     env = dict(os.environ)
     env["TORCHNEURON_TARGET"] = "sim"
@@ -437,21 +509,20 @@ def run_one(name, kind, spec, snap, timeout):
                                         [p for p in [env.get("PYTHONPATH")] if p])
     with tempfile.TemporaryDirectory(prefix="trnsim-samples-") as tmp:
         t0 = time.monotonic()
-        try:
-            p = subprocess.run(argv, cwd=cwd or tmp, env=env, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return {"name": name, "kind": kind, "outcome": "timeout", "seconds": round(time.monotonic() - t0, 1),
-                    "detail": f"no result in {timeout} s"}
-        out = p.stdout + p.stderr
+        rc, out, peak, why = run_capped(argv, cwd or tmp, env, timeout, mem_cap)
     secs = round(time.monotonic() - t0, 1)
-    rec = {"name": name, "kind": kind, "seconds": secs}
+    rec = {"name": name, "kind": kind, "seconds": secs, "peak_rss_gb": round(peak / 2 ** 30, 2)}
     if kind == "unit":
-        m = re.search(r"(\d+) passed", out)
-        f = re.search(r"(\d+) failed", out)
-        e = re.search(r"(\d+) error", out)
-        rec["tests_passed"] = int(m.group(1)) if m else 0
-        rec["tests_failed"] = (int(f.group(1)) if f else 0) + (int(e.group(1)) if e else 0)
-    if p.returncode == 0:
+        rec.update(unit_counts(out))
+    if why == "timeout":
+        rec.update(outcome="timeout", detail=f"no result in {timeout} s")
+        return rec
+    if why == "memory":
+        rec.update(outcome="error", detail=f"killed at {peak / 2 ** 30:.1f} GB resident, above the runner's cap of "
+                                           f"{mem_cap / 2 ** 30:.1f} GB (--mem-cap); last output: "
+                                           f"{last_error(out).replace(os.path.abspath(snap), '<snapshot>')}")
+        return rec
+    if rc == 0:
         rec["outcome"] = "match"
     else:
         mism = "AssertionError" in out or "Mismatched elements" in out or "Not equal to tolerance" in out
@@ -472,14 +543,14 @@ def write_report(records, out, snap_commit, elapsed):
              f"({meta['wall_seconds']} s).", "",
              f"**{counts['match']} / {len(records)} match**; {counts['mismatch']} mismatch, {counts['error']} error, "
              f"{counts['timeout']} timeout.", "",
-             "| kernel | how it runs | outcome | seconds | detail |", "|---|---|---|---|---|"]
+             "| kernel | how it runs | outcome | seconds | peak GB | detail |", "|---|---|---|---|---|---|"]
     for r in records:
         how = {"unit": "its pytest file (--simulation-only)", "main": "its `__main__` (accuracy)",
                "attn": "test_attn_tutorial('accuracy')", "ref": "float64 NumPy reference (this tool)",
                "contrib": "its check_correct() (or the file's own check)"}[r["kind"]]
         if r["kind"] == "unit":
             how += f": {r.get('tests_passed', 0)} passed, {r.get('tests_failed', 0)} failed"
-        lines.append(f"| {r['name']} | {how} | {r['outcome']} | {r['seconds']} | "
+        lines.append(f"| {r['name']} | {how} | {r['outcome']} | {r['seconds']} | {r.get('peak_rss_gb', '-')} | "
                      f"{r.get('detail', '').replace('|', '/')} |")
     with atomic_write(out + ".md") as f:
         f.write("\n".join(lines) + "\n")
@@ -494,6 +565,10 @@ def main(argv=None):
     ap.add_argument("--out", default=DEFAULT_OUT, help="report path without extension")
     ap.add_argument("--only", nargs="*", default=None, help="kernel names (or prefixes) to run")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per kernel")
+    ap.add_argument("--mem-cap", type=float, default=6.0,
+                    help="GB resident per kernel (its process tree), killed above it (0: no cap); default 6, the "
+                         "committed reports' figure: a share of a 24 GB machine others use too (every kernel but "
+                         "flash_attn_bwd's seqlen-8192 tests stays under 3.1 GB)")
     ap.add_argument("--quick-first", action="store_true", help="run the pytest files after everything else")
     ap.add_argument("--list", action="store_true", help="print the kernel names of the snapshot's layout and exit")
     ap.add_argument("--profile", action="store_true",
@@ -528,7 +603,7 @@ def main(argv=None):
     t0 = time.monotonic()
     records = []
     for i, (name, kind, spec) in enumerate(todo, 1):
-        rec = run_one(name, kind, spec, a.snapshot, a.timeout)
+        rec = run_one(name, kind, spec, a.snapshot, a.timeout, int(a.mem_cap * 2 ** 30))
         records.append(rec)
         print(f"[{i}/{len(todo)}] {name}: {rec['outcome']} ({rec['seconds']} s) {rec.get('detail', '')}",
               flush=True)

@@ -130,3 +130,67 @@ def test_tensor_scalar_writes_saturate(name):
     got = _run_tensor_scalar(name, x, 0.0)
     want = [ref(float(v), dt.min, dt.max) for v in x.astype(np.float64).ravel()]
     assert got.ravel().tolist() == want
+
+
+# ---------------------------------------------------------------- the rounding mode per path
+# Every engine path that converts a float to an integer dtype rounds to nearest, ties to even (NOTES.md "Numerics";
+# the engines compute in fp32 and convert on the write).  Integer arithmetic on integer tiles is another path: no
+# float value exists, and division truncates toward zero (ops.INT_ALU; nki.isa.tensor_tensor "int32/uint32 types").
+TIES = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999997, 58.526, -58.526, 2.0 ** 31, -(2.0 ** 31) - 256]
+
+
+def _convert(path, name, x):
+    @nki.jit
+    def k(a):
+        t = nl.ndarray(a.shape, nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(t, a)
+        d = nl.ndarray(a.shape, getattr(nl, name), buffer=nl.sbuf)
+        if path == "tensor_copy_vector":
+            nisa.tensor_copy(d, t, engine=nisa.engine.vector)
+        elif path == "tensor_copy_gpsimd":
+            nisa.tensor_copy(d, t, engine=nisa.engine.gpsimd)
+        elif path == "activation_copy":
+            nisa.activation(d, nl.copy, t)
+        elif path == "tensor_scalar_fp32":
+            nisa.tensor_scalar(d, t, nl.multiply, 1.0)
+        out = nl.ndarray(a.shape, getattr(nl, name), buffer=nl.shared_hbm)
+        if path == "dma_copy":
+            nisa.dma_copy(out, t)            # the DMA converts through fp32 on the way out
+        else:
+            nisa.dma_copy(out, d)
+        return out
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return np.asarray(nki.simulate(k)(x))
+
+
+@pytest.mark.parametrize("name", ["int32", "int16", "uint8"])
+@pytest.mark.parametrize("path", ["tensor_copy_vector", "tensor_copy_gpsimd", "activation_copy",
+                                  "tensor_scalar_fp32", "dma_copy"])
+def test_rounding_mode_per_engine_path(path, name):
+    dt = DTYPES[name]
+    x = np.array([TIES], dtype=np.float32)
+    got = _convert(path, name, x)
+    want = [ref(float(v), dt.min, dt.max) for v in x.astype(np.float64).ravel()]
+    assert got.ravel().tolist() == want, (path, name)
+
+
+def test_integer_division_path_truncates_toward_zero():
+    """The other path: int32 tiles divided natively (no float value to round): toward zero, not to nearest."""
+    @nki.jit
+    def k(a, b):
+        ta = nl.ndarray(a.shape, nl.int32, buffer=nl.sbuf)
+        tb = nl.ndarray(a.shape, nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(ta, a)
+        nisa.dma_copy(tb, b)
+        d = nl.ndarray(a.shape, nl.int32, buffer=nl.sbuf)
+        nisa.tensor_tensor(d, ta, tb, nl.divide)
+        out = nl.ndarray(a.shape, nl.int32, buffer=nl.shared_hbm)
+        nisa.dma_copy(out, d)
+        return out
+    a = np.array([[5, -5, 7, -7, 2224, 2 ** 31 - 1, -(2 ** 31)]], np.int32)
+    b = np.array([[2, 2, -2, -2, 38, 3, 7]], np.int32)
+    got = np.asarray(nki.simulate(k)(a, b)).ravel().tolist()
+    want = [int(x / y) if abs(x) < 2 ** 24 else (abs(x) // abs(y)) * (1 if (x < 0) == (y < 0) else -1)
+            for x, y in zip(a.ravel().tolist(), b.ravel().tolist())]
+    assert got == want == [2, -2, -3, 3, 58, 715827882, -306783378]

@@ -10,8 +10,8 @@ import math
 
 import numpy as np
 
-__all__ = ["alu", "activation_fn", "op_name", "BITVEC_OPS", "REDUCE_IDENTITY", "REDUCE_OPS", "UNARY_ALU",
-           "reduce_fn"]
+__all__ = ["alu", "activation_fn", "op_name", "BITVEC_OPS", "INT_ALU", "INT32_DTYPES", "REDUCE_IDENTITY",
+           "REDUCE_OPS", "UNARY_ALU", "reduce_fn"]
 
 _f32 = np.float32
 
@@ -72,6 +72,25 @@ _ALU = {
     "reciprocal": lambda a, b: _unary_safe(lambda x: (_f32(1) / x).astype(_f32), a),
 }
 UNARY_ALU = frozenset(("abs", "square", "relu", "rsqrt", "reciprocal", "invert"))
+
+
+def _int_div(a, b):
+    """Integer division truncating toward zero (native integer division: -7 / 2 is -3), on int64 arrays whose
+    divisors the caller checked to be nonzero."""
+    q = np.abs(a) // np.abs(b)
+    return np.where((a < 0) != (b < 0), -q, q)
+
+
+# arithmetic ops in native 32-bit integer math: "When all input/output tiles are int32 or uint32, the operation
+# defaults to GpSimd Engine, which uses native integer arithmetic. This ensures exact results for all 32-bit
+# integer values" (NKI ISA reference, nki.isa.tensor_tensor, "int32/uint32 types"; aws-neuron-sdk
+# nki/api/nki/isa/__init__.py).  Computed here in int64 (exact for every 32-bit operand pair) and written back
+# wrapping to 32 bits, as 32-bit integer arithmetic does (NKI reference, nki.isa.NkiScalar: "arithmetic that
+# outgrows 32 bits wraps").  Division truncates toward zero, as integer division does, with no float detour:
+# int32 2224 / 38 is 58 (fp32 58.526 rounded to nearest would be 59; nki-samples' resize_nearest indexes with it)
+INT_ALU = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": _int_div,
+           "maximum": np.maximum, "minimum": np.minimum}
+INT32_DTYPES = frozenset(("int32", "uint32"))
 # bit-vector ops: computed on the integer bits
 BITVEC_OPS = {
     "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,

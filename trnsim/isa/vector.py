@@ -6,10 +6,10 @@ import numpy as np
 
 from ..memory import PSUM, SBUF, Tensor
 from ..memory.dtypes import dtype_of, round_to
-from .common import (as_f32, mark_written, check_free_match, check_same_partitions, flag, free_size, number, operand_value, part,
+from .common import (as_f32, engine_name, mark_written, check_free_match, check_same_partitions, flag, free_size, number, operand_value, part,
                      pick_engine, read, require_space, scalar_or_vector, write, write_same_dtype)
 from .errors import fail
-from .ops import REDUCE_OPS, alu, reduce_fn
+from .ops import INT32_DTYPES, INT_ALU, REDUCE_OPS, alu, op_name, reduce_fn
 
 __all__ = ["tensor_copy", "tensor_tensor", "tensor_scalar", "memset", "tensor_reduce", "reciprocal",
            "scalar_tensor_tensor", "tensor_tensor_scan", "tensor_copy_predicated", "bn_stats", "bn_aggr",
@@ -222,10 +222,49 @@ def _tensor_tensor_values(core, loc, dst, data1, data2, fn, bitvec):
     write(core, dst, r)
 
 
+def _int32_native(op_names, engine, *tensors):
+    """Whether an elementwise instruction runs in native 32-bit integer math (``ops.INT_ALU``): every operator
+    has an integer form, every tensor operand and the result are int32/uint32 and none is in PSUM (the GpSimd
+    engine cannot reach PSUM: "the automatic GpSimd dispatch for int32/uint32 falls back to Vector Engine when
+    any operand resides in PSUM", nki.isa.tensor_tensor), and the engine is GpSimd or left to the default
+    (an explicit ``engine=vector`` computes in fp32)."""
+    return (engine_name(engine) in (None, "gpsimd") and all(n in INT_ALU for n in op_names)
+            and all(isinstance(t, Tensor) and t.dtype.name in INT32_DTYPES and t.buf.kind != PSUM for t in tensors))
+
+
+def _int_operand(instr, name, o, loc):
+    """An integer-math operand: a [P, 1] int32/uint32 tensor, or a whole-number immediate within 32 bits (int64)."""
+    if isinstance(o, Tensor):
+        return o
+    return np.int64(number(instr, name, o, loc, integer=True, lo=-(2 ** 31), hi=2 ** 32 - 1))
+
+
+def _int_values(core, instr, loc, dst, a, steps):
+    """``dst = a op0 o0 [op1 o1]`` in int64 (exact), stored wrapping to the 32-bit result dtype."""
+    x = a
+    for fn, o, rev in steps:
+        if isinstance(o, Tensor):
+            o = read(core, o, "operand", instr, loc).astype(np.int64).reshape(a.shape[0], 1)
+        num, den = (o, x) if rev else (x, o)
+        if fn is INT_ALU["divide"] and np.any(np.asarray(den) == 0):
+            fail(instr, "divisor", "is 0 in integer division (int32/uint32 operands divide natively); the "
+                 "quotient is undefined", 0, "nonzero", loc)
+        r = fn(num, den)
+        x = r if np.shape(r) == a.shape else np.broadcast_to(r, a.shape)
+    write(core, dst, x)
+
+
+def _tensor_tensor_int_values(core, loc, dst, data1, data2, fn):
+    a = read(core, data1, "data1", "tensor_tensor", loc).astype(np.int64)
+    b = read(core, data2, "data2", "tensor_tensor", loc).astype(np.int64).reshape(a.shape)
+    _int_values(core, "tensor_tensor", loc, dst, a, ((fn, b, False),))
+
+
 def tensor_tensor(core, loc, dst, data1, data2, op, engine=None):
     I = "tensor_tensor"
     name, fn, bitvec = _resolve_alu(I, "op", op, loc)
-    default = "gpsimd" if name == "power" else "vector"
+    native = not bitvec and _int32_native((name,), engine, dst, data1, data2)
+    default = "gpsimd" if name == "power" or native else "vector"
     eng = pick_engine(I, engine, default, ("vector", "gpsimd"), loc)
     _onchip_operands(core, I, eng, loc, ("dst", dst), ("data1", data1), ("data2", data2))
     if data1.buf.kind == PSUM and data2.buf.kind == PSUM:
@@ -235,7 +274,10 @@ def tensor_tensor(core, loc, dst, data1, data2, op, engine=None):
     check_free_match(I, (("dst", dst), ("data1", data1), ("data2", data2)), loc)
     if bitvec:
         _check_bitvec(I, name, loc, ("dst", dst), ("data1", data1), ("data2", data2))
-    core.compute(_tensor_tensor_values, core, loc, dst, data1, data2, fn, bitvec)
+    if native:
+        core.compute(_tensor_tensor_int_values, core, loc, dst, data1, data2, INT_ALU[name])
+    else:
+        core.compute(_tensor_tensor_values, core, loc, dst, data1, data2, fn, bitvec)
     core.record(I, eng, (dst,), (data1, data2),
                 elementwise_cycles(core, eng, free_size(dst), dst, [data1, data2], "tensor_tensor", name), loc,
                 flops=dst.size)
@@ -266,10 +308,27 @@ def _tensor_scalar_values(core, loc, dst, data, p, bv0, steps):
     write(core, dst, x)
 
 
+def _tensor_scalar_int_values(core, loc, dst, data, p, steps):
+    a = read(core, data, "data", "tensor_scalar", loc).astype(np.int64).reshape(p, -1)
+    _int_values(core, "tensor_scalar", loc, dst, a, steps)
+
+
 def tensor_scalar(core, loc, dst, data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False,
-                  engine=None):
+                  engine=None, *, _integer=False):
+    """``dst = (data op0 operand0) op1 operand1``: fp32 math, the result rounded to ``dst``'s dtype.
+
+    ``_integer`` (set by legacy NKI's arithmetic on integer tiles, ``nl.divide(int32_tile, 38)``): when the
+    operators, ``data``, ``dst`` and the operands are all integer (``_int32_native``), the instruction runs on
+    GpSimd in native 32-bit integer math, as tensor_tensor does for int32/uint32 tiles; otherwise fp32 as usual.
+    (The NKI reference of nki.isa.tensor_scalar itself asks for float32 operands, so a kernel calling the
+    instruction directly keeps the fp32 path.)"""
     I = "tensor_scalar"
-    eng = pick_engine(I, engine, "vector", ("vector", "scalar", "gpsimd"), loc)
+    names = [op_name(op0)] + ([op_name(op1)] if op1 is not None else [])
+    ints = [o for o in (operand0, operand1) if isinstance(o, Tensor)]
+    integer = _integer is True and _int32_native(names, engine, dst, data, *ints) and all(
+        isinstance(o, Tensor) or (isinstance(o, (int, np.integer)) and not isinstance(o, bool))
+        for o in ((operand0,) if op1 is None else (operand0, operand1)))
+    eng = pick_engine(I, engine, "gpsimd" if integer else "vector", ("vector", "scalar", "gpsimd"), loc)
     _onchip_operands(core, I, eng, loc, ("dst", dst), ("data", data))
     check_same_partitions(I, (("dst", dst), ("data", data)), loc)
     check_free_match(I, (("dst", dst), ("data", data)), loc)
@@ -295,7 +354,12 @@ def tensor_scalar(core, loc, dst, data, op0, operand0, reverse0=False, op1=None,
         steps.append((f1, bv1, o1, flag(I, "reverse1", reverse1, loc)))
         if isinstance(o1, Tensor):
             reads.append(o1)
-    core.compute(_tensor_scalar_values, core, loc, dst, data, p, bv0, tuple(steps))
+    if integer:
+        isteps = tuple((INT_ALU[n], _int_operand(I, f"operand{i}", raw, loc), rev)
+                       for i, (n, raw, (_, _, _, rev)) in enumerate(zip(names, (operand0, operand1), steps)))
+        core.compute(_tensor_scalar_int_values, core, loc, dst, data, p, isteps)
+    else:
+        core.compute(_tensor_scalar_values, core, loc, dst, data, p, bv0, tuple(steps))
     core.record(I, eng, (dst,), tuple(reads),
                 elementwise_cycles(core, eng, free_size(dst), dst, [data], "tensor_scalar"), loc,
                 flops=dst.size * len(steps))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 
 import numpy as np
 
@@ -21,11 +22,31 @@ _FRAMEWORK_MODES = ("jax", "torchxla", "pytorch", "torch")
 
 
 def _grid_dims(grid):
-    # an nl.spmd_dim(nl.nc(2), 4) entry is one grid dimension of their product (8 programs)
-    dims = [int(g) for g in (grid if isinstance(grid, tuple) else (grid,))]
+    """The launch grid ``kernel[g0, g1, ...]`` as a tuple of program counts per axis.
+
+    An nl.spmd_dim(nl.nc(2), 4) entry is one grid dimension of their product (8 programs).  A dimension of 0
+    launches one program on that axis (``program_id`` 0, ``num_programs`` 1), with a warning: legacy NKI puts
+    "no restriction ... on the size of each dimension" of an SPMD grid (NKI programming model, "SPMD"), and AWS's
+    contributed pipelined_attention launches ``flash_fwd[0]`` on a batch of one, reading ``nl.program_id(0)`` as
+    the batch index, and checks the whole output, which only a single program with id 0 produces.  A negative
+    dimension has no meaning and is refused."""
+    raw = grid if isinstance(grid, tuple) else (grid,)
+    dims = []
+    for g in raw:
+        if isinstance(g, bool) or not isinstance(g, (int, np.integer)):
+            try:
+                g = int(g)
+            except (TypeError, ValueError):
+                raise TypeError(f"SPMD launch grid {list(raw)}: dimension {g!r} is not an integer") from None
+        dims.append(int(g))
     for d in dims:
-        if d < 1:
-            raise ValueError(f"SPMD launch grid {list(dims)}: every dimension must be >= 1")
+        if d < 0:
+            raise ValueError(f"SPMD launch grid {dims}: dimension {d} is negative; every dimension must be >= 0")
+    if 0 in dims:
+        fixed = [d if d else 1 for d in dims]
+        warnings.warn(f"SPMD launch grid {dims}: a dimension of 0 launches one program on that axis (grid run as "
+                      f"{fixed}), as legacy NKI does", UserWarning, stacklevel=3)
+        dims = fixed
     return tuple(dims)
 
 

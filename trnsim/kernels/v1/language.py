@@ -429,9 +429,9 @@ def _binary_into(out, x, y, op, loc, box=None):
         if xs == ys:
             _isa.tensor_tensor(core, loc, d, x, y, op)
         elif _is_col(y, x):
-            _isa.tensor_scalar(core, loc, d, x, op, y)
+            _isa.tensor_scalar(core, loc, d, x, op, y, _integer=_integer_op(d, x, y))
         elif _is_col(x, y):
-            _isa.tensor_scalar(core, loc, d, y, op, x, reverse0=True)
+            _isa.tensor_scalar(core, loc, d, y, op, x, reverse0=True, _integer=_integer_op(d, y, x))
         else:
             shape = np.broadcast_shapes(xs, ys)
             try:
@@ -443,12 +443,25 @@ def _binary_into(out, x, y, op, loc, box=None):
             # consecutive partitions only, so it is replicated first, as nl.broadcast_to does (replicate_partitions)
             _isa.tensor_tensor(core, loc, d, replicate_partitions(xb, loc), replicate_partitions(yb, loc), op)
     elif _is_tile(x):
-        _isa.tensor_scalar(core, loc, resolve(out, box, loc, op, "dst"), resolve(x, box, loc, op, "x"), op, y)
+        _isa.tensor_scalar(core, loc, resolve(out, box, loc, op, "dst"), resolve(x, box, loc, op, "x"), op, y,
+                           _integer=_integer_op(out, x, y))
     elif _is_tile(y):
         _isa.tensor_scalar(core, loc, resolve(out, box, loc, op, "dst"), resolve(y, box, loc, op, "y"), op, x,
-                           reverse0=True)
+                           reverse0=True, _integer=_integer_op(out, y, x))
     else:
         raise TypeError(f"nl.{op} needs at least one tile operand")
+
+
+def _integer_op(out, x, other):
+    """Whether ``out = x op other`` is integer arithmetic: integer tiles in and out, and ``other`` an integer
+    tile or a Python/NumPy integer (a weakly typed integer scalar is int32: NKI type promotion, "Weakly Typed
+    Scalar Type Inference").  The ISA layer then runs it in native 32-bit integer math when its rules allow
+    (``isa.vector.tensor_scalar``'s ``_integer``): ``int32_tile / 38`` divides as integers, not through fp32."""
+    if isinstance(other, (Tensor, Tile)):
+        ok = not other.dtype.is_float and not other.dtype.is_bool
+    else:
+        ok = isinstance(other, (int, np.integer)) and not isinstance(other, (bool, np.bool_))
+    return ok and not x.dtype.is_float and not out.dtype.is_float
 
 
 def _is_col(col, full):
