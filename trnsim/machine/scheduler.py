@@ -93,7 +93,7 @@ def schedule(cores, *, progress=None, impl=None) -> Timeline:
     gc.disable()
     try:
         encs = [sched_fast.encode(c) for c in cores]
-        events = [_round_robin(c, enc) for c, enc in zip(cores, encs)]
+        events = [dma_share.applies(c.target) for c in cores]
         results = _schedule_pass(cores, cap, impl, None, progress, total, encs, events)
         over = share_rounds(cores, results, cap,
                             lambda ov: _schedule_pass(cores, cap, impl, ov, None, total, encs, events))
@@ -110,15 +110,6 @@ def schedule(cores, *, progress=None, impl=None) -> Timeline:
     return tl
 
 
-def _round_robin(core, enc):
-    """Whether ``core``'s DMA engines serve its queues round robin in the schedule (``sched_events``): on
-    NeuronCore-v2/v3 with the round robin on (``dma_share.applies``), transfers of at least two classes (named
-    queues, or one and transfers of no named queue) and no barrier in the record (a launch with barriers keeps
-    the gap filling: the event-driven loop does not stop at a barrier)."""
-    return (dma_share.applies(core.target) and dma_share.queue_classes(core) is not None
-            and not (enc[0]["bar"] >= 0).any())
-
-
 def _schedule_pass(cores, cap, impl, overrides, progress, total, encs=None, events=None):
     """One schedule of every core (``overrides``: per core, DMA row -> its ns, or None; ``encs``: each core's
     ``sched_fast.encode``, made here when None; ``events``: per core, whether it runs in simulated-time order,
@@ -133,7 +124,7 @@ def _schedule_pass(cores, cap, impl, overrides, progress, total, encs=None, even
         encs = [sched_fast.encode(c) for c in cores]
     ids = {c.core_id: i for i, c in enumerate(cores)}
     runs = [sched_fast.CoreRun(c, encs[i], cap, overrides[i] if overrides is not None else None, impl=impl,
-                               events=bool(events and events[i])) for i, c in enumerate(cores)]
+                               rr=bool(events and events[i])) for i, c in enumerate(cores)]
     results = [None] * n
     waiting = {}                       # core index -> (participant indices, barrier row, arrival time)
     live = set(range(n))
