@@ -1,8 +1,9 @@
 """Round robin among the queues of a DMA engine (NeuronCore-v2/v3; docs/hardware.md "DMA in detail", dma-overview),
 modelled in simulated time by ``trnsim.machine.sched_events``: each schedule's transfers are the processor sharing
 of their own arrivals (a reference fluid model below, checked against hand-computed ends), both builds give the same
-timeline, trn3 and one queue keep the gap filling, the engines' busy time is unchanged, and a long stream on two
-queues is scheduled once (no rescheduling, no warning)."""
+timeline, trn3, one queue and the round robin off serve the earliest transfer in program order first (the same
+reference model without the sharing), a launch with barriers has the round robin too, the engines' busy time is
+unchanged, and a long stream on two queues is scheduled once (no rescheduling, no warning)."""
 
 import heapq
 import warnings

@@ -231,7 +231,7 @@ def random_queues(x, seed, n, barrier_every=0):
 @pytest.mark.parametrize("round_robin", [False, True])
 def test_random_kernels_with_several_dma_queues(seed, target, round_robin):
     """Random kernels whose transfers are on several DMA queues: identical timelines compiled and uncompiled, with
-    the engines' round robin (NeuronCore-v2/v3; trn3 keeps the gap filling) and without."""
+    the engines' round robin (NeuronCore-v2/v3; trn3 serves the earliest in program order first) and without."""
     x = np.zeros((128, 512), np.float32)
     res = run_kernel(random_queues, (x, seed, 160), {}, (1,), target, execute=False)
     queues = {r.dge[1] if r.dge else -1 for r in res.cores[0].instructions if r.engine == "dma"}

@@ -64,7 +64,7 @@ _EPS = 1e-9        # a transfer's part with less engine time left than this (rel
 
 @njit(cache=True)
 def run(eng, dma_code, clk, cycles, ns, pre, nbytes, ptr, nw, op_b, op_lo, op_hi, b_mem, b_size, static, acc, sema,
-        fixed, nq, hbm_bytes_per_ns, dge_m, dge_c, nqk, bar, bar_t, rr, state):
+        fixed, hbm_bytes_per_ns, dge_m, dge_c, nqk, bar, bar_t, rr, state):
     """Run the loop from where ``state`` (``sched_state.new_state``, or the state a previous call returned)
     stands to the end of the record, or to a barrier whose completion ``bar_t`` does not know yet.  ``rr``: the
     DMA engines serve their queues round robin.  Returns ``(state, stop_row, stop_t)``: ``stop_row`` -1 when the
@@ -95,6 +95,7 @@ def run(eng, dma_code, clk, cycles, ns, pre, nbytes, ptr, nw, op_b, op_lo, op_hi
     seq = si[10]
     nlt = si[11]
     nplaced = si[12]
+    nq = si[13]                              # DMA engines modelled (sched_state)
     T = sf[0]
     lb = sf[1]                               # no time still unknown is earlier than this
     bar_arr = sf[2]
@@ -282,8 +283,6 @@ def run(eng, dma_code, clk, cycles, ns, pre, nbytes, ptr, nw, op_b, op_lo, op_hi
                     raise ValueError("trnsim: the event-driven scheduler placed a transfer before its time")
                 start[idx] = issue
                 work[idx] = xfer
-                queue[idx] = q0a[idx]
-                nqs[idx] = nusea[idx]
                 srcm[idx] = sk
                 dstm[idx] = dk
                 bind[idx] = b

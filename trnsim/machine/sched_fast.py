@@ -233,7 +233,7 @@ class CoreRun:
             arrs["eng"], arrs["dma_code"], arrs["clk"], arrs["cycles"], ns, arrs["pre"], arrs["nbytes"],
             arrs["ptr"], arrs["nw"], arrs["op_b"], arrs["op_lo"], arrs["op_hi"], arrs["b_mem"], arrs["b_size"],
             float(tg.static_overhead_cycles), float(tg.access_request_cycles), float(tg.semaphore_ns),
-            float(tg.dma_fixed_ns), nq, float(hbm_bytes_per_ns), arrs["dge_m"], arrs["dge_c"], QUEUE_KEYS,
+            float(tg.dma_fixed_ns), float(hbm_bytes_per_ns), arrs["dge_m"], arrs["dge_c"], QUEUE_KEYS,
             arrs["bar"], self.bar_t, bool(rr))
         new = k.new_state.py_func if py and hasattr(k.new_state, "py_func") else k.new_state
         self.state = new(arrs["eng"], arrs["dma_code"], arrs["rows"], arrs["part0"], arrs["ptr"], arrs["nw"],

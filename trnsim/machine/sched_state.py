@@ -28,7 +28,7 @@ Tuple order (``new_state`` builds it; ``sched_events.run`` unpacks and returns i
 * the loop's ``placed, known, wl, kq, ah_t, ah_i``;
 * the scalars ``si`` (int64: 0 rows timed, 1 worklist size, 2 rows just timed, 3 arrivals pending, 4 next
   barrier row, 5 the barrier row waiting for its completion or -1, 6 pe_has, 7 pe_b, 8 pe_lo, 9 pe_hi, 10 seq, 11
-  lifetimes recorded, 12 rows placed) and ``sf`` (float64: 0 simulated time, 1 the time no unknown time is
+  lifetimes recorded, 12 rows placed, 13 the DMA engines modelled: 1 when every transfer uses all of them) and ``sf`` (float64: 0 simulated time, 1 the time no unknown time is
   earlier than, 2 this core's arrival at the waiting barrier, 3 pe_prev_start, 4 pe_load_free).
 """
 
@@ -211,8 +211,27 @@ def new_state(eng, dma_code, rows, part0, ptr, nw, op_b, op_lo, op_hi, op_v, v_p
                 nuse = nq
             q0a[i] = (part0[i] // ppe) % nq
             nusea[i] = nuse
+            queue[i] = q0a[i]
+            nqs[i] = nuse
             cls[i] = dge_q[i] + 1 if dge_q[i] >= 0 else 0
             pbase[i + 1] = pbase[i] + nuse
+    # every transfer on every DMA engine (the common case: 128 partitions): the engines serve the same parts in
+    # the same order, so one stands for all (the same timeline, a sixteenth of the work)
+    nqf = nq
+    full = True
+    for i in range(n):
+        if eng[i] == dma_code and nusea[i] != nq:
+            full = False
+            break
+    if full:
+        nqf = 1
+        for i in range(n):
+            pbase[i + 1] = pbase[i]
+            if eng[i] == dma_code:
+                q0a[i] = 0
+                nusea[i] = 1
+                pbase[i + 1] = pbase[i] + 1
+    nq = nqf
     # the named queues of each DMA engine: their transfers in program order (key q * ncls + class)
     fcnt = np.zeros(nq * ncls + 1, np.int64)
     for i in range(n):
@@ -293,13 +312,14 @@ def new_state(eng, dma_code, rows, part0, ptr, nw, op_b, op_lo, op_hi, op_v, v_p
     kq = np.empty(max(16, n), np.int64)          # rows just timed
     ah_t = np.empty(max(1, n))                   # arrivals not yet at the engines (time, row)
     ah_i = np.empty(max(1, n), np.int64)
-    si = np.zeros(13, np.int64)
+    si = np.zeros(14, np.int64)
     si[1] = n
     si[4] = bar_head
     si[5] = -1
     si[7] = -1
     si[8] = -1
     si[9] = -1
+    si[13] = nqf
     sf = np.zeros(5)
     return (start, dstart, end, done, work, queue, nqs, hbm, srcm, dstm, deps, ndeps, bind, dge_s, dge_e, dge_u,
             lt_kind, lt_size, lt_t0, lt_t1, eng_free, eng_last, dbs, dbe, dbo, dbn,
