@@ -6,7 +6,7 @@ Usage: python benchmarks/bench_timing.py [--quick] [--repeats N] [--million] [--
    two timelines must be identical.  Workloads: 2048^3 bf16 tiled matmul, 64 MiB fp32 add.
 2. scheduling cost per instruction: ``trnsim.machine.schedule(cores)`` time divided by the instruction count,
    for the reference pure-Python loop (``impl="python"``) and the compiled loop over arrays (``impl="numba"``,
-   ``trnsim/machine/sched_kernels.py``), against a baseline measured in the same run: a bare Python loop that
+   ``trnsim/machine/sched_events.py``), against a baseline measured in the same run: a bare Python loop that
    reads each record's engine, cost and operand lists (the floor of any per-instruction Python scheduler).
    Also the compiled loop's first call in the process (numba import and loading its cache, or compiling) and,
    with ``--cold-jit``, its compile time with an empty cache (in a subprocess).

@@ -33,7 +33,7 @@ if _os.environ.get("CI"):
 _os.environ.setdefault("TRNSIM_COST_CACHE", "0")
 
 
-# numba compiles the scheduler's kernels (trnsim/machine/sched_kernels.py, sched_intervals.py; ``cache=True``) on
+# numba compiles the scheduler's kernels (trnsim/machine/sched_events.py, sched_state.py; ``cache=True``) on
 # first use and caches them on disk.  Under pytest-xdist every worker that reaches the compiled scheduler before
 # the cache exists compiles them itself, each paying the full compile (15-18 s of CPU each, measured on this
 # suite).  So that a session compiles each function once: every numba compile (which first tries the disk cache)

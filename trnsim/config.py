@@ -194,8 +194,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
        "On: a race between programs sharing memory without a barrier raises (off: a warning)."),
     _k("dma_round_robin", "TRNSIM_DMA_ROUND_ROBIN", _bool, True,
        "On: the queues of one DMA engine share it round robin (NeuronCore-v2/v3), modelled in simulated time; "
-       "off: each transfer fills the engine's free time in program order (the timelines before the round robin, "
-       "to compare with them)."),
+       "off: each engine serves the earliest transfer in program order of those ready on it, as on NeuronCore-v4 "
+       "(a rule of the one scheduler loop; the timelines before the round robin, to compare with them)."),
     # -- command line -----------------------------------------------------------------------------------------
     _k("progress", "TRNSIM_PROGRESS", _bool, True,
        "Off: the `trnsim` command shows no progress line (it shows one only on a terminal anyway)."),

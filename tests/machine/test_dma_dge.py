@@ -91,7 +91,7 @@ def test_transfers_on_one_queue_move_in_program_order():
     rr = _dma(_timelines(_store_then_load(E.sync, E.sync), x, x))
     assert rr[2].start < rr[1].start and rr[2].data_start == pytest.approx(rr[1].end)
     assert rr[2].bind == rr[1].index
-    # the same and the other queues by the gap filling (TRNSIM_DMA_ROUND_ROBIN=0)
+    # the same and the other queues without the round robin (TRNSIM_DMA_ROUND_ROBIN=0)
     prev = dma_share.set_enabled(False)
     try:
         same = _dma(_timelines(_store_then_load(E.sync, E.sync), x, x))

@@ -1,8 +1,9 @@
 """Round robin among the queues of a DMA engine (NeuronCore-v2/v3; docs/hardware.md "DMA in detail", dma-overview),
 modelled in simulated time by ``trnsim.machine.sched_events``: each schedule's transfers are the processor sharing
 of their own arrivals (a reference fluid model below, checked against hand-computed ends), both builds give the same
-timeline, trn3 and one queue keep the gap filling, the engines' busy time is unchanged, and a long stream on two
-queues is scheduled once (no rescheduling, no warning)."""
+timeline, trn3, one queue and the round robin off serve the earliest transfer in program order first (the same
+reference model without the sharing), a launch with barriers has the round robin too, the engines' busy time is
+unchanged, and a long stream on two queues is scheduled once (no rescheduling, no warning)."""
 
 import heapq
 import warnings
@@ -44,11 +45,13 @@ def test_on_by_default_and_off_keeps_the_gap_filling(monkeypatch):
     assert b.data_start == pytest.approx(a.end) and b.end == pytest.approx(b.data_start + b.work)
 
 
-def _ps(arrive, work, cls, groups):
+def _ps(arrive, work, cls, groups, rr=True):
     """Reference model: processor sharing of a core's DMA engines among the classes with a transfer arrived, event
     by event (``dma_share``'s rule, written independently of ``sched_events``).  Per transfer in program order:
     ``arrive``, ``work`` (engine time) and ``cls`` (0: no named queue); ``groups``: the transfers served by each
-    group of DMA engines serving the same transfers.  Returns ``(data start, end)`` per transfer."""
+    group of DMA engines serving the same transfers.  ``rr`` False: no round robin (NeuronCore-v4, or the switch
+    off): a group serves only the earliest in program order of the transfers ready on it (the gap filling of a
+    loop in program order).  Returns ``(data start, end)`` per transfer."""
     m = len(arrive)
     ds = [float("inf")] * m
     end = [float("nan")] * m
@@ -85,6 +88,8 @@ def _ps(arrive, work, cls, groups):
             for c, q in fifo:
                 if head[c] < len(q) and arrived[q[head[c]]]:
                     serv.append(q[head[c]])
+            if serv and not rr:
+                serv = [min(serv)]
             if serv:
                 jmin = min(range(len(serv)), key=lambda j: rem[serv[j]])
                 active.append((g, serv, jmin))
@@ -126,9 +131,10 @@ def _sim(arrive, work, cls, groups=None):
     return _ps(arrive, work, cls, groups or [np.arange(len(arrive))])
 
 
-def _own_round_robin(tl, core_id, cls, fixed):
-    """The round robin of a timeline's own arrivals (each transfer's descriptors ready plus the fixed cost) and
-    engine times, on the groups of DMA engines its transfers use: ``(rows, data starts, ends)``."""
+def _own_round_robin(tl, core_id, cls, fixed, rr=True):
+    """The round robin (``rr``; else the program-order priority) of a timeline's own arrivals (each transfer's
+    descriptors ready plus the fixed cost) and engine times, on the groups of DMA engines its transfers use:
+    ``(rows, data starts, ends)``."""
     n = len(tl.engine)
     rows = [i for i in range(n) if tl.core[i] == core_id and tl.engine[i] == "dma"]
     ge = {r: e for (c, r), (_, _, _, e) in _dge_by_row(tl).items() if c == core_id}
@@ -140,7 +146,7 @@ def _own_round_robin(tl, core_id, cls, fixed):
         sel = np.flatnonzero((q - q0) % 16 < nuse)
         if len(sel):
             groups.setdefault(sel.tobytes(), sel)
-    ds, end = _ps(arr, [tl.work[r] for r in rows], list(cls), list(groups.values()))
+    ds, end = _ps(arr, [tl.work[r] for r in rows], list(cls), list(groups.values()), rr=rr)
     return rows, ds, end
 
 
@@ -351,18 +357,41 @@ def queues_then_barrier(x):
     return full
 
 
-def test_a_launch_with_barriers_keeps_the_gap_filling():
-    # (the event-driven loop does not stop at a barrier: documented in scheduler.py)
+def test_a_launch_with_barriers_has_the_round_robin_too():
+    # the loop stops at a barrier and goes on from there (sched_events): the loads before it share their engines
     x = np.zeros((128, 2048), np.float32)
     res = run_kernel(queues_then_barrier, (x,), {}, (2,), "trn2", execute=False)
-    assert dma_share.queue_classes(res.cores[0]) is not None
+    tl = schedule(res.cores, impl="python")
+    assert_same(tl, schedule(res.cores, impl="numba"))
+    tg = get_target("trn2")
+    for c in range(2):
+        rows, cls = dma_share.queue_classes(res.cores[c])
+        a, b = [tl.row(k) for k in range(len(tl)) if tl.core[k] == c and tl.engine[k] == "dma"][:2]
+        assert a.end == pytest.approx(b.end) and a.end == pytest.approx(a.data_start + 2 * a.work)
+        r2, ds, end = _own_round_robin(tl, c, cls, tg.dma_fixed_ns)
+        assert end.tolist() == pytest.approx([tl.end[r] for r in r2], rel=1e-9, abs=1e-6)
+    dma_share.set_enabled(False)                 # the same launch without the round robin: one after the other
+    off = schedule(res.cores)
+    a, b = _dma(off)[:2]
+    assert b.data_start == pytest.approx(a.end)
+
+
+@pytest.mark.parametrize("target, rr", [("trn3", True), ("trn2", False)])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_without_the_round_robin_the_earliest_in_program_order_is_served(target, rr, seed):
+    # NeuronCore-v4 (trn3), or the round robin off: each DMA engine serves the earliest transfer in program order
+    # of those ready on it (a named queue's head only), the gap filling of a loop in program order; the reference
+    # model gives each transfer's data start and end from the timeline's own arrivals and engine times
+    from tests.machine.test_sched_fast import random_queues
+    dma_share.set_enabled(rr)
+    x = np.zeros((128, 512), np.float32)
+    res = run_kernel(random_queues, (x, seed, 160), {}, (1,), target, execute=False)
+    rows, cls = dma_share.queue_classes(res.cores[0])
     tl = schedule(res.cores)
-    dma_share.set_enabled(False)
-    assert schedule(res.cores) == tl
-    # without the barrier the same loads share their engines
-    dma_share.set_enabled(True)
-    a, b = _dma(_timeline(_two_loads(E.sync, E.scalar), x, x))
-    assert a.end == pytest.approx(b.end)
+    r2, ds, end = _own_round_robin(tl, 0, cls, get_target(target).dma_fixed_ns, rr=False)
+    assert r2 == rows.tolist()
+    assert ds.tolist() == pytest.approx([tl.data_start[r] for r in rows], rel=1e-9, abs=1e-6)
+    assert end.tolist() == pytest.approx([tl.end[r] for r in rows], rel=1e-9, abs=1e-6)
 
 
 def stream_big(x, n, load, store):

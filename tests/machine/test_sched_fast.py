@@ -1,9 +1,11 @@
-"""The scheduler's one loop (``sched_kernels.schedule_arrays``, fed by ``sched_fast``) gives identical timelines
-compiled (numba) and uncompiled (its ``py_func``): every column and counter equal, on the library and team kernels,
-random kernels from ``trnsim.isa.fuzz``, random kernels on several DMA queues, multi-core launches, barrier
-launches, kernels that exercise DMA back-filling, partial DMA engine use and the SBUF capacity gate.  Also: barriers
-complete at the last arrival on every participant, odd records (empty, barrier only, records without columns) and
-the loop without numba."""
+"""The scheduler's one loop (``sched_events.run`` after ``sched_state.new_state``, fed by ``sched_fast``) gives
+identical timelines compiled (numba) and uncompiled (its ``py_func``): every column and counter equal, on the
+library and team kernels, random kernels from ``trnsim.isa.fuzz``, random kernels on several DMA queues (with and
+without the round robin, with barriers across cores), multi-core launches, barrier launches, kernels that exercise
+DMA back-filling, partial DMA engine use and the SBUF capacity gate.  Also: one class of transfers gives the same
+timeline with the round robin on and off, barriers complete at the last arrival on every participant and a core
+stopped at one goes on from there, odd records (empty, barrier only, records without columns) and the loop without
+numba."""
 
 import importlib.util
 import os
@@ -145,36 +147,25 @@ def test_compiled_and_python_loops_agree(name):
     assert tl.total_ns > 0
 
 
-def _events(cores):
-    """The record scheduled by the event-driven loop (``sched_events``), whatever its DMA classes."""
-    from trnsim.machine.timeline import Timeline
-    tg = cores[0].target
-    tl = Timeline(tg, [c.core_id for c in cores], queues_per_core=tg.dma_engines_per_core)
-    for c in cores:
-        cols, counters = sched_fast.CoreRun(c, sched_fast.encode(c), tg.hbm_peak_bytes_per_s * 1e-9,
-                                            events=True).run()
-        tl.extend(cols)
-        tl.counters.update(counters)
-    return tl
-
-
-# one class of DMA transfers and fewer than 32 gaps to fill on an engine: the program-order loop's gap filling is
-# the event-driven loop's program-order priority, so both loops give the same timeline (the event-driven loop
-# repeats the program-order loop's rules: dependencies, engines, the Tensor Engine's stationary load, the
-# capacity gate, descriptor generation)
-ONE_CLASS = [n for n in CASES if "stream" not in n and "2_cores" not in n]
+# one class of DMA transfers per engine: the round robin has nothing to share, so the loop gives the same timeline
+# with it on and off (the earliest in program order first: the gap filling of a loop in program order; the DMA rows
+# against a reference model of that rule in test_dma_share.py)
+ONE_CLASS = [n for n in CASES if "queues" not in n]
 
 
 @pytest.mark.parametrize("name", ONE_CLASS)
-def test_the_event_driven_loop_gives_the_program_order_timeline(name):
+def test_one_class_gives_the_same_timeline_with_the_round_robin_on_and_off(name):
     fn, args, grid, *kw = CASES[name]
     res = run_kernel(fn, args, kw[0] if kw else {}, grid, "trn2", execute=False)
     assert all(dma_share.queue_classes(c) is None for c in res.cores)
-    a = schedule(res.cores)
-    b = _events(res.cores)
-    for f in ("start", "data_start", "end", "done"):
-        assert getattr(b, f) == pytest.approx(getattr(a, f), rel=1e-12, abs=1e-6), f
-    assert b.deps == a.deps         # (``bind``, the critical-path link, may name another transfer it waited behind)
+    prev = dma_share.set_enabled(True)
+    try:
+        a = schedule(res.cores)
+        dma_share.set_enabled(False)
+        b = schedule(res.cores)
+    finally:
+        dma_share.set_enabled(prev)
+    assert_same(a, b)
 
 
 def _fuzz_core(seed, target, calls=1500):
@@ -196,18 +187,25 @@ def test_random_kernels_give_identical_timelines_compiled_and_python(seed):
     assert tl.total_ns > 0
 
 
-def random_queues(x, seed, n):
+def random_queues(x, seed, n, barrier_every=0):
     """``n`` random loads, Vector instructions and stores over tiles at random partition offsets and widths, each
     transfer on a random DMA queue (trigger engine named or not, each DGE mode): several classes per DMA engine, so
-    the engines' round robin (``dma_share``) has transfers of different queues meeting on one engine."""
-    rng = random.Random(seed)
+    the engines' round robin (``dma_share``) has transfers of different queues meeting on one engine.  Each program
+    of a launch draws its own kernel and stores into its own rows; ``barrier_every``: a barrier of all programs
+    every that many steps (on the program's output)."""
     P, F = x.shape
-    out = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.shared_hbm)
+    pid = nl.program_id(0)
+    nprog = nl.num_programs(0)
+    rng = random.Random(seed + 1000 * pid)
+    full = nl.ndarray((P * nprog, F), dtype=x.dtype, buffer=nl.shared_hbm)
+    out = full[pid * P:(pid + 1) * P, :]
     E = nisa.engine
     triggers = (None, E.sync, E.scalar, E.gpsimd, E.vector, E.tensor)
     modes = (None, nisa.dge_mode.none, nisa.dge_mode.hwdge, nisa.dge_mode.swdge)
     tiles = []
-    for _ in range(n):
+    for i in range(n):
+        if barrier_every and i % barrier_every == barrier_every - 1:
+            nisa.core_barrier(out, cores=list(range(nprog)))
         k = rng.random()
         rows = rng.choice((8, 16, 32, 64, 128))
         p0 = rng.randrange(0, P - rows + 1, 8)
@@ -225,7 +223,7 @@ def random_queues(x, seed, n):
         else:
             t, tf = rng.choice(tiles)
             nisa.dma_copy(out[p0:p0 + rows, 0:tf], t[p0:p0 + rows, :], **kw)
-    return out
+    return full
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
@@ -233,7 +231,7 @@ def random_queues(x, seed, n):
 @pytest.mark.parametrize("round_robin", [False, True])
 def test_random_kernels_with_several_dma_queues(seed, target, round_robin):
     """Random kernels whose transfers are on several DMA queues: identical timelines compiled and uncompiled, with
-    the engines' round robin (NeuronCore-v2/v3; trn3 keeps the gap filling) and without."""
+    the engines' round robin (NeuronCore-v2/v3; trn3 serves the earliest in program order first) and without."""
     x = np.zeros((128, 512), np.float32)
     res = run_kernel(random_queues, (x, seed, 160), {}, (1,), target, execute=False)
     queues = {r.dge[1] if r.dge else -1 for r in res.cores[0].instructions if r.engine == "dma"}
@@ -254,6 +252,28 @@ def test_random_kernels_with_several_dma_queues(seed, target, round_robin):
             dma_share.set_enabled(prev)
         moved = [r for r, e in enumerate(tl.engine) if e == "dma" and tl.end[r] != gap_filling.end[r]]
         assert bool(moved) == (target == "trn2")
+
+
+@pytest.mark.parametrize("target", ["trn2", "trn3"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_random_kernels_with_barriers_and_several_dma_queues(seed, target):
+    """Random kernels on three cores with a barrier every 20 steps and transfers on several DMA queues: identical
+    timelines compiled and uncompiled; every barrier starts at the same time on every core."""
+    x = np.zeros((128, 512), np.float32)
+    res = run_kernel(random_queues, (x, seed, 120, 20), {}, (3,), target, execute=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tl = _both(res.cores)
+    bars = {}
+    for k in range(len(tl)):
+        if tl.opcode[k] == "core_barrier":
+            bars.setdefault(tl.core[k], []).append(tl.start[k])
+    assert len(bars) == 3 and all(len(v) == 6 for v in bars.values())
+    for r in range(6):
+        assert len({bars[c][r] for c in bars}) == 1
+    for r in range(len(tl)):                             # each row after what it waits for
+        for d in tl.deps[r]:
+            assert tl.start[r] >= tl.done[d] - 1e-6
 
 
 def test_random_kernels_on_several_cores_of_a_chip():
@@ -316,24 +336,30 @@ def test_barriers_complete_at_the_last_arrival_on_every_core(ncores):
 
 
 def test_a_core_stopped_at_a_barrier_goes_on_from_there(monkeypatch):
-    """The loop keeps its state at a barrier (sched_state): each run of a core starts at the barrier it stopped
-    at, never again at row 0, so a launch with many barriers costs one pass over each record."""
+    """The loop keeps its state at a barrier (sched_state): each run of a core goes on from where it stopped (the
+    rows it placed stay placed), never again from row 0, and stops once per barrier, so a launch with many barriers
+    costs one pass over each record."""
     x = np.zeros((128, 256), np.float32)
     res = run_kernel(barriers, (x, 6), {}, (3,), "trn2", execute=False)
     starts = {}
     orig = sched_fast.CoreRun.run
 
     def run(self):
-        starts.setdefault(self.core.core_id, []).append(int(self.state[-2][0]))
+        starts.setdefault(self.core.core_id, []).append(int(self.state[-2][12]))     # rows placed so far
         return orig(self)
 
     monkeypatch.setattr(sched_fast.CoreRun, "run", run)
     for impl in ("numba", "python"):
         starts.clear()
         tl = schedule(res.cores, impl=impl)
-        for c, rows in starts.items():
-            bar_rows = [k for k, r in enumerate(res.cores[c].instructions) if r.opcode == "core_barrier"]
-            assert rows == [0] + bar_rows, (impl, c, rows)
+        for c, placed in starts.items():
+            recs = res.cores[c].instructions
+            bar_rows = [k for k, r in enumerate(recs) if r.opcode == "core_barrier"]
+            assert len(placed) == 1 + len(bar_rows) and placed[0] == 0, (impl, c, placed)
+            # at each barrier it stopped at, every row before it is placed (each waits for the previous barrier's
+            # store or is on its way) and the ones after not all
+            for k, row in enumerate(bar_rows):
+                assert row <= placed[k + 1] < len(recs), (impl, c, placed)
     assert len(tl) == len(res.instructions)
 
 

@@ -13,18 +13,19 @@ round robin, descriptor by descriptor, is modelled as a fluid (each descriptor s
   program order (a transfer waits on that engine for the queue's previous transfer to end), or the class of
   transfers whose queue the kernel did not name: trnsim does not know whether those are on one queue or several
   (the compiler's assignment is not documented, ``dma_dge``), so they are served among themselves the earliest in
-  program order first (a later one moving in the time the earlier ones leave, as the gap filling of
-  ``sched_kernels`` places them), and together they take one class's share.  A kernel that names no trigger
-  engine therefore has one class and keeps the gap filling's timeline;
-* v4 (trn3): "based on the queue QoS configured", with no QoS figure or default in the documents: not modelled,
-  trn3 keeps the gap filling (with in-queue order).
+  program order first (a later one moving in the time the earlier ones leave), and together they take one
+  class's share.  A kernel that names no trigger engine therefore has one class: nothing is shared;
+* v4 (trn3): "based on the queue QoS configured", with no QoS figure or default in the documents: not modelled;
+  on trn3 an engine serves the earliest in program order of the transfers ready on it (a named queue's head
+  only), at its full rate.
 
 A later transfer of another queue arriving while a transfer moves slows it, so its end is not known when it is
-placed: a core with transfers of two classes or more runs in simulated-time order (``sched_events``), the DMA
-engines advanced with everything else, event by event.
+placed: the scheduler's loop advances the DMA engines in simulated time with everything else, event by event
+(``sched_events``); the round robin is a rule of that loop (its ``rr`` flag), not a second loop.
 
-On by default; ``TRNSIM_DMA_ROUND_ROBIN=0`` places every transfer by the gap filling in program order instead (the
-timelines trnsim gave before the round robin, for comparing with them: ``benchmarks/microbench/before_after.py``).
+On by default; ``TRNSIM_DMA_ROUND_ROBIN=0`` takes trn3's rule (the earliest in program order first) on trn1/trn2
+too: the timelines trnsim gave before the round robin, kept to compare with them
+(``benchmarks/microbench/before_after.py``, ``benchmarks/microbench/dma_queues.py``).
 """
 
 from __future__ import annotations

@@ -1,264 +1,113 @@
-"""The scheduler's loop in simulated-time order, for a core whose DMA engines serve their queues round robin
-(NeuronCore-v2/v3, ``dma_share``): the DMA engines, their queues, descriptor generation, the engines, semaphores
-(dependencies) and the SBUF/PSUM capacity gate advanced together, event by event, so that a transfer arriving on
-an engine while another queue's transfer moves there slows it (and what waits for it) at once, with no
-rescheduling.
+"""The scheduler's loop, the one timing model of trnsim: the engines, the DMA engines and their queues,
+descriptor generation, semaphores (dependencies), barriers and the SBUF/PSUM capacity gate of one core advanced
+together in simulated time, event by event.  The model is described in ``scheduler``'s docstring.
 
-Under round robin a transfer's end depends on the transfers of other queues that arrive while it moves, and those
-can come later in program order than the instructions waiting for it.  So the record is taken in two steps:
+The record is taken in two steps:
 
-1. In program order, each instruction's dependencies (the rows whose result or end it waits for), its new
-   on-chip buffers and the access trackers: nothing here depends on time.
-2. In simulated time: an instruction is placed (its start, and for a transfer its arrival at the DMA engines) once
-   every row it waits for is known, it is the next of its engine's instructions (engines run their programs in
-   order; a ``swdge`` transfer's descriptors are the GpSimd Engine's) and its new buffers have passed the
-   capacity gate.  The gate takes each memory's new buffers in program order, as
-   ``sched_kernels`` does (a new buffer waits for enough buffers whose last access comes before it to be
-   released, the earliest released first), whether or not their instructions can start yet.  The DMA engines
-   serve the transfers that have arrived as a fluid (``dma_share``'s model): each engine shares its time equally
-   among its classes with a transfer ready (a named queue serves its transfers in program order, the transfers
-   of no named queue are one class served the earliest in program order first), and time advances to the next
-   arrival or the next end of a transfer's part on an engine.  A transfer that waited on an engine behind
-   another (its queue's previous transfer, an earlier one of no named queue) names it as its critical-path link
+1. In program order (``sched_state.new_state``), each instruction's dependencies (the rows whose result or end it
+   waits for), its new on-chip buffers and the access trackers: nothing here depends on time.
+2. In simulated time (``run``): an instruction is placed (its start, and for a transfer its arrival at the DMA
+   engines) once every row it waits for is timed, it is the next of its engine's instructions (engines run their
+   programs in order; a ``swdge`` transfer's descriptors are the GpSimd Engine's), a barrier is the next barrier
+   of the record, and its new buffers have passed the capacity gate.  The gate takes each memory's new buffers in
+   program order (a new buffer waits for enough buffers whose last access comes before it to be released, the
+   earliest released first), whether or not their instructions can start yet.  The DMA engines serve the
+   transfers that have arrived as a fluid: on NeuronCore-v2/v3 with the round robin (``rr``, ``dma_share``) each
+   engine shares its time equally among its classes with a transfer ready (a named queue serves its transfers in
+   program order, the transfers of no named queue are one class served the earliest in program order first);
+   without it (NeuronCore-v4, or ``TRNSIM_DMA_ROUND_ROBIN=0``) an engine serves the earliest in program order of
+   the transfers ready on it (a named queue's head only), each at the engine's full rate.  Time advances to the
+   next arrival or the next end of a transfer's part on an engine.  A transfer that waited on an engine behind
+   another (its queue's previous transfer, an earlier one of its class) names it as its critical-path link
    (``bind``); one only slowed by sharing keeps the row it was issued after.
 
 Time only advances to ``T`` once nothing still unplaced can start before ``T``: every instruction not placed
 waits, directly or through others, for a transfer that has not ended (so no sooner than the next end the engines
 give), and a new buffer waiting on the gate takes a release that is known and no later than ``T`` or waits for
-one that is not known yet.  Each instruction is placed once: no rescheduling, no rounds.  The hardware DGE blocks
-are filled in the order transfers are placed (in program order in ``sched_kernels``).
+one that is not known yet.  Each instruction is placed once: no rescheduling, no rounds.
 
-The dependency scan, the access trackers, the Tensor Engine's stationary load, descriptor generation and a
-transfer's engine time are ``sched_kernels``' code, repeated here: a change to one of these rules is made in both
-loops (tests/machine/test_dma_share.py and test_sched_fast.py compare them).  Calling them as shared functions from
-the program-order loop made it 40% slower (1.84 -> 2.61 us per instruction scheduled), so they are not shared yet.
+A barrier (``core_barrier``, ``bar[i]`` the number of cores it names) whose completion ``bar_t[i]`` is not known
+yet (NaN) is not placed: the loop goes on with what does not wait for it, up to this core's arrival at it (the
+barrier's start on its engine), and returns there with its state (``sched_state``); the caller (``scheduler``) runs
+it on, with the same state, once every participant has arrived (``bar_t[i]`` their latest arrival).  The barrier
+then starts at that completion plus the semaphore latency (the remote semaphore update) when it names other cores.
 
-With a single class of transfers per engine (no named queue, or one) the loop of ``sched_kernels`` gives the same
-rule (its gap filling is the program-order priority among one class) in one pass in program order, and runs
-instead.  Not modelled here: barriers between cores (a launch with ``core_barrier`` keeps that loop's gap
-filling).
+With a single class of transfers on an engine, serving the earliest in program order first is the gap filling of
+a loop in program order (each transfer takes the engine's free time from its arrival on, in the gaps the earlier
+ones left): the timelines of the gap filling loop this replaced (the golden timelines of issue 29).
+
+Compiled with numba (``cache=True``); ``run.py_func`` is the same loop uncompiled (``schedule(..., impl="python")``
+or ``TRNSIM_SCHEDULER=python``), and numba's own ``NUMBA_DISABLE_JIT=1`` runs every helper as plain Python, for a
+debugger; all give identical timelines (tests/machine/test_sched_fast.py).
+
+Encoding (``sched_fast.encode``): instruction ``i`` has engine code ``eng[i]`` (``dma_code`` for DMA),
+``cycles``/``ns``/``pre``/``rows``/``part0``/``nbytes`` and, for DMA, ``dge_m``/``dge_q``/``dge_c`` (DGE mode,
+queue number or -1, DGE cost: ``InstrRecord.dge``); its operands are ``ptr[i]:ptr[i+1]``, the first ``nw[i]``
+of them written and the rest read (indices into the operand arrays ``op_b`` (dense buffer), ``op_lo``, ``op_hi``,
+``op_v`` (interned view)).  Per view: ``v_pitch``/``v_c0``/``v_c1`` (row geometry, pitch -1 if none) and
+``v_size`` (elements).  Per buffer: ``b_mem`` (0 HBM, 1 SBUF, 2 PSUM) and ``b_size`` (bytes per partition).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .sched_heaps import _grow1, _ipop, _ipush, _tpop, _tpush
+from .sched_heaps import _grow1, _heap_pop, _heap_push, _ipop, _ipush, _tpop, _tpush
 from .sched_intervals import _grow
 from .sched_jit import njit
-from .sched_kernels import _compute_times, _heap_pop, _heap_push
-from .sched_rules import dep_scan, dge_place, dma_xfer, pe_load, scan_room, track
+from .sched_rules import compute_times, dge_place, dma_xfer, pe_load
 
-__all__ = ["schedule_events"]
+__all__ = ["run"]
 
 _EPS = 1e-9        # a transfer's part with less engine time left than this (relative) has ended
 
 
 @njit(cache=True)
-def schedule_events(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, ptr, nw,
-                    op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, v_size, b_mem, b_size,
-                    static, acc, sema, fixed, nq, ppe, hbm_bytes_per_ns,
-                    dge_m, dge_q, dge_c, nqk, state):
-    """The whole record of one core in simulated-time order (see the module docstring); the arguments and the
-    state are ``sched_kernels.schedule_arrays``'s (no barrier rows).  Returns the state."""
+def run(eng, dma_code, clk, cycles, ns, pre, nbytes, ptr, nw, op_b, op_lo, op_hi, b_mem, b_size, static, acc, sema,
+        fixed, hbm_bytes_per_ns, dge_m, dge_c, nqk, bar, bar_t, rr, state):
+    """Run the loop from where ``state`` (``sched_state.new_state``, or the state a previous call returned)
+    stands to the end of the record, or to a barrier whose completion ``bar_t`` does not know yet.  ``rr``: the
+    DMA engines serve their queues round robin.  Returns ``(state, stop_row, stop_t)``: ``stop_row`` -1 when the
+    record is done, else that barrier's row and ``stop_t`` this core's arrival at it (call again with the same
+    state once ``bar_t`` has its completion)."""
     n = eng.shape[0]
     (start, dstart, end, done, work, queue, nqs, hbm, srcm, dstm, deps, ndeps, bind, dge_s, dge_e, dge_u,
-     op_i, last_use, eng_free, eng_last, q_free, bs, be, bo, bn, qend, qlast, dbs, dbe, dbo, dbn, p0s, p1s,
-     seen, wpool, rpool, woff, wcnt, wcap, wmax, roff, rcnt, rcap, rmax, t0, tdone, rel,
-     live, capk, partk, ht, hs, hz, hp, hn, pop_t, pop_b, lt_kind, lt_size, lt_t0, lt_t1, found, newb, si, sf) = state
+     lt_kind, lt_size, lt_t0, lt_t1, eng_free, eng_last, dbs, dbe, dbo, dbn,
+     last_use, t0, tdone, rel, bacc, live, capk, partk, ht, hs, hz, hp, hn, pop_t, pop_b,
+     pr_ptr, pr_row, pr_end, pr_first, nb_ptr, nb_list, npend, scnt, srow,
+     lane, lane_next, lane_head, gate_next, gate_head, hk, bar_next,
+     q0a, nusea, cls, pbase, fcnt, frow, fhead, qcls, nqc, c0h, c0n, rem, left, arrived, first, arr_t, blk,
+     ur, urn, urp, sh, shn, g_k, g_blocked, gpass, g_t, g_b,
+     placed, known, wl, kq, ah_t, ah_i, si, sf) = state
     gp = 3                                   # the GpSimd Engine's code (sched_fast._ENG_FIXED)
-    nb = b_mem.shape[0]
-    wused = si[6]
-    rused = si[7]
-    seq = si[8]
-    nlt = si[9]
-    dcap = dbs.shape[1]
-
-    # -- 1. program order: dependencies, new buffers, access trackers ---------------------------------------
-    pr_ptr = np.zeros(n + 1, np.int64)
-    pr_row = np.empty(max(16, 2 * n), np.int64)
-    pr_end = np.empty(max(16, 2 * n), np.bool_)      # waits for the row's end (same engine, after it) not result
-    pr_first = np.zeros(n, np.int64)                 # entries found for the first read operand
-    nb_ptr = np.zeros(n + 1, np.int64)
-    nb_list = np.empty(max(1, nb), np.int64)
-    bacc = np.zeros(nb, np.int64)                    # accesses of each on-chip buffer not yet known
-    npr = 0
-    nnb = 0
-    for idx in range(n):
-        e = eng[idx]
-        w0 = ptr[idx]
-        w1 = w0 + nw[idx]
-        r0 = w1
-        r1 = ptr[idx + 1]
-        nops = r1 - r0 + w1 - w0
-        mx, tot = scan_room(w0, r1, op_b, wcnt, rcnt)
-        if found.size < mx:
-            found = np.empty(2 * mx, np.int64)
-        if newb.size < nops:
-            newb = np.empty(nops, np.int64)
-        pr_row = _grow1(pr_row, npr + tot)
-        pr_end = _grow1(pr_end, npr + tot)
-        npr, nfirst, nd, nnew, _, _, _ = dep_scan(
-            idx, e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, b_mem, seen,
-            (wpool, woff, wcnt, wmax), (rpool, roff, rcnt, rmax), op_i, eng, deps, found, newb, pr_row, pr_end, npr,
-            False, done, end, sema)
-        pr_first[idx] = nfirst
-        ndeps[idx] = nd
-        pr_ptr[idx + 1] = npr
-        for k in range(nnew):
-            nb_list[nnb + k] = newb[k]
-        nnb += nnew
-        nb_ptr[idx + 1] = nnb
-        for j in range(w0, r1):
-            if b_mem[op_b[j]] != 0:
-                bacc[op_b[j]] += 1
-        wpool, wused, rpool, rused = track(e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_size, eng, op_i, wpool,
-                                           wused, woff, wcnt, wcap, wmax, rpool, rused, roff, rcnt, rcap, rmax)
-
-    # -- 2. the order constraints and the DMA engines' classes --------------------------------------------
-    nlane = dma_code + 1
-    lane = np.full(n, -1, np.int64)          # engine rows: their engine; swdge transfers: the GpSimd Engine
-    lane_next = np.full(n, -1, np.int64)
-    lane_head = np.full(nlane, -1, np.int64)
-    lane_last = np.full(nlane, -1, np.int64)
-    gate_next = np.full((2, n), -1, np.int64)    # per kind (SBUF, PSUM): the rows with new buffers of it
-    gate_head = np.full(2, -1, np.int64)
-    gate_last = np.full(2, -1, np.int64)
-    hk = np.zeros((n, 2), np.bool_)
-    q0a = np.zeros(n, np.int64)
-    nusea = np.zeros(n, np.int64)
-    cls = np.zeros(n, np.int64)
     ncls = nqk + 1
-    pbase = np.zeros(n + 1, np.int64)
-    for i in range(n):
-        e = eng[i]
-        if e != dma_code:
-            lane[i] = e
-        elif dge_m[i] == 1:
-            lane[i] = gp
-        l = lane[i]
-        if l >= 0:
-            if lane_last[l] >= 0:
-                lane_next[lane_last[l]] = i
-            else:
-                lane_head[l] = i
-            lane_last[l] = i
-        for kk in range(nb_ptr[i], nb_ptr[i + 1]):
-            hk[i, b_mem[nb_list[kk]] - 1] = True
-        for kd in range(2):
-            if hk[i, kd]:
-                if gate_last[kd] >= 0:
-                    gate_next[kd, gate_last[kd]] = i
-                else:
-                    gate_head[kd] = i
-                gate_last[kd] = i
-        pbase[i + 1] = pbase[i]
-        if e == dma_code:
-            nrow = rows[i]
-            if nrow == 0:
-                nrow = 1
-            nuse = -(-nrow // ppe)
-            if nuse > nq:
-                nuse = nq
-            q0a[i] = (part0[i] // ppe) % nq
-            nusea[i] = nuse
-            cls[i] = dge_q[i] + 1 if dge_q[i] >= 0 else 0
-            pbase[i + 1] = pbase[i] + nuse
-    # the named queues of each DMA engine: their transfers in program order (key q * ncls + class)
-    fcnt = np.zeros(nq * ncls + 1, np.int64)
-    for i in range(n):
-        if eng[i] == dma_code and cls[i] > 0:
-            for jq in range(nusea[i]):
-                fcnt[((q0a[i] + jq) % nq) * ncls + cls[i] + 1] += 1
-    for k in range(nq * ncls):
-        fcnt[k + 1] += fcnt[k]
-    fptr = fcnt.copy()
-    frow = np.empty(max(1, fcnt[nq * ncls]), np.int64)
-    for i in range(n):
-        if eng[i] == dma_code and cls[i] > 0:
-            for jq in range(nusea[i]):
-                key = ((q0a[i] + jq) % nq) * ncls + cls[i]
-                frow[fptr[key]] = i
-                fptr[key] += 1
-    fhead = fcnt[:nq * ncls].copy()              # next transfer of each (engine, queue) not finished there
-    qcls = np.zeros((nq, ncls), np.int64)        # the named classes present on each engine
-    nqc = np.zeros(nq, np.int64)
-    for q in range(nq):
-        for c in range(1, ncls):
-            if fcnt[q * ncls + c + 1] > fcnt[q * ncls + c]:
-                qcls[q, nqc[q]] = c
-                nqc[q] += 1
-    n0 = 0
-    for i in range(n):
-        if eng[i] == dma_code and cls[i] == 0:
-            n0 += 1
-    c0h = np.empty((nq, max(1, n0)), np.int64)   # per engine: arrived transfers of no named queue (by row)
-    c0n = np.zeros(nq, np.int64)
-    rem = np.zeros(max(1, pbase[n]))             # each transfer's engine time left on each of its engines
-    left = np.zeros(n, np.int64)
-    arrived = np.zeros(n, np.bool_)
-    first = np.full(n, np.inf)
-    arr_t = np.zeros(n)                          # each transfer's arrival at its engines
-    blk = np.full(n, -1, np.int64)               # the transfer it last waited behind on an engine
-    # successors (the rows waiting for each row)
-    npend = np.zeros(n, np.int64)
-    scnt = np.zeros(n + 1, np.int64)
-    for i in range(n):
-        npend[i] = pr_ptr[i + 1] - pr_ptr[i]
-        for k in range(pr_ptr[i], pr_ptr[i + 1]):
-            scnt[pr_row[k] + 1] += 1
-    for i in range(n):
-        scnt[i + 1] += scnt[i]
-    sfill = scnt.copy()
-    srow = np.empty(max(1, npr), np.int64)
-    for i in range(n):
-        for k in range(pr_ptr[i], pr_ptr[i + 1]):
-            p = pr_row[k]
-            srow[sfill[p]] = i
-            sfill[p] += 1
-    # buffers not yet released, per kind, by the row of their last access (the gate's program order)
-    ur = np.empty((2, max(1, nb)), np.int64)
-    urn = np.zeros(2, np.int64)
-    for bb in range(nb):
-        if b_mem[bb] != 0 and seen[bb]:
-            kd = b_mem[bb] - 1
-            ur[kd, urn[kd]] = bb
-            urn[kd] += 1
-    for kd in range(2):
-        order = np.argsort(last_use[ur[kd, :urn[kd]]], kind="mergesort")
-        ur[kd, :urn[kd]] = ur[kd, :urn[kd]][order]
-    urp = np.zeros(2, np.int64)
-    # released buffers not yet in the gate's heap, by the row of their last access
-    sh = np.empty((2, max(1, nb)), np.int64)      # heap of buffers keyed by last access row
-    shn = np.zeros(2, np.int64)
-    skey = np.empty((2, max(1, nb)), np.int64)
-    g_k = np.zeros(2, np.int64)                  # per kind: new buffers of its head row passed so far
-    g_blocked = np.zeros(2, np.bool_)            # per kind: its head waits for a release
-    gpass = np.zeros((n, 2), np.bool_)
-    g_t = np.zeros(n)                            # each row's gate so far and the row it waited for
-    g_b = np.full(n, -1, np.int64)
-
-    placed = np.zeros(n, np.bool_)
-    known = np.zeros(n, np.bool_)
-    nknown = 0
-    wl = np.empty(max(16, 2 * n), np.int64)      # rows to try to place
-    wln = 0
-    kq = np.empty(max(16, n), np.int64)          # rows just known
-    kqn = 0
-    ah_t = np.empty(max(1, n))                   # arrivals not yet at the engines (time, row)
-    ah_i = np.empty(max(1, n), np.int64)
-    ahn = 0
-    T = 0.0
-    lb = 0.0                                     # no time still unknown is earlier than this
-    pe_has = si[2] == 1
-    pe_b = si[3]
-    pe_lo = si[4]
-    pe_hi = si[5]
-    pe_prev_start = sf[0]
-    pe_load_free = sf[1]
-    for i in range(n - 1, -1, -1):
-        wl[wln] = i
+    dcap = dbs.shape[1]
+    nknown = si[0]
+    wln = si[1]
+    kqn = si[2]
+    ahn = si[3]
+    bar_head = si[4]
+    bar_wait = si[5]
+    pe_has = si[6] == 1
+    pe_b = si[7]
+    pe_lo = si[8]
+    pe_hi = si[9]
+    seq = si[10]
+    nlt = si[11]
+    nplaced = si[12]
+    nq = si[13]                              # DMA engines modelled (sched_state)
+    T = sf[0]
+    lb = sf[1]                               # no time still unknown is earlier than this
+    bar_arr = sf[2]
+    pe_prev_start = sf[3]
+    pe_load_free = sf[4]
+    stop_row = -1
+    stop_t = 0.0
+    if bar_wait >= 0 and bar_t[bar_wait] == bar_t[bar_wait]:     # its completion is known now: place it
+        wl = _grow1(wl, wln + 1)
+        wl[wln] = bar_wait
         wln += 1
+        bar_wait = -1
 
     while True:
         while kqn > 0 or wln > 0:
@@ -280,7 +129,6 @@ def schedule_events(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
                     if bacc[bb] == 0 and not rel[bb]:
                         rel[bb] = True
                         kd = b_mem[bb] - 1
-                        skey[kd, bb] = last_use[bb]
                         # heap of buffers by last access row
                         k = shn[kd]
                         sh[kd, k] = bb
@@ -393,6 +241,8 @@ def schedule_events(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
             l = lane[idx]
             if l >= 0 and lane_head[l] != idx:
                 continue
+            if bar[idx] >= 0 and bar_head != idx:
+                continue
             e = eng[idx]
             ready = 0.0
             rb = -1
@@ -433,8 +283,6 @@ def schedule_events(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
                     raise ValueError("trnsim: the event-driven scheduler placed a transfer before its time")
                 start[idx] = issue
                 work[idx] = xfer
-                queue[idx] = q0a[idx]
-                nqs[idx] = nusea[idx]
                 srcm[idx] = sk
                 dstm[idx] = dk
                 bind[idx] = b
@@ -456,6 +304,17 @@ def schedule_events(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
                 if gate > st:
                     st = gate
                     b = gb
+                if bar[idx] >= 0:                      # core_barrier: starts when the last participant arrives
+                    jt = bar_t[idx]
+                    if jt != jt:                       # not known yet: this core's arrival; placed once known
+                        bar_wait = idx
+                        bar_arr = st
+                        continue
+                    if bar[idx] > 1:
+                        jt += sema                     # the remote semaphore update reaching the other core
+                        if jt > st:
+                            st = jt
+                            b = -1
                 cyc = cycles[idx]
                 if pre[idx] != 0.0 and e == 0:
                     st, b, pe_has, pe_b, pe_lo, pe_hi, pe_prev_start, pe_load_free = pe_load(
@@ -465,7 +324,7 @@ def schedule_events(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
                 for j in range(w0, r1):
                     if b_mem[op_b[j]] != 0:
                         nacc += 1
-                fin, d = _compute_times(st, cyc, ck, static, acc, nacc)
+                fin, d = compute_times(st, cyc, ck, static, acc, nacc)
                 work[idx] = fin - st
                 start[idx] = st
                 dstart[idx] = st
@@ -478,7 +337,13 @@ def schedule_events(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
                 kq[kqn] = idx
                 kqn += 1
             placed[idx] = True
-            wl = _grow1(wl, wln + 2)
+            nplaced += 1
+            wl = _grow1(wl, wln + 3)
+            if bar[idx] >= 0:
+                bar_head = bar_next[idx]
+                if bar_head >= 0:
+                    wl[wln] = bar_head
+                    wln += 1
             if l >= 0:
                 lane_head[l] = lane_next[idx]
                 if lane_next[idx] >= 0:
@@ -487,13 +352,17 @@ def schedule_events(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
         if nknown == n:
             break
         # -- the DMA engines: the next arrival or the next end of a transfer's part on an engine -----------
+        # (with the round robin each class ready on an engine takes an equal share of it; without, the earliest
+        # row ready takes all of it)
         tn = ah_t[0] if ahn > 0 else np.inf
         for q in range(nq):
             k = 0
             mn = np.inf
+            best = n
             if c0n[q] > 0:
                 k += 1
-                mn = rem[pbase[c0h[q, 0]] + (q - q0a[c0h[q, 0]]) % nq]
+                best = c0h[q, 0]
+                mn = rem[pbase[best] + (q - q0a[best]) % nq]
             for ci in range(nqc[q]):
                 key = q * ncls + qcls[q, ci]
                 if fhead[key] < fcnt[key + 1]:
@@ -501,33 +370,52 @@ def schedule_events(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
                     if arrived[i]:
                         k += 1
                         r = rem[pbase[i] + (q - q0a[i]) % nq]
-                        if r < mn:
+                        if rr:
+                            if r < mn:
+                                mn = r
+                        elif i < best:
+                            best = i
                             mn = r
+            if not rr and k > 0:
+                k = 1
             if k > 0 and T + mn * k < tn:
                 tn = T + mn * k
-        if tn == np.inf:
-            raise ValueError("trnsim: the event-driven scheduler found nothing to advance to (a row waits for "
-                             "itself)")
-        if (g_blocked[0] or g_blocked[1]) and lb < tn:
+        hz_t = tn
+        if bar_wait >= 0 and bar_arr < hz_t:
+            hz_t = bar_arr           # nothing waiting for the barrier starts before this core's arrival at it
+        if (g_blocked[0] or g_blocked[1]) and lb < hz_t:
             # releases known and no later than the next event can open the gate now
-            lb = tn
+            lb = hz_t
             wl = _grow1(wl, wln + 2)
             for kd in range(2):
                 if g_blocked[kd] and gate_head[kd] >= 0:
                     wl[wln] = gate_head[kd]
                     wln += 1
             continue
+        if bar_wait >= 0 and tn > bar_arr:
+            stop_row = bar_wait                  # the barrier's completion is needed to go on
+            stop_t = bar_arr
+            break
+        if tn == np.inf:
+            raise ValueError("trnsim: the event-driven scheduler found nothing to advance to (a row waits for "
+                             "itself)")
         dt = tn - T
         for q in range(nq):
             k = 0
+            best = n
             if c0n[q] > 0:
                 k += 1
+                best = c0h[q, 0]
             for ci in range(nqc[q]):
                 key = q * ncls + qcls[q, ci]
                 if fhead[key] < fcnt[key + 1] and arrived[frow[fhead[key]]]:
                     k += 1
+                    if frow[fhead[key]] < best:
+                        best = frow[fhead[key]]
             if k == 0:
                 continue
+            if not rr:
+                k = 1
             share = dt / k
             # the served parts: the earliest transfer of no named queue, each named queue's head
             for ci in range(-1, nqc[q]):
@@ -542,6 +430,8 @@ def schedule_events(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
                     i = frow[fhead[key]]
                     if not arrived[i]:
                         continue
+                if not rr and i != best:
+                    continue
                 pi = pbase[i] + (q - q0a[i]) % nq
                 if first[i] > T and (dt > 0.0 or rem[pi] <= _EPS * (1.0 + work[i])):
                     first[i] = T
@@ -577,18 +467,29 @@ def schedule_events(eng, dma_code, clk, cycles, ns, pre, rows, part0, nbytes, pt
                     q = (q0a[i] + jq) % nq
                     c0n[q] = _ipush(c0h[q], c0n[q], i)
 
-    si[0] = n
-    si[2] = 1 if pe_has else 0
-    si[3] = pe_b
-    si[4] = pe_lo
-    si[5] = pe_hi
-    si[6] = wused
-    si[7] = rused
-    si[8] = seq
-    si[9] = nlt
-    sf[0] = pe_prev_start
-    sf[1] = pe_load_free
+    si[0] = nknown
+    si[1] = wln
+    si[2] = kqn
+    si[3] = ahn
+    si[4] = bar_head
+    si[5] = bar_wait
+    si[6] = 1 if pe_has else 0
+    si[7] = pe_b
+    si[8] = pe_lo
+    si[9] = pe_hi
+    si[10] = seq
+    si[11] = nlt
+    si[12] = nplaced
+    sf[0] = T
+    sf[1] = lb
+    sf[2] = bar_arr
+    sf[3] = pe_prev_start
+    sf[4] = pe_load_free
     return (start, dstart, end, done, work, queue, nqs, hbm, srcm, dstm, deps, ndeps, bind, dge_s, dge_e, dge_u,
-            op_i, last_use, eng_free, eng_last, q_free, bs, be, bo, bn, qend, qlast, dbs, dbe, dbo, dbn, p0s, p1s,
-            seen, wpool, rpool, woff, wcnt, wcap, wmax, roff, rcnt, rcap, rmax, t0, tdone, rel,
-            live, capk, partk, ht, hs, hz, hp, hn, pop_t, pop_b, lt_kind, lt_size, lt_t0, lt_t1, found, newb, si, sf)
+            lt_kind, lt_size, lt_t0, lt_t1, eng_free, eng_last, dbs, dbe, dbo, dbn,
+            last_use, t0, tdone, rel, bacc, live, capk, partk, ht, hs, hz, hp, hn, pop_t, pop_b,
+            pr_ptr, pr_row, pr_end, pr_first, nb_ptr, nb_list, npend, scnt, srow,
+            lane, lane_next, lane_head, gate_next, gate_head, hk, bar_next,
+            q0a, nusea, cls, pbase, fcnt, frow, fhead, qcls, nqc, c0h, c0n, rem, left, arrived, first, arr_t, blk,
+            ur, urn, urp, sh, shn, g_k, g_blocked, gpass, g_t, g_b,
+            placed, known, wl, kq, ah_t, ah_i, si, sf), stop_row, stop_t

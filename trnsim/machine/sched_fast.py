@@ -1,8 +1,8 @@
-"""One core's instruction record as the arrays of the scheduler's loop (``sched_kernels.schedule_arrays``, the
-one timing model), that loop's run, and its results turned back into the Timeline's columns.
+"""One core's instruction record as the arrays of the scheduler's loop (``sched_events.run``, the one timing
+model, after ``sched_state.new_state``), that loop's run, and its results turned back into the Timeline's columns.
 
 Which build of the loop runs (``schedule(..., impl=...)`` or ``TRNSIM_SCHEDULER``): ``numba`` (the default;
-``auto`` is the same) the compiled loop, ``python`` the same function uncompiled (``schedule_arrays.py_func``) for
+``auto`` is the same) the compiled loop, ``python`` the same functions uncompiled (their ``py_func``) for
 debugging; both give identical timelines.  ``NUMBA_DISABLE_JIT=1`` (numba's switch) runs its helpers uncompiled
 too.  A process loads the compiled loop from numba's cache on first use (compiles it after an install).
 """
@@ -33,10 +33,13 @@ _FIELDS = attrgetter("engine", "cycles", "ns", "pre", "rows", "part0", "nbytes",
 
 
 def _kernels():
-    """The loop's functions: ``schedule_arrays``, ``new_state``, ``hbm_bins``."""
+    """The loop's modules, as a namespace: ``new_state``, ``run``, ``hbm_bins``."""
     if _STATE["kernels"] is None:
-        from . import sched_kernels
-        _STATE["kernels"] = sched_kernels
+        from types import SimpleNamespace
+
+        from . import sched_events, sched_heaps, sched_state
+        _STATE["kernels"] = SimpleNamespace(new_state=sched_state.new_state, run=sched_events.run,
+                                            hbm_bins=sched_heaps.hbm_bins)
     return _STATE["kernels"]
 
 
@@ -58,7 +61,7 @@ def mode(force=None) -> str:
 def compiled() -> bool:
     """Whether the compiled loop is already loaded in this process."""
     k = _STATE["kernels"]
-    return k is not None and bool(getattr(k.schedule_arrays, "signatures", ()))
+    return k is not None and bool(getattr(k.run, "signatures", ()))
 
 
 def _columns(core):
@@ -98,7 +101,7 @@ def _distinct(seq):
 
 
 def encode(core):
-    """``(arrays, engine codes, record columns)``: the arrays ``sched_kernels.schedule_arrays`` reads (see there)
+    """``(arrays, engine codes, record columns)``: the arrays the loop reads (``sched_events``' docstring)
     and the record's own columns for the Timeline."""
     n = len(core.instructions)
     c = _columns(core)
@@ -207,22 +210,16 @@ def encode(core):
 class CoreRun:
     """One run of the loop over a core's encoding ``enc`` (``encode(core)``), to the end of its record or to a
     barrier at a time.  ``ns_over``: DMA row -> the ns it costs instead of its record's (``hbm_share``).
-    ``impl``: as :func:`mode`.  ``events``: the whole record in simulated-time order (``sched_events``: the DMA
-    engines serve their queues round robin; no barrier rows)."""
+    ``impl``: as :func:`mode`.  ``rr``: the DMA engines serve their queues round robin (``dma_share.applies``)."""
 
-    def __init__(self, core, enc, hbm_bytes_per_ns, ns_over=None, impl=None, events=False):
+    def __init__(self, core, enc, hbm_bytes_per_ns, ns_over=None, impl=None, rr=False):
         arrs, emap, rec_cols = enc
         k = _kernels()
         py = mode(impl) == "python"
         self.core = core
         self.enc = enc
         self.k = k
-        self.fn = getattr(k.schedule_arrays, "py_func", k.schedule_arrays) if py else k.schedule_arrays
-        self.events = events
-        if events:                  # the DMA engines' round robin: the loop in simulated-time order
-            from . import sched_events
-            f = sched_events.schedule_events
-            self.efn = getattr(f, "py_func", f) if py else f
+        self.fn = getattr(k.run, "py_func", k.run) if py else k.run
         n = len(arrs["eng"])
         tg = core.target
         ns = arrs["ns"]
@@ -231,25 +228,23 @@ class CoreRun:
             ns[np.fromiter(ns_over.keys(), np.int64, len(ns_over))] = np.fromiter(ns_over.values(), np.float64,
                                                                                    len(ns_over))
         self.bar_t = np.full(n, np.nan)     # each barrier's completion, once known
+        nq = int(tg.dma_engines_per_core)
         self.args = (
-            arrs["eng"], arrs["dma_code"], arrs["clk"], arrs["cycles"], ns, arrs["pre"], arrs["rows"],
-            arrs["part0"], arrs["nbytes"], arrs["ptr"], arrs["nw"], arrs["op_b"], arrs["op_lo"], arrs["op_hi"],
-            arrs["op_v"], arrs["v_pitch"], arrs["v_c0"], arrs["v_c1"], arrs["v_size"], arrs["b_mem"],
-            arrs["b_size"], float(tg.static_overhead_cycles), float(tg.access_request_cycles),
-            float(tg.semaphore_ns), float(tg.dma_fixed_ns),
-            int(tg.dma_engines_per_core), int(tg.dma_partitions_per_engine), float(hbm_bytes_per_ns),
-            arrs["dge_m"], arrs["dge_q"], arrs["dge_c"], QUEUE_KEYS, arrs["bar"], self.bar_t)
+            arrs["eng"], arrs["dma_code"], arrs["clk"], arrs["cycles"], ns, arrs["pre"], arrs["nbytes"],
+            arrs["ptr"], arrs["nw"], arrs["op_b"], arrs["op_lo"], arrs["op_hi"], arrs["b_mem"], arrs["b_size"],
+            float(tg.static_overhead_cycles), float(tg.access_request_cycles), float(tg.semaphore_ns),
+            float(tg.dma_fixed_ns), float(hbm_bytes_per_ns), arrs["dge_m"], arrs["dge_c"], QUEUE_KEYS,
+            arrs["bar"], self.bar_t, bool(rr))
         new = k.new_state.py_func if py and hasattr(k.new_state, "py_func") else k.new_state
-        self.state = new(n, len(arrs["b_mem"]), len(arrs["clk"]), int(tg.dma_engines_per_core), QUEUE_KEYS,
-                         arrs["ptr"], arrs["op_b"], int(tg.sbuf_partition_bytes), int(tg.psum_partition_bytes),
-                         int(tg.sbuf_partitions), int(tg.psum_partitions))
+        self.state = new(arrs["eng"], arrs["dma_code"], arrs["rows"], arrs["part0"], arrs["ptr"], arrs["nw"],
+                         arrs["op_b"], arrs["op_lo"], arrs["op_hi"], arrs["op_v"], arrs["v_pitch"], arrs["v_c0"],
+                         arrs["v_c1"], arrs["v_size"], arrs["b_mem"], nq, int(tg.dma_partitions_per_engine),
+                         arrs["dge_m"], arrs["dge_q"], QUEUE_KEYS, arrs["bar"], int(tg.sbuf_partition_bytes),
+                         int(tg.psum_partition_bytes), int(tg.sbuf_partitions), int(tg.psum_partitions))
 
     def run(self):
         """Go on: ``("barrier", row, arrival)`` when stopped at a barrier whose completion is not known (set it
         with :meth:`pass_barrier`, then run again), else ``(columns, counters)`` for :meth:`Timeline.extend`."""
-        if self.events:
-            self.state = self.efn(*self.args[:-2], self.state)
-            return self._columns()
         self.state, stop_row, stop_t = self.fn(*self.args, self.state)
         if stop_row >= 0:
             return "barrier", int(stop_row), float(stop_t)
@@ -263,8 +258,8 @@ class CoreRun:
         arrs, emap, rec_cols = self.enc
         (start, dstart, end, done, work, queue, nqs, hbm, srcm, dstm, deps, ndeps, bind, dge_s, dge_e, dge_u
          ) = self.state[:16]
-        lt_kind, lt_size, lt_t0, lt_t1 = self.state[57:61]
-        nlt = int(self.state[-2][9])
+        lt_kind, lt_size, lt_t0, lt_t1 = self.state[16:20]
+        nlt = int(self.state[-2][11])
         n = len(arrs["eng"])
         mem = _MEM_OBJ
         cols = dict(rec_cols, core=[self.core.core_id] * n, queue=queue.tolist(), nqueues=nqs.tolist(),

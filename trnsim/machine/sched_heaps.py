@@ -1,5 +1,6 @@
-"""Small array helpers of the event-driven loop (``sched_events``): a growable array and two binary min-heaps
-(row numbers; (time, row) pairs, ties by row), compiled with numba like the rest of the loop."""
+"""Small array helpers of the scheduler's loop (``sched_events``, ``sched_state``): a growable array, binary
+min-heaps (row numbers; (time, row) pairs, ties by row; the capacity gate's releases by (time, sequence)) and the
+HBM traffic counter's bins, compiled with numba like the rest of the loop."""
 
 from __future__ import annotations
 
@@ -90,3 +91,82 @@ def _tpop(ht, hi, hn):
         hi[m], hi[k] = hi[k], hi[m]
         k = m
     return hn
+
+
+@njit(cache=True)
+def _heap_push(ht, hs, hz, hp, hn, t, s, z, p):
+    k = hn
+    ht[k] = t
+    hs[k] = s
+    hz[k] = z
+    hp[k] = p
+    while k > 0:
+        par = (k - 1) // 2
+        if ht[par] < ht[k] or (ht[par] == ht[k] and hs[par] < hs[k]):
+            break
+        ht[par], ht[k] = ht[k], ht[par]
+        hs[par], hs[k] = hs[k], hs[par]
+        hz[par], hz[k] = hz[k], hz[par]
+        hp[par], hp[k] = hp[k], hp[par]
+        k = par
+    return hn + 1
+
+
+@njit(cache=True)
+def _heap_pop(ht, hs, hz, hp, hn):
+    """Remove the least (time, seq) entry (it is at 0); returns the new size."""
+    hn -= 1
+    ht[0] = ht[hn]
+    hs[0] = hs[hn]
+    hz[0] = hz[hn]
+    hp[0] = hp[hn]
+    k = 0
+    while True:
+        l = 2 * k + 1
+        if l >= hn:
+            break
+        m = l
+        r = l + 1
+        if r < hn and (ht[r] < ht[l] or (ht[r] == ht[l] and hs[r] < hs[l])):
+            m = r
+        if ht[k] < ht[m] or (ht[k] == ht[m] and hs[k] < hs[m]):
+            break
+        ht[m], ht[k] = ht[k], ht[m]
+        hs[m], hs[k] = hs[k], hs[m]
+        hz[m], hz[k] = hz[k], hz[m]
+        hp[m], hp[k] = hp[k], hp[m]
+        k = m
+    return hn
+
+
+@njit(cache=True)
+def hbm_bins(start, end, hbm, bins):
+    """The ``hbm_bytes_per_s`` counter's bins: each transfer's HBM bytes spread evenly over its data start to end
+    (``sched_fast._counters``)."""
+    total = 0.0
+    for k in range(end.shape[0]):
+        if end[k] > total:
+            total = end[k]
+    acc = np.zeros(bins)
+    if total <= 0:
+        return total, acc
+    width = total / bins
+    for k in range(start.shape[0]):
+        s = start[k]
+        e = end[k]
+        hb = hbm[k]
+        if hb == 0 or e <= s:
+            continue
+        rate = hb / (e - s)
+        b0 = int(s / width)
+        if b0 > bins - 1:
+            b0 = bins - 1
+        b1 = int(e / width)
+        if b1 > bins - 1:
+            b1 = bins - 1
+        for bi in range(b0, b1 + 1):
+            lo = s if s > bi * width else bi * width
+            hi = e if e < (bi + 1) * width else (bi + 1) * width
+            if hi > lo:
+                acc[bi] += rate * (hi - lo)
+    return total, acc

@@ -1,4 +1,4 @@
-"""The busy intervals of one DMA engine or hardware DGE block, for the scheduler's loop (``sched_kernels``).
+"""The busy intervals of one DMA engine or hardware DGE block, for the scheduler's loop (``sched_rules.dge_place``).
 Row ``q`` of the arrays ``bs``/``be``/``bo`` holds an engine's merged intervals (starts, ends, the row of the
 transfer ending each), ``bn[q]`` how many.  Only the most recent ``_BACKFILL`` intervals are searched for a gap
 (older gaps are long past)."""
@@ -111,44 +111,3 @@ def _dge_slot(bs, be, bo, bn, q, t, dur):
         waited = bo[q, i]
         i += 1
     return cur, waited
-
-
-@njit(cache=True)
-def _fill(bs, be, bo, bn, q, t, dur, idx, p0s, p1s):
-    """Give a transfer ``dur`` ns of DMA engine ``q``'s time from ``t`` on, in the gaps between the transfers
-    already placed (an engine interleaves the descriptors of its 16 queues), and mark that time busy; returns
-    ``(first start, end, the row of the transfer it waited behind last or -1)``.  ``p0s``/``p1s``: scratch."""
-    n = bn[q]
-    i = _bisect_right(be, q, n, t)
-    if i < n - _BACKFILL:
-        i = n - _BACKFILL
-        if be[q, i - 1] > t:
-            t = be[q, i - 1]
-    cur = t
-    rem = dur
-    npc = 0
-    waited = -1
-    while rem > 1e-9:
-        if i < n and bs[q, i] <= cur:
-            if be[q, i] > cur:
-                cur = be[q, i]
-                waited = bo[q, i]
-            i += 1
-            continue
-        gap_end = bs[q, i] if i < n else cur + rem
-        take = gap_end - cur
-        if take > rem:
-            take = rem
-        if take > 0.0:
-            p0s[npc] = cur
-            p1s[npc] = cur + take
-            npc += 1
-            rem -= take
-            cur += take
-        elif i >= n:
-            break
-    first = p0s[0] if npc else t
-    last = p1s[npc - 1] if npc else t
-    for k in range(npc):
-        _insert(bs, be, bo, bn, q, p0s[k], p1s[k], idx)
-    return first, last, waited

@@ -1,4 +1,4 @@
-"""``njit`` for the scheduler's loop (``sched_kernels``, ``sched_intervals``): numba's, or, when numba cannot be
+"""``njit`` for the scheduler's loop (``sched_events``, ``sched_state`` and their helpers): numba's, or, when numba cannot be
 imported, a decorator that leaves each function plain Python (with ``py_func`` pointing at itself), so the one
 loop still runs, slowly, and gives the same timelines.  numba is a dependency of trnsim (pyproject.toml); this
 only keeps a broken install usable."""

@@ -1,7 +1,7 @@
-"""The rules the scheduler's two orders of work share (``sched_kernels.schedule_arrays``, program order, and
-``sched_events.schedule_events``, simulated-time order): each instruction's dependencies and the access
-trackers, the Tensor Engine's stationary load, descriptor generation and a transfer's engine time.  Each rule is
-written once, here; both loops call it."""
+"""The rules of the scheduler's loop, one function each: each instruction's dependencies and the access trackers
+(called in program order by ``sched_state.new_state``), an engine instruction's duration and latency, the Tensor
+Engine's stationary load, descriptor generation and a transfer's engine time (called in simulated-time order by
+``sched_events.run``).  Inlined into their callers by numba."""
 
 from __future__ import annotations
 
@@ -11,7 +11,16 @@ from .sched_intervals import _dge_slot, _insert
 from .sched_jit import njit
 from .sched_tracker import _bisect_right_lo, _drop_covered, _reserve, _scan, _seg_insert
 
-__all__ = ["scan_room", "dep_scan", "track", "pe_load", "dge_place", "dma_xfer"]
+__all__ = ["scan_room", "dep_scan", "track", "compute_times", "pe_load", "dge_place", "dma_xfer"]
+
+
+@njit(cache=True, inline="always")
+def compute_times(st, cyc, ck, static, acc, nacc):
+    """An engine instruction started at ``st`` (ns): ``(end, done)``.  The engine is free for the next one after
+    its cost (``cyc`` cycles at ``ck`` cycles per ns); its result is committed after the cost plus the static
+    overhead plus one access request per SBUF/PSUM operand (``nacc``): what a dependent instruction waits for.
+    The one place an engine instruction's duration and latency are computed."""
+    return st + cyc / ck, st + (cyc + static + acc * nacc) / ck
 
 
 @njit(cache=True, inline="always")
@@ -32,26 +41,21 @@ def scan_room(w0, r1, op_b, wcnt, rcnt):
 
 @njit(cache=True, inline="always")
 def dep_scan(idx, e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, b_mem, seen, wtr, rtr, op_i,
-             eng, deps, found, newb, pr_row, pr_end, npr, now, done, end, sema):
+             eng, deps, found, newb, pr_row, pr_end, npr):
     """Row ``idx``'s dependencies (``deps.AccessTracker``'s rules): appends to ``pr_row``/``pr_end`` from ``npr``
     on the rows it waits for, in the order found (its reads' writers, then its writes' writers and readers), each
     with whether it waits for that row's end (a later write on the same engine) rather than its result; records
     the first 8 other rows in ``deps[idx]``; lists its new on-chip buffers in ``newb``.  The caller sizes the
     scratch ``found`` and ``newb`` and the lists ``pr_row``/``pr_end`` beforehand (``scan_room``): an inlined call
     handing arrays back through a tuple costs reference counting on every row.  Returns ``(npr, entries of the
-    first read operand, deps count, new buffers, ready, its row, ready after the first read operand)``.  With ``now`` (the program-order loop, where every earlier row is timed) the waits
-    are folded at once into the returned ready time (``done``, or ``end`` for a same-engine row it overwrites, plus
-    ``sema`` across engines) and nothing is appended; else the ready fields are 0.0, -1, 0.0.  ``wtr``/``rtr`` are the
-    write and read trackers as ``(pool, off, cnt, max)`` (a tuple: a call with more than 30 arguments compiles
-    to a star-args call, which numba's inliner refuses)."""
+    first read operand, deps count, new buffers)``.  ``wtr``/``rtr`` are the write and read trackers as ``(pool,
+    off, cnt, max)`` (a tuple: a call with more than 30 arguments compiles to a star-args call, which numba's
+    inliner refuses)."""
     wpool, woff, wcnt, wmax = wtr
     rpool, roff, rcnt, rmax = rtr
     nd = 0
     nnew = 0
     nfirst = 0
-    ready = 0.0
-    rb = -1
-    ready_s = 0.0
     n0 = npr
     for j in range(r0, r1):
         b = op_b[j]
@@ -65,15 +69,9 @@ def dep_scan(idx, e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_
             nf = _scan(wpool, woff[b], c, wmax[b], j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, 0)
             for k in range(nf):
                 p = op_i[found[k]]
-                if now:
-                    t = done[p] if eng[p] == e else done[p] + sema
-                    if t > ready:
-                        ready = t
-                        rb = p
-                else:
-                    pr_row[npr] = p
-                    pr_end[npr] = False
-                    npr += 1
+                pr_row[npr] = p
+                pr_end[npr] = False
+                npr += 1
                 dup = False
                 for m in range(nd):
                     if deps[idx, m] == p:
@@ -84,7 +82,6 @@ def dep_scan(idx, e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_
                     nd += 1
         if j == r0:
             nfirst = npr - n0
-            ready_s = ready
     for j in range(w0, w1):
         b = op_b[j]
         if not seen[b]:
@@ -110,15 +107,9 @@ def dep_scan(idx, e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_
                 nf = _scan(rpool, roff[b], cr, rmax[b], j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, nf)
         for k in range(nf):
             p = op_i[found[k]]
-            if now:
-                t = end[p] if eng[p] == e else done[p] + sema
-                if t > ready:
-                    ready = t
-                    rb = p
-            else:
-                pr_row[npr] = p
-                pr_end[npr] = eng[p] == e
-                npr += 1
+            pr_row[npr] = p
+            pr_end[npr] = eng[p] == e
+            npr += 1
             if eng[p] != e:
                 dup = False
                 for m in range(nd):
@@ -128,7 +119,7 @@ def dep_scan(idx, e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_
                 if not dup and nd < 8:
                     deps[idx, nd] = p
                     nd += 1
-    return npr, nfirst, nd, nnew, ready, rb, ready_s
+    return npr, nfirst, nd, nnew
 
 
 @njit(cache=True, inline="always")

@@ -22,20 +22,15 @@ The model (every figure from the target, which takes it from docs/hardware.md):
 * DMA: a transfer is spread over the core's DMA engines by partition (each serves 8 partitions, so partitions
   ``[p0, p0 + rows)`` use engines ``p0 // 8 ...``, up to 16); each engine moves its share at its practical rate,
   reduced for small per-partition payloads (``trnsim.isa.dma.dma_cost_ns``), after the fixed semaphore-to-start
-  cost.  The fixed cost is latency, not occupancy.  An engine interleaves the descriptors of its 16 queues: a
-  ready transfer takes the engine's free time from its data start on, filling the gaps between transfers placed
-  earlier (the most recent 32 gaps are searched), so a store waiting for compute does not block later loads.
-  On NeuronCore-v2/v3 the engine serves its queues round robin ("DMA transfers from different DMA queues are
-  scheduled in a round robin fashion", dma-overview): transfers of different named queues moving at the same
-  time share the engine equally, each slowed while the others move (``dma_share``: processor sharing, the
-  transfers of no named queue one class among themselves in the gap filling's order).  A later transfer can slow
-  an earlier one, so a core with transfers of two classes or more is scheduled in simulated-time order
-  (``sched_events``: the engines, DMA engines, descriptor generation, dependencies and the capacity gate advanced
-  together, event by event, each instruction placed once); with one class the gap filling is that same rule in
-  program order (``TRNSIM_DMA_ROUND_ROBIN=0`` takes the gap filling for every core).  A launch with barriers
-  keeps the gap filling (the event-driven loop does not stop at a barrier).
-  NeuronCore-v4 (trn3) serves "based on the queue QoS configured", with no figure: the gap filling stays.
-  Transfers on one DMA queue (a trigger engine and DGE mode the kernel named, ``isa/dma_dge.py``) move their
+  cost.  The fixed cost is latency, not occupancy.  An engine interleaves the descriptors of its 16 queues: of
+  the transfers ready on it, it serves the earliest in program order, a later one moving in the time the earlier
+  ones leave (so a store waiting for compute does not block later loads).  On NeuronCore-v2/v3 the engine serves
+  its queues round robin ("DMA transfers from different DMA queues are scheduled in a round robin fashion",
+  dma-overview): transfers of different named queues moving at the same time share the engine equally, each
+  slowed while the others move (``dma_share``: processor sharing, the transfers of no named queue one class
+  among themselves, the earliest in program order first).  NeuronCore-v4 (trn3) serves "based on the queue QoS
+  configured", with no figure: no round robin, the earliest in program order first (``TRNSIM_DMA_ROUND_ROBIN=0``
+  takes that rule on every generation).  Transfers on one DMA queue (a trigger engine and DGE mode the kernel named, ``isa/dma_dge.py``) move their
   data on each DMA engine in program order ("DMA transfers within a queue on the same DMA engine are executed in
   order", dma-overview): a transfer starts on an engine no sooner than the previous transfer of its queue ended
   there.  Descriptor generation comes first: ``swdge`` occupies the GpSimd Engine (in its program order) and
@@ -43,7 +38,8 @@ The model (every figure from the target, which takes it from docs/hardware.md):
   the Timeline's ``dge`` list.
   A transfer moving HBM bytes (twice for HBM to HBM) moves them no faster than the chip's HBM peak; the
   transfers in flight on a chip share that peak over time (``hbm_share``: processor sharing across the DMA
-  queues and the cores of the launch; the slowed transfers are stretched and the cores scheduled again).
+  queues and the cores of the launch; the slowed transfers are stretched and the cores scheduled again: rounds
+  over the whole launch, ``sharing.share_rounds``, the one part not yet advanced in simulated time with the rest).
 * Barriers (``core_barrier`` records, from ``NeuronCore.barrier``): each core is scheduled on its own until it
   reaches a barrier; the barrier starts on every participant when the last one is ready to start it, plus the
   semaphore latency (the remote semaphore update).  Cores without barriers are scheduled independently.
@@ -52,12 +48,13 @@ The model (every figure from the target, which takes it from docs/hardware.md):
   new on-chip buffer waits, if the buffers live at that time would not fit, until enough earlier buffers have
   finished their last access (the release order of the compiler's multi-buffering).
 
-The model is one loop, ``sched_kernels.schedule_arrays`` (compiled with numba; ``impl="python"`` runs the same
-function uncompiled), over each core's record encoded as arrays by ``sched_fast.encode``; a core whose DMA engines
-share their time among queues runs ``sched_events.schedule_events`` instead (the same rules in simulated-time
-order, compiled or not alike).  It stops at a barrier
-whose participants have not all arrived and keeps its state (``sched_state``); this module runs the cores in turn
-and lets a stopped core go on once every participant has reached the barrier, with the barrier's completion.
+The model is one loop, ``sched_events.run``: a core's engines, DMA engines and their queues, descriptor
+generation, dependencies, barriers and the capacity gate advanced together in simulated time, event by event, each
+instruction placed once (compiled with numba; ``impl="python"`` runs the same functions uncompiled, with identical
+timelines), over each core's record encoded as arrays by ``sched_fast.encode`` and prepared in program order by
+``sched_state.new_state`` (dependencies, access trackers).  It stops at a barrier whose participants have not all
+arrived and keeps its state; this module runs the cores in turn and lets a stopped core go on once every
+participant has reached the barrier, with the barrier's completion.
 """
 
 from __future__ import annotations
@@ -93,10 +90,10 @@ def schedule(cores, *, progress=None, impl=None) -> Timeline:
     gc.disable()
     try:
         encs = [sched_fast.encode(c) for c in cores]
-        events = [_round_robin(c, enc) for c, enc in zip(cores, encs)]
-        results = _schedule_pass(cores, cap, impl, None, progress, total, encs, events)
+        rr = [dma_share.applies(c.target) for c in cores]
+        results = _schedule_pass(cores, cap, impl, None, progress, total, encs, rr)
         over = share_rounds(cores, results, cap,
-                            lambda ov: _schedule_pass(cores, cap, impl, ov, None, total, encs, events))
+                            lambda ov: _schedule_pass(cores, cap, impl, ov, None, total, encs, rr))
         if over is not None:
             results = over
         for cols, counters in results:
@@ -110,19 +107,10 @@ def schedule(cores, *, progress=None, impl=None) -> Timeline:
     return tl
 
 
-def _round_robin(core, enc):
-    """Whether ``core``'s DMA engines serve its queues round robin in the schedule (``sched_events``): on
-    NeuronCore-v2/v3 with the round robin on (``dma_share.applies``), transfers of at least two classes (named
-    queues, or one and transfers of no named queue) and no barrier in the record (a launch with barriers keeps
-    the gap filling: the event-driven loop does not stop at a barrier)."""
-    return (dma_share.applies(core.target) and dma_share.queue_classes(core) is not None
-            and not (enc[0]["bar"] >= 0).any())
-
-
-def _schedule_pass(cores, cap, impl, overrides, progress, total, encs=None, events=None):
+def _schedule_pass(cores, cap, impl, overrides, progress, total, encs=None, rr=None):
     """One schedule of every core (``overrides``: per core, DMA row -> its ns, or None; ``encs``: each core's
-    ``sched_fast.encode``, made here when None; ``events``: per core, whether it runs in simulated-time order,
-    ``sched_events``); returns each core's ``(columns, counters)``.
+    ``sched_fast.encode``, made here when None; ``rr``: per core, whether its DMA engines serve their queues round
+    robin, ``dma_share.applies``); returns each core's ``(columns, counters)``.
 
     A core at a barrier (``core_barrier``) waits until every core it names has reached that barrier, and all of
     them pass it at the latest of their arrival times (a barrier that cannot complete, when every running core
@@ -133,7 +121,7 @@ def _schedule_pass(cores, cap, impl, overrides, progress, total, encs=None, even
         encs = [sched_fast.encode(c) for c in cores]
     ids = {c.core_id: i for i, c in enumerate(cores)}
     runs = [sched_fast.CoreRun(c, encs[i], cap, overrides[i] if overrides is not None else None, impl=impl,
-                               events=bool(events and events[i])) for i, c in enumerate(cores)]
+                               rr=bool(rr and rr[i])) for i, c in enumerate(cores)]
     results = [None] * n
     waiting = {}                       # core index -> (participant indices, barrier row, arrival time)
     live = set(range(n))
