@@ -84,3 +84,71 @@ def test_base_tensor_of_a_slice_is_the_whole_allocation():
         return out
     np.testing.assert_array_equal(nki.simulate(k)(x), x)
     assert seen["shapes"] == ((2, 4), (4, 8), (4, 8))
+
+
+# -- the MX projection of nki-library's MoE kernels: fp4 weights (loaded through base_tensor) x fp8 activations ------
+_E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6], np.float64)      # OCP MX: the magnitudes of the 8 e2m1 codes
+
+
+def _scale_rows(k):
+    """The partition of the scale of each 8-partition group (4 scale rows at the start of each 32-partition
+    quadrant: the NKI reference's quantize_mx / nc_matmul_mx layout)."""
+    g = np.arange(k // 8)
+    return 32 * (g // 4) + g % 4
+
+
+@pytest.mark.parametrize("K, M, N", [(128, 64, 8), (32, 16, 4)])
+def test_fp4_weights_times_quantized_fp8_activations_match_float64(K, M, N):
+    """Weights as fp4 codes with E8M0 (uint8) block scales, arriving as uint16 (as NxD passes them) and loaded
+    through ``base_tensor``; activations quantized on chip by ``quantize_mx``; ``nc_matmul_mx`` into PSUM.  The
+    reference, in float64 and written from the OCP MX definitions: each weight is its e2m1 value x 2^(scale - 127),
+    each activation block of 8 partitions x 4 values gets the scale 2^(floor(log2 amax) - 8) and is rounded to
+    float8_e4m3fn (ml_dtypes), the result is the sum over partitions and the 4 packed values."""
+    import ml_dtypes
+
+    codes = RNG.integers(0, 16, size=(K, M, 4))
+    w16 = np.zeros((K, M), np.uint16)
+    for j in range(4):                                   # element j of a packed x4 in bits 4j..4j+3
+        w16 |= (codes[..., j].astype(np.uint16) << np.uint16(4 * j))
+    wexp = RNG.integers(120, 131, size=(K // 8, M))      # biased E8M0 exponents: scales 2^-7 .. 2^3
+    wscale = np.zeros((K, M), np.uint8)
+    wscale[_scale_rows(K)] = wexp
+    x = (RNG.standard_normal((K, 4 * N)) * np.exp2(RNG.integers(-6, 6, size=(K // 8, 1)).repeat(8, 0)))
+    x = x.astype(ml_dtypes.bfloat16)
+
+    @nki.jit
+    def k(w16, wscale, x):
+        w = w16.view(nl.float4_e2m1fn_x4)
+        base = w.base_tensor
+        wt = nl.ndarray((K, M), dtype=base.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=wt, src=base)
+        wt = wt.view(w.dtype)
+        ws = nl.ndarray((K, M), dtype=nl.uint8, buffer=nl.sbuf)
+        nisa.dma_copy(dst=ws, src=wscale)
+        xs = nl.ndarray((K, 4 * N), dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.dma_copy(dst=xs, src=x)
+        xq = nl.ndarray((K, N), dtype=nl.float8_e4m3fn_x4, buffer=nl.sbuf)
+        xsc = nl.ndarray((K, N), dtype=nl.uint8, buffer=nl.sbuf)
+        nisa.quantize_mx(dst=xq, src=xs, dst_scale=xsc)
+        ps = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul_mx(dst=ps, stationary=wt, moving=xq, stationary_scale=ws, moving_scale=xsc)
+        sb = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=sb, src=ps)
+        out = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=sb)
+        return out
+    got = nki.simulate(k, target="trn3")(w16, wscale, x)
+
+    wfac = np.exp2(wexp.astype(np.float64) - 127).repeat(8, 0)[..., None]          # [K, M, 1]
+    wv = np.where(codes >= 8, -1.0, 1.0) * _E2M1[codes % 8] * wfac
+    xf = x.astype(np.float64).reshape(K // 8, 8, N, 4)
+    amax = np.abs(xf).max(axis=(1, 3))
+    e = np.frexp(amax)[1] - 1                            # floor(log2 amax) for amax > 0
+    scale = np.exp2(e - 8.0)[:, None, :, None]
+    xq = np.clip(xf / scale, -448, 448).astype(ml_dtypes.float8_e4m3fn).astype(np.float64) * scale
+    xq = xq.reshape(K, N, 4)
+    terms = np.einsum("kmq,knq->kqmn", wv, xq)
+    ref = terms.sum(axis=(0, 1))
+    bound = 1e-6 * np.abs(terms).sum(axis=(0, 1)) + 1e-30
+    assert np.all(np.abs(got - ref) <= bound), np.abs(got - ref).max()
+    assert np.abs(ref).max() > 0
