@@ -15,6 +15,17 @@ class NkiTensor(Tensor):
 
     __slots__ = ()
 
+    @property
+    def base_tensor(self):
+        """The tensor as allocated: the whole buffer this view reads, in the dtype it was allocated with.
+
+        No NKI reference page documents this attribute, but the kernels AWS ships use it (nki-library d2ad3a5,
+        ``moe_tkg`` and ``mlp_tkg`` MX projections: ``w.base_tensor`` of an MX-x4 kernel argument is DMAed into
+        an SBUF tile of ``base_tensor.dtype``, which is then ``.view(w.dtype)``).  trnsim reads it as NumPy's
+        ``ndarray.base``: for a kernel argument or any whole allocation it is the same tensor; for a slice or a
+        dtype view (``view``/``reinterpret_cast``) it is the allocation the view was taken from."""
+        return type(self).whole(self.buf)
+
     def __setitem__(self, key, value):
         dst = self[key]
         loc = caller_location()
