@@ -368,16 +368,24 @@ def _find_rule_patch():
         return
     patches.APPLIED.append("find_torch_dispatch_rule (nki_bridge)")
     rules = {}
+    # ids of the OpOverloads of torch's own namespaces, which are never custom ops: the dispatcher asks for every
+    # op on a neuron tensor, and the OPDEFS lookup (a WeakValueDictionary) would cost on each (the overloads live
+    # as long as torch.ops, so their ids are stable)
+    builtin = set()
+    builtin_ns = frozenset(("aten", "prims", "_c10d_functional", "c10d"))
 
     def find_torch_dispatch_rule(op, torch_dispatch_class):
         r = orig(op, torch_dispatch_class)
-        if r is not None or torch_dispatch_class not in DEVICE_TYPES:
+        if r is not None or torch_dispatch_class not in DEVICE_TYPES or id(op) in builtin:
             return r
         if torch_dispatch_class is not NeuronTensor:
             # a device class (a Parameter subclass on neuron, backend.params) follows NeuronTensor's rules
             r = orig(op, NeuronTensor)
             if r is not None:
                 return r
+        if torch_dispatch_class is NeuronTensor and getattr(op, "namespace", None) in builtin_ns:
+            builtin.add(id(op))
+            return None
         q = getattr(op, "__qualname__", None)
         opdef = custom_ops.OPDEFS.get(q) if q else None
         if opdef is None:

@@ -26,7 +26,7 @@ from collections import OrderedDict
 import torch
 import torch.autograd.forward_ad as _fwad
 
-from . import charging
+from . import charge_memo, charging
 from .device_state import STATE
 from .errors import NeuronFallbackError, NeuronFallbackWarning
 from .memory import MEMORY
@@ -597,6 +597,7 @@ def clear_charges():
     _FAST.clear()
     for d in _FAST_OPS:
         d.clear()
+    charge_memo.clear()
 
 
 _INFO = {}   # OpOverload -> (name, category, is a transfer op, accumulates in fp32)
@@ -781,7 +782,7 @@ def _dispatch(func, args, kwargs):
             return w if w is not None else wrap(out)
         ns, kind, flops, nbytes = r
     else:
-        ns, kind, flops, nbytes = charging.op_time(name, cat, uargs, out)
+        ns, kind, flops, nbytes = charge_memo.op_time(name, cat, uargs, out)
     if ns:
         charging.advance(name, ns, kind, flops, nbytes, uargs, out)
     if host_out:

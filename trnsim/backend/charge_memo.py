@@ -1,0 +1,56 @@
+"""``charging.op_time`` remembered per op signature, for the ops dispatch charges outside the elementwise memo.
+
+A non-elementwise op (a matmul, a reduction, a norm, an estimated op) used to be costed from scratch on every call:
+``charging.op_time`` walks the arguments and evaluates the cost formulas (``costs.matmul_cost``, ...), a third of
+such an op's dispatch overhead (bitsandbytes' test_modules runs the same few shapes thousands of times).  Its result
+is a function of the op's name and category, of the shapes and dtypes of its tensor arguments and results, and of its
+non-tensor arguments (the dim of a softmax, the dropout probability of an attention op), for the current target.  The
+key holds exactly those; the memo is cleared with the other per-target charges (``tensor.clear_charges``).
+
+Categories whose cost reads tensor values (``native_costs.COSTS``, e.g. ``data_dependent`` reads offsets) are never
+memoised, nor are view ops (free, and cheaper to cost than to key).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import charging, native_costs
+
+_MEMO = {}          # (name, cat, argument signature, result signature) -> (ns, kind, flops, bytes)
+_SKIP = frozenset(native_costs.COSTS) | {"view", "collective"}
+_TENSOR = torch.Tensor
+_UNKEYED = object()
+stats = {"hits": 0, "misses": 0, "unkeyed": 0}
+
+
+def _sig(x):
+    """A hashable signature of an argument or result: a tensor's (shape, dtype), a scalar's (type, value) (so that
+    ``1``, ``1.0`` and ``True`` differ, as ``isinstance`` tests in the cost code do), a sequence's signatures."""
+    if isinstance(x, _TENSOR):
+        return (x.shape, x.dtype)
+    if isinstance(x, (list, tuple)):
+        return tuple(_sig(y) for y in x)
+    return (x.__class__, x)
+
+
+def op_time(name, cat, args, out):
+    """``charging.op_time(name, cat, args, out)``, computed once per signature."""
+    if cat in _SKIP:
+        return charging.op_time(name, cat, args, out)
+    try:
+        key = (name, cat, _sig(args), _sig(out))
+        r = _MEMO.get(key)
+    except TypeError:           # an unhashable argument (a dict, ...): cost it every time
+        stats["unkeyed"] += 1
+        return charging.op_time(name, cat, args, out)
+    if r is None:
+        stats["misses"] += 1
+        r = _MEMO[key] = charging.op_time(name, cat, args, out)
+    else:
+        stats["hits"] += 1
+    return r
+
+
+def clear():
+    _MEMO.clear()
