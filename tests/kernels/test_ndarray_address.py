@@ -1,0 +1,169 @@
+"""``nl.ndarray(..., address=(partition, byte))``: a tile placed at an explicit SBUF/PSUM address holds those bytes,
+shared with every tile placed there (trnsim/memory/space.py): aliasing reads and writes, a new PSUM accumulation
+group per tile, refusals naming the limit and the kernel's line, one storage for thousands of placed tiles, and the
+scheduler ordering accesses through two tiles at one address."""
+
+import numpy as np
+import pytest
+
+import trnsim
+from trnsim.isa import NkiValidationError
+from trnsim.kernels.jit import run_kernel
+from trnsim.machine import schedule
+from trnsim.targets import TRN2
+
+trnsim.install_nki()
+import nki  # noqa: E402
+import nki.isa as nisa  # noqa: E402
+import nki.language as nl  # noqa: E402
+
+RNG = np.random.default_rng(31)
+BANK = TRN2.psum_bank_bytes        # 2 KiB per partition (docs/hardware.md)
+
+
+@nki.jit
+def _alias(x):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    out2 = nl.ndarray((64, x.shape[1]), x.dtype, buffer=nl.shared_hbm)
+    other = nl.ndarray((64, x.shape[1]), x.dtype, buffer=nl.shared_hbm)
+    a = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf, address=(0, 4096))
+    b = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf, address=(0, 4096))        # the same bytes
+    half = nl.ndarray((64, x.shape[1]), x.dtype, buffer=nl.sbuf, address=(0, 4096))   # its first 64 partitions
+    elsewhere = nl.ndarray((64, x.shape[1]), x.dtype, buffer=nl.sbuf, address=(0, 8192))
+    nisa.dma_copy(a, x)                 # written through a
+    nisa.dma_copy(out, b)               # read through b
+    nisa.dma_copy(out2, half)
+    nisa.memset(elsewhere, 7.0)
+    nisa.dma_copy(other, elsewhere)
+    return out, out2, other
+
+
+def test_two_tiles_at_one_address_alias():
+    x = RNG.standard_normal((128, 256)).astype(np.float32)
+    out, out2, other = nki.simulate(_alias)(x)
+    assert np.array_equal(out, x)                 # what a wrote, b reads
+    assert np.array_equal(out2, x[:64])           # a tile of fewer partitions reads the first ones
+    assert np.all(other == 7.0)                   # another address is other memory (not x)
+
+
+@nki.jit
+def _psum_groups(s, m):
+    out1 = nl.ndarray((128, 128), nl.float32, buffer=nl.shared_hbm)
+    out2 = nl.ndarray((128, 128), nl.float32, buffer=nl.shared_hbm)
+    st = nl.ndarray(s.shape, s.dtype, buffer=nl.sbuf)
+    mv = nl.ndarray(m.shape, m.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(st, s)
+    nisa.dma_copy(mv, m)
+    # two tiles of one PSUM bank, made up front (as nki-library's kernels make their lists of tiles)
+    p1 = nl.ndarray((128, 128), nl.float32, buffer=nl.psum, address=(0, 3 * BANK))
+    p2 = nl.ndarray((128, 128), nl.float32, buffer=nl.psum, address=(0, 3 * BANK))
+    nisa.nc_matmul(p1, st, mv)
+    nisa.nc_matmul(p1, st, mv)            # accumulates into p1: 2 * s.T @ m
+    sb1 = nl.ndarray((128, 128), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(sb1, p1)
+    nisa.nc_matmul(p2, st, mv)            # p2's first matmul: a new accumulation group, s.T @ m
+    sb2 = nl.ndarray((128, 128), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(sb2, p1)             # p1 now reads what p2 wrote (the same bytes)
+    nisa.dma_copy(out1, sb1)
+    nisa.dma_copy(out2, sb2)
+    return out1, out2
+
+
+def test_a_new_tile_at_a_used_psum_address_starts_its_own_accumulation_group():
+    s = RNG.standard_normal((128, 128)).astype(np.float32)
+    m = RNG.standard_normal((128, 128)).astype(np.float32)
+    out1, out2 = nki.simulate(_psum_groups)(s, m)
+    ref = s.astype(np.float64).T @ m.astype(np.float64)
+    tol = 1e-4 * np.abs(ref).max()
+    assert np.abs(out1 - 2 * ref).max() <= tol
+    assert np.abs(out2 - ref).max() <= tol            # not 3 * ref: p2 did not add to p1's sums
+    assert np.abs(out2 - 3 * ref).max() > 100 * tol
+
+
+def _place(buffer, shape, address):
+    @nki.jit
+    def k(x):
+        t = nl.ndarray(shape, nl.float32, buffer=buffer, address=address)
+        nisa.memset(t, 0.0)
+        return x
+    return k
+
+
+@pytest.mark.parametrize("buffer,shape,address,limit", [
+    ("sbuf", (128, 64), (0, TRN2.sbuf_partition_bytes - 128), str(TRN2.sbuf_partition_bytes)),   # 256 B from there
+    ("psum", (128, 512), (0, TRN2.psum_partition_bytes - BANK + 4), str(TRN2.psum_partition_bytes)),
+    ("sbuf", (16, 64), (120, 0), "128 partitions"),
+    ("sbuf", (128, 64), (0, -8), "bytes [0,"),
+])
+def test_out_of_range_address_is_refused_with_the_limit_and_the_line(buffer, shape, address, limit):
+    x = np.zeros((1, 1), np.float32)
+    with pytest.raises(NkiValidationError, match="ndarray") as e:
+        nki.simulate(_place(getattr(nl, buffer), shape, address))(x)
+    msg = str(e.value)
+    assert limit in msg and buffer.upper() in msg
+    assert "test_ndarray_address.py" in msg
+
+
+def test_address_on_hbm_and_malformed_addresses_are_refused():
+    x = np.zeros((1, 1), np.float32)
+    with pytest.raises(NkiValidationError, match="HBM"):
+        nki.simulate(_place(nl.shared_hbm, (4, 4), (0, 0)))(x)
+    with pytest.raises(NkiValidationError, match="two integers"):
+        nki.simulate(_place(nl.sbuf, (4, 4), (0, 1.5)))(x)
+    nki.simulate(_place(nl.sbuf, (128, 64), (0, TRN2.sbuf_partition_bytes - 256)))(x)   # the last bytes: fine
+
+
+N_TILES = 10_000
+
+
+def _root(a):
+    while a.base is not None:
+        a = a.base
+    return a
+
+
+@nki.jit
+def _many(x):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    tiles = []
+    for i in range(N_TILES):          # held in a list, at 4 addresses (nki-library's ModularAllocator)
+        tiles.append(nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf, address=(0, (i % 4) * 8192)))
+    nisa.dma_copy(tiles[N_TILES - 1], x)
+    nisa.dma_copy(out, tiles[3])       # the same address as tile N_TILES - 1
+    roots = {id(r): r.nbytes for r in (_root(t.buf._data) for t in tiles)}
+    _many.held = sum(roots.values())   # the bytes of host memory behind the tiles
+    _many.ids = {t.buf.id for t in tiles}
+    return out
+
+
+def test_ten_thousand_placed_tiles_hold_four_tiles_of_memory():
+    x = RNG.standard_normal((128, 512)).astype(np.float32)       # 2 KiB per partition, 256 KiB a tile
+    out = nki.simulate(_many)(x)
+    assert np.array_equal(out, x)
+    assert len(_many.ids) == 4                     # the scheduler and the capacity model see 4 buffers
+    assert _many.held == 4 * x.nbytes              # fresh storage per tile would hold 10,000 of them
+
+
+@nki.jit
+def _write_then_read(x, same):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    a = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf, address=(0, 0))
+    b = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf, address=(0, 0 if same else 65536))
+    c = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(a, x)                                  # 0: write through a
+    nisa.activation(c, nl.exp, b)                        # 1: read through b
+    nisa.dma_copy(out, c)
+    return out
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_scheduler_orders_a_read_through_another_tile_at_the_same_address(same):
+    x = np.zeros((128, 512), np.float32)
+    tl = schedule(run_kernel(_write_then_read, (x, same), {}, (1,), "trn2", execute=False).cores)
+    r = list(tl.rows())
+    write, read = r[0], r[1]
+    assert read.engine == "activation" or read.engine == "scalar", read.engine
+    if same:
+        assert read.start >= write.done and 0 in read.deps
+    else:
+        assert read.start < write.done and 0 not in read.deps
