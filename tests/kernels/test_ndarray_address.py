@@ -167,3 +167,36 @@ def test_scheduler_orders_a_read_through_another_tile_at_the_same_address(same):
         assert read.start >= write.done and 0 in read.deps
     else:
         assert read.start < write.done and 0 not in read.deps
+
+
+KIB = 1024
+
+
+@nki.jit
+def _two_addresses(x):
+    # 8 tiles of 96 KiB per partition at 2 addresses: 768 KiB of tiles on 192 KiB of SBUF bytes (the target's SBUF
+    # holds 2 such tiles per partition, not 3: asserted by the test)
+    f = 96 * KIB // 4
+    out = nl.ndarray((128, f), nl.float32, buffer=nl.shared_hbm)
+    tiles = [nl.ndarray((128, f), nl.float32, buffer=nl.sbuf, address=(0, (i % 2) * 96 * KIB)) for i in range(8)]
+    for i in range(0, 8, 2):
+        nisa.dma_copy(tiles[i], x[:, 0:f])
+        nisa.dma_copy(tiles[i + 1], x[:, f:2 * f])
+        nisa.tensor_tensor(tiles[i], tiles[i], tiles[i + 1], op=nl.add)
+    # tiles[0] written again at the end: as separate tiles, 0 would be live with 2 and 3 (288 KiB, refused)
+    nisa.tensor_tensor(tiles[0], tiles[0], tiles[7], op=nl.add)
+    nisa.dma_copy(out, tiles[0])
+    return out
+
+
+def test_capacity_counts_a_placed_range_once():
+    assert 2 * 96 * KIB <= TRN2.sbuf_partition_bytes < 3 * 96 * KIB
+    x = RNG.standard_normal((128, 2 * 96 * KIB // 4)).astype(np.float32)
+    res = run_kernel(_two_addresses, (x,), {}, (1,), "trn2")
+    f = 96 * KIB // 4
+    x0, x1 = x[:, :f].astype(np.float64), x[:, f:].astype(np.float64)
+    got = res.outputs if not isinstance(res.outputs, (list, tuple)) else res.outputs[0]
+    assert np.abs(got - (x0 + 2 * x1)).max() <= 1e-5 * np.abs(x0 + 2 * x1).max()
+    # both addresses are held from their first tile's first access to their last tile's last: 2 x 96 KiB, counted
+    # once each however many tiles were placed there
+    assert res.cores[0].occupancy.report["program"]["sbuf"] == 2 * 96 * KIB
