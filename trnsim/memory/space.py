@@ -15,12 +15,15 @@ A tile placed at an explicit address (``nl.ndarray(..., address=(partition, byte
 bytes per partition)`` of partitions ``[partition, partition + partitions)``, as on the hardware, whose SBUF and
 PSUM are plain addressed memories: two tiles placed on the same range alias.  Every tile placed at one
 ``(partition, byte)`` with the same geometry (dtype, bytes per partition, at most as many partitions) shares one
-storage (:class:`PlacedStorage`): a write through one is read through the others, and the scheduler and the capacity
-model see one buffer (one buffer id: its dependencies are ordered by the elements touched, its bytes counted once).
-Each such tile keeps its own record of which elements it wrote (a new tile at a used address starts a new PSUM
-accumulation group, as a new tensor does for the compiler).  A tile placed over part of an earlier placement with
-another geometry gets new storage, and the earlier storage takes no more tiles (bytes are not reinterpreted between
-geometries: trnsim's simplification; the capacity model refuses two such placements whose live ranges overlap).
+storage (:class:`PlacedStorage`): a write through one is read through the others.  Each tile stays a buffer of its
+own (its own id), as each is a tensor of its own for the compiler: its own live range, which the capacity model
+counts at the placement and refuses when it overlaps another placement's on the same bytes
+(``machine/capacity.py``), so the bytes of a range are counted once at any time; and its own record of which elements
+it wrote (a new tile at a used PSUM address starts a new accumulation group, as a new tensor does).  A tile placed
+over part of an earlier placement with another geometry gets new storage, and the earlier storage takes no more
+tiles (bytes are not reinterpreted between geometries: trnsim's simplification).  Not modelled: the scheduler's
+dependencies are by buffer (``machine/deps.py``), so an access through one tile is not ordered after an access
+through another tile on the same bytes (``PlacedStorage.id`` names the shared bytes for that).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ HBM = "hbm"
 ON_CHIP = (SBUF, PSUM)
 
 _ids = itertools.count(1)
+_storage_ids = itertools.count(1)      # PlacedStorage numbers
 _SHAPES: dict = {}     # a shape as given -> (the shape as a tuple of ints, its element count), worked out once
 # (shape as given, id(dtype), kind) -> (dtype, shape as ints, elements, elements per partition, bytes per partition)
 # of an on-chip buffer already made by the general constructor: Buffer.tile's geometry
@@ -226,13 +230,13 @@ def native_ok(dtype: DType, nelem: int, execute: bool, precise: bool) -> bool:
 
 class PlacedStorage:
     """The storage of an explicitly placed on-chip range, shared by the tiles placed there (module docstring):
-    one buffer id for all of them, and (when values are computed) one flat array in the dtype's storage type,
-    partition-major, read as the sentinel until written."""
+    a number of its own (``id``) and, when values are computed, one flat array in the
+    dtype's storage type, partition-major, read as the sentinel until written."""
 
     __slots__ = ("id", "kind", "p0", "parts", "addr", "bytes_pp", "dtype", "data", "__weakref__")
 
     def __init__(self, kind, p0, parts, addr, bytes_pp, dtype, execute):
-        self.id = next(_ids)
+        self.id = next(_storage_ids)
         self.kind = kind
         self.p0, self.parts, self.addr, self.bytes_pp, self.dtype = p0, parts, addr, bytes_pp, dtype
         n = parts * (bytes_pp // dtype.itemsize)
@@ -265,7 +269,7 @@ class Buffer:
         # a tile at an explicit (partition, byte) address shares the storage placed there (module docstring)
         shares = (address is not None and space is not None and space.on_chip and not callable(address)
                   and not block and data is None)
-        self.id = next(_ids) if not shares else 0
+        self.id = next(_ids)
         self.storage = None
         # native: ``data`` holds the dtype's real encoding (bf16/fp16/fp8 bits, ``dtype.np``) instead of the shadow
         # float32 store; every view of the buffer converts at access (reinterpret.Native).  Only HBM buffers of
@@ -324,7 +328,6 @@ class Buffer:
                         st, _ = space.placed_storage(p0, self.shape[0] if self.shape else 1, a0, self.bytes_pp,
                                                      dtype, execute)
                         self.storage = st
-                        self.id = st.id
             else:
                 one = self.block * dtype.itemsize if self.block else self.bytes_pp   # a block is one tile
                 if space.on_chip and one > space.capacity:
