@@ -212,3 +212,20 @@ def test_capacity_counts_placed_tiles_at_their_bytes_and_refuses_two_live_on_the
     with pytest.raises(CapacityError, match="placed on the same bytes") as e:
         run_kernel(_two_addresses(True), (x,), {}, (1,), "trn2")
     assert "test_ndarray_address.py" in str(e.value)
+
+
+def test_strict_mode_reads_sbuf_bytes_written_through_another_tile():
+    x = RNG.standard_normal((128, 256)).astype(np.float32)
+    res = run_kernel(_alias, (x,), {}, (1,), "trn2", strict=True)
+    assert np.array_equal(res.outputs[0], x)          # b read what a wrote: no "never written" refusal
+
+    @nki.jit
+    def unwritten(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        a = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf, address=(0, 0))
+        b = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf, address=(0, 0))
+        nisa.activation(a, nl.exp, b)                 # nothing wrote these bytes
+        nisa.dma_copy(out, a)
+        return out
+    with pytest.raises(NkiValidationError, match="never written"):
+        run_kernel(unwritten, (x,), {}, (1,), "trn2", strict=True)

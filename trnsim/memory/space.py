@@ -18,8 +18,9 @@ PSUM are plain addressed memories: two tiles placed on the same range alias.  Ev
 storage (:class:`PlacedStorage`): a write through one is read through the others.  Each tile stays a buffer of its
 own (its own id), as each is a tensor of its own for the compiler: its own live range, which the capacity model
 counts at the placement and refuses when it overlaps another placement's on the same bytes
-(``machine/capacity.py``), so the bytes of a range are counted once at any time; and its own record of which elements
-it wrote (a new tile at a used PSUM address starts a new accumulation group, as a new tensor does).  A tile placed
+(``machine/capacity.py``), so the bytes of a range are counted once at any time; and, in PSUM, its own record of
+which elements it wrote (a new tile at a used PSUM address starts a new accumulation group, as a new tensor does;
+a strict-mode read of a PSUM tile checks that tile's writes).  SBUF tiles share the record with their storage.  A tile placed
 over part of an earlier placement with another geometry gets new storage, and the earlier storage takes no more
 tiles (bytes are not reinterpreted between geometries: trnsim's simplification).  Not modelled: the scheduler's
 dependencies are by buffer (``machine/deps.py``), so an access through one tile is not ordered after an access
@@ -233,7 +234,7 @@ class PlacedStorage:
     a number of its own (``id``) and, when values are computed, one flat array in the
     dtype's storage type, partition-major, read as the sentinel until written."""
 
-    __slots__ = ("id", "kind", "p0", "parts", "addr", "bytes_pp", "dtype", "data", "__weakref__")
+    __slots__ = ("id", "kind", "p0", "parts", "addr", "bytes_pp", "dtype", "data", "_written", "__weakref__")
 
     def __init__(self, kind, p0, parts, addr, bytes_pp, dtype, execute):
         self.id = next(_storage_ids)
@@ -241,6 +242,15 @@ class PlacedStorage:
         self.p0, self.parts, self.addr, self.bytes_pp, self.dtype = p0, parts, addr, bytes_pp, dtype
         n = parts * (bytes_pp // dtype.itemsize)
         self.data = np.full(n, dtype.sentinel, dtype=dtype.storage) if execute else None
+        self._written = None
+
+    def written(self, n):
+        """The first ``n`` elements of the storage's record of which elements were written, made on first use:
+        shared by the SBUF tiles placed here (what a strict-mode read checks is whether the bytes were written,
+        through whichever tile)."""
+        if self._written is None:
+            self._written = np.zeros(self.data.size, dtype=np.bool_)
+        return self._written[:n]
 
     def __repr__(self):
         return (f"PlacedStorage#{self.id}({self.kind}, {self.dtype.name}, partitions [{self.p0}, "
@@ -351,8 +361,13 @@ class Buffer:
         self.all_written = data is not None
         self.written = None
         if track_written and execute:
-            # (np.zeros: pages of a tile never written are never touched)
-            self.written = np.full(n, True, dtype=np.bool_) if data is not None else np.zeros(n, dtype=np.bool_)
+            if self.storage is not None and self.kind == SBUF:
+                self.written = self.storage.written(n)
+            else:
+                # (np.zeros: pages of a tile never written are never touched).  A placed PSUM tile keeps its own:
+                # a matmul with accumulate=None adds to what this tile wrote, not to what another tile there did
+                self.written = (np.full(n, True, dtype=np.bool_) if data is not None
+                                else np.zeros(n, dtype=np.bool_))
 
     @classmethod
     def tile(cls, space: MemorySpace, dtype: DType, shape: tuple, name: str, execute: bool, track_written: bool):
