@@ -229,3 +229,23 @@ def test_strict_mode_reads_sbuf_bytes_written_through_another_tile():
         return out
     with pytest.raises(NkiValidationError, match="never written"):
         run_kernel(unwritten, (x,), {}, (1,), "trn2", strict=True)
+
+
+def test_sendrecv_between_tiles_placed_at_one_address_on_two_cores():
+    # each program's `mine` is at (0, 0) of its own core's SBUF: the receiver reads the peer's, which is not on
+    # the receiver's bytes (the capacity check of one core counts and compares its own tiles only)
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        pid = nl.program_id(0)
+        mine = nl.ndarray((64, a.shape[1]), dtype=a.dtype, buffer=nl.sbuf, address=(0, 0))
+        got = nl.ndarray((64, a.shape[1]), dtype=a.dtype, buffer=nl.sbuf, address=(0, 4096))
+        nisa.dma_copy(dst=mine, src=a[pid * 64:(pid + 1) * 64, :])
+        nisa.sendrecv(src=mine, dst=got, send_to_rank=1 - pid, recv_from_rank=1 - pid, pipe_id=0)
+        nisa.tensor_tensor(dst=got, data1=got, data2=mine, op=nl.add)     # ours, live across the exchange
+        nisa.dma_copy(dst=out[pid * 64:(pid + 1) * 64, :], src=got)
+        return out
+    a = RNG.standard_normal((128, 256)).astype(np.float32)
+    got = k[2](a)
+    ref = a.astype(np.float64) + np.concatenate([a[64:], a[:64]])
+    assert np.abs(got - ref).max() <= 1e-6 * np.abs(ref).max()
