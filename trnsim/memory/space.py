@@ -20,11 +20,12 @@ own (its own id), as each is a tensor of its own for the compiler: its own live 
 counts at the placement and refuses when it overlaps another placement's on the same bytes
 (``machine/capacity.py``), so the bytes of a range are counted once at any time; and, in PSUM, its own record of
 which elements it wrote (a new tile at a used PSUM address starts a new accumulation group, as a new tensor does;
-a strict-mode read of a PSUM tile checks that tile's writes).  SBUF tiles share the record with their storage.  A tile placed
-over part of an earlier placement with another geometry gets new storage, and the earlier storage takes no more
-tiles (bytes are not reinterpreted between geometries: trnsim's simplification).  Not modelled: the scheduler's
-dependencies are by buffer (``machine/deps.py``), so an access through one tile is not ordered after an access
-through another tile on the same bytes (``PlacedStorage.id`` names the shared bytes for that).
+a strict-mode read of a PSUM tile checks that tile's writes; SBUF tiles share the record with their storage).  A
+tile placed over part of an earlier placement with another geometry gets new storage, and the earlier storage takes
+no more tiles (bytes are not reinterpreted between geometries: trnsim's simplification).  Not modelled: the
+scheduler's dependencies are by buffer (``machine/deps.py``), so an access through one tile is not ordered after an
+access through another tile on the same bytes (``PlacedStorage.id`` names the shared bytes for that).  Nor a
+placed tile's start-partition rule (docs/hardware.md "Memory rules"), which instructions check within the tile.
 """
 
 from __future__ import annotations
@@ -231,8 +232,8 @@ def native_ok(dtype: DType, nelem: int, execute: bool, precise: bool) -> bool:
 
 class PlacedStorage:
     """The storage of an explicitly placed on-chip range, shared by the tiles placed there (module docstring):
-    a number of its own (``id``) and, when values are computed, one flat array in the
-    dtype's storage type, partition-major, read as the sentinel until written."""
+    a number of its own (``id``) and, when values are computed, one flat array in the dtype's storage type,
+    partition-major, read as the sentinel until written."""
 
     __slots__ = ("id", "kind", "p0", "parts", "addr", "bytes_pp", "dtype", "data", "_written", "__weakref__")
 
