@@ -267,3 +267,17 @@ def test_max_memory_must_not_be_negative(tmp_path, capsys):
     (snap / "test" / "conftest.py").write_text("")
     assert runner.main(["--snapshot", str(snap), "--max-memory", "-1", "--out", str(tmp_path / "r")]) == 2
     assert "--max-memory" in capsys.readouterr().err
+
+
+def test_report_command_shows_no_machine_paths(tmp_path):
+    snap = tmp_path / "snap"
+    (snap / "test").mkdir(parents=True)
+    (snap / "test" / "conftest.py").write_text("")
+    res = tmp_path / "results.jsonl"
+    res.write_text(json.dumps(rec("cumsum", 0, "passed")) + "\n")
+    out = tmp_path / "rep"
+    assert runner.main(["--snapshot", str(snap), "--results", str(res), "--out", str(out)]) == 0
+    rep = json.loads(out.with_suffix(".json").read_text())
+    assert str(tmp_path) not in rep["command"] and str(tmp_path) not in out.with_suffix(".md").read_text()
+    assert "--results <outside>/results.jsonl" in rep["command"] and "--out <outside>/rep" in rep["command"]
+    assert runner._shown(os.path.join(runner.REPO, "conformance", "x")) == os.path.join("conformance", "x")

@@ -612,10 +612,10 @@ def run(args, argv):
         rep = {"trnsim_commit": made["commit"], "made": made["made"], "snapshot": os.path.basename(snap), "snapshot_commit": snapshot_commit(snap, args.snapshot_commit),
                "platform": args.platform, "every": args.every, "offset": args.offset, "limit": args.limit, "jobs": args.jobs,
                "command": "python tools/run_nki_library.py " + " ".join(
-                   "<snapshot>" if a in (args.snapshot, snap) else a for a in argv),   # no machine's paths
+                   "<snapshot>" if a in (args.snapshot, snap) else _shown(a) for a in argv),   # no machine's paths
                "standins": used, "max_memory_gib": args.max_memory or None, "wall_s": wall, "partial": partial,
                "crashed_signal": crashed, "restarts": 0 if args.results else restarts,
-               "resumed_from": args.resume, "summary": summary,
+               "resumed_from": _shown(args.resume) if args.resume else args.resume, "summary": summary,
                "tail": output.strip().splitlines()[-1:] if output.strip() else []}
         from trnsim.fileio import atomic_write, atomic_write_json
         os.makedirs(os.path.dirname(os.path.abspath(args.out)) or ".", exist_ok=True)
@@ -634,6 +634,17 @@ def run(args, argv):
             print(f"run directory kept: {tmp}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _shown(arg):
+    """A command-line argument as a report shows it: an absolute path inside the repository relative to it, one
+    outside (a run directory, a results file) as ``<outside>/`` and its file name, so that no machine's paths go into
+    a committed report."""
+    if not os.path.isabs(arg):
+        return arg
+    if os.path.commonpath([os.path.abspath(arg), REPO]) == REPO:
+        return os.path.relpath(arg, REPO)
+    return "<outside>/" + os.path.basename(arg)
 
 
 # third-party packages nki-library's own harness (test/conftest.py, test/utils/) imports at start-up and that no

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import operator
 import sys
 
 import numpy as np
@@ -207,10 +208,14 @@ def _nd_args(shape, dtype, buffer):
 
 
 def ndarray(shape, dtype, buffer=sbuf, name="", address=None):
-    """A new tensor in ``buffer`` (filled with the sentinel: NaN for floats, 4 for integers)."""
+    """A new tensor in ``buffer`` (filled with the sentinel: NaN for floats, 4 for integers).  ``address``:
+    ``(partition offset, byte offset)`` of an SBUF or PSUM tile, which then holds those bytes of those partitions
+    and shares them with every tile placed there (trnsim/memory/space.py)."""
     ctx = getattr(_local, "ctx", None) or current()      # (inline: every tile of a loop body comes through here)
     core = ctx.core
     shape, dt, kind, shared = _nd_args(shape, dtype, buffer)
+    if address is not None:
+        return _placed(core, shape, dt, kind, name, address)
     if kind != HBM:
         pmax = core.target.pmax
         if not shape or shape[0] > pmax:
@@ -235,6 +240,31 @@ def ndarray(shape, dtype, buffer=sbuf, name="", address=None):
     except MemoryError as e:
         from ..isa.errors import NkiValidationError
         raise NkiValidationError(f"ndarray: {e}", "ndarray", "shape", shape, None, caller_location()) from None
+    return NkiTensor.whole(buf)
+
+
+def _placed(core, shape, dt, kind, name, address):
+    """:func:`ndarray` of a tile at an explicit ``address``."""
+    from ..isa.errors import NkiValidationError
+    loc = caller_location()
+    what = f"tensor `{name}`" if name else "a tensor"
+    if kind == HBM:
+        raise NkiValidationError(f"ndarray: address={address!r} given for HBM {what}; an address places an SBUF or "
+                                 "PSUM tile only", "ndarray", "address", address, None, loc)
+    try:
+        p0, a0 = (int(operator.index(v)) for v in address)
+    except (TypeError, ValueError):
+        raise NkiValidationError(f"ndarray: address={address!r} of {what} must be two integers (partition offset, "
+                                 "byte offset)", "ndarray", "address", address, None, loc) from None
+    pmax = core.target.pmax
+    if not shape or shape[0] > pmax:
+        raise NkiValidationError(
+            f"ndarray: number of partitions {shape[0] if shape else 0} exceed architecture limitation of "
+            f"{pmax} for {kind.upper()} {what}", "ndarray", "shape", shape[0] if shape else 0, pmax, loc)
+    try:
+        buf = core.allocate(shape, dt, kind, name, address=(p0, a0))
+    except MemoryError as e:
+        raise NkiValidationError(f"ndarray: {e}", "ndarray", "address", (p0, a0), None, loc) from None
     return NkiTensor.whole(buf)
 
 

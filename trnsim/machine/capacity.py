@@ -172,6 +172,10 @@ class Occupancy:
         placed = _placed_keys(self.tiles)       # (one C loop over the tiles serves both placement checks)
         for kind, cap, nparts in mems:
             self._check_bounds(kind, cap, nparts, placed)
+        # two placements live on the same bytes first: the sweep below would count their bytes twice and refuse
+        # the kernel for capacity, not for what is wrong with it
+        for kind, _, _ in mems:
+            self._check_overlaps(kind, placed)
         prog = {}
         fail = None
         for kind, cap, nparts in mems:
@@ -208,8 +212,6 @@ class Occupancy:
                     first[2]["blocked"].update(blocked)      # the fences that stopped either order's reads
             else:
                 self._refuse(*first[0], first[1], first[2])     # as the first order has it (the simpler one)
-        for kind, _, _ in mems:
-            self._check_overlaps(kind, placed)
 
     def _sweep_program(self, kind, cap, nparts):
         """:func:`_sweep` of the tables in program order, bulk segments included (as arrays when they qualify)."""

@@ -325,11 +325,15 @@ class NeuronCore:
                 buf = t.buf
                 if buf.kind in ON_CHIP:
                     if buf.block:
-                        occ.touch(t, loc)
+                        if buf.space is self.sbuf or buf.space is self.psum:
+                            occ.touch(t, loc)
                         continue
                     r = ranges.get((buf.id, -1))
                     if r is None:
-                        occ.touch(t, loc)
+                        # only this core's tiles: a sendrecv reads the peer program's tile, which lives (and may be
+                        # placed at the same address as one of ours) in the peer core's SBUF
+                        if buf.space is self.sbuf or buf.space is self.psum:
+                            occ.touch(t, loc)
                     else:
                         r[1] = s
                         r[3] = loc

@@ -9,17 +9,36 @@ A buffer's host storage is released, and its address range returned, when the la
 allocated inside a loop body is a fresh buffer every iteration, as the compiler's multi-buffering makes it.  A
 NeuronCore's SBUF and PSUM overcommit (``overcommit=True``): whether the tiles fit is decided by their live ranges
 in program order (``trnsim/machine/capacity.py``), as the compiler decides it.
+
+A tile placed at an explicit address (``nl.ndarray(..., address=(partition, byte))``: "optional memory address
+``(partition_offset, free_offset)``", nki.language.ndarray reference, NKI 0.2+) holds the bytes ``[byte, byte +
+bytes per partition)`` of partitions ``[partition, partition + partitions)``, as on the hardware, whose SBUF and
+PSUM are plain addressed memories: two tiles placed on the same range alias.  Every tile placed at one
+``(partition, byte)`` with the same geometry (dtype, bytes per partition, at most as many partitions) shares one
+storage (:class:`PlacedStorage`): a write through one is read through the others.  Each tile stays a buffer of its
+own (its own id), as each is a tensor of its own for the compiler: its own live range, which the capacity model
+counts at the placement and refuses when it overlaps another placement's on the same bytes
+(``machine/capacity.py``), so the bytes of a range are counted once at any time; and, in PSUM, its own record of
+which elements it wrote (a new tile at a used PSUM address starts a new accumulation group, as a new tensor does;
+a strict-mode read of a PSUM tile checks that tile's writes; SBUF tiles share the record with their storage).  A
+tile placed over part of an earlier placement with another geometry gets new storage, and the earlier storage takes
+no more tiles (bytes are not reinterpreted between geometries: trnsim's simplification).  Not modelled: the
+scheduler's dependencies are by buffer (``machine/deps.py``), so an access through one tile is not ordered after an
+access through another tile on the same bytes (``PlacedStorage.id`` names the shared bytes for that).  Nor a
+placed tile's start-partition rule (docs/hardware.md "Memory rules"), which instructions check within the tile.
 """
 
 from __future__ import annotations
 
 import itertools
+import weakref
 
 import numpy as np
 
 from .dtypes import DType
 
-__all__ = ["MemorySpace", "Buffer", "OutOfMemory", "SBUF", "PSUM", "HBM", "next_buffer_id", "skip_buffer_ids"]
+__all__ = ["MemorySpace", "Buffer", "OutOfMemory", "PlacedStorage", "SBUF", "PSUM", "HBM", "next_buffer_id",
+           "skip_buffer_ids"]
 
 SBUF = "sbuf"
 PSUM = "psum"
@@ -27,6 +46,7 @@ HBM = "hbm"
 ON_CHIP = (SBUF, PSUM)
 
 _ids = itertools.count(1)
+_storage_ids = itertools.count(1)      # PlacedStorage numbers
 _SHAPES: dict = {}     # a shape as given -> (the shape as a tuple of ints, its element count), worked out once
 # (shape as given, id(dtype), kind) -> (dtype, shape as ints, elements, elements per partition, bytes per partition)
 # of an on-chip buffer already made by the general constructor: Buffer.tile's geometry
@@ -73,6 +93,9 @@ class MemorySpace:
         # PSUM are refused by live range in program order instead (trnsim/machine/capacity.py), not by how many
         # tile objects Python still holds.  A tile larger than the whole capacity is always refused.
         self.overcommit = overcommit
+        # (first partition, byte address) -> weakref to the PlacedStorage of the latest placement there: what a
+        # new tile placed at that address with the same geometry shares (kept only while a tile holds it)
+        self._placed: dict = {}
 
     def state(self) -> tuple:
         """``(free ranges, live bytes, peak bytes)``: the allocator's whole state, as a hashable value (equal
@@ -145,12 +168,34 @@ class MemorySpace:
         """Check an explicit placement ``[addr, addr + size)`` on partitions ``[partition, partition +
         partitions)`` lies inside the space; raises :class:`OutOfMemory` naming the limit."""
         unit = " per partition" if self.on_chip else ""
-        if addr < 0 or addr + size > self.capacity:
+        if addr < 0:
+            raise OutOfMemory(f"{self.name.upper()} placement of {what} at byte {addr}: a byte address is >= 0 "
+                              f"(the memory holds bytes [0, {self.capacity}){unit})")
+        if addr + size > self.capacity:
             raise OutOfMemory(f"{self.name.upper()} placement of {what} at byte {addr} ({size} bytes{unit}) ends at "
                               f"{addr + size}, beyond the capacity of {self.capacity} bytes{unit}")
         if self.on_chip and (partition < 0 or partition + partitions > self.partitions):
             raise OutOfMemory(f"{self.name.upper()} placement of {what} on partitions [{partition}, "
                               f"{partition + partitions}) is outside the {self.partitions} partitions")
+
+    def placed_storage(self, p0: int, parts: int, addr: int, bytes_pp: int, dtype: DType, execute: bool):
+        """``(storage, shared)``: the :class:`PlacedStorage` a tile of ``parts`` partitions and ``bytes_pp`` bytes
+        per partition of ``dtype`` placed at ``(p0, addr)`` uses -- the live one at that address when its geometry
+        matches (``shared`` True), else a new one, which replaces every placement it overlaps (on the same
+        partitions) as the one a later tile there can share."""
+        ref = self._placed.get((p0, addr))
+        st = ref() if ref is not None else None
+        if st is not None and st.bytes_pp == bytes_pp and st.dtype is dtype and parts <= st.parts \
+                and (st.data is not None) == execute:
+            return st, True
+        end, pend = addr + bytes_pp, p0 + parts
+        for key, r in list(self._placed.items()):
+            o = r()
+            if o is None or (o.p0 < pend and p0 < o.p0 + o.parts and o.addr < end and addr < o.addr + o.bytes_pp):
+                del self._placed[key]
+        st = PlacedStorage(self.kind, p0, parts, addr, bytes_pp, dtype, execute)
+        self._placed[(p0, addr)] = weakref.ref(st)
+        return st, False
 
     def release(self, addr: int, size: int) -> None:
         self.live -= size
@@ -185,6 +230,34 @@ def native_ok(dtype: DType, nelem: int, execute: bool, precise: bool) -> bool:
                 and nelem * dtype.itemsize >= NATIVE_MIN_BYTES)
 
 
+class PlacedStorage:
+    """The storage of an explicitly placed on-chip range, shared by the tiles placed there (module docstring):
+    a number of its own (``id``) and, when values are computed, one flat array in the dtype's storage type,
+    partition-major, read as the sentinel until written."""
+
+    __slots__ = ("id", "kind", "p0", "parts", "addr", "bytes_pp", "dtype", "data", "_written", "__weakref__")
+
+    def __init__(self, kind, p0, parts, addr, bytes_pp, dtype, execute):
+        self.id = next(_storage_ids)
+        self.kind = kind
+        self.p0, self.parts, self.addr, self.bytes_pp, self.dtype = p0, parts, addr, bytes_pp, dtype
+        n = parts * (bytes_pp // dtype.itemsize)
+        self.data = np.full(n, dtype.sentinel, dtype=dtype.storage) if execute else None
+        self._written = None
+
+    def written(self, n):
+        """The first ``n`` elements of the storage's record of which elements were written, made on first use:
+        shared by the SBUF tiles placed here (what a strict-mode read checks is whether the bytes were written,
+        through whichever tile)."""
+        if self._written is None:
+            self._written = np.zeros(self.data.size, dtype=np.bool_)
+        return self._written[:n]
+
+    def __repr__(self):
+        return (f"PlacedStorage#{self.id}({self.kind}, {self.dtype.name}, partitions [{self.p0}, "
+                f"{self.p0 + self.parts}), bytes [{self.addr}, {self.addr + self.bytes_pp}))")
+
+
 class Buffer:
     """The storage behind tensors: one allocation in one memory space.
 
@@ -199,12 +272,16 @@ class Buffer:
 
     __slots__ = ("id", "space", "kind", "dtype", "shape", "nelem", "pfree", "addr", "bytes_pp", "_data", "fresh",
                  "written", "all_written", "name", "block", "block_shape", "placement", "layout_key", "_release",
-                 "native", "__weakref__")
+                 "native", "storage", "__weakref__")
 
     def __init__(self, space: MemorySpace | None, dtype: DType, shape: tuple, *, name: str = "",
                  data: np.ndarray | None = None, execute: bool = True, track_written: bool = False,
                  fill: bool = True, address=None, block: int = 0, block_shape=None, native: bool = False):
+        # a tile at an explicit (partition, byte) address shares the storage placed there (module docstring)
+        shares = (address is not None and space is not None and space.on_chip and not callable(address)
+                  and not block and data is None)
         self.id = next(_ids)
+        self.storage = None
         # native: ``data`` holds the dtype's real encoding (bf16/fp16/fp8 bits, ``dtype.np``) instead of the shadow
         # float32 store; every view of the buffer converts at access (reinterpret.Native).  Only HBM buffers of
         # narrow floats are held so (large kernel inputs: jit._to_input)
@@ -258,6 +335,10 @@ class Buffer:
                     space.check_placement(p0, self.shape[0] if self.shape else 1, a0, self.bytes_pp, what)
                     self.placement = (p0, a0)
                     self.addr = a0
+                    if shares:
+                        st, _ = space.placed_storage(p0, self.shape[0] if self.shape else 1, a0, self.bytes_pp,
+                                                     dtype, execute)
+                        self.storage = st
             else:
                 one = self.block * dtype.itemsize if self.block else self.bytes_pp   # a block is one tile
                 if space.on_chip and one > space.capacity:
@@ -269,6 +350,10 @@ class Buffer:
         self.fresh = False
         if data is not None:
             self._data = data
+        elif self.storage is not None:
+            # the placed storage's first elements (the same partitions from the same first one, the same bytes
+            # per partition): already read as the sentinel until written, so no deferred fill
+            self._data = self.storage.data[:n] if execute else None
         elif execute:
             self._data = np.empty(n, dtype=dtype.np if self.native else dtype.storage)
             self.fresh = fill        # the sentinel fill, deferred to the first read (``data``)
@@ -277,7 +362,13 @@ class Buffer:
         self.all_written = data is not None
         self.written = None
         if track_written and execute:
-            self.written = np.full(n, data is not None, dtype=np.bool_)
+            if self.storage is not None and self.kind == SBUF:
+                self.written = self.storage.written(n)
+            else:
+                # (np.zeros: pages of a tile never written are never touched).  A placed PSUM tile keeps its own:
+                # a matmul with accumulate=None adds to what this tile wrote, not to what another tile there did
+                self.written = (np.full(n, True, dtype=np.bool_) if data is not None
+                                else np.zeros(n, dtype=np.bool_))
 
     @classmethod
     def tile(cls, space: MemorySpace, dtype: DType, shape: tuple, name: str, execute: bool, track_written: bool):
@@ -305,6 +396,7 @@ class Buffer:
         self.layout_key = None
         self._release = None
         self.native = False
+        self.storage = None
         if bpp > space.capacity:
             raise OutOfMemory(space._oom_message(bpp, f"tensor {name!r}" if name else "a tensor"))
         addr = space.take(bpp, f"tensor {name!r}" if name else "a tensor")
