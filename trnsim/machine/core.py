@@ -275,9 +275,10 @@ class NeuronCore:
                 t = leaves[i]
                 bid = t.buf.id
                 if oc == 1:
-                    rg = ranges.get((bid, -1))
+                    k = (bid, -1)
+                    rg = ranges.get(k)
                     if rg is None:
-                        occ.touch(t, loc)
+                        occ.first(k, t.buf, loc)
                     else:
                         rg[1] = s
                         rg[3] = loc
@@ -327,9 +328,10 @@ class NeuronCore:
                     if buf.block:
                         occ.touch(t, loc)
                         continue
-                    r = ranges.get((buf.id, -1))
+                    k = (buf.id, -1)
+                    r = ranges.get(k)
                     if r is None:
-                        occ.touch(t, loc)
+                        occ.first(k, buf, loc)
                     else:
                         r[1] = s
                         r[3] = loc
