@@ -200,9 +200,10 @@ def _nd_args(shape, dtype, buffer):
         return hit[2]
     shp = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
     kind = _kind(buffer)
-    # (the last entry: the issue-cache layout numbers of an SBUF tile of this spelling, filled by ndarray)
+    # (the last entry, filled by ndarray: the issue-cache layout numbers of an SBUF tile of this spelling, and the
+    # last target whose partition limit the shape was checked against)
     out = (shp, dtype_of(dtype), kind,
-           kind == HBM and str(getattr(buffer, "value", buffer)) in ("shared_hbm", "hbm"), [None])
+           kind == HBM and str(getattr(buffer, "value", buffer)) in ("shared_hbm", "hbm"), [None, None])
     if key is not None and len(_ND_ARGS) < 4096:
         _ND_ARGS[key] = (dtype, buffer, out)
     return out
@@ -213,9 +214,11 @@ def ndarray(shape, dtype, buffer=sbuf, name="", address=None):
     ctx = getattr(_local, "ctx", None) or current()      # (inline: every tile of a loop body comes through here)
     core = ctx.core
     shape, dt, kind, shared, lk_memo = _nd_args(shape, dtype, buffer)
-    if kind != HBM:
+    if kind != HBM and lk_memo[1] is not core.target:     # (checked once per spelling and target)
         pmax = core.target.pmax
-        if not shape or shape[0] > pmax:
+        if shape and shape[0] <= pmax:
+            lk_memo[1] = core.target
+        else:
             from ..isa.errors import NkiValidationError
             raise NkiValidationError(
                 f"ndarray: number of partitions {shape[0] if shape else 0} exceed architecture limitation of "

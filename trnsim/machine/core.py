@@ -98,6 +98,7 @@ class NeuronCore:
         self._record = record
         self._views: dict = {}    # access pattern -> its one tuple object (_ranges)
         self.issue_cache: dict = {}   # operand layout -> records to replay (trnsim/kernels/issue_cache.py)
+        self.issue_sites: dict = {}   # a call site's last layout and its entry there (issue_cache.py, the same)
         # whether instructions issued on this core go through that cache (TRNSIM_ISSUE_CACHE), read once per core:
         # the check is on every instruction's path, and a configuration read costs ~0.5 us
         self.issue_cache_on = config.issue_cache
@@ -142,6 +143,9 @@ class NeuronCore:
         if address is None and not block and (kind == SBUF or kind == PSUM) and type(shape) is tuple:
             # a plain tile (the common case, every iteration of a loop body): Buffer.tile makes the same buffer
             buf = Buffer.tile(self.sbuf if kind == SBUF else self.psum, dtype, shape, name, self.execute, track)
+            shp = buf.shape        # (the entry below, without the partitions property's call)
+            self.buffers[buf.id] = (buf.kind, buf.bytes_pp, shp[0] if shp else 0, dtype.itemsize)
+            return buf
         else:
             buf = Buffer(self.space(kind), dtype, shape, name=name, execute=self.execute, track_written=track,
                          address=address, block=block, block_shape=block_shape, native=native)
