@@ -341,35 +341,6 @@ def keeps_hbm_offsets(fn) -> bool:
     return hbm_off
 
 
-def _note_site(core, fn, loc, args, kwargs, key, prog):
-    """Keep ``key``'s entry ``prog`` as the call site's last (``issue``'s site check) when the call's arguments
-    can be checked against it directly: positional tensors and plain values, keyword plain values.  The
-    signature is read back from ``key`` itself (what :func:`issue` put there, argument by argument)."""
-    sites = core.issue_sites
-    if len(sites) >= MAX_ENTRIES:
-        sites.clear()
-    sig = []
-    j = 1
-    for a in args:
-        t = type(a)
-        if t in _TENSORS and type(key[j]) is int:      # (a view number: not an _arg_key tuple)
-            sig.append((key[j], key[j + 1]))
-        elif t in _PLAIN:
-            sig.append([a])                          # (a list: told from a tensor's tuple by its class)
-        else:
-            sites.pop(id(loc), None)
-            return
-        j += 2
-    kw = []
-    for k in kwargs:
-        v = kwargs[k]
-        if type(v) not in _PLAIN:
-            sites.pop(id(loc), None)
-            return
-        kw.append((k, v))
-    sites[id(loc)] = (loc, fn, tuple(sig), tuple(kw), prog)
-
-
 def issue(fn, core, loc, args, kwargs, hbm_off=None):
     """Run instruction ``fn(core, loc, *args, **kwargs)`` through the cache (``hbm_off``: ``keeps_hbm_offsets(fn)``,
     which the caller may pass, worked out once)."""
@@ -377,38 +348,6 @@ def issue(fn, core, loc, args, kwargs, hbm_off=None):
     leaves = []
     if hbm_off is None:
         hbm_off = keeps_hbm_offsets(fn)
-    # the call site's last layout (``loc``, memoised per call site by the front end, names the site): when every
-    # argument matches it -- the same view numbers and aliases, the same plain objects -- the call's key is the
-    # key found there, and so is its entry (no key built and hashed)
-    site = core.issue_sites.get(id(loc))
-    if site is not None and site[0] is loc and site[1] is fn and len(args) == len(site[2]) and \
-            len(kwargs) == len(site[3]):
-        for a, want in zip(args, site[2]):
-            if want.__class__ is tuple:            # a tensor: (view number, alias)
-                if type(a) not in _TENSORS:
-                    break
-                buf = a.buf
-                alias = -1
-                i = 0
-                for x in leaves:
-                    if x.buf is buf:
-                        alias = i
-                        break
-                    i += 1
-                leaves.append(a)
-                lk = a._lk or _view_key(a)
-                if (lk[0] if hbm_off else lk[1]) != want[0] or alias != want[1]:
-                    break
-            elif a is not want[0]:                 # a plain value: [the object]
-                break
-        else:
-            for k, v in site[3]:
-                if kwargs.get(k, _Uncacheable) is not v:
-                    break
-            else:
-                site[4].run(core, loc, leaves)
-                return None
-        leaves = []
     try:
         parts = [fn]
         for a in args:
@@ -458,7 +397,6 @@ def issue(fn, core, loc, args, kwargs, hbm_off=None):
     if prog is not None:
         if prog is False:                  # a layout the cache cannot replay: the function runs whole
             return fn(core, loc, *args, **kwargs)
-        _note_site(core, fn, loc, args, kwargs, key, prog)
         prog.run(core, loc, leaves)        # straight-line code made for this layout (_Prog)
         return None
     probe = _Probe(core)

@@ -98,7 +98,6 @@ class NeuronCore:
         self._record = record
         self._views: dict = {}    # access pattern -> its one tuple object (_ranges)
         self.issue_cache: dict = {}   # operand layout -> records to replay (trnsim/kernels/issue_cache.py)
-        self.issue_sites: dict = {}   # a call site's last layout and its entry there (issue_cache.py, the same)
         # whether instructions issued on this core go through that cache (TRNSIM_ISSUE_CACHE), read once per core:
         # the check is on every instruction's path, and a configuration read costs ~0.5 us
         self.issue_cache_on = config.issue_cache
