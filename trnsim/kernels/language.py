@@ -13,6 +13,7 @@ from ..isa.errors import caller_location
 from ..memory import HBM, PSUM, SBUF, DynSlice, Tensor, dtype_of
 from ..memory.dtypes import round_to
 from ..memory.space import native_ok
+from . import issue_cache as _ic
 from .context import _local, current
 from .tensor import NkiTensor
 
@@ -200,8 +201,10 @@ def _nd_args(shape, dtype, buffer):
         return hit[2]
     shp = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
     kind = _kind(buffer)
+    # (the last entry, filled by ndarray: the issue-cache layout numbers of an SBUF tile of this spelling, and the
+    # last target whose partition limit the shape was checked against)
     out = (shp, dtype_of(dtype), kind,
-           kind == HBM and str(getattr(buffer, "value", buffer)) in ("shared_hbm", "hbm"))
+           kind == HBM and str(getattr(buffer, "value", buffer)) in ("shared_hbm", "hbm"), [None, None])
     if key is not None and len(_ND_ARGS) < 4096:
         _ND_ARGS[key] = (dtype, buffer, out)
     return out
@@ -213,12 +216,14 @@ def ndarray(shape, dtype, buffer=sbuf, name="", address=None):
     and shares them with every tile placed there (trnsim/memory/space.py)."""
     ctx = getattr(_local, "ctx", None) or current()      # (inline: every tile of a loop body comes through here)
     core = ctx.core
-    shape, dt, kind, shared = _nd_args(shape, dtype, buffer)
+    shape, dt, kind, shared, lk_memo = _nd_args(shape, dtype, buffer)
     if address is not None:
         return _placed(core, shape, dt, kind, name, address)
-    if kind != HBM:
+    if kind != HBM and lk_memo[1] is not core.target:     # (checked once per spelling and target)
         pmax = core.target.pmax
-        if not shape or shape[0] > pmax:
+        if shape and shape[0] <= pmax:
+            lk_memo[1] = core.target
+        else:
             from ..isa.errors import NkiValidationError
             raise NkiValidationError(
                 f"ndarray: number of partitions {shape[0] if shape else 0} exceed architecture limitation of "
@@ -240,7 +245,17 @@ def ndarray(shape, dtype, buffer=sbuf, name="", address=None):
     except MemoryError as e:
         from ..isa.errors import NkiValidationError
         raise NkiValidationError(f"ndarray: {e}", "ndarray", "shape", shape, None, caller_location()) from None
-    return NkiTensor.whole(buf)
+    t = NkiTensor.whole(buf)
+    if kind == SBUF and address is None:
+        # an SBUF tile's layout (issue_cache: buffer geometry, dtype, shape, strides, offset 0; no address) is the
+        # same for every tile of this spelling: its numbers worked out for the first tile, set on the others
+        lk = lk_memo[0]
+        if lk is None:
+            lk_memo[0] = (buf.layout_key or _ic._buf_key(buf), t._lk or _ic._view_key(t))
+        else:
+            buf.layout_key = lk[0]
+            t._lk = lk[1]
+    return t
 
 
 def _placed(core, shape, dt, kind, name, address):

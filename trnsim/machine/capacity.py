@@ -147,6 +147,18 @@ class Occupancy:
         for k in block_range(pf, blk, lo, hi, view):
             self._touch_key((buf.id, k), buf, k, loc)
 
+    def first(self, key, buf, loc):
+        """Instruction ``self.seq`` is the first to touch plain tile ``buf`` (not a block tensor; ``key`` is
+        ``(buf.id, -1)``, not yet in :attr:`ranges`): :meth:`touch`'s first-touch branch without its dispatch (the
+        issue paths call it for every new tile)."""
+        s = self.seq
+        self.ranges[key] = [s, s, loc, loc]
+        size = buf.bytes_pp
+        self.tiles[key] = (buf.kind, size, buf.name or f"tile#{buf.id}",
+                           None if buf.placement is None else _placement(buf, -1, size))
+        shape = buf.shape
+        self.parts[key] = shape[0] if shape else 1
+
     def _touch_key(self, key, buf, block, loc):
         r = self.ranges.get(key)
         s = self.seq

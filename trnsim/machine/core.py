@@ -142,6 +142,9 @@ class NeuronCore:
         if address is None and not block and (kind == SBUF or kind == PSUM) and type(shape) is tuple:
             # a plain tile (the common case, every iteration of a loop body): Buffer.tile makes the same buffer
             buf = Buffer.tile(self.sbuf if kind == SBUF else self.psum, dtype, shape, name, self.execute, track)
+            shp = buf.shape        # (the entry below, without the partitions property's call)
+            self.buffers[buf.id] = (buf.kind, buf.bytes_pp, shp[0] if shp else 0, dtype.itemsize)
+            return buf
         else:
             buf = Buffer(self.space(kind), dtype, shape, name=name, execute=self.execute, track_written=track,
                          address=address, block=block, block_shape=block_shape, native=native)
@@ -275,9 +278,10 @@ class NeuronCore:
                 t = leaves[i]
                 bid = t.buf.id
                 if oc == 1:
-                    rg = ranges.get((bid, -1))
+                    k = (bid, -1)
+                    rg = ranges.get(k)
                     if rg is None:
-                        occ.touch(t, loc)
+                        occ.first(k, t.buf, loc)
                     else:
                         rg[1] = s
                         rg[3] = loc
@@ -328,12 +332,13 @@ class NeuronCore:
                         if buf.space is self.sbuf or buf.space is self.psum:
                             occ.touch(t, loc)
                         continue
-                    r = ranges.get((buf.id, -1))
+                    k = (buf.id, -1)
+                    r = ranges.get(k)
                     if r is None:
                         # only this core's tiles: a sendrecv reads the peer program's tile, which lives (and may be
                         # placed at the same address as one of ours) in the peer core's SBUF
                         if buf.space is self.sbuf or buf.space is self.psum:
-                            occ.touch(t, loc)
+                            occ.first(k, buf, loc)
                     else:
                         r[1] = s
                         r[3] = loc

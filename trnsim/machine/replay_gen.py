@@ -77,9 +77,10 @@ def compile_program(steps, slow):
                 if i in touched:    # the same tile again in this instruction: its range already ends here
                     continue
                 touched.add(i)
-                w(f"    rg = ranges.get((b{i}, -1))")
+                w(f"    k = (b{i}, -1)")
+                w("    rg = ranges.get(k)")
                 w("    if rg is None:")
-                w(f"        occ.touch(t{i}, loc)")
+                w(f"        occ.first(k, t{i}.buf, loc)")
                 w("    else:")
                 w("        rg[1] = s")
                 w("        rg[3] = loc")

@@ -1,0 +1,149 @@
+"""The issue cache at one call site whose arguments change from call to call, and an SBUF tile's layout numbers set
+from its spelling's first tile (``language.ndarray``, issue 29): neither may change a record, a value or an error.
+Each run here is compared with the same kernel run without the issue cache (every rule checked at every call), or
+with NumPy in float64."""
+
+import numpy as np
+import pytest
+
+import trnsim
+from trnsim.isa.errors import NkiValidationError
+from trnsim.kernels import issue_cache, loop_replay
+from trnsim.kernels.issue_cache import _buf_key, _view_key
+from trnsim.kernels.jit import run_kernel
+
+nki = trnsim.install_nki()
+import nki.isa as nisa  # noqa: E402
+import nki.language as nl  # noqa: E402
+
+
+def _run(fn, args, kw, cached, execute=False):
+    prev = issue_cache.set_enabled(cached)
+    prev_rep = loop_replay.set_enabled(False)       # the general path: every call issued
+    try:
+        return run_kernel(fn, args, kw, (1,), "trn2", execute=execute)
+    finally:
+        issue_cache.set_enabled(prev)
+        loop_replay.set_enabled(prev_rep)
+
+
+def _records(res):
+    core = res.cores[0]
+    ids = {}
+    for b in core.columns.b:
+        ids.setdefault(b, len(ids))
+    out = []
+    for r in core.instructions:
+        out.append((r.opcode, r.engine, r.cycles, r.ns, r.loc,
+                    tuple((ids[b], lo, hi, v) for b, lo, hi, v in r.writes),
+                    tuple((ids[b], lo, hi, v) for b, lo, hi, v in r.reads)))
+    return out
+
+
+def _varying(x, n):
+    """One call site per instruction, its arguments changing between iterations: the scalar, the operator, the
+    aliasing of the operands, a keyword's value, a partition slice, a keyword appearing and going."""
+    P, F = x.shape
+    out = nl.ndarray((n, P, F), dtype=x.dtype, buffer=nl.shared_hbm)
+    ops = (nl.multiply, nl.add, nl.subtract)
+    for i in range(n):
+        t = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(t, x)
+        u = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+        scale = float(i % 3) + 0.5
+        nisa.tensor_scalar(u, t, ops[i % 3], scale)                     # the operator and the scalar vary
+        op2 = nl.multiply if i % 2 else nl.add                            # a keyword's value varies
+        nisa.tensor_tensor(u, t, u if i // 2 % 2 else t, op=op2)        # u = t (op2) u, or t (op2) t
+        nisa.tensor_tensor(u, u, t if i % 2 else u, op=nl.add)          # the aliasing alternates
+        half = u[0:P // 2, :] if i % 4 == 3 else u                        # a slice every fourth iteration
+        nisa.activation(half, nl.copy, half, scale=2.0) if i % 5 else nisa.activation(half, nl.copy, half)
+        nisa.dma_copy(out[i], u)
+    return out
+
+
+def _varying_ref(x, n):
+    x = x.astype(np.float64)
+    P = x.shape[0]
+    out = np.empty((n,) + x.shape)
+    for i in range(n):
+        scale = float(i % 3) + 0.5
+        u = (x * scale, x + scale, x - scale)[i % 3]
+        other = u if i // 2 % 2 else x
+        u = x * other if i % 2 else x + other
+        u = u + (x if i % 2 else u)
+        if i % 5:
+            if i % 4 == 3:
+                u[:P // 2] = u[:P // 2] * 2.0
+            else:
+                u = u * 2.0
+        out[i] = u
+    return out
+
+
+def test_a_call_site_whose_arguments_change_gives_the_values_and_record_of_an_uncached_run():
+    x = np.random.default_rng(0).standard_normal((128, 64)).astype(np.float32)
+    n = 40                                  # past GEN_AFTER: the layouts' generated code runs too
+    off = _run(_varying, (x,), {"n": n}, False, execute=True)
+    on = _run(_varying, (x,), {"n": n}, True, execute=True)
+    ref = _varying_ref(x, n)
+    got = np.asarray(on.outputs, np.float64)
+    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
+    assert np.array_equal(np.asarray(on.outputs), np.asarray(off.outputs))
+    assert _records(on) == _records(off)
+    shape_off = _run(_varying, (x,), {"n": n}, False)
+    shape_on = _run(_varying, (x,), {"n": n}, True)
+    assert _records(shape_on) == _records(shape_off) == _records(on)
+
+
+def _one_site(x, n, bad_at, bad):
+    """Every iteration issues the same call site; at ``bad_at`` one of its arguments is bad."""
+    P, F = x.shape
+    t = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(t, x)
+    for i in range(n):
+        u = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+        b = i == bad_at
+        dst = u[0:64, :] if b and bad == "partitions" else u
+        src = x if b and bad == "space" else t
+        op = "no_such_op" if b and bad == "operator" else nl.multiply
+        imm = "2.0" if b and bad == "immediate" else 2.0
+        kw = {"engine": nisa.engine.tensor} if b and bad == "engine" else {}
+        nisa.tensor_scalar(dst, src, op, imm, **kw)
+    return t
+
+
+@pytest.mark.parametrize("bad", ["partitions", "space", "operator", "immediate", "engine"])
+def test_a_bad_argument_at_a_known_call_site_fails_as_without_the_cache(bad):
+    x = np.zeros((128, 64), np.float32)
+    errs = []
+    for cached in (False, True):
+        with pytest.raises(NkiValidationError) as ei:
+            _run(_one_site, (x,), {"n": 40, "bad_at": 37, "bad": bad}, cached)
+        errs.append((str(ei.value), ei.value.instruction, ei.value.operand, ei.value.location))
+    assert errs[0] == errs[1]
+
+
+def _tiles(x, n):
+    P, F = x.shape
+    out = []
+    for _ in range(n):
+        out.append(nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf))
+        out.append(nl.ndarray((P // 2, F), dtype=nl.bfloat16, buffer=nl.sbuf))
+    _tiles.made = out
+    return x
+
+
+def test_an_sbuf_tile_gets_the_layout_numbers_its_layout_has():
+    x = np.zeros((128, 64), np.float32)
+    _run(_tiles, (x,), {"n": 4}, True)
+    made = _tiles.made
+    assert all(t._lk is not None for t in made[2:])          # set at allocation from the first tile of each spelling
+    for t in made:
+        got_buf, got_view = t.buf.layout_key, t._lk
+        # worked out afresh from the tile's own fields
+        t.buf.layout_key = None
+        t._lk = None
+        assert _buf_key(t.buf) == got_buf
+        assert _view_key(t) == got_view
+    assert made[0]._lk != made[1]._lk and made[0]._lk == made[2]._lk
+    del _tiles.made
