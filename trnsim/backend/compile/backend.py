@@ -66,8 +66,20 @@ def neuron(gm, example_inputs, mode=None, options=None):
     return _aot(gm, example_inputs, options)
 
 
-def _aot(gm, example_inputs, options):
+# attention stays ONE node (TorchNeuron lowers it to its fused attention kernel, as the eager device runs it): the
+# core decompositions would rewrite it into bmm + softmax (and the flash op's decomposition refuses dropout)
+_KEEP_WHOLE = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward",
+               "_scaled_dot_product_attention_math", "scaled_dot_product_attention")
+
+
+def decompositions():
+    """The core aten decompositions less those of attention (:data:`_KEEP_WHOLE`)."""
     from torch._decomp import core_aten_decompositions
+    return {k: v for k, v in core_aten_decompositions().items()
+            if getattr(k, "_opname", None) not in _KEEP_WHOLE}
+
+
+def _aot(gm, example_inputs, options):
     from torch._dynamo.backends.common import aot_autograd
     fallback = _fallback_allowed(options)
     opts_key = sorted((k, repr(v)) for k, v in options.items())
@@ -79,7 +91,7 @@ def _aot(gm, example_inputs, options):
     # input mutations stay in inference graphs (as inductor and aot_eager keep them): AOTAutograd refuses a ``set_``
     # on a graph input otherwise, which is what dynamo makes of ``param.data = t`` in a compiled forward
     be = aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
-                      inference_compiler=compiler("inference"), decompositions=core_aten_decompositions(),
+                      inference_compiler=compiler("inference"), decompositions=decompositions(),
                       keep_inference_input_mutations=True)
     return be(gm, example_inputs)
 
