@@ -66,14 +66,22 @@ def neuron(gm, example_inputs, mode=None, options=None):
     return _aot(gm, example_inputs, options)
 
 
-# attention stays ONE node (TorchNeuron lowers it to its fused attention kernel, as the eager device runs it): the
-# core decompositions would rewrite it into bmm + softmax (and the flash op's decomposition refuses dropout)
+# Ops the core decompositions would split into chains of primitive ops although the device runs them as one
+# kernel or one instruction (each primitive would then be a separate instruction pass of a fused kernel):
+# * attention stays ONE node (TorchNeuron lowers it to its fused attention kernel, as the eager device runs it);
+#   decomposed it is bmm + softmax, and the flash op's decomposition refuses dropout;
+# * gelu_backward is one Scalar Engine activation (``nki.language.gelu_dx``, "Derivative of GELU activation,
+#   element-wise", Neuron docs nki/api/generated/nki.language.gelu_dx) and one multiply by the incoming gradient
+#   (``ops.FUSED_STEPS``), fused with its neighbours; decomposed it is ~10 instructions (erf, exp, muls, adds);
+# * native_layer_norm_backward stays the device's layer-norm backward kernel (the eager device's charge), as its
+#   forward already does (native_layer_norm has no core decomposition).
 _KEEP_WHOLE = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward",
-               "_scaled_dot_product_attention_math", "scaled_dot_product_attention")
+               "_scaled_dot_product_attention_math", "scaled_dot_product_attention", "gelu_backward",
+               "native_layer_norm_backward")
 
 
 def decompositions():
-    """The core aten decompositions less those of attention (:data:`_KEEP_WHOLE`)."""
+    """The core aten decompositions less those of the ops the device runs whole (:data:`_KEEP_WHOLE`)."""
     from torch._decomp import core_aten_decompositions
     return {k: v for k, v in core_aten_decompositions().items()
             if getattr(k, "_opname", None) not in _KEEP_WHOLE}
