@@ -74,10 +74,15 @@ def neuron(gm, example_inputs, mode=None, options=None):
 #   element-wise", Neuron docs nki/api/generated/nki.language.gelu_dx) and one multiply by the incoming gradient
 #   (``ops.FUSED_STEPS``), fused with its neighbours; decomposed it is ~10 instructions (erf, exp, muls, adds);
 # * native_layer_norm_backward stays the device's layer-norm backward kernel (the eager device's charge), as its
-#   forward already does (native_layer_norm has no core decomposition).
+#   forward already does (native_layer_norm has no core decomposition);
+# * the softmax backwards stay row ops (fusion.py fuses them as one row kernel; the forwards have no core
+#   decomposition either), where decomposed they were exp, mul, sub, sum passes over the whole rows;
+# * the loss and embedding backwards (nll_loss_forward/backward, embedding_dense_backward) stay the device's
+#   gather/scatter kernels, where decomposed they were a full-size fill, a scatter or index_put and a cast.
 _KEEP_WHOLE = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward",
                "_scaled_dot_product_attention_math", "scaled_dot_product_attention", "gelu_backward",
-               "native_layer_norm_backward")
+               "native_layer_norm_backward", "_softmax_backward_data", "_log_softmax_backward_data",
+               "nll_loss_forward", "nll_loss_backward", "embedding_dense_backward")
 
 
 def decompositions():
