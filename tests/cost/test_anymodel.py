@@ -219,6 +219,22 @@ def test_fp32_matmuls_are_priced_as_the_compilers_bf16_autocast():
 
 
 @needs_transformers
+def test_factory_model_compiled(capsys):
+    """--compile for a model run as its own code: the model runs through torch.compile (its graphs counted, the
+    compile time priced) and the compiled step is not slower than the eager one."""
+    from trnsim.cost.cli import main
+    from trnsim.cost.estimator import estimate
+    kw = dict(micro_batch=2, dp=64)
+    eager = estimate(str(EXAMPLE) + ":make_model", "trn2.48xlarge", 1, **kw)
+    comp = estimate(str(EXAMPLE) + ":make_model", "trn2.48xlarge", 1, compiled=True, **kw)
+    assert comp.compiled and not eager.compiled
+    assert comp.compile_s > 0 and eager.compile_s == 0
+    assert comp.step_time_s <= eager.step_time_s
+    assert main(["--model", str(EXAMPLE) + ":make_model", "--instance", "trn2.48xlarge", "--micro-batch", "2",
+                 "--dp", "64", "--compile"]) == 0
+    assert "compiled" in capsys.readouterr().out
+
+
 def test_cli_factory_and_config(tmp_path, capsys):
     import json
     from trnsim.cost.cli import main
@@ -228,8 +244,6 @@ def test_cli_factory_and_config(tmp_path, capsys):
     assert d["parallelism"]["dp"] == 64 and d["samples_per_s"] > 0 and d["seq"] == 256
     assert main(["--model", str(EXAMPLE) + ":make_model", "--instance", "trn2.48xlarge", "--tp", "4"]) == 2
     assert "only data parallelism" in capsys.readouterr().err
-    assert main(["--model", str(EXAMPLE) + ":make_model", "--instance", "trn2.48xlarge", "--compile"]) == 2
-    assert "estimated eagerly only" in capsys.readouterr().err
     cfg = tmp_path / "bert.json"
     cfg.write_text(tiny_bert().to_json_string())
     assert main(["--model", str(cfg), "--instance", "trn1", "--seq", "64", "--micro-batches", "2",

@@ -6,6 +6,10 @@ it (FSDP: each block's parameters all-gathered before its forward and backward, 
 overlapping the neighbouring block's compute).  Tensor, pipeline, context and expert parallelism need to know how
 the layers shard; they apply to the decoder templates only, and asking for them here is an error naming that.
 
+``compiled``: the model runs through ``torch.compile(backend="neuron")`` (:mod:`trnsim.backend.compile`: fused
+elementwise chains, attention as one kernel, one launch per graph), the graphs of one and two blocks compiled once
+and kept by the layer-cost cache; the compile time before the first step is the compile backend's neuronx-cc model.
+
 A step: ``global_batch / (dp x micro_batch)`` micro-batches of the model's forward and backward (one rank, the
 cost of :func:`trnsim.cost.anymodel.model_cost`), the gradients of every micro-batch after the first added into
 the accumulated ones (:func:`accumulation_s`), the data-parallel collectives on the instance's topology, and the
@@ -53,9 +57,6 @@ def check_flags(model, tp=1, pp=1, cp=1, ep=1, checkpointing=False, compiled=Fal
             raise _limit(f"{flag} {v}", am)
     if checkpointing:
         raise _limit("activation checkpointing", am)
-    if compiled:
-        raise ValueError(f"compiled: {am.name} runs as its own code, estimated eagerly only (torch.compile of an "
-                         f"arbitrary model's graph is not modelled here); drop --compile")
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r} for {am.name}: expected one of {', '.join(PRECISIONS)} "
                          f"(fp8 is modelled for the decoder templates only)")
@@ -106,7 +107,7 @@ def estimate_any(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=
     if gb % (dp * micro_batch):
         raise ValueError(f"global batch {gb} is not a multiple of dp x micro_batch = {dp * micro_batch}")
     mbs = gb // (dp * micro_batch)
-    mc = model_cost(am, micro_batch=micro_batch, seq=seq, target=tg, precision=precision)
+    mc = model_cost(am, micro_batch=micro_batch, seq=seq, target=tg, precision=precision, compiled=compiled)
     c = mc.total
     split = 1.0 / lnc
     mb_s = (c.fwd_ns + c.bwd_ns) * split * 1e-9
@@ -164,7 +165,17 @@ def estimate_any(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=
     price_note = (f"no price known for {instance}: give your own with --prices FILE" if pr is None else
                   f"{instance} at ${usd:.2f}/h per instance ({pr.get('kind', '')}, {pr.get('region', '')}; "
                   f"{pr['source']}, retrieved {pr['retrieved']})")
-    est = E.Estimate(am.name, instance, count, tg.name, ranks, par, tokens, gb, False, step_s, breakdown, tps, mfu,
-                     mfu, need, cap, mem, need <= cap, tuple(c.fallbacks), coll, usd, price_note, notes)
+    if compiled:
+        notes.append("compiled: the model runs through torch.compile(backend='neuron') on the shape-only device "
+                     "(fused kernels, attention as one kernel, one launch per graph); its graphs are compiled once "
+                     "per run of the model (the first block and the first two, the rest multiplied) and kept by "
+                     "the layer-cost cache")
+    est = E.Estimate(am.name, instance, count, tg.name, ranks, par, tokens, gb, bool(compiled), step_s, breakdown,
+                     tps, mfu, mfu, need, cap, mem, need <= cap, tuple(c.fallbacks), coll, usd, price_note, notes)
     est._ranks_per_chip = topo.logical_cores_per_chip
+    if compiled:
+        # every rank compiles the model's forward and backward graphs (all ranks in parallel): the compile
+        # backend's neuronx-cc model (an assumption, trnsim.backend.compile.stats) on the whole model's aten ops
+        from ..backend.compile.stats import HW_COMPILE_FIXED_S, HW_COMPILE_PER_OP_S
+        est.compile_s = 2 * HW_COMPILE_FIXED_S + HW_COMPILE_PER_OP_S * c.graph_ops
     return est

@@ -330,7 +330,7 @@ def flash_attention():
         F.scaled_dot_product_attention = orig
 
 
-def _run_model(am, cut, micro_batch, seq, target, precision):
+def _run_model(am, cut, micro_batch, seq, target, precision, compiled=False):
     """One forward + backward of ``am`` with the stacks of ``cut`` ({path: blocks}) cut to that many blocks; kept
     by the layer-cost cache (:mod:`trnsim.cost.layer_cache`) under the model's key when it has one."""
     from ..backend.shape_only import shape_only_tensor
@@ -338,7 +338,7 @@ def _run_model(am, cut, micro_batch, seq, target, precision):
     from .step import _run
     dtype, autocast, cost_precision = PRECISIONS[precision]
     key = ("anymodel", am.key, tuple(sorted(cut.items())), micro_batch, seq, target.name, precision) \
-        if am.key else None
+        + (("compiled",) if compiled else ()) if am.key else None
     if key is not None:
         hit = layer_cache.lookup(key)
         if hit is not None:
@@ -359,7 +359,7 @@ def _run_model(am, cut, micro_batch, seq, target, precision):
                 with torch.autocast("neuron", dtype=torch.bfloat16):
                     return _loss(m(**kw))
             return _loss(m(**kw))
-    r = _run(build, inputs, target, loss_fn, cost_precision, False)
+    r = _run(build, inputs, target, loss_fn, cost_precision, compiled)
     if key is not None:
         layer_cache.store(key, r)
     return r
@@ -384,7 +384,7 @@ class ModelCost:
 def _combine(base, blocks):
     from .step import LayerCost
     fields = ("fwd_ns", "bwd_ns", "tensor_ns", "other_ns", "fallback_ns", "launch_ns", "launches", "saved_bytes",
-              "flops")
+              "flops", "graphs", "graph_ops")
     d = {f: getattr(base, f) for f in fields}
     fb = set(base.fallbacks)
     for _, n, c in blocks:
@@ -392,6 +392,7 @@ def _combine(base, blocks):
             d[f] += (n - 1) * getattr(c, f)
         fb.update(c.fallbacks)
     d["launches"] = int(d["launches"])
+    d["graphs"], d["graph_ops"] = int(d["graphs"]), int(d["graph_ops"])
     d["saved_bytes"] = int(d["saved_bytes"])
     return LayerCost(fallbacks=tuple(sorted(fb)), **d)
 
@@ -399,7 +400,7 @@ def _combine(base, blocks):
 def _diff(a, b):
     from .step import LayerCost
     fields = ("fwd_ns", "bwd_ns", "tensor_ns", "other_ns", "fallback_ns", "launch_ns", "launches", "saved_bytes",
-              "flops")
+              "flops", "graphs", "graph_ops")
     return LayerCost(fallbacks=tuple(sorted(set(a.fallbacks) - set(b.fallbacks))),
                      **{f: getattr(a, f) - getattr(b, f) for f in fields})
 
@@ -421,15 +422,16 @@ def count_params(module):
 _MEMO = {}
 
 
-def model_cost(am, *, micro_batch=1, seq=None, target="trn2", precision="bf16"):
-    """The forward + backward of one micro-batch of ``am`` on one core (see the module docstring)."""
+def model_cost(am, *, micro_batch=1, seq=None, target="trn2", precision="bf16", compiled=False):
+    """The forward + backward of one micro-batch of ``am`` on one core (see the module docstring); ``compiled``:
+    the model runs through ``torch.compile(backend="neuron")`` (fused kernels, one launch per graph)."""
     import time
     from ..targets import get_target
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r} for a model run as its own code: expected one of "
                          f"{', '.join(PRECISIONS)}")
     tg = get_target(target)
-    key = (am.key or id(am), micro_batch, seq, tg.name, precision)
+    key = (am.key or id(am), micro_batch, seq, tg.name, precision, bool(compiled))
     if key in _MEMO:
         return _MEMO[key][1]
     t0 = time.perf_counter()
@@ -443,14 +445,14 @@ def model_cost(am, *, micro_batch=1, seq=None, target="trn2", precision="bf16"):
     del full
     try:
         if not stacks:
-            total = _run_model(am, {}, micro_batch, seq, tg, precision)
+            total = _run_model(am, {}, micro_batch, seq, tg, precision, compiled)
             r = ModelCost(total, total, (), params, emb, 0.0)
         else:
             cut = {p: 1 for p, _ in stacks}
-            base = _run_model(am, cut, micro_batch, seq, tg, precision)
+            base = _run_model(am, cut, micro_batch, seq, tg, precision, compiled)
             blocks = []
             for p, n in stacks:
-                two = _run_model(am, dict(cut, **{p: 2}), micro_batch, seq, tg, precision)
+                two = _run_model(am, dict(cut, **{p: 2}), micro_batch, seq, tg, precision, compiled)
                 blocks.append((p, n, _diff(two, base)))
             r = ModelCost(_combine(base, blocks), base, tuple(blocks), params, emb, 0.0)
     except (RuntimeError, TypeError, IndexError) as e:

@@ -66,8 +66,33 @@ def neuron(gm, example_inputs, mode=None, options=None):
     return _aot(gm, example_inputs, options)
 
 
-def _aot(gm, example_inputs, options):
+# Ops the core decompositions would split into chains of primitive ops although the device runs them as one
+# kernel or one instruction (each primitive would then be a separate instruction pass of a fused kernel):
+# * attention stays ONE node (TorchNeuron lowers it to its fused attention kernel, as the eager device runs it);
+#   decomposed it is bmm + softmax, and the flash op's decomposition refuses dropout;
+# * gelu_backward is one Scalar Engine activation (``nki.language.gelu_dx``, "Derivative of GELU activation,
+#   element-wise", Neuron docs nki/api/generated/nki.language.gelu_dx) and one multiply by the incoming gradient
+#   (``ops.FUSED_STEPS``), fused with its neighbours; decomposed it is ~10 instructions (erf, exp, muls, adds);
+# * native_layer_norm_backward stays the device's layer-norm backward kernel (the eager device's charge), as its
+#   forward already does (native_layer_norm has no core decomposition);
+# * the softmax backwards stay row ops (fusion.py fuses them as one row kernel; the forwards have no core
+#   decomposition either), where decomposed they were exp, mul, sub, sum passes over the whole rows;
+# * the loss and embedding backwards (nll_loss_forward/backward, embedding_dense_backward) stay the device's
+#   gather/scatter kernels, where decomposed they were a full-size fill, a scatter or index_put and a cast.
+_KEEP_WHOLE = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward",
+               "_scaled_dot_product_attention_math", "scaled_dot_product_attention", "gelu_backward",
+               "native_layer_norm_backward", "_softmax_backward_data", "_log_softmax_backward_data",
+               "nll_loss_forward", "nll_loss_backward", "embedding_dense_backward")
+
+
+def decompositions():
+    """The core aten decompositions less those of the ops the device runs whole (:data:`_KEEP_WHOLE`)."""
     from torch._decomp import core_aten_decompositions
+    return {k: v for k, v in core_aten_decompositions().items()
+            if getattr(k, "_opname", None) not in _KEEP_WHOLE}
+
+
+def _aot(gm, example_inputs, options):
     from torch._dynamo.backends.common import aot_autograd
     fallback = _fallback_allowed(options)
     opts_key = sorted((k, repr(v)) for k, v in options.items())
@@ -79,7 +104,7 @@ def _aot(gm, example_inputs, options):
     # input mutations stay in inference graphs (as inductor and aot_eager keep them): AOTAutograd refuses a ``set_``
     # on a graph input otherwise, which is what dynamo makes of ``param.data = t`` in a compiled forward
     be = aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
-                      inference_compiler=compiler("inference"), decompositions=core_aten_decompositions(),
+                      inference_compiler=compiler("inference"), decompositions=decompositions(),
                       keep_inference_input_mutations=True)
     return be(gm, example_inputs)
 

@@ -78,7 +78,9 @@ def _steps(fz, g):
     for n in g.nodes:
         k = O.kind(n.target)
         name = O.op_name(n.target)
-        if k in ("pointwise", "factory"):
+        if name in O.FUSED_STEPS:
+            steps += O.FUSED_STEPS[name]
+        elif k in ("pointwise", "factory"):
             nt = sum(1 for a in tensor_inputs(n) if (numel(fz._root(a)) or 0) > 1)
             st = O.step(name, nt)
             if st is None:

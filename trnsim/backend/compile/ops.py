@@ -43,6 +43,8 @@ _ROW_REDUCE = frozenset("sum mean amax amin any all prod".split())
 _MATMUL = frozenset("mm bmm addmm".split())
 _SOFTMAX = frozenset(("_softmax", "_log_softmax", "_safe_softmax"))
 _SOFTMAX_BW = frozenset(("_softmax_backward_data", "_log_softmax_backward_data"))
+# elementwise ops that are more than one instruction of a fused kernel: their steps (``library.fused``)
+FUSED_STEPS = {"gelu_backward": ("act", "vec")}     # gelu_dx on the Scalar Engine, times the gradient
 _HOP_OPAQUE = {"flex_attention": "sdpa", "flex_attention_backward": "backward:sdpa"}   # higher-order ops -> cost
 _VIEW_EXTRA = frozenset(("split_with_sizes", "split", "unbind", "chunk", "alias"))
 # host-side checks of symbolic sizes (data-dependent shapes: ``nonzero``, ``capture_dynamic_output_shape_ops``): no
@@ -69,6 +71,8 @@ def kind(target):
     name = op_name(target)
     if name in _HOP_OPAQUE:
         return "opaque"
+    if name in FUSED_STEPS:
+        return "pointwise"
     if name in _RANDOM:
         return "random"
     if name in _FACTORY and name not in ("full_like", "zeros_like", "ones_like", "new_zeros", "new_ones",
