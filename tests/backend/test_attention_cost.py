@@ -223,6 +223,24 @@ def test_rows_charge_is_one_and_two_batch_elements_extrapolated():
     assert long == costs.attention_cost(tg, 2 * H, 128, 4096, D, "bfloat16")
 
 
+@pytest.mark.parametrize("tg", ["trn1", "trn2", "trn3"])
+def test_rows_fit_admits_only_what_psum_holds(tg):
+    """The PSUM rule of rows_fit: the fp32 scores of the pipeline's in-flight items (S x 4 bytes each) within a
+    partition's PSUM; at the largest key length it admits the kernel runs (the capacity check passes), and one key
+    tile more is refused and priced by the head-major kernel instead of failing."""
+    t = get_target(tg)
+    n = attention._STAGE_GAP + 1
+    s_max = (t.psum_partition_bytes // (4 * n)) // 128 * 128
+    assert attention.rows_fit(256, s_max, 2 * 64, 2, t)
+    assert not attention.rows_fit(256, s_max + 128, 2 * 64, 2, t)
+    _sim_rows(t, 2, 256, s_max, 2, 64)                 # no CapacityError at the limit it admits
+    with pytest.raises(Exception, match="PSUM allocation"):
+        _sim_rows(t, 1, 256, 2048, 2, 64)              # what the rule keeps away from the row kernel
+    costs.clear_memo()
+    assert costs.attention_cost(t, 2 * 16, 2048, 2048, 64, "bfloat16", batch=2) == \
+        costs.attention_cost(t, 2 * 16, 2048, 2048, 64, "bfloat16")
+
+
 def test_sdpa_charge_picks_the_row_kernel_for_token_rows():
     costs.clear_memo()
     B, H, L, D = 2, 8, 128, 64

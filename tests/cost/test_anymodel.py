@@ -235,7 +235,7 @@ def test_factory_model_compiled(capsys):
     assert "compiled" in capsys.readouterr().out
 
 
-def test_cli_factory_and_config(tmp_path, capsys):
+def test_cli_factory(tmp_path, capsys):
     import json
     from trnsim.cost.cli import main
     assert main(["--model", str(EXAMPLE) + ":make_model", "--instance", "trn2.48xlarge", "--micro-batch", "2",
@@ -244,6 +244,11 @@ def test_cli_factory_and_config(tmp_path, capsys):
     assert d["parallelism"]["dp"] == 64 and d["samples_per_s"] > 0 and d["seq"] == 256
     assert main(["--model", str(EXAMPLE) + ":make_model", "--instance", "trn2.48xlarge", "--tp", "4"]) == 2
     assert "only data parallelism" in capsys.readouterr().err
+
+
+@needs_transformers
+def test_cli_encoder_config(tmp_path, capsys):
+    from trnsim.cost.cli import main
     cfg = tmp_path / "bert.json"
     cfg.write_text(tiny_bert().to_json_string())
     assert main(["--model", str(cfg), "--instance", "trn1", "--seq", "64", "--micro-batches", "2",

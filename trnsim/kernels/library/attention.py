@@ -133,12 +133,17 @@ def heads_per_transpose(D):
 
 
 def rows_fit(L, S, HD, itemsize, target):
-    """True when ``flash_attention_rows`` applies: at most ``KV_BLOCK`` keys (one softmax block), and one batch
+    """True when ``flash_attention_rows`` applies: at most ``KV_BLOCK`` keys (one softmax block); one batch
     element's query, key and value rows (``[L | S, H x D]``), their transposes and outputs within a quarter of a
-    partition (the kernel keeps them for the whole batch element, the next one's loads beside them)."""
+    partition (the kernel keeps them for the whole batch element, the next one's loads beside them); and the fp32
+    scores of the items the software pipeline keeps in flight within PSUM: stage 0 of item ``n`` is issued before
+    stage 1 of item ``n - _STAGE_GAP`` frees its banks, so ``_STAGE_GAP + 1`` items' scores (``S x 4`` bytes per
+    partition each) are live at once (beyond that the capacity check refuses the kernel, e.g. 2048 keys at
+    ``D = 64``)."""
     P = target.pmax
     need = 2 * ((L // P) * HD + 2 * (S // P) * HD) * itemsize
-    return S <= KV_BLOCK and need <= target.sbuf_partition_bytes // 4
+    scores = (_STAGE_GAP + 1) * S * 4
+    return S <= KV_BLOCK and need <= target.sbuf_partition_bytes // 4 and scores <= target.psum_partition_bytes
 
 
 def flash_attention_rows(q, k, v, heads, scale=None, dropout_p=0.0):
