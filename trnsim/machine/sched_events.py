@@ -104,7 +104,8 @@ def run(eng, dma_code, clk, cycles, ns, pre, nbytes, ptr, nw, op_b, op_lo, op_hi
     stop_row = -1
     stop_t = 0.0
     if bar_wait >= 0 and bar_t[bar_wait] == bar_t[bar_wait]:     # its completion is known now: place it
-        wl = _grow1(wl, wln + 1)
+        if wln + 1 > wl.shape[0]:
+            wl = _grow1(wl, wln + 1)
         wl[wln] = bar_wait
         wln += 1
         bar_wait = -1
@@ -145,14 +146,16 @@ def run(eng, dma_code, clk, cycles, ns, pre, nbytes, ptr, nw, op_b, op_lo, op_hi
                         lt_t1[nlt] = tdone[bb]
                         nlt += 1
                         if g_blocked[kd] and gate_head[kd] >= 0:
-                            wl = _grow1(wl, wln + 1)
+                            if wln + 1 > wl.shape[0]:
+                                wl = _grow1(wl, wln + 1)
                             wl[wln] = gate_head[kd]
                             wln += 1
                 for k in range(scnt[i], scnt[i + 1]):
                     s = srow[k]
                     npend[s] -= 1
                     if npend[s] == 0:
-                        wl = _grow1(wl, wln + 1)
+                        if wln + 1 > wl.shape[0]:
+                            wl = _grow1(wl, wln + 1)
                         wl[wln] = s
                         wln += 1
                 continue
@@ -231,7 +234,8 @@ def run(eng, dma_code, clk, cycles, ns, pre, nbytes, ptr, nw, op_b, op_lo, op_hi
                 g_k[kd] = 0
                 gate_head[kd] = gate_next[kd, idx]
                 if gate_head[kd] >= 0:
-                    wl = _grow1(wl, wln + 1)
+                    if wln + 1 > wl.shape[0]:
+                        wl = _grow1(wl, wln + 1)
                     wl[wln] = gate_head[kd]
                     wln += 1
             if stop:
@@ -291,8 +295,10 @@ def run(eng, dma_code, clk, cycles, ns, pre, nbytes, ptr, nw, op_b, op_lo, op_hi
                 left[idx] = nusea[idx]
                 for jq in range(nusea[idx]):
                     rem[pbase[idx] + jq] = xfer
-                ah_t = _grow1(ah_t, ahn + 1)
-                ah_i = _grow1(ah_i, ahn + 1)
+                if ahn + 1 > ah_t.shape[0]:
+                    ah_t = _grow1(ah_t, ahn + 1)
+                if ahn + 1 > ah_i.shape[0]:
+                    ah_i = _grow1(ah_i, ahn + 1)
                 ahn = _tpush(ah_t, ah_i, ahn, ds, idx)
             else:
                 ck = clk[e]
@@ -333,12 +339,14 @@ def run(eng, dma_code, clk, cycles, ns, pre, nbytes, ptr, nw, op_b, op_lo, op_hi
                 eng_free[e] = fin
                 eng_last[e] = idx
                 bind[idx] = b
-                kq = _grow1(kq, kqn + 1)
+                if kqn + 1 > kq.shape[0]:
+                    kq = _grow1(kq, kqn + 1)
                 kq[kqn] = idx
                 kqn += 1
             placed[idx] = True
             nplaced += 1
-            wl = _grow1(wl, wln + 3)
+            if wln + 3 > wl.shape[0]:
+                wl = _grow1(wl, wln + 3)
             if bar[idx] >= 0:
                 bar_head = bar_next[idx]
                 if bar_head >= 0:
@@ -386,7 +394,8 @@ def run(eng, dma_code, clk, cycles, ns, pre, nbytes, ptr, nw, op_b, op_lo, op_hi
         if (g_blocked[0] or g_blocked[1]) and lb < hz_t:
             # releases known and no later than the next event can open the gate now
             lb = hz_t
-            wl = _grow1(wl, wln + 2)
+            if wln + 2 > wl.shape[0]:
+                wl = _grow1(wl, wln + 2)
             for kd in range(2):
                 if g_blocked[kd] and gate_head[kd] >= 0:
                     wl[wln] = gate_head[kd]
@@ -453,7 +462,8 @@ def run(eng, dma_code, clk, cycles, ns, pre, nbytes, ptr, nw, op_b, op_lo, op_hi
                         done[i] = tn
                         if blk[i] >= 0 and tn > arr_t[i] + work[i] + 1e-9:
                             bind[i] = blk[i]
-                        kq = _grow1(kq, kqn + 1)
+                        if kqn + 1 > kq.shape[0]:
+                            kq = _grow1(kq, kqn + 1)
                         kq[kqn] = i
                         kqn += 1
         T = tn
