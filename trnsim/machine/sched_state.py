@@ -315,11 +315,11 @@ def new_state(eng, dma_code, rows, part0, ptr, nw, op_b, op_lo, op_hi, op_v, v_p
     placed = np.zeros(n, np.bool_)
     known = np.zeros(n, np.bool_)
     # rows to try to place (a stack).  ``run`` never grows it (an array reassigned in its loop costs reference
-    # counting on every pass): it is empty whenever ``run`` returns or advances time, and between two such points
-    # at most these are pushed: every row at the start (n), each row once when its last wait is timed (n), at
-    # each of its two kinds' gate passes (2n) and at its placement (the next of its engine, the next barrier: 2n),
-    # each buffer at its release (nb), and 3 when time advances or a barrier completes.  Only reserved memory
-    # (np.empty): the pages it never reaches are never touched.
+    # counting on every pass).  Over a whole record at most these are pushed: every row at the start (n), each
+    # row once when its last wait is timed (n), at each of its two kinds' gate passes (2n) and at its placement
+    # (the next of its engine, the next barrier: 2n), each buffer at its release (nb); besides, only while it is
+    # empty: the blocked gates' heads when the time bound moves (2) and a barrier whose completion is now known
+    # (1).  Only reserved memory (np.empty): the pages it never reaches are never touched.
     wl = np.empty(6 * n + nb + 16, np.int64)
     for i in range(n):
         wl[i] = n - 1 - i
