@@ -9,7 +9,7 @@ import numpy as np
 from .sched_jit import njit
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _grow1(a, need):
     if need <= a.shape[0]:
         return a
@@ -21,7 +21,7 @@ def _grow1(a, need):
     return b
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _ipush(h, hn, v):
     """Push ``v`` on the int64 min-heap ``h[:hn]``; returns the new size (``h`` has room)."""
     k = hn
@@ -35,7 +35,7 @@ def _ipush(h, hn, v):
     return hn + 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _ipop(h, hn):
     """Remove the least entry of the int64 min-heap ``h[:hn]`` (it is at 0); returns the new size."""
     hn -= 1
@@ -55,7 +55,7 @@ def _ipop(h, hn):
     return hn
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _tpush(ht, hi, hn, t, i):
     """Push ``(t, i)`` on the min-heap by (time, row) ``ht/hi[:hn]``; returns the new size."""
     k = hn
@@ -71,7 +71,7 @@ def _tpush(ht, hi, hn, t, i):
     return hn + 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _tpop(ht, hi, hn):
     hn -= 1
     ht[0] = ht[hn]
@@ -93,7 +93,7 @@ def _tpop(ht, hi, hn):
     return hn
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _heap_push(ht, hs, hz, hp, hn, t, s, z, p):
     k = hn
     ht[k] = t
@@ -112,7 +112,7 @@ def _heap_push(ht, hs, hz, hp, hn, t, s, z, p):
     return hn + 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _heap_pop(ht, hs, hz, hp, hn):
     """Remove the least (time, seq) entry (it is at 0); returns the new size."""
     hn -= 1

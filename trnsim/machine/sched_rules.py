@@ -137,7 +137,8 @@ def track(e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_size, eng, op_i, wpool,
             hi = op_hi[j]
             if pas == 0:       # add_write
                 if wcnt[bb] == 0 and rcnt[bb] == 0:
-                    wpool, wused = _reserve(wpool, wused, woff, wcnt, wcap, bb)
+                    if wcnt[bb] >= wcap[bb]:
+                        wpool, wused = _reserve(wpool, wused, woff, wcnt, wcap, bb)
                     wpool[woff[bb] + wcnt[bb]] = j
                     wcnt[bb] += 1
                     if hi - lo > wmax[bb]:
@@ -146,7 +147,8 @@ def track(e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_size, eng, op_i, wpool,
                     dense = hi - lo == v_size[op_v[j]]
                     _drop_covered(wpool, woff, wcnt, bb, j, dense, op_lo, op_hi, op_v)
                     _drop_covered(rpool, roff, rcnt, bb, j, dense, op_lo, op_hi, op_v)
-                    wpool, wused = _reserve(wpool, wused, woff, wcnt, wcap, bb)
+                    if wcnt[bb] >= wcap[bb]:
+                        wpool, wused = _reserve(wpool, wused, woff, wcnt, wcap, bb)
                     c = wcnt[bb]
                     o = woff[bb]
                     if c == 0 or lo >= op_lo[wpool[o + c - 1]]:
@@ -166,7 +168,8 @@ def track(e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_size, eng, op_i, wpool,
                             and op_v[last] == op_v[j]):
                         rpool[o + c - 1] = j
                     else:
-                        rpool, rused = _reserve(rpool, rused, roff, rcnt, rcap, bb)
+                        if rcnt[bb] >= rcap[bb]:
+                            rpool, rused = _reserve(rpool, rused, roff, rcnt, rcap, bb)
                         o = roff[bb]
                         if lo >= op_lo[rpool[o + c - 1]]:
                             rpool[o + c] = j
@@ -177,7 +180,8 @@ def track(e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_size, eng, op_i, wpool,
                         if hi - lo > rmax[bb]:
                             rmax[bb] = hi - lo
                 else:
-                    rpool, rused = _reserve(rpool, rused, roff, rcnt, rcap, bb)
+                    if rcnt[bb] >= rcap[bb]:
+                        rpool, rused = _reserve(rpool, rused, roff, rcnt, rcap, bb)
                     rpool[roff[bb]] = j
                     rcnt[bb] = 1
                     if hi - lo > rmax[bb]:

@@ -125,6 +125,8 @@ def new_state(eng, dma_code, rows, part0, ptr, nw, op_b, op_lo, op_hi, op_v, v_p
     nb_list = np.empty(max(1, nb), np.int64)
     npr = 0
     nnb = 0
+    wtr = (wpool, woff, wcnt, wmax)         # (built again only when a pool grows: a tuple of arrays made per
+    rtr = (rpool, roff, rcnt, rmax)         # row costs reference counting on every row)
     for idx in range(n):
         e = eng[idx]
         w0 = ptr[idx]
@@ -137,11 +139,13 @@ def new_state(eng, dma_code, rows, part0, ptr, nw, op_b, op_lo, op_hi, op_v, v_p
             found = np.empty(2 * mx, np.int64)
         if newb.size < nops:
             newb = np.empty(nops, np.int64)
-        pr_row = _grow1(pr_row, npr + tot)
-        pr_end = _grow1(pr_end, npr + tot)
+        if npr + tot > pr_row.shape[0]:
+            pr_row = _grow1(pr_row, npr + tot)
+        if npr + tot > pr_end.shape[0]:
+            pr_end = _grow1(pr_end, npr + tot)
         npr, nfirst, nd, nnew = dep_scan(
             idx, e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, b_mem, seen,
-            (wpool, woff, wcnt, wmax), (rpool, roff, rcnt, rmax), op_i, eng, deps, found, newb, pr_row, pr_end, npr)
+            wtr, rtr, op_i, eng, deps, found, newb, pr_row, pr_end, npr)
         pr_first[idx] = nfirst
         ndeps[idx] = nd
         pr_ptr[idx + 1] = npr
@@ -154,6 +158,10 @@ def new_state(eng, dma_code, rows, part0, ptr, nw, op_b, op_lo, op_hi, op_v, v_p
                 bacc[op_b[j]] += 1
         wpool, wused, rpool, rused = track(e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_size, eng, op_i, wpool,
                                            wused, woff, wcnt, wcap, wmax, rpool, rused, roff, rcnt, rcap, rmax)
+        if wpool.shape[0] != wtr[0].shape[0]:
+            wtr = (wpool, woff, wcnt, wmax)
+        if rpool.shape[0] != rtr[0].shape[0]:
+            rtr = (rpool, roff, rcnt, rmax)
 
     # -- the order constraints and the DMA engines' classes --------------------------------------------
     nlane = dma_code + 1
@@ -306,11 +314,20 @@ def new_state(eng, dma_code, rows, part0, ptr, nw, op_b, op_lo, op_hi, op_v, v_p
 
     placed = np.zeros(n, np.bool_)
     known = np.zeros(n, np.bool_)
-    wl = np.empty(max(16, 2 * n), np.int64)      # rows to try to place
+    # rows to try to place (a stack).  ``run`` never grows it (an array reassigned in its loop costs reference
+    # counting on every pass).  Over a whole record at most these are pushed: every row at the start (n), each
+    # row once when its last wait is timed (n), at each of its two kinds' gate passes (2n) and at its placement
+    # (the next of its engine, the next barrier: 2n), each buffer at its release (nb); besides, only while it is
+    # empty: the blocked gates' heads when the time bound moves (2) and a barrier whose completion is now known
+    # (1).  Only reserved memory (np.empty): the pages it never reaches are never touched.
+    wl = np.empty(6 * n + nb + 16, np.int64)
     for i in range(n):
         wl[i] = n - 1 - i
-    kq = np.empty(max(16, n), np.int64)          # rows just timed
-    ah_t = np.empty(max(1, n))                   # arrivals not yet at the engines (time, row)
+    # rows just timed, and arrivals not yet at the engines (time, row): each row is timed once and each transfer
+    # arrives once, so n entries always suffice (``run`` never grows them: an array reassigned in its loop costs
+    # reference counting on every pass)
+    kq = np.empty(max(16, n), np.int64)
+    ah_t = np.empty(max(1, n))
     ah_i = np.empty(max(1, n), np.int64)
     si = np.zeros(14, np.int64)
     si[1] = n

@@ -24,7 +24,7 @@ def _overlap(a, b, op_v, v_pitch, v_c0, v_c1):
     return v_c0[va] < v_c1[vb] and v_c0[vb] < v_c1[va]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _reserve(pool, used, off, cnt, cap, b):
     """Room for one more entry in buffer ``b``'s segment (moved to the pool's end at twice the size)."""
     if cnt[b] < cap[b]:
@@ -48,7 +48,7 @@ def _reserve(pool, used, off, cnt, cap, b):
     return pool, used
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _bisect_right_lo(pool, o, c, op_lo, x):
     lo = 0
     hi = c
@@ -61,7 +61,7 @@ def _bisect_right_lo(pool, o, c, op_lo, x):
     return lo
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _bisect_left_lo(pool, o, c, op_lo, x):
     lo = 0
     hi = c
@@ -74,7 +74,7 @@ def _bisect_left_lo(pool, o, c, op_lo, x):
     return lo
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _scan(pool, o, c, mx, op, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, out, nout):
     """Append to ``out`` the entries of a segment overlapping operand ``op`` (deps.AccessTracker._scan)."""
     lo = op_lo[op]
@@ -94,14 +94,14 @@ def _scan(pool, o, c, mx, op, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, out, nout
     return nout
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _seg_insert(pool, o, c, k, val):
     for j in range(c, k, -1):
         pool[o + j] = pool[o + j - 1]
     pool[o + k] = val
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _drop_covered(pool, off, cnt, b, op, dense, op_lo, op_hi, op_v):
     """The entries of one segment that write ``op`` covers go (deps.AccessTracker.add_write)."""
     c = cnt[b]
