@@ -5,7 +5,6 @@ import pytest
 import torch
 
 from trnsim.backend import costs
-from trnsim.backend.compile import runtime as RT
 from trnsim.backend.shape_only import device_target, shape_only_tensor
 
 B, H, L, D = 2, 4, 128, 64
@@ -18,18 +17,6 @@ class _Attn(torch.nn.Module):
 
     def forward(self, q, k, v):
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, self.p, False)[0]
-
-
-@pytest.fixture
-def graphs(monkeypatch):
-    made = []
-    init = RT.CompiledGraph.__init__
-
-    def record(self, *a, **k):
-        init(self, *a, **k)
-        made.append(self)
-    monkeypatch.setattr(RT.CompiledGraph, "__init__", record)
-    return made
 
 
 @pytest.mark.parametrize("p", [0.0, 0.1])

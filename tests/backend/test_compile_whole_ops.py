@@ -6,7 +6,6 @@ import pytest
 import torch
 
 import trnsim  # noqa: F401  (registers the neuron device)
-from trnsim.backend.compile import runtime as RT
 
 
 class _Block(torch.nn.Module):
@@ -17,18 +16,6 @@ class _Block(torch.nn.Module):
 
     def forward(self, x):
         return self.ln(torch.nn.functional.gelu(self.lin(x)))
-
-
-@pytest.fixture
-def graphs(monkeypatch):
-    made = []
-    init = RT.CompiledGraph.__init__
-
-    def record(self, *a, **k):
-        init(self, *a, **k)
-        made.append(self)
-    monkeypatch.setattr(RT.CompiledGraph, "__init__", record)
-    return made
 
 
 def test_gelu_and_layer_norm_backward_stay_whole(graphs):
