@@ -147,3 +147,140 @@ def test_an_sbuf_tile_gets_the_layout_numbers_its_layout_has():
         assert _view_key(t) == got_view
     assert made[0]._lk != made[1]._lk and made[0]._lk == made[2]._lk
     del _tiles.made
+
+
+# -- a call site's key function (issue_cache.KEY_AFTER) -------------------------------------------------------------
+
+class _KeyCache(dict):
+    """A core's issue cache that notes the key of every lookup and finds a replay doing nothing."""
+
+    def get(self, key, default=None):
+        self.keys.append(key)
+        return _NoReplay()
+
+
+class _NoReplay(tuple):
+    def run(self, core, loc, leaves):
+        pass
+
+
+class _Core:
+    def __init__(self):
+        self.issue_cache = _KeyCache()
+        self.issue_cache.keys = []
+
+
+def _loop_key(fn, args, kwargs, hbm_off):
+    """The key and tensors :func:`issue_cache.issue`'s loop builds for a call (no site: the loop only)."""
+    core = _Core()
+    issue_cache.issue(fn, core, ("k.py", 1), args, kwargs, hbm_off)
+    return core.issue_cache.keys[-1]
+
+
+def _views():
+    """Views of every kind a key tells apart: SBUF tiles, a slice, an HBM tensor and an HBM slice, a PSUM tile."""
+    made = {}
+
+    def k(x):
+        P, F = x.shape
+        made["t"] = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+        made["u"] = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+        made["half"] = made["u"][0:P // 2, :]
+        made["hbm"] = nl.ndarray((4, P, F), dtype=x.dtype, buffer=nl.shared_hbm)
+        made["hbm1"] = made["hbm"][1]
+        made["hbm2"] = made["hbm"][2]
+        made["ps"] = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.psum)
+        return x
+    _run(k, (np.zeros((128, 64), np.float32),), {}, True)
+    return made
+
+
+def test_a_site_key_function_builds_the_key_of_the_loop_or_none():
+    v = _views()
+    t, u, half, hbm1, hbm2, ps = v["t"], v["u"], v["half"], v["hbm1"], v["hbm2"], v["ps"]
+    from trnsim.isa import INSTRUCTIONS
+    from trnsim.kernels.issue_cache import _key_function
+    tt, ts, dma = INSTRUCTIONS["tensor_tensor"], INSTRUCTIONS["tensor_scalar"], INSTRUCTIONS["dma_copy"]
+    # (function, hbm_off, the call the key function is made for, calls it is then given)
+    cases = [
+        (tt, True, ((u, t, u), {"op": nl.add}),
+         [((u, t, u), {"op": nl.add}), ((u, t, t), {"op": nl.add}), ((t, t, t), {"op": nl.multiply}),
+          ((u, u, t), {"op": nl.add}), ((half, t, u), {"op": nl.add}), ((ps, t, u), {"op": nl.add}),
+          ((u, t, u), {}), ((u, t, u), {"op": "add"}), ((u, t), {"op": nl.add}), ((u, t, u, 1), {"op": nl.add}),
+          ((u, t, u), {"op": nl.add, "x": 1}), ((u, t, u), {"opx": nl.add})]),
+        (ts, True, ((u, t, nl.multiply, 2.0), {}),
+         [((u, t, nl.multiply, 2.0), {}), ((u, t, nl.add, 3.0), {}), ((u, t, nl.add, 3), {}),
+          ((u, u, nl.add, True), {}), ((half, half, nl.multiply, 2.0), {}), ((u, t, nl.multiply, 2.0), {"a": 1})]),
+        (ts, True, ((u, t, nl.multiply), {"operand0": 2.0, "engine": None}),
+         [((u, t, nl.multiply), {"engine": None, "operand0": 2.0}), ((u, t, nl.add), {"operand0": 1.5, "engine": None}),
+          ((u, t, nl.add), {"operand0": 1.5, "engine": 1}), ((u, t, nl.add), {"operand0": 1.5})]),
+        (dma, False, ((u, hbm1), {}),
+         [((u, hbm1), {}), ((u, hbm2), {}), ((t, hbm2), {}), ((hbm1, u), {}), ((half, hbm1), {}), ((u, u), {})]),
+        (tt, True, ((u, t, u), {"op": nl.add}), [((u, t, [u]), {"op": nl.add}), ((u, t, (1, 2)), {"op": nl.add})]),
+    ]
+    made = checked = 0
+    for fn, hbm_off, (a0, k0), calls in cases:
+        _loop_key(fn, a0, k0, hbm_off)      # (as at a site: the loop has met the call's kinds of view first)
+        kf = _key_function(fn, a0, k0, hbm_off)
+        assert kf is not None
+        made += 1
+        for args, kwargs in calls:
+            leaves = []
+            got = kf(args, kwargs, leaves)
+            want = _loop_key(fn, args, kwargs, hbm_off)
+            if got is not None:
+                assert got == want, (fn.__name__, args, kwargs)
+                assert leaves == [a for a in args if isinstance(a, type(u))]
+                checked += 1
+            else:
+                # refused: the call's arguments are of other kinds than the function's (its key is another shape)
+                assert len(args) != len(a0) or set(kwargs) != set(k0) or any(
+                    type(a) is not type(b) for a, b in zip(args + tuple(kwargs[k] for k in sorted(kwargs)),
+                                                          a0 + tuple(k0[k] for k in sorted(k0))))
+    assert made == 5 and checked >= 15
+    # arguments of kinds the loop keys as tuples: no key function
+    assert _key_function(tt, (u, t, [u]), {"op": nl.add}, True) is None
+    assert _key_function(tt, (u, t), {"data1": u, "op": nl.add}, True) is None
+
+
+def _dispatch(x, n):
+    """One call site calling tensor_tensor and tensor_scalar in turn, and a site whose scalar changes type."""
+    P, F = x.shape
+    out = nl.ndarray((n, P, F), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(t, x)
+    for i in range(n):
+        u = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_scalar(u, t, nl.multiply, 2 if i % 7 == 6 else 2.0)
+        f, a = (nisa.tensor_tensor, (u, t, u)) if i % 3 else (nisa.tensor_scalar, (u, u, nl.add, 1.0))
+        f(*a, **({"op": nl.add} if f is nisa.tensor_tensor else {}))
+        nisa.dma_copy(out[i], u)
+    return out
+
+
+def test_site_key_functions_leave_values_and_records_as_uncached():
+    x = np.random.default_rng(1).standard_normal((128, 64)).astype(np.float32)
+    n = 120                                 # far past KEY_AFTER: most calls go through the sites' key functions
+    for kern, ref in ((_varying, _varying_ref(x, n)), (_dispatch, None)):
+        off = _run(kern, (x,), {"n": n}, False, execute=True)
+        on = _run(kern, (x,), {"n": n}, True, execute=True)
+        if ref is not None:
+            np.testing.assert_allclose(np.asarray(on.outputs, np.float64), ref, rtol=1e-6, atol=1e-6)
+        assert np.array_equal(np.asarray(on.outputs), np.asarray(off.outputs))
+        assert _records(on) == _records(off)
+        assert _records(_run(kern, (x,), {"n": n}, True)) == _records(on)
+    xd = x.astype(np.float64)
+    want = np.stack([xd * 2 + xd if i % 3 else xd * 2 + 1 for i in range(n)])
+    np.testing.assert_allclose(np.asarray(_run(_dispatch, (x,), {"n": n}, True, execute=True).outputs), want,
+                               rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("bad", ["partitions", "space", "operator", "immediate", "engine"])
+def test_a_bad_argument_at_a_site_with_a_key_function_fails_as_without_the_cache(bad):
+    x = np.zeros((128, 64), np.float32)
+    errs = []
+    for cached in (False, True):
+        with pytest.raises(NkiValidationError) as ei:
+            _run(_one_site, (x,), {"n": 100, "bad_at": 90, "bad": bad}, cached)
+        errs.append((str(ei.value), ei.value.instruction, ei.value.operand, ei.value.location))
+    assert errs[0] == errs[1]

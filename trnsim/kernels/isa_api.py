@@ -107,28 +107,29 @@ def get_nc_sub_version():
     return 0
 
 
-# the caller's line by code object and bytecode offset: id(code) -> (code, {offset: (filename, line)}), for kernel
-# source only (caller_location's memo says which files are).  A code object's line table is fixed, so the line
-# of an offset is too; reading it from the table (``frame.f_lineno``) costs ~0.25 us a call, this memo ~0.1 us.
-# The entry keeps its code object, so an id is not reused while the entry lives.
+# call sites of kernel source by code object and bytecode offset: id(code) -> (code, {offset: site}), a site being
+# the list ``[(filename, line), instruction function, key function, calls]`` (its last three for the issue
+# cache: issue_cache.KEY_AFTER).  caller_location's memo says which files are kernel source.  A code object's line
+# table is fixed, so the line of an offset is too; reading it from the table (``frame.f_lineno``) costs ~0.25 us a
+# call, this memo ~0.1 us.  The entry keeps its code object, so an id is not reused while the entry lives.
 _LOCS: dict = {}
 _LOCS_MAX = 1 << 14
 
 
-def _user_line(f, co):
-    """``(filename, line)`` of frame ``f`` (running ``co``) if its file is kernel source, else
-    ``caller_location()`` (which walks out of trnsim); memoised per (code, offset) for kernel source."""
+def _user_site(f, co):
+    """The call site of frame ``f`` (running ``co``) if its file is kernel source (memoised per (code, offset)),
+    else ``[caller_location(), None, None, 0]`` (which walks out of trnsim), made anew at every call."""
     fn = co.co_filename
     if not _USER.get(fn):
-        return caller_location()
-    loc = (fn, f.f_lineno)
+        return [caller_location(), None, None, 0]
+    site = [(fn, f.f_lineno), None, None, 0]
     e = _LOCS.get(id(co))
     if e is None or e[0] is not co:
         if len(_LOCS) >= _LOCS_MAX:
             _LOCS.clear()
         e = _LOCS[id(co)] = (co, {})
-    e[1][f.f_lasti] = loc
-    return loc
+    e[1][f.f_lasti] = site
+    return site
 
 
 def _wrap(fn):
@@ -145,12 +146,12 @@ def _wrap(fn):
         f = _getframe(1)
         co = f.f_code
         e = _LOCS.get(id(co))
-        loc = e[1].get(f.f_lasti) if e is not None and e[0] is co else None
-        if loc is None:
-            loc = _user_line(f, co)
+        site = e[1].get(f.f_lasti) if e is not None and e[0] is co else None
+        if site is None:
+            site = _user_site(f, co)
         if not core.issue_cache_on:
-            return fn(core, loc, *args, **kwargs)
-        return issue(fn, core, loc, args, kwargs, hbm_off)    # checked once per operand layout
+            return fn(core, site[0], *args, **kwargs)
+        return issue(fn, core, site[0], args, kwargs, hbm_off, site)    # checked once per operand layout
     call.__doc__ = fn.__doc__
     call.__module__ = __name__
     return call
@@ -190,12 +191,12 @@ def dma_copy(dst, src, *args, name=None, **kwargs):
             f = _getframe(1)
             co = f.f_code
             e = _LOCS.get(id(co))
-            loc = e[1].get(f.f_lasti) if e is not None and e[0] is co else None
-            if loc is None:
-                loc = _user_line(f, co)
+            site = e[1].get(f.f_lasti) if e is not None and e[0] is co else None
+            if site is None:
+                site = _user_site(f, co)
             if not core.issue_cache_on:
-                return _DMA_COPY(core, loc, dst, src, *args, **kwargs)
-            return _ic.issue(_DMA_COPY, core, loc, (dst, src) + args, kwargs, False)
+                return _DMA_COPY(core, site[0], dst, src, *args, **kwargs)
+            return _ic.issue(_DMA_COPY, core, site[0], (dst, src) + args, kwargs, False, site)
         return _dma_copy_skip_oob(dst, src, *args, **kwargs)
     loc = caller_location()
     core = current().core
