@@ -8,7 +8,7 @@ import pytest
 
 import trnsim
 from trnsim.isa.errors import NkiValidationError
-from trnsim.kernels import issue_cache, loop_replay
+from trnsim.kernels import isa_api, issue_cache, loop_replay
 from trnsim.kernels.issue_cache import _buf_key, _view_key
 from trnsim.kernels.jit import run_kernel
 
@@ -149,32 +149,38 @@ def test_an_sbuf_tile_gets_the_layout_numbers_its_layout_has():
     del _tiles.made
 
 
-# -- a call site's key function (issue_cache.KEY_AFTER) -------------------------------------------------------------
+# -- a call site's function (issue_cache.KEY_AFTER) -------------------------------------------------------------
 
 class _KeyCache(dict):
-    """A core's issue cache that notes the key of every lookup and finds a replay doing nothing."""
+    """A core's issue cache that notes the key of every lookup and finds a replay noting its tensors."""
 
     def get(self, key, default=None):
         self.keys.append(key)
-        return _NoReplay()
+        return _NoteReplay(self)
 
 
-class _NoReplay(tuple):
+class _NoteReplay(tuple):
+    def __new__(cls, cache):
+        self = super().__new__(cls)
+        self.cache = cache
+        return self
+
     def run(self, core, loc, leaves):
-        pass
+        self.cache.leaves.append(list(leaves))
 
 
 class _Core:
     def __init__(self):
         self.issue_cache = _KeyCache()
         self.issue_cache.keys = []
+        self.issue_cache.leaves = []
 
 
 def _loop_key(fn, args, kwargs, hbm_off):
     """The key and tensors :func:`issue_cache.issue`'s loop builds for a call (no site: the loop only)."""
     core = _Core()
     issue_cache.issue(fn, core, ("k.py", 1), args, kwargs, hbm_off)
-    return core.issue_cache.keys[-1]
+    return core.issue_cache.keys[-1], core.issue_cache.leaves[-1]
 
 
 def _views():
@@ -195,13 +201,13 @@ def _views():
     return made
 
 
-def test_a_site_key_function_builds_the_key_of_the_loop_or_none():
+def test_a_site_function_replays_the_layout_of_the_loops_key_or_declines():
     v = _views()
     t, u, half, hbm1, hbm2, ps = v["t"], v["u"], v["half"], v["hbm1"], v["hbm2"], v["ps"]
     from trnsim.isa import INSTRUCTIONS
-    from trnsim.kernels.issue_cache import _key_function
+    from trnsim.kernels.issue_cache import _site_function
     tt, ts, dma = INSTRUCTIONS["tensor_tensor"], INSTRUCTIONS["tensor_scalar"], INSTRUCTIONS["dma_copy"]
-    # (function, hbm_off, the call the key function is made for, calls it is then given)
+    # (function, hbm_off, the call the site function is made for, calls it is then given)
     cases = [
         (tt, True, ((u, t, u), {"op": nl.add}),
          [((u, t, u), {"op": nl.add}), ((u, t, t), {"op": nl.add}), ((t, t, t), {"op": nl.multiply}),
@@ -221,26 +227,28 @@ def test_a_site_key_function_builds_the_key_of_the_loop_or_none():
     made = checked = 0
     for fn, hbm_off, (a0, k0), calls in cases:
         _loop_key(fn, a0, k0, hbm_off)      # (as at a site: the loop has met the call's kinds of view first)
-        kf = _key_function(fn, a0, k0, hbm_off)
+        kf = _site_function(fn, a0, k0, hbm_off)
         assert kf is not None
         made += 1
         for args, kwargs in calls:
-            leaves = []
-            got = kf(args, kwargs, leaves)
-            want = _loop_key(fn, args, kwargs, hbm_off)
-            if got is not None:
-                assert got == want, (fn.__name__, args, kwargs)
-                assert leaves == [a for a in args if isinstance(a, type(u))]
+            core = _Core()
+            done = kf(core, ("k.py", 1), args, kwargs)
+            want, want_leaves = _loop_key(fn, args, kwargs, hbm_off)
+            if done:
+                assert core.issue_cache.keys == [want], (fn.__name__, args, kwargs)
+                assert core.issue_cache.leaves == [want_leaves]
+                assert want_leaves == [a for a in args if isinstance(a, type(u))]
                 checked += 1
             else:
+                assert core.issue_cache.keys == []          # declined before looking anything up
                 # refused: the call's arguments are of other kinds than the function's (its key is another shape)
                 assert len(args) != len(a0) or set(kwargs) != set(k0) or any(
                     type(a) is not type(b) for a, b in zip(args + tuple(kwargs[k] for k in sorted(kwargs)),
                                                           a0 + tuple(k0[k] for k in sorted(k0))))
     assert made == 5 and checked >= 15
-    # arguments of kinds the loop keys as tuples: no key function
-    assert _key_function(tt, (u, t, [u]), {"op": nl.add}, True) is None
-    assert _key_function(tt, (u, t), {"data1": u, "op": nl.add}, True) is None
+    # arguments of kinds the loop keys as tuples: no site function
+    assert _site_function(tt, (u, t, [u]), {"op": nl.add}, True) is None
+    assert _site_function(tt, (u, t), {"data1": u, "op": nl.add}, True) is None
 
 
 def _dispatch(x, n):
@@ -258,9 +266,9 @@ def _dispatch(x, n):
     return out
 
 
-def test_site_key_functions_leave_values_and_records_as_uncached():
+def test_site_functions_leave_values_and_records_as_uncached():
     x = np.random.default_rng(1).standard_normal((128, 64)).astype(np.float32)
-    n = 120                                 # far past KEY_AFTER: most calls go through the sites' key functions
+    n = 120                                 # far past KEY_AFTER: most calls go through the sites' functions
     for kern, ref in ((_varying, _varying_ref(x, n)), (_dispatch, None)):
         off = _run(kern, (x,), {"n": n}, False, execute=True)
         on = _run(kern, (x,), {"n": n}, True, execute=True)
@@ -269,6 +277,10 @@ def test_site_key_functions_leave_values_and_records_as_uncached():
         assert np.array_equal(np.asarray(on.outputs), np.asarray(off.outputs))
         assert _records(on) == _records(off)
         assert _records(_run(kern, (x,), {"n": n}, True)) == _records(on)
+        # the sites of the kernel that call one function with arguments of one kind have their function
+        code = kern.__code__
+        sites = [s for c, offs in isa_api._LOCS.values() if c is code for s in offs.values()]
+        assert sum(callable(s[2]) for s in sites) >= (4 if kern is _varying else 2)
     xd = x.astype(np.float64)
     want = np.stack([xd * 2 + xd if i % 3 else xd * 2 + 1 for i in range(n)])
     np.testing.assert_allclose(np.asarray(_run(_dispatch, (x,), {"n": n}, True, execute=True).outputs), want,
@@ -276,7 +288,7 @@ def test_site_key_functions_leave_values_and_records_as_uncached():
 
 
 @pytest.mark.parametrize("bad", ["partitions", "space", "operator", "immediate", "engine"])
-def test_a_bad_argument_at_a_site_with_a_key_function_fails_as_without_the_cache(bad):
+def test_a_bad_argument_at_a_site_with_a_site_function_fails_as_without_the_cache(bad):
     x = np.zeros((128, 64), np.float32)
     errs = []
     for cached in (False, True):

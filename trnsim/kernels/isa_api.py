@@ -151,6 +151,9 @@ def _wrap(fn):
             site = _user_site(f, co)
         if not core.issue_cache_on:
             return fn(core, site[0], *args, **kwargs)
+        # the site's replay of a cached layout (issue_cache.KEY_AFTER), else the cache's loop
+        if site[2] and site[1] is fn and site[2](core, site[0], args, kwargs):
+            return None
         return issue(fn, core, site[0], args, kwargs, hbm_off, site)    # checked once per operand layout
     call.__doc__ = fn.__doc__
     call.__module__ = __name__
@@ -196,7 +199,10 @@ def dma_copy(dst, src, *args, name=None, **kwargs):
                 site = _user_site(f, co)
             if not core.issue_cache_on:
                 return _DMA_COPY(core, site[0], dst, src, *args, **kwargs)
-            return _ic.issue(_DMA_COPY, core, site[0], (dst, src) + args, kwargs, False, site)
+            args = (dst, src) + args
+            if site[2] and site[1] is _DMA_COPY and site[2](core, site[0], args, kwargs):
+                return None
+            return _ic.issue(_DMA_COPY, core, site[0], args, kwargs, False, site)
         return _dma_copy_skip_oob(dst, src, *args, **kwargs)
     loc = caller_location()
     core = current().core

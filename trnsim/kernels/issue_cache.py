@@ -342,9 +342,10 @@ def keeps_hbm_offsets(fn) -> bool:
 
 
 # call sites: the wrapper of an instruction (kernels/isa_api.py) keeps one list per call site of kernel source (a
-# bytecode offset of a code object), ``[loc, fn, key function, calls]``.  After KEY_AFTER calls of one instruction
-# function at a site whose layouts the cache already held, the site gets a key function made for the kinds of its
-# arguments (_key_function): the same key as the loop below, in straight-line code.
+# bytecode offset of a code object), ``[loc, fn, site function, calls]``.  After KEY_AFTER calls of one instruction
+# function at a site whose layouts the cache already held, the site gets a function made for the kinds of its
+# arguments (_site_function): it builds the same key as the loop below, in straight-line code, and replays the
+# cached layout; the wrapper calls it first, then this function when it answers False.
 KEY_AFTER = 32
 
 
@@ -352,18 +353,6 @@ def issue(fn, core, loc, args, kwargs, hbm_off=None, site=None):
     """Run instruction ``fn(core, loc, *args, **kwargs)`` through the cache (``hbm_off``: ``keeps_hbm_offsets(fn)``,
     which the caller may pass, worked out once; ``site``: the call site's list, see KEY_AFTER, or None)."""
     cache = core.issue_cache
-    if site is not None and site[1] is fn:
-        kf = site[2]
-        if kf:
-            # the site's key function: None when this call's arguments are not of the kinds it was made for (the
-            # loop below then builds the key); a layout not yet cached also takes the path below
-            leaves = []
-            key = kf(args, kwargs, leaves)
-            if key is not None:
-                prog = cache.get(key)
-                if prog is not None and prog is not False:
-                    prog.run(core, loc, leaves)
-                    return None
     leaves = []
     if hbm_off is None:
         hbm_off = keeps_hbm_offsets(fn)
@@ -417,7 +406,7 @@ def issue(fn, core, loc, args, kwargs, hbm_off=None, site=None):
         if prog is False:                  # a layout the cache cannot replay: the function runs whole
             return fn(core, loc, *args, **kwargs)
         prog.run(core, loc, leaves)        # straight-line code made for this layout (_Prog)
-        if site is not None:
+        if site is not None and site[2] is None:
             _count_site(site, fn, args, kwargs, hbm_off)
         return None
     probe = _Probe(core)
@@ -443,36 +432,38 @@ def issue(fn, core, loc, args, kwargs, hbm_off=None, site=None):
 
 def _count_site(site, fn, args, kwargs, hbm_off):
     """A call of ``fn`` at ``site`` replayed a cached layout through the loop of :func:`issue`: counted, and at
-    KEY_AFTER such calls the site gets its key function (False when the arguments are of kinds it does not
-    handle).  A site calling another function than the one counted starts again (a site calling several
-    functions in turn never gets one)."""
+    KEY_AFTER such calls the site gets its function (False when the arguments are of kinds it does not handle).
+    A site calling another function than the one counted starts again; a site calling several functions in turn
+    (``site[1]`` changes) never gets one."""
     if site[1] is not fn:
-        site[1], site[2], site[3] = fn, None, 0
-    if site[2] is not None:
-        return
+        if site[1] is not None:
+            site[2] = False
+            return
+        site[1] = fn
     n = site[3] = site[3] + 1
     if n >= KEY_AFTER:
-        site[2] = _key_function(fn, args, kwargs, hbm_off) or False
+        site[2] = _site_function(fn, args, kwargs, hbm_off) or False
 
 
-_KEY_CODE: dict = {}     # source -> compiled code (_key_function): once per kinds of arguments
+_SITE_CODE: dict = {}     # source -> compiled code (_site_function): once per kinds of arguments
 _MISSING = object()
 
 
-def _key_function(fn, args, kwargs, hbm_off):
-    """``key(args, kwargs, leaves)``: the key :func:`issue`'s loop builds for a call of ``fn`` (tensors appended to
-    ``leaves`` in the same order), for calls whose arguments are of the same kinds as ``args``/``kwargs`` -- as
-    many positional arguments, each of the same class (a tensor view class of ``_TENSORS`` or a plain type of
-    ``_PLAIN``), and the same keyword names with values of the same plain types -- else None.  None (no function)
-    when an argument is of another kind (a tuple, an enum member, a tensor passed by keyword: the loop's
-    ``_arg_key`` forms).  The source holds only the structure (names ``C0``, ``N0``... for the classes and keyword
-    names), so it is compiled once per structure."""
+def _site_function(fn, args, kwargs, hbm_off):
+    """``replay(core, loc, args, kwargs)`` for calls of ``fn`` whose arguments are of the same kinds as
+    ``args``/``kwargs`` -- as many positional arguments, each of the same class (a tensor view class of
+    ``_TENSORS`` or a plain type of ``_PLAIN``), and the same keyword names with values of the same plain types:
+    it builds the key :func:`issue`'s loop builds for the call (its tensors as the leaves, in the same order) and,
+    when the core's cache holds a replay for it, replays it and returns True; otherwise returns False (nothing
+    done: :func:`issue` then runs the call).  None (no function) when an argument is of another kind (a tuple, an
+    enum member, a tensor passed by keyword: the loop's ``_arg_key`` forms).  The source holds only the structure
+    (names ``C0``, ``N0``... for the classes and keyword names), so it is compiled once per structure."""
     ns = {"FN": fn, "_view_key": _view_key, "_MISSING": _MISSING}
     ki = 0 if hbm_off else 1
     n = len(args)
-    lines = ["def key(args, kwargs, leaves):",
+    lines = ["def replay(core, loc, args, kwargs):",
              f"    if len(args) != {n} or len(kwargs) != {len(kwargs)}:",
-             "        return None"]
+             "        return False"]
     if n:
         lines.append(f"    {', '.join(f'a{i}' for i in range(n))}, = args")
     checks, parts, tens = [], ["FN"], []
@@ -500,23 +491,26 @@ def _key_function(fn, args, kwargs, hbm_off):
         checks.append(f"type(k{i}) is not D{i}")
         parts += [f"N{i}", f"D{i}", f"k{i}"]
     if checks:
-        lines += [f"    if {' or '.join(checks)}:", "        return None"]
+        lines += [f"    if {' or '.join(checks)}:", "        return False"]
     for j, i in enumerate(tens):
-        lines += [f"    b{j} = a{i}.buf",
-                  "    try:",
+        if len(tens) > 1:            # (the alias tests read the buffers)
+            lines.append(f"    b{j} = a{i}.buf")
+        lines += ["    try:",
                   f"        l{j} = a{i}._lk or _view_key(a{i})",
                   "    except AttributeError:      # a view made without the slot set",
                   f"        l{j} = _view_key(a{i})"]
-    if tens:
-        lines.append(f"    leaves += ({''.join(f'a{i}, ' for i in tens)})")
-    lines.append(f"    return ({', '.join(parts)},)")
+    lines.append(f"    prog = core.issue_cache.get(({', '.join(parts)},))")
+    lines += ["    if prog is None or prog is False:",
+              "        return False",
+              f"    prog.run(core, loc, [{', '.join(f'a{i}' for i in tens)}])",
+              "    return True"]
     src = "\n".join(lines) + "\n"
-    code = _KEY_CODE.get(src)
+    code = _SITE_CODE.get(src)
     if code is None:
-        code = compile(src, "<trnsim issue-cache key>", "exec")
-        if len(_KEY_CODE) < 4096:
-            _KEY_CODE[src] = code
-    exec(code, ns)   # noqa: S102  (defines key; the source was made above from the arguments' kinds only)
-    key = ns["key"]
-    key.source = src
-    return key
+        code = compile(src, "<trnsim issue-cache site>", "exec")
+        if len(_SITE_CODE) < 4096:
+            _SITE_CODE[src] = code
+    exec(code, ns)   # noqa: S102  (defines replay; the source was made above from the arguments' kinds only)
+    replay = ns["replay"]
+    replay.source = src
+    return replay
