@@ -216,7 +216,15 @@ def ndarray(shape, dtype, buffer=sbuf, name="", address=None):
     and shares them with every tile placed there (trnsim/memory/space.py)."""
     ctx = getattr(_local, "ctx", None) or current()      # (inline: every tile of a loop body comes through here)
     core = ctx.core
-    shape, dt, kind, shared, lk_memo = _nd_args(shape, dtype, buffer)
+    # _nd_args' memo read inline when it holds the spelling (every tile of a loop body after the first)
+    try:
+        hit = _ND_ARGS.get((shape, id(dtype), id(buffer)))
+    except TypeError:                      # an unhashable spelling: _nd_args normalises it
+        hit = None
+    if hit is not None and hit[0] is dtype and hit[1] is buffer:
+        shape, dt, kind, shared, lk_memo = hit[2]
+    else:
+        shape, dt, kind, shared, lk_memo = _nd_args(shape, dtype, buffer)
     if address is not None:
         return _placed(core, shape, dt, kind, name, address)
     if kind != HBM and lk_memo[1] is not core.target:     # (checked once per spelling and target)

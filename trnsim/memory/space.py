@@ -441,7 +441,10 @@ class Buffer:
     def __del__(self):
         # the address range goes back to the space when the last view of the buffer goes (a __del__ rather than
         # weakref.finalize: the same moment, at a fraction of the cost per tile)
-        r = getattr(self, "_release", None)      # (unset if __init__ raised before it)
+        try:
+            r = self._release
+        except AttributeError:                   # (unset if __init__ raised before it)
+            return
         if r is not None:
             self._release = None
             r[0].release(r[1], r[2])
