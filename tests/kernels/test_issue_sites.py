@@ -296,3 +296,39 @@ def test_a_bad_argument_at_a_site_with_a_site_function_fails_as_without_the_cach
             _run(_one_site, (x,), {"n": 100, "bad_at": 90, "bad": bad}, cached)
         errs.append((str(ei.value), ei.value.instruction, ei.value.operand, ei.value.location))
     assert errs[0] == errs[1]
+
+
+def _spellings(x, n):
+    """Tiles whose spelling changes from call to call: the same shape as another tuple, a list, NumPy integers, a
+    float; another dtype; another memory; each used by one instruction."""
+    P, F = x.shape
+    made = []
+    for i in range(n):
+        for shape, dt, buf in (((P, F), x.dtype, nl.sbuf), ([P, F], x.dtype, nl.sbuf),
+                               ((np.int64(P), np.int32(F)), x.dtype, nl.sbuf), ((P, F // 2), x.dtype, nl.sbuf),
+                               ((P, F), nl.bfloat16, nl.sbuf), ((P, F), nl.float32, nl.psum),
+                               ((P // 2, F), "float32", nl.sbuf), ((P, F), x.dtype, nl.sbuf)):
+            t = nl.ndarray(shape, dtype=dt, buffer=buf)
+            made.append((t.shape, t.strides, t.dtype.name, t.buf.kind, t.buf.shape, t.buf.bytes_pp))
+            nisa.memset(t, float(i))
+    _spellings.made = made
+    return x
+
+
+def test_tiles_of_changing_spellings_are_made_as_their_spelling_says():
+    x = np.zeros((128, 64), np.float32)
+    recs = []
+    for cached in (False, True):
+        res = _run(_spellings, (x,), {"n": 3}, cached)
+        recs.append(_records(res))
+        made = _spellings.made
+        want = [((128, 64), (64, 1), "float32", "sbuf", (128, 64), 256)] * 3 + [
+            ((128, 32), (32, 1), "float32", "sbuf", (128, 32), 128),
+            ((128, 64), (64, 1), "bfloat16", "sbuf", (128, 64), 128),
+            ((128, 64), (64, 1), "float32", "psum", (128, 64), 256),
+            ((64, 64), (64, 1), "float32", "sbuf", (64, 64), 256),
+            ((128, 64), (64, 1), "float32", "sbuf", (128, 64), 256)]
+        assert made == want * 3
+        assert all(type(s) is int for m in made for s in m[0] + m[4])
+    assert recs[0] == recs[1]
+    del _spellings.made

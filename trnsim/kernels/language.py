@@ -210,21 +210,30 @@ def _nd_args(shape, dtype, buffer):
     return out
 
 
+_ND_LAST = ((), None, None, None)     # (shape, dtype, buffer, _nd_args' answer) of the last spelling normalised
+
+
+def _set_nd_last(shape, dtype, buffer, got):
+    global _ND_LAST
+    _ND_LAST = (shape, dtype, buffer, got)
+
+
 def ndarray(shape, dtype, buffer=sbuf, name="", address=None):
     """A new tensor in ``buffer`` (filled with the sentinel: NaN for floats, 4 for integers).  ``address``:
     ``(partition offset, byte offset)`` of an SBUF or PSUM tile, which then holds those bytes of those partitions
     and shares them with every tile placed there (trnsim/memory/space.py)."""
     ctx = getattr(_local, "ctx", None) or current()      # (inline: every tile of a loop body comes through here)
     core = ctx.core
-    # _nd_args' memo read inline when it holds the spelling (every tile of a loop body after the first)
-    try:
-        hit = _ND_ARGS.get((shape, id(dtype), id(buffer)))
-    except TypeError:                      # an unhashable spelling: _nd_args normalises it
-        hit = None
-    if hit is not None and hit[0] is dtype and hit[1] is buffer:
-        shape, dt, kind, shared, lk_memo = hit[2]
+    # the last spelling's normal form when this call repeats it (the dtype and buffer objects themselves, a shape
+    # equal to it), else _nd_args' memo
+    last = _ND_LAST
+    if type(shape) is tuple and dtype is last[1] and buffer is last[2] and shape == last[0]:
+        shape, dt, kind, shared, lk_memo = last[3]
     else:
-        shape, dt, kind, shared, lk_memo = _nd_args(shape, dtype, buffer)
+        got = _nd_args(shape, dtype, buffer)
+        shape, dt, kind, shared, lk_memo = got
+        if type(shape) is tuple:
+            _set_nd_last(shape, dtype, buffer, got)
     if address is not None:
         return _placed(core, shape, dt, kind, name, address)
     if kind != HBM and lk_memo[1] is not core.target:     # (checked once per spelling and target)

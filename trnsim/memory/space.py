@@ -51,6 +51,7 @@ _SHAPES: dict = {}     # a shape as given -> (the shape as a tuple of ints, its 
 # (shape as given, id(dtype), kind) -> (dtype, shape as ints, elements, elements per partition, bytes per partition)
 # of an on-chip buffer already made by the general constructor: Buffer.tile's geometry
 _TILE_GEOM: dict = {}
+_TILE_LAST = (None, None, None, None)    # Buffer.tile's last (shape, dtype, kind, geometry): the objects themselves
 
 
 def next_buffer_id() -> int:
@@ -375,14 +376,21 @@ class Buffer:
         """``Buffer(space, dtype, shape, name=name, execute=execute, track_written=track_written)`` for an on-chip
         ``space`` (no data, no explicit address, not a block tensor): the same buffer, made without the general
         constructor's branches (a loop body allocates its tiles through here every iteration)."""
-        g = _TILE_GEOM.get((shape, id(dtype), space.kind))
-        if g is None or g[0] is not dtype:
-            return cls(space, dtype, shape, name=name, execute=execute, track_written=track_written)
+        global _TILE_LAST
+        last = _TILE_LAST
+        kind = space.kind
+        if shape is last[0] and dtype is last[1] and kind is last[2]:
+            g = last[3]               # the last geometry asked for (the same shape and dtype objects)
+        else:
+            g = _TILE_GEOM.get((shape, id(dtype), kind))
+            if g is None or g[0] is not dtype:
+                return cls(space, dtype, shape, name=name, execute=execute, track_written=track_written)
+            _TILE_LAST = (shape, dtype, kind, g)
         _, shp, n, pfree, bpp = g
         self = object.__new__(cls)
         self.id = next(_ids)
         self.space = space
-        self.kind = space.kind
+        self.kind = kind
         self.dtype = dtype
         self.shape = shp
         self.nelem = n

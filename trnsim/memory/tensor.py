@@ -20,6 +20,7 @@ from .tensor_views import DynSlice, GatheredView, IndexOutOfBounds, TensorViews,
 __all__ = ["Tensor", "DynSlice", "ViewError", "IndexOutOfBounds", "GatheredView", "integer_values"]
 
 _ROW_MAJOR: dict = {}      # a buffer shape (a tuple of ints) -> its row-major strides in elements
+_ROW_MAJOR_LAST = (None, None)      # the last (shape, strides) of Tensor.whole: the shape object, not its value
 
 
 class Tensor(TensorViews):
@@ -50,17 +51,23 @@ class Tensor(TensorViews):
     # -- construction -------------------------------------------------------------------------------
     @classmethod
     def whole(cls, buf: Buffer, name: str | None = None):
+        global _ROW_MAJOR_LAST
         shape = buf.shape
-        strides = _ROW_MAJOR.get(shape)
-        if strides is None:
-            st = []
-            acc = 1
-            for s in reversed(shape):
-                st.append(acc)
-                acc *= s
-            strides = tuple(reversed(st))
-            if len(_ROW_MAJOR) < 4096:
-                _ROW_MAJOR[shape] = strides
+        last = _ROW_MAJOR_LAST
+        if shape is last[0]:          # the last shape asked for, the same object (every tile of one spelling)
+            strides = last[1]
+        else:
+            strides = _ROW_MAJOR.get(shape)
+            if strides is None:
+                st = []
+                acc = 1
+                for s in reversed(shape):
+                    st.append(acc)
+                    acc *= s
+                strides = tuple(reversed(st))
+                if len(_ROW_MAJOR) < 4096:
+                    _ROW_MAJOR[shape] = strides
+            _ROW_MAJOR_LAST = (shape, strides)
         t = object.__new__(cls)
         t.buf = buf
         t.offset = 0
