@@ -332,3 +332,33 @@ def test_tiles_of_changing_spellings_are_made_as_their_spelling_says():
         assert all(type(s) is int for m in made for s in m[0] + m[4])
     assert recs[0] == recs[1]
     del _spellings.made
+
+
+@pytest.mark.parametrize("which", ["varying", "dispatch", "row_softmax", "layer_norm"])
+def test_records_with_and_without_site_functions_are_identical(which, monkeypatch):
+    """The same kernel through the cache with its sites' functions (the default) and with none (KEY_AFTER out
+    of reach: every call through issue's loop): the same records, and in a run that computes values the same
+    outputs."""
+    from trnsim.kernels.library import normalization, softmax
+    r = np.random.default_rng(2)
+    if which in ("varying", "dispatch"):
+        fn = _varying if which == "varying" else _dispatch
+        args, kw = (r.standard_normal((128, 64)).astype(np.float32),), {"n": 80}
+    elif which == "row_softmax":                    # 64 row tiles: its sites are called 64 times each
+        fn, args, kw = softmax.row_softmax, (r.standard_normal((8192, 256)).astype(np.float32),), {}
+    else:
+        fn, kw = normalization.layer_norm, {}
+        args = tuple(r.standard_normal((8192, 256)).astype(np.float32) for _ in range(3))
+    got = {}
+    default = issue_cache.KEY_AFTER
+    for after in (default, 10 ** 9):
+        monkeypatch.setattr(issue_cache, "KEY_AFTER", after)
+        isa_api._LOCS.clear()                        # (sites made afresh: none keeps a function from before)
+        shape = _run(fn, args, kw, True)
+        full = _run(fn, args, kw, True, execute=True)
+        code_sites = [s for _, offs in isa_api._LOCS.values() for s in offs.values()]
+        got[after] = (_records(shape), _records(full), np.asarray(full.outputs), sum(callable(s[2]) for s in code_sites))
+    (rs, rf, out, made), (rs0, rf0, out0, made0) = got[default], got[10 ** 9]
+    assert made >= 2 and made0 == 0                # the sites' functions ran in the first, none in the second
+    assert rs == rs0 and rf == rf0 and rs == rf
+    assert np.array_equal(out, out0)
