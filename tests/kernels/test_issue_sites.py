@@ -356,8 +356,8 @@ def test_records_with_and_without_site_functions_are_identical(which, monkeypatc
         isa_api._LOCS.clear()                        # (sites made afresh: none keeps a function from before)
         shape = _run(fn, args, kw, True)
         full = _run(fn, args, kw, True, execute=True)
-        code_sites = [s for _, offs in isa_api._LOCS.values() for s in offs.values()]
-        got[after] = (_records(shape), _records(full), np.asarray(full.outputs), sum(callable(s[2]) for s in code_sites))
+        sites = [s for _, offs in isa_api._LOCS.values() for s in offs.values()]
+        got[after] = (_records(shape), _records(full), np.asarray(full.outputs), sum(callable(s[2]) for s in sites))
     (rs, rf, out, made), (rs0, rf0, out0, made0) = got[default], got[10 ** 9]
     assert made >= 2 and made0 == 0                # the sites' functions ran in the first, none in the second
     assert rs == rs0 and rf == rf0 and rs == rf
