@@ -193,6 +193,9 @@ def _matmul_cost(fz, g, outs, steps, label):
     batch = av.shape[0] if name == "bmm" else 1
     M, K, N = av.shape[-2], av.shape[-1], bv.shape[-1]
     dt = charging.kdtype(av.dtype)
+    # an fp32 product runs as neuronx-cc's auto-cast makes it (costs.auto_cast_matmul_cost: operands cast to bf16
+    # by the loading DMAs, fp32 accumulation and output; --auto-cast none in NEURON_CC_FLAGS: fp32 operands)
+    odt = costs.compiler_auto_cast() if dt == "float32" else None
     if not av.is_floating_point():
         ns, fl, nb, est = eager_kernel_cost(mm)
         return ns, fl, nb, est, label
@@ -211,9 +214,9 @@ def _matmul_cost(fz, g, outs, steps, label):
     full = [x for x in full if x is not a and x is not b]
     small = [x for x in small if x is not a and x is not b]
     st = (("vec",) if name == "addmm" else ()) + steps
-    item = np.dtype(costs._np_dtype(dt)).itemsize
+    item = np.dtype(costs._np_dtype(odt or dt)).itemsize        # what SBUF holds
     # unfused: the eager device's matmul kernel, then the epilogue (if any) as its own pointwise kernel
-    ns, fl, nb = costs.matmul_cost(tg, M, K, N, dt, batch)
+    ns, fl, nb = costs.auto_cast_matmul_cost(tg, M, K, N, dt, batch)
     if st:
         R, C = costs._rows_cols(M * N * batch)
         e = _sim(("pw", tg.name, R, C, dt, (dt,) * (1 + len(full)), 0, st, len(outs)), fused.pointwise,
@@ -224,9 +227,11 @@ def _matmul_cost(fz, g, outs, steps, label):
         return ns, fl, nb, False, label     # operands too large to stay resident: unfused
     args = [_inp((kp, mp), dt), _inp((kp, np_), dt)] + [_inp((mp, np_), _dtype(x)) for x in full] + \
         [_inp((min(P, mp), np_), _dtype(x)) for x in small]
-    key = ("mm", tg.name, mp, kp, np_, dt, tuple(_dtype(x) for x in full), len(small), st, len(outs))
+    key = ("mm", tg.name, mp, kp, np_, dt, tuple(_dtype(x) for x in full), len(small), st, len(outs)) + \
+        ((odt,) if odt else ())
     fns, ffl, fnb = _sim(key, fused.matmul_epilogue, args,
-                         dict(n_small=len(small), steps=st, n_out=max(1, len(outs))))
+                         dict(n_small=len(small), steps=st, n_out=max(1, len(outs)),
+                              **({"operand_dtype": odt} if odt else {})))
     if fns * batch >= ns:
         # the compiler keeps the faster plan: fusing the epilogue into the matmul kernel only when that beats
         # the eager matmul kernel followed by the epilogue's own kernel (the fused kernel is unblocked)
