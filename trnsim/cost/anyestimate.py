@@ -63,16 +63,26 @@ def check_flags(model, tp=1, pp=1, cp=1, ep=1, checkpointing=False, compiled=Fal
     return am
 
 
-def accumulation_s(numel, micro_batches, grad_bytes, target):
+def accumulation_s(numel, micro_batches, grad_bytes, target, compiled=False):
     """Seconds one rank spends adding gradients over ``micro_batches`` micro-batches: autograd writes the first
     micro-batch's gradients and adds every later one into them in place (PyTorch's AccumulateGrad: ``grad +=
-    new`` once ``.grad`` exists), each add the device's elementwise kernel over the rank's ``numel`` gradients
-    (reads both, writes one), taken as one kernel over all of them plus one launch."""
+    new`` once ``.grad`` exists).
+
+    * eager: each add is the device's elementwise kernel over the rank's ``numel`` gradients (reads both, writes
+      one), taken as one kernel over all of them plus one launch;
+    * ``compiled``: the add is part of the micro-batch's graph (torch-neuronx traces ``grad += new`` into it) and
+      fuses into the kernel that produces the new gradient (the weight-gradient matmul's epilogue, the bias
+      gradient's reduction): that kernel writes the sum where it wrote the gradient, and reads the accumulated
+      gradient once more.  Charged that read: the roofline of ``numel`` adds over ``numel x grad_bytes`` bytes
+      (``costs.roofline_ns``: the core's practical DMA rate), no launch."""
     from ..backend import costs
     if micro_batches <= 1 or numel <= 0:
         return 0.0
-    dt = "bfloat16" if grad_bytes == 2 else "float32"
-    add = costs.launch_ns(target) + costs.elementwise_cost(target, int(numel), dt, "binary", "add")[0]
+    if compiled:
+        add = costs.roofline_ns(target, float(numel), float(numel) * grad_bytes)
+    else:
+        dt = "bfloat16" if grad_bytes == 2 else "float32"
+        add = costs.launch_ns(target) + costs.elementwise_cost(target, int(numel), dt, "binary", "add")[0]
     return (micro_batches - 1) * add * 1e-9
 
 
@@ -128,8 +138,8 @@ def estimate_any(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=
         ar = E._coll("all_reduce", mc.params * gbytes, topo, dp_group)
         coll["dp gradient all_reduce"] = max(0.0, ar - bwd_s)
     shard = dp if (fsdp and dp > 1) else 1
-    opt_s = E.optimizer_s(math.ceil(mc.params / shard), tg, optimizer) * split
-    acc_s = accumulation_s(math.ceil(mc.params / shard), mbs, gbytes, tg) * split
+    opt_s = E.optimizer_s(math.ceil(mc.params / shard), tg, optimizer, compiled) * split
+    acc_s = accumulation_s(math.ceil(mc.params / shard), mbs, gbytes, tg, compiled) * split
     breakdown = {"compute: tensor engine": c.tensor_ns * split * 1e-9 * mbs,
                  "compute: vector/scalar/dma": (c.other_ns - c.launch_ns) * split * 1e-9 * mbs,
                  "launch overhead": c.launch_ns * split * 1e-9 * mbs,

@@ -73,6 +73,23 @@ def eager_kernel_cost(node):
     return ns, fl, nb, kind == "estimated"
 
 
+def aliased_write_back(node):
+    """Whether ``node`` is the write-back of an in-place update of a graph input (functionalisation's final
+    ``copy_(input, new_value)``, e.g. an optimizer's ``p.add_(...)``) whose value a kernel of this graph computes:
+    that kernel writes the value straight into the input's buffer (input/output aliasing: "it is often desirable
+    to perform the update in-place ... you can specify the input aliasing", XLA docs, "Aliasing in XLA",
+    openxla.org/xla/aliasing; the compiled program updates the buffer it was given), so the copy is no kernel."""
+    if O.op_name(node.target) != "copy_" or len(node.args) < 2:
+        return False
+    dst, src = node.args[0], node.args[1]
+    if not (isinstance(dst, torch.fx.Node) and dst.op == "placeholder" and isinstance(src, torch.fx.Node)
+            and src.op == "call_function"):
+        return False
+    dv, sv = val(dst), val(src)
+    return isinstance(dv, torch.Tensor) and isinstance(sv, torch.Tensor) and dv.shape == sv.shape and \
+        dv.dtype == sv.dtype and dv.is_contiguous() and sv.is_contiguous()
+
+
 def _steps(fz, g):
     steps = []
     for n in g.nodes:
@@ -144,6 +161,8 @@ def _fused_group_cost(fz, g):
     if g.kind == "custom":        # timed when it runs, by the kernels it calls (nki_bridge)
         return 0.0, 0.0, 0, False, O.op_name(g.anchor.target)
     if g.kind == "opaque":
+        if aliased_write_back(g.anchor):
+            return 0.0, 0.0, 0, False, "copy_ (aliased)"
         ns, fl, nb, est = eager_kernel_cost(g.anchor)
         return ns, fl, nb, est, O.op_name(g.anchor.target)
     if g.kind == "reduce":
