@@ -13,15 +13,18 @@ and kept by the layer-cost cache; the compile time before the first step is the 
 A step: ``global_batch / (dp x micro_batch)`` micro-batches of the model's forward and backward (one rank, the
 cost of :func:`trnsim.cost.anymodel.model_cost`), the gradients of every micro-batch after the first added into
 the accumulated ones (:func:`accumulation_s`), the data-parallel collectives on the instance's topology, and the
-optimizer step over the rank's parameters (:func:`trnsim.cost.estimator.optimizer_s`).
+optimizer step over the rank's parameters (:func:`trnsim.cost.estimator.optimizer_s`).  Compiled, the accumulation
+is fused into the kernels that produce the gradients and the optimizer step is one compiled graph (both as
+torch-neuronx traces them into the step's graphs).
 
 Precision (``precision``):
 
 * ``"bf16"``: parameters, activations and gradients bf16; fp32 master weights and two moments in the optimizer;
 * ``"autocast"`` (Neuron's "Autocast BF16", torch.autocast): fp32 parameters and gradients, the matmul family in
   bf16 (the device's autocast policy), fp32 moments; stochastic rounding is a hardware rounding mode, no cost;
-* ``"fp32"``: fp32 throughout, the matmuls priced as the compiler's default auto-cast runs them (bf16 operands;
-  :func:`trnsim.cost.step.fp32_matmul_ns`).
+* ``"fp32"``: fp32 throughout, the matmuls priced as neuronx-cc's auto-cast runs them (by default bf16 operands
+  cast by the loading DMAs, fp32 accumulation; ``NEURON_CC_FLAGS="--auto-cast none"``: fp32 operands;
+  ``costs.auto_cast_matmul_cost``, the one rule of the compiled graphs and of :func:`trnsim.cost.step.fp32_matmul_ns`).
 
 Throughput is reported per sample (``samples_per_s``) and per token (a sample's tokens: the sequence for text,
 twice it for encoder-decoders, the patches plus the class token for ViT, the factory's ``tokens``); MFU counts the

@@ -27,7 +27,8 @@ How a step is put together (each piece from the simulator, never from a fitted c
   compiled layer is never slower than eager); the compile time before the first step is the compile backend's
   neuronx-cc model (``trnsim.backend.compile.stats``, an assumption) on the stage's forward and backward graphs,
   priced too.  Layer runs are kept by the layer-cost cache (:mod:`trnsim.cost.layer_cache`): a layer is compiled
-  once, not once per estimate.
+  once, not once per estimate.  The optimizer step is compiled too (:func:`optimizer_s`: one fused kernel,
+  parameters and moments updated in place).
 * speed: the kernel simulations a configuration needs are collected first (a run with them deferred) and
   simulated over the machine's cores (:func:`trnsim.cost.step.prepare`); they are memoised per process and kept
   on disk by the op-cost cache (``trnsim.backend.cost_cache``).
