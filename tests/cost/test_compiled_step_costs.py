@@ -80,3 +80,19 @@ def graphs_made(monkeypatch):
     monkeypatch.setattr(RT.CompiledGraph, "__init__", record)
     yield made
     torch._dynamo.reset()
+
+
+def test_copying_another_input_into_an_input_is_still_a_copy(graphs_made):
+    """``p.copy_(q.view(...))``: functionalised, the copied value is one kernel of the graph (``copy``, moving the
+    bytes) and only its write-back into ``p`` is aliased; the data movement is charged once."""
+    p = torch.zeros(256, 512).to("neuron")
+    q0 = torch.randn(256 * 512, generator=torch.Generator().manual_seed(6))
+    q = q0.to("neuron")
+
+    def f(p, q):
+        p.copy_(q.view(256, 512))
+    with torch.no_grad():
+        torch.compile(f, backend="neuron")(p, q)
+    assert torch.equal(p.cpu(), q0.view(256, 512))
+    ks = graphs_made[-1].plan["kernels"]
+    assert len(ks) == 1 and ks[0]["ns"] > 0 and ks[0]["bytes"] >= 2 * 256 * 512 * 4, ks

@@ -73,7 +73,7 @@ def eager_kernel_cost(node):
     return ns, fl, nb, kind == "estimated"
 
 
-def aliased_write_back(node):
+def aliased_write_back(node, fz=None):
     """Whether ``node`` is the write-back of an in-place update of a graph input (functionalisation's final
     ``copy_(input, new_value)``, e.g. an optimizer's ``p.add_(...)``) whose value a kernel of this graph computes:
     that kernel writes the value straight into the input's buffer (input/output aliasing: "it is often desirable
@@ -85,6 +85,10 @@ def aliased_write_back(node):
     if not (isinstance(dst, torch.fx.Node) and dst.op == "placeholder" and isinstance(src, torch.fx.Node)
             and src.op == "call_function"):
         return False
+    if fz is not None:          # through views: the value must be computed by a kernel of the graph, not an input
+        root = fz._root(src)
+        if not (isinstance(root, torch.fx.Node) and root.op == "call_function" and root in fz.group_of):
+            return False
     dv, sv = val(dst), val(src)
     return isinstance(dv, torch.Tensor) and isinstance(sv, torch.Tensor) and dv.shape == sv.shape and \
         dv.dtype == sv.dtype and dv.is_contiguous() and sv.is_contiguous()
@@ -161,7 +165,7 @@ def _fused_group_cost(fz, g):
     if g.kind == "custom":        # timed when it runs, by the kernels it calls (nki_bridge)
         return 0.0, 0.0, 0, False, O.op_name(g.anchor.target)
     if g.kind == "opaque":
-        if aliased_write_back(g.anchor):
+        if aliased_write_back(g.anchor, fz):
             return 0.0, 0.0, 0, False, "copy_ (aliased)"
         ns, fl, nb, est = eager_kernel_cost(g.anchor)
         return ns, fl, nb, est, O.op_name(g.anchor.target)
