@@ -46,7 +46,8 @@ def _train(model, fn, idx, tgt, steps):
     return losses, {n: p.detach().cpu() for n, p in model.named_parameters()}, step_prof
 
 
-def test_transformer_trains_compiled_like_eager():
+def test_transformer_trains_compiled_like_eager(monkeypatch):
+    monkeypatch.setenv("NEURON_CC_FLAGS", "--auto-cast none")   # fp32 matmuls as fp32 (the default casts to bf16)
     base = tiny_decoder()
     eager = copy.deepcopy(base).to("neuron")
     comp = copy.deepcopy(base).to("neuron")
@@ -131,7 +132,8 @@ def test_fused_chain_rounds_once_and_costs_its_kernel():
     assert STATE.now_ns - t0 > dt
 
 
-def test_matmul_epilogue_is_one_kernel():
+def test_matmul_epilogue_is_one_kernel(monkeypatch):
+    monkeypatch.setenv("NEURON_CC_FLAGS", "--auto-cast none")   # fp32 matmuls as fp32 (the default casts to bf16)
     lin = torch.nn.Linear(32, 48).to("neuron")
     x = torch.randn(16, 32).to("neuron")
 

@@ -84,13 +84,17 @@ def _memo(key, compute):
 
 
 # -- kernel-backed costs: each returns (ns, flops, bytes) ------------------------------------------
-def matmul_cost(target, m, k, n, dtype, batch=1):
+def matmul_cost(target, m, k, n, dtype, batch=1, operand_dtype=None):
     """``batch`` matmuls [m, k] @ [k, n] through ``library.matmul_resident.resident_matmul`` when the operands fit
     its SBUF budget, else ``library.matmul_blocked.blocked_matmul`` (dims padded to the kernels' tiles).  An empty
     product (a zero dimension) launches no matmul kernel.  Large blocked products are extrapolated from the
     simulation of one and two of their blocks (:func:`blocked_matmul_ns`).  A batch of resident products is one
     launch of ``library.matmul_batched.batched_matmul`` (:func:`_batched_cost`); a batch of blocked products is
-    ``batch`` times one (each is long enough that its launch overheads are a small part)."""
+    ``batch`` times one (each is long enough that its launch overheads are a small part).  ``operand_dtype``: the
+    operands are read from HBM in ``dtype`` and held and multiplied in this dtype (cast by the loading DMAs), the
+    product written in ``dtype`` (:func:`auto_cast_matmul_cost`)."""
+    if operand_dtype == dtype:
+        operand_dtype = None
     if m == 0 or k == 0 or n == 0 or batch == 0:
         return 0.0, 0.0, 0
     P = target.pmax
@@ -98,20 +102,71 @@ def matmul_cost(target, m, k, n, dtype, batch=1):
     kp = max(P, math.ceil(k / P) * P)
     tn = target.moving_fmax
     np_ = n if n <= tn else math.ceil(n / tn) * tn
-    item = np.dtype(_np_dtype(dtype)).itemsize
+    item = np.dtype(_np_dtype(operand_dtype or dtype)).itemsize        # what SBUF holds
+    odt = {"operand_dtype": operand_dtype} if operand_dtype else {}
     if batch > 1 and matmul_resident.fits(target, mp, kp, np_, item):
-        return _batched_cost(target, int(batch), m, k, n, mp, kp, np_, dtype, item)
+        return _batched_cost(target, int(batch), m, k, n, mp, kp, np_, dtype, item, operand_dtype)
 
     def compute():
         if matmul_resident.fits(target, mp, kp, np_, item):
             return _sim(matmul_resident.resident_matmul, (_inp((kp, mp), dtype), _inp((kp, np_), dtype)),
-                        {"chunk": matmul_resident.a_chunk(target, mp, item)}, target)
-        return blocked_matmul_ns(target, mp, kp, np_, dtype)
-    ns, fl, nb = _memo(("mm", target.name, m, k, n, dtype), compute)
+                        {"chunk": matmul_resident.a_chunk(target, mp, item), **odt}, target)
+        return blocked_matmul_ns(target, mp, kp, np_, dtype, operand_dtype=operand_dtype)
+    ns, fl, nb = _memo(("mm", target.name, m, k, n, dtype) + ((operand_dtype,) if operand_dtype else ()), compute)
     return ns * batch, 2.0 * m * k * n * batch, nb * batch
 
 
-def _batched_cost(target, batch, m, k, n, mp, kp, np_, dtype, item):
+# neuronx-cc's auto-cast of fp32 work.  Options: "--auto-cast <cast_mode>" and "--auto-cast-type <data_type>"
+# (Neuron docs, "Neuron Compiler CLI Reference Guide (neuronx-cc)"; given to torch-neuronx through NEURON_CC_FLAGS);
+# the default: "By default, the Neuron Compiler will automatically cast FP32 matrix multiplication operations to
+# BF16. The remaining operations are performed in the data type specified by the model" (Neuron docs, "Mixed
+# Precision and Performance-accuracy Tuning (neuronx-cc)"), i.e. --auto-cast matmult, --auto-cast-type bf16.
+# The hardware multiplies "using FP16, BF16, TF32, and FP32 ... and accumulations using FP32" (same page).
+AUTO_CAST_DEFAULT = ("matmult", "bf16")
+AUTO_CAST_MODES = ("none", "matmult")                     # modelled; "all" casts every op (not modelled)
+AUTO_CAST_TYPES = {"bf16": "bfloat16", "fp16": "float16"}  # modelled; tf32 and fp8_e4m3 are not
+
+
+def compiler_auto_cast(flags=None):
+    """The operand dtype (``"bfloat16"``/``"float16"``) neuronx-cc gives an fp32 matmul under the auto-cast
+    options of ``flags`` (default: ``NEURON_CC_FLAGS``), or None with ``--auto-cast none``.  A mode or type
+    trnsim does not model is an error naming it."""
+    import shlex
+    from .. import config
+    words = shlex.split(config.neuron_cc_flags if flags is None else flags)
+    got = {}
+    for i, w in enumerate(words):
+        for opt in ("--auto-cast-type", "--auto-cast"):
+            if w == opt or w.startswith(opt + "="):
+                v = w.split("=", 1)[1] if "=" in w else (words[i + 1] if i + 1 < len(words) else "")
+                got[opt] = v
+                break
+    mode = got.get("--auto-cast", AUTO_CAST_DEFAULT[0])
+    kind = got.get("--auto-cast-type", AUTO_CAST_DEFAULT[1])
+    if mode not in AUTO_CAST_MODES:
+        raise ValueError(f"NEURON_CC_FLAGS --auto-cast {mode!r}: trnsim models {', '.join(AUTO_CAST_MODES)} "
+                         f"(the compiler's options are none, matmult, all)")
+    if kind not in AUTO_CAST_TYPES:
+        raise ValueError(f"NEURON_CC_FLAGS --auto-cast-type {kind!r}: trnsim models {', '.join(AUTO_CAST_TYPES)}")
+    return None if mode == "none" else AUTO_CAST_TYPES[kind]
+
+
+def auto_cast_matmul_cost(target, m, k, n, dtype, batch=1, operand_dtype=None):
+    """(ns, flops, bytes) of ``batch`` [m, k] x [k, n] products of ``dtype`` as a compiled graph runs them under
+    neuronx-cc's auto-cast (:func:`compiler_auto_cast`; ``operand_dtype`` overrides it): an fp32 product's operands
+    are read from HBM as fp32 and cast to the auto-cast type by the loading DMAs ("casting inside a DMA goes
+    through FP32", Neuron docs nki-dma-overview), multiplied at that type's Tensor Engine rate with fp32
+    accumulation in PSUM, the product written as fp32 (:func:`matmul_cost` with ``operand_dtype``).  Other
+    dtypes, and every product with ``--auto-cast none``, are priced as they are.  The one rule of fp32 matmul
+    prices: the compile backend's matmul kernels and the estimator's fp32 runs use it."""
+    if dtype == "float32":
+        odt = operand_dtype if operand_dtype is not None else compiler_auto_cast()
+        if odt:
+            return matmul_cost(target, m, k, n, dtype, batch, operand_dtype=odt)
+    return matmul_cost(target, m, k, n, dtype, batch)
+
+
+def _batched_cost(target, batch, m, k, n, mp, kp, np_, dtype, item, operand_dtype=None):
     """``batch`` resident products in one launch of ``batched_matmul``: its group of products per DMA
     (``matmul_batched.batch_group``); up to two groups simulated whole, beyond that one group's time plus
     (batch / group - 1) times the increment from one group to two (the steady state, as in
@@ -120,7 +175,7 @@ def _batched_cost(target, batch, m, k, n, mp, kp, np_, dtype, item):
 
     def run(b):
         return _sim(matmul_batched.batched_matmul, (_inp((b, kp, mp), dtype), _inp((b, kp, np_), dtype)),
-                    {"group": G}, target)
+                    {"group": G, **({"operand_dtype": operand_dtype} if operand_dtype else {})}, target)
 
     def compute():
         if batch <= 2 * G:
@@ -129,21 +184,23 @@ def _batched_cost(target, batch, m, k, n, mp, kp, np_, dtype, item):
             a, b = run(G), run(2 * G)
             ns, nb = (x + (y - x) * (batch / G - 1) for x, y in ((a[0], b[0]), (a[2], b[2])))
         return ns, 2.0 * m * k * n * batch, nb
-    return _memo(("bmm", target.name, batch, m, k, n, dtype), compute)
+    return _memo(("bmm", target.name, batch, m, k, n, dtype) + ((operand_dtype,) if operand_dtype else ()), compute)
 
 
-def blocked_matmul_ns(target, m, k, n, dtype, extrapolate=True):
+def blocked_matmul_ns(target, m, k, n, dtype, extrapolate=True, operand_dtype=None):
     """(ns, flops, bytes) of ``blocked_matmul`` on padded [m, k] x [k, n].  Its output blocks are identical and
     run back to back in steady state, so with more than two blocks the time is the simulated time of one block
     plus (blocks - 1) times the increment from one to two blocks; and each block's work grows linearly with the
     contraction (whole-K mode: its strips and matmuls; chunked mode: its chunks), so a long contraction is
     extrapolated from two shorter ones (8 and 16 tiles, or 2 and 3 chunks).  ``extrapolate=False`` simulates the
-    whole product (tests compare the two)."""
-    item = np.dtype(_np_dtype(dtype)).itemsize
+    whole product (tests compare the two).  ``operand_dtype``: as :func:`matmul_cost`'s."""
+    item = np.dtype(_np_dtype(operand_dtype or dtype)).itemsize
     mb, nb, kc = matmul_blocked.block_shape(target, m, n, k, item)
     if not extrapolate:     # (dimensions multiples of the block shape)
         return _sim(matmul_blocked.blocked_matmul, (_inp((k, m), dtype), _inp((k, n), dtype)),
-                    {"mb": mb, "nb": nb, "kc": kc}, target)
+                    {"mb": mb, "nb": nb, "kc": kc, **({"operand_dtype": operand_dtype} if operand_dtype else {})},
+                    target)
+    dtype = (dtype, operand_dtype) if operand_dtype else dtype      # (HBM, SBUF) dtypes for the block runs
     whole_k = kc >= k
     # whole K: 8 and 16 tiles, long enough that the loads and the matmuls are past their start-up (from 4 and 8
     # tiles a block row of 8 stationary tiles extrapolated a 4096^3 product 30% under the Tensor Engine's bound)
@@ -160,12 +217,14 @@ _BLOCK_SIMS = {}
 
 def _block_sim(target, k, m, n, dtype, kw):
     """One simulation of ``blocked_matmul`` on [m, k] x [k, n], memoised: many products share their one- and
-    two-block runs (every weight gradient of a layer has the same contraction and block shape)."""
+    two-block runs (every weight gradient of a layer has the same contraction and block shape).  ``dtype``: the
+    operands' dtype, or (HBM dtype, SBUF operand dtype)."""
     key = (target.name, k, m, n, dtype, kw["mb"], kw["nb"], kw["kc"])
     r = _BLOCK_SIMS.get(key)
     if r is None:
-        r = _BLOCK_SIMS[key] = _sim(matmul_blocked.blocked_matmul, (_inp((k, m), dtype), _inp((k, n), dtype)),
-                                    kw, target)
+        hbm, odt = dtype if isinstance(dtype, tuple) else (dtype, None)
+        r = _BLOCK_SIMS[key] = _sim(matmul_blocked.blocked_matmul, (_inp((k, m), hbm), _inp((k, n), hbm)),
+                                    dict(kw, **({"operand_dtype": odt} if odt else {})), target)
     return r
 
 

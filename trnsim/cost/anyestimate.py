@@ -13,15 +13,18 @@ and kept by the layer-cost cache; the compile time before the first step is the 
 A step: ``global_batch / (dp x micro_batch)`` micro-batches of the model's forward and backward (one rank, the
 cost of :func:`trnsim.cost.anymodel.model_cost`), the gradients of every micro-batch after the first added into
 the accumulated ones (:func:`accumulation_s`), the data-parallel collectives on the instance's topology, and the
-optimizer step over the rank's parameters (:func:`trnsim.cost.estimator.optimizer_s`).
+optimizer step over the rank's parameters (:func:`trnsim.cost.estimator.optimizer_s`).  Compiled, the accumulation
+is fused into the kernels that produce the gradients and the optimizer step is one compiled graph (both as
+torch-neuronx traces them into the step's graphs).
 
 Precision (``precision``):
 
 * ``"bf16"``: parameters, activations and gradients bf16; fp32 master weights and two moments in the optimizer;
 * ``"autocast"`` (Neuron's "Autocast BF16", torch.autocast): fp32 parameters and gradients, the matmul family in
   bf16 (the device's autocast policy), fp32 moments; stochastic rounding is a hardware rounding mode, no cost;
-* ``"fp32"``: fp32 throughout, the matmuls priced as the compiler's default auto-cast runs them (bf16 operands;
-  :func:`trnsim.cost.step.fp32_matmul_ns`).
+* ``"fp32"``: fp32 throughout, the matmuls priced as neuronx-cc's auto-cast runs them (by default bf16 operands
+  cast by the loading DMAs, fp32 accumulation; ``NEURON_CC_FLAGS="--auto-cast none"``: fp32 operands;
+  ``costs.auto_cast_matmul_cost``, the one rule of the compiled graphs and of :func:`trnsim.cost.step.fp32_matmul_ns`).
 
 Throughput is reported per sample (``samples_per_s``) and per token (a sample's tokens: the sequence for text,
 twice it for encoder-decoders, the patches plus the class token for ViT, the factory's ``tokens``); MFU counts the
@@ -63,16 +66,26 @@ def check_flags(model, tp=1, pp=1, cp=1, ep=1, checkpointing=False, compiled=Fal
     return am
 
 
-def accumulation_s(numel, micro_batches, grad_bytes, target):
+def accumulation_s(numel, micro_batches, grad_bytes, target, compiled=False):
     """Seconds one rank spends adding gradients over ``micro_batches`` micro-batches: autograd writes the first
     micro-batch's gradients and adds every later one into them in place (PyTorch's AccumulateGrad: ``grad +=
-    new`` once ``.grad`` exists), each add the device's elementwise kernel over the rank's ``numel`` gradients
-    (reads both, writes one), taken as one kernel over all of them plus one launch."""
+    new`` once ``.grad`` exists).
+
+    * eager: each add is the device's elementwise kernel over the rank's ``numel`` gradients (reads both, writes
+      one), taken as one kernel over all of them plus one launch;
+    * ``compiled``: the add is part of the micro-batch's graph (torch-neuronx traces ``grad += new`` into it) and
+      fuses into the kernel that produces the new gradient (the weight-gradient matmul's epilogue, the bias
+      gradient's reduction): that kernel writes the sum where it wrote the gradient, and reads the accumulated
+      gradient once more.  Charged that read: the roofline of ``numel`` adds over ``numel x grad_bytes`` bytes
+      (``costs.roofline_ns``: the core's practical DMA rate), no launch."""
     from ..backend import costs
     if micro_batches <= 1 or numel <= 0:
         return 0.0
-    dt = "bfloat16" if grad_bytes == 2 else "float32"
-    add = costs.launch_ns(target) + costs.elementwise_cost(target, int(numel), dt, "binary", "add")[0]
+    if compiled:
+        add = costs.roofline_ns(target, float(numel), float(numel) * grad_bytes)
+    else:
+        dt = "bfloat16" if grad_bytes == 2 else "float32"
+        add = costs.launch_ns(target) + costs.elementwise_cost(target, int(numel), dt, "binary", "add")[0]
     return (micro_batches - 1) * add * 1e-9
 
 
@@ -128,8 +141,8 @@ def estimate_any(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=
         ar = E._coll("all_reduce", mc.params * gbytes, topo, dp_group)
         coll["dp gradient all_reduce"] = max(0.0, ar - bwd_s)
     shard = dp if (fsdp and dp > 1) else 1
-    opt_s = E.optimizer_s(math.ceil(mc.params / shard), tg, optimizer) * split
-    acc_s = accumulation_s(math.ceil(mc.params / shard), mbs, gbytes, tg) * split
+    opt_s = E.optimizer_s(math.ceil(mc.params / shard), tg, optimizer, compiled) * split
+    acc_s = accumulation_s(math.ceil(mc.params / shard), mbs, gbytes, tg, compiled) * split
     breakdown = {"compute: tensor engine": c.tensor_ns * split * 1e-9 * mbs,
                  "compute: vector/scalar/dma": (c.other_ns - c.launch_ns) * split * 1e-9 * mbs,
                  "launch overhead": c.launch_ns * split * 1e-9 * mbs,

@@ -330,6 +330,15 @@ def flash_attention():
         F.scaled_dot_product_attention = orig
 
 
+def _auto_cast_key(precision):
+    """What of the compiler's flags a run's cost depends on: an fp32 run's matmuls follow neuronx-cc's auto-cast
+    (``costs.compiler_auto_cast``, from ``NEURON_CC_FLAGS``)."""
+    if precision != "fp32":
+        return ()
+    from ..backend import costs
+    return ("auto-cast", costs.compiler_auto_cast() or "none")
+
+
 def _run_model(am, cut, micro_batch, seq, target, precision, compiled=False):
     """One forward + backward of ``am`` with the stacks of ``cut`` ({path: blocks}) cut to that many blocks; kept
     by the layer-cost cache (:mod:`trnsim.cost.layer_cache`) under the model's key when it has one."""
@@ -338,7 +347,7 @@ def _run_model(am, cut, micro_batch, seq, target, precision, compiled=False):
     from .step import _run
     dtype, autocast, cost_precision = PRECISIONS[precision]
     key = ("anymodel", am.key, tuple(sorted(cut.items())), micro_batch, seq, target.name, precision) \
-        + (("compiled",) if compiled else ()) if am.key else None
+        + (("compiled",) if compiled else ()) + _auto_cast_key(precision) if am.key else None
     if key is not None:
         hit = layer_cache.lookup(key)
         if hit is not None:
@@ -431,7 +440,7 @@ def model_cost(am, *, micro_batch=1, seq=None, target="trn2", precision="bf16", 
         raise ValueError(f"precision {precision!r} for a model run as its own code: expected one of "
                          f"{', '.join(PRECISIONS)}")
     tg = get_target(target)
-    key = (am.key or id(am), micro_batch, seq, tg.name, precision, bool(compiled))
+    key = (am.key or id(am), micro_batch, seq, tg.name, precision, bool(compiled)) + _auto_cast_key(precision)
     if key in _MEMO:
         return _MEMO[key][1]
     t0 = time.perf_counter()

@@ -27,7 +27,8 @@ How a step is put together (each piece from the simulator, never from a fitted c
   compiled layer is never slower than eager); the compile time before the first step is the compile backend's
   neuronx-cc model (``trnsim.backend.compile.stats``, an assumption) on the stage's forward and backward graphs,
   priced too.  Layer runs are kept by the layer-cost cache (:mod:`trnsim.cost.layer_cache`): a layer is compiled
-  once, not once per estimate.
+  once, not once per estimate.  The optimizer step is compiled too (:func:`optimizer_s`: one fused kernel,
+  parameters and moments updated in place).
 * speed: the kernel simulations a configuration needs are collected first (a run with them deferred) and
   simulated over the machine's cores (:func:`trnsim.cost.step.prepare`); they are memoised per process and kept
   on disk by the op-cost cache (``trnsim.backend.cost_cache``).
@@ -274,24 +275,55 @@ def _lamb_step(params, grads, m, v, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, wd=0.
     torch._foreach_add_(params, upd, alpha=-lr)
 
 
-def optimizer_s(numel, target, name="adamw"):
-    """One optimizer step over ``numel`` fp32 parameters on the shape-only device: ``torch.optim.AdamW(
-    foreach=True).step()``, or LAMB (:func:`_lamb_step`) as foreach ops; each op's cost is the device's (the
-    memory traffic of its elementwise kernels: AdamW reads parameter, gradient and two moments and writes three
-    of them; LAMB adds the update's round trips and two norms)."""
+def _adamw_flat(p, g, m, v, lr=1e-4, betas=(0.9, 0.999), eps=1e-8, wd=0.01, step=2):
+    """``torch.optim.AdamW``'s update (decoupled weight decay, bias-corrected moments) on one flat tensor, as plain
+    elementwise ops (what a compiled graph of the step holds); only its device cost is used."""
+    p.mul_(1 - lr * wd)
+    m.mul_(betas[0]).add_(g * (1 - betas[0]))
+    v.mul_(betas[1]).add_(g * g * (1 - betas[1]))
+    denom = v.sqrt() / (1 - betas[1] ** step) ** 0.5 + eps
+    p.add_(m / denom * (-lr / (1 - betas[0] ** step)))
+
+
+def _lamb_flat(p, g, m, v, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, wd=0.01):
+    """:func:`_lamb_step` on one flat tensor as plain elementwise ops and two norms."""
+    m.mul_(betas[0]).add_(g * (1 - betas[0]))
+    v.mul_(betas[1]).add_(g * g * (1 - betas[1]))
+    upd = m / (v.sqrt() + eps) + wd * p
+    p.add_(upd * (p.norm() / upd.norm()) * -lr)
+
+
+def optimizer_s(numel, target, name="adamw", compiled=False):
+    """One optimizer step over ``numel`` fp32 parameters on the shape-only device.
+
+    * eager: ``torch.optim.AdamW(foreach=True).step()``, or LAMB (:func:`_lamb_step`) as foreach ops; each op's
+      cost is the device's (the memory traffic of its elementwise kernels: AdamW reads parameter, gradient and two
+      moments and writes three of them; LAMB adds the update's round trips and two norms);
+    * ``compiled``: the step as the compiled training graph holds it (torch-neuronx traces the optimizer into the
+      step's graph): the same math (:func:`_adamw_flat`, :func:`_lamb_flat`) run through
+      ``torch.compile(backend="neuron")``, its elementwise chain one fused kernel and the updated parameter and
+      moments written in place (the compile backend's input/output aliasing)."""
     from ..backend.device_state import STATE
     from ..backend.shape_only import device_target, shape_only_tensor
     if name not in OPTIMIZERS:
         raise ValueError(f"optimizer {name!r}: expected one of {', '.join(OPTIMIZERS)}")
     if numel <= 0:
         return 0.0
-    key = (int(numel), target.name, name)
+    key = (int(numel), target.name, name) + (("compiled",) if compiled else ())
     if key in _OPT:
         return _OPT[key]
     with device_target(target):
         p = torch.nn.Parameter(shape_only_tensor((int(numel),), torch.float32))
         p.grad = shape_only_tensor((int(numel),), torch.float32)
-        if name == "adamw":
+        if compiled:
+            torch._dynamo.reset()
+            fn = torch.compile(_adamw_flat if name == "adamw" else _lamb_flat, backend="neuron")
+            m, v = (shape_only_tensor((int(numel),), torch.float32) for _ in range(2))
+            with torch.no_grad():
+                fn(p, p.grad, m, v)              # compiles (its host time is not the step's)
+                t0 = STATE.now_ns
+                fn(p, p.grad, m, v)
+        elif name == "adamw":
             opt = torch.optim.AdamW([p], lr=1e-4, foreach=True)
             opt.step()                       # the first step creates the moments
             t0 = STATE.now_ns
@@ -488,7 +520,7 @@ def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, c
             grad_s = max(0.0, ar - bwd_s)
             coll["dp gradient all_reduce"] = grad_s
     shard = dp if (fsdp and dp > 1) else 1
-    opt_s = optimizer_s(math.ceil(params_local / shard), tg, optimizer) * split
+    opt_s = optimizer_s(math.ceil(params_local / shard), tg, optimizer, compiled) * split
     coll_total = {k: (v * steps if k in ("tp all_reduce", "tp all_gather/reduce_scatter (sequence parallel)",
                                          "cp all_gather/reduce_scatter", "ep all_to_all")
                       else v) for k, v in coll.items()}

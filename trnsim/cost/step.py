@@ -75,16 +75,13 @@ def fp8_matmul_ns(target, m, k, n, batch=1):
 
 
 def fp32_matmul_ns(target, m, k, n, batch=1):
-    """(matmul ns, cast ns) of an fp32 [m, k] x [k, n] product (``batch`` of them) as neuronx-cc compiles it by
-    default: "By default, the Neuron Compiler will automatically cast FP32 matrix multiplication operations to
-    BF16" (Neuron docs, "Mixed Precision and Performance-accuracy Tuning (neuronx-cc)", the --auto-cast matmult
-    default).  Charged as the simulated bf16 kernel plus the Vector Engine's casts of both operands (fp32 copies,
-    an upper bound on the bf16 writes)."""
+    """(matmul ns, cast ns) of an fp32 [m, k] x [k, n] product (``batch`` of them) as neuronx-cc compiles it: the
+    one rule the compile backend prices its fp32 matmul kernels with, ``costs.auto_cast_matmul_cost`` (by default
+    the operands are cast to bf16 by the loading DMAs and multiplied at the bf16 rate with fp32 accumulation; with
+    ``--auto-cast none`` in ``NEURON_CC_FLAGS``, the fp32 kernel).  The casts happen inside the DMAs that load the
+    operands, so no separate cast kernel is charged (cast ns 0)."""
     from ..backend import costs
-    mm = costs.matmul_cost(target, m, k, n, "bfloat16", batch)[0]
-    cast = costs.elementwise_cost(target, batch * m * k, "float32", "copy")[0] + \
-        costs.elementwise_cost(target, batch * k * n, "float32", "copy")[0]
-    return mm, cast
+    return costs.auto_cast_matmul_cost(target, m, k, n, "float32", batch)[0], 0.0
 
 
 def _run(build, inputs, target, loss_fn, precision="bf16", compiled=False):
@@ -92,7 +89,8 @@ def _run(build, inputs, target, loss_fn, precision="bf16", compiled=False):
     ``compiled``: the module runs through ``torch.compile(backend="neuron")`` (the compile backend's fused kernels
     and per-graph launch).  ``precision="fp8"``: every linear/expert matmul of the run (mm, addmm, bmm; attention
     stays bf16) is re-priced as its fp8 kernel (:func:`fp8_matmul_ns`); ``precision="fp32"``: every fp32 matmul
-    (mm, addmm, bmm) is re-priced as the compiler's default auto-cast runs it (:func:`fp32_matmul_ns`)."""
+    (mm, addmm, bmm) of an eager run is re-priced as neuronx-cc's auto-cast runs it (:func:`fp32_matmul_ns`; a
+    compiled graph's matmul kernels are priced by the same rule when compiled)."""
     import trnsim
     from ..backend import costs
     from ..backend.device_state import STATE

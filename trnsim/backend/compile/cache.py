@@ -91,8 +91,9 @@ def graph_key(gm, example_inputs, kind, opts_key):
                 h.update(p.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes()
                          if p.numel() else b"")
     h.update(json.dumps([_meta_of(x) for x in example_inputs]).encode())
+    from .. import costs
     h.update(json.dumps([kind, STATE.target.name, STATE.lnc, _version(), _cost_model_fingerprint(), PLAN_FORMAT,
-                         _ENTRY_FORMAT, opts_key]).encode())
+                         _ENTRY_FORMAT, opts_key, costs.compiler_auto_cast()]).encode())
     return h.hexdigest()
 
 

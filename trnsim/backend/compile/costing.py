@@ -73,6 +73,27 @@ def eager_kernel_cost(node):
     return ns, fl, nb, kind == "estimated"
 
 
+def aliased_write_back(node, fz=None):
+    """Whether ``node`` is the write-back of an in-place update of a graph input (functionalisation's final
+    ``copy_(input, new_value)``, e.g. an optimizer's ``p.add_(...)``) whose value a kernel of this graph computes:
+    that kernel writes the value straight into the input's buffer (input/output aliasing: "it is often desirable
+    to perform the update in-place ... you can specify the input aliasing", XLA docs, "Aliasing in XLA",
+    openxla.org/xla/aliasing; the compiled program updates the buffer it was given), so the copy is no kernel."""
+    if O.op_name(node.target) != "copy_" or len(node.args) < 2:
+        return False
+    dst, src = node.args[0], node.args[1]
+    if not (isinstance(dst, torch.fx.Node) and dst.op == "placeholder" and isinstance(src, torch.fx.Node)
+            and src.op == "call_function"):
+        return False
+    if fz is not None:          # through views: the value must be computed by a kernel of the graph, not an input
+        root = fz._root(src)
+        if not (isinstance(root, torch.fx.Node) and root.op == "call_function" and root in fz.group_of):
+            return False
+    dv, sv = val(dst), val(src)
+    return isinstance(dv, torch.Tensor) and isinstance(sv, torch.Tensor) and dv.shape == sv.shape and \
+        dv.dtype == sv.dtype and dv.is_contiguous() and sv.is_contiguous()
+
+
 def _steps(fz, g):
     steps = []
     for n in g.nodes:
@@ -144,6 +165,8 @@ def _fused_group_cost(fz, g):
     if g.kind == "custom":        # timed when it runs, by the kernels it calls (nki_bridge)
         return 0.0, 0.0, 0, False, O.op_name(g.anchor.target)
     if g.kind == "opaque":
+        if aliased_write_back(g.anchor, fz):
+            return 0.0, 0.0, 0, False, "copy_ (aliased)"
         ns, fl, nb, est = eager_kernel_cost(g.anchor)
         return ns, fl, nb, est, O.op_name(g.anchor.target)
     if g.kind == "reduce":
@@ -193,6 +216,9 @@ def _matmul_cost(fz, g, outs, steps, label):
     batch = av.shape[0] if name == "bmm" else 1
     M, K, N = av.shape[-2], av.shape[-1], bv.shape[-1]
     dt = charging.kdtype(av.dtype)
+    # an fp32 product runs as neuronx-cc's auto-cast makes it (costs.auto_cast_matmul_cost: operands cast to bf16
+    # by the loading DMAs, fp32 accumulation and output; --auto-cast none in NEURON_CC_FLAGS: fp32 operands)
+    odt = costs.compiler_auto_cast() if dt == "float32" else None
     if not av.is_floating_point():
         ns, fl, nb, est = eager_kernel_cost(mm)
         return ns, fl, nb, est, label
@@ -211,9 +237,9 @@ def _matmul_cost(fz, g, outs, steps, label):
     full = [x for x in full if x is not a and x is not b]
     small = [x for x in small if x is not a and x is not b]
     st = (("vec",) if name == "addmm" else ()) + steps
-    item = np.dtype(costs._np_dtype(dt)).itemsize
+    item = np.dtype(costs._np_dtype(odt or dt)).itemsize        # what SBUF holds
     # unfused: the eager device's matmul kernel, then the epilogue (if any) as its own pointwise kernel
-    ns, fl, nb = costs.matmul_cost(tg, M, K, N, dt, batch)
+    ns, fl, nb = costs.auto_cast_matmul_cost(tg, M, K, N, dt, batch)
     if st:
         R, C = costs._rows_cols(M * N * batch)
         e = _sim(("pw", tg.name, R, C, dt, (dt,) * (1 + len(full)), 0, st, len(outs)), fused.pointwise,
@@ -224,9 +250,11 @@ def _matmul_cost(fz, g, outs, steps, label):
         return ns, fl, nb, False, label     # operands too large to stay resident: unfused
     args = [_inp((kp, mp), dt), _inp((kp, np_), dt)] + [_inp((mp, np_), _dtype(x)) for x in full] + \
         [_inp((min(P, mp), np_), _dtype(x)) for x in small]
-    key = ("mm", tg.name, mp, kp, np_, dt, tuple(_dtype(x) for x in full), len(small), st, len(outs))
+    key = ("mm", tg.name, mp, kp, np_, dt, tuple(_dtype(x) for x in full), len(small), st, len(outs)) + \
+        ((odt,) if odt else ())
     fns, ffl, fnb = _sim(key, fused.matmul_epilogue, args,
-                         dict(n_small=len(small), steps=st, n_out=max(1, len(outs))))
+                         dict(n_small=len(small), steps=st, n_out=max(1, len(outs)),
+                              **({"operand_dtype": odt} if odt else {})))
     if fns * batch >= ns:
         # the compiler keeps the faster plan: fusing the epilogue into the matmul kernel only when that beats
         # the eager matmul kernel followed by the epilogue's own kernel (the fused kernel is unblocked)

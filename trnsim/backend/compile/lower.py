@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import re
 
+from .. import costs
 from ..device_state import STATE
 from . import costing
 from . import ops as O
 from .errors import NeuronCompileError
 from .fusion import Fusion
 
-PLAN_FORMAT = 3      # 2: custom ops (nki_op, NKI kernel calls) are lowerable (issue 21); 3: other libraries' ops,
-#                      aten.copy and host-side size checks too (issue 28)
+PLAN_FORMAT = 4      # 2: custom ops (nki_op, NKI kernel calls) are lowerable (issue 21); 3: other libraries' ops,
+#                      aten.copy and host-side size checks too (issue 28); 4: fp32 matmuls auto-cast (issue 30)
 
 _TORCH_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
@@ -48,6 +49,8 @@ def plan_graph(gm, graph_name):
         raise unsupported_error(fz.unsupported[0], graph_name)
     kernels = []
     compute = []
+    casts = {}
+    odt = None
     for g in fz.groups:
         ns, fl, nb, est, label = costing.group_cost(fz, g)
         kernels.append({"kind": g.kind, "label": label if len(label) <= 80 else label[:77] + "...",
@@ -55,6 +58,10 @@ def plan_graph(gm, graph_name):
                         "nodes": len(g.nodes)})
         if g.kind in ("pointwise", "rows", "matmul", "reduce"):
             compute += [fz.index[n] for n in g.nodes]
+        if g.kind == "matmul" and _fp32_operands(g.anchor):
+            odt = odt or costs.compiler_auto_cast() or "float32"
+            if odt != "float32":
+                casts[str(fz.index[g.anchor])] = odt
     n_ops = sum(1 for n in fz.nodes if n.op == "call_function")
     return {
         "format": PLAN_FORMAT,
@@ -65,4 +72,14 @@ def plan_graph(gm, graph_name):
         "compute": sorted(compute),
         "materialised": sorted(fz.index[n] for n in fz.materialised),
         "kernels": [k for k in kernels if k["ns"] or k["bytes"]],
+        "operand_casts": casts,       # node index -> the dtype its fp32 operands are cast to (the auto-cast)
     }
+
+
+def _fp32_operands(mm):
+    """Whether a matmul node multiplies fp32 operands (what neuronx-cc's auto-cast applies to)."""
+    import torch
+    from .fusion import val
+    ops = mm.args[1:3] if O.op_name(mm.target) == "addmm" else mm.args[:2]
+    vs = [val(a) for a in ops]
+    return all(isinstance(v, torch.Tensor) and v.dtype == torch.float32 for v in vs)

@@ -2,7 +2,9 @@
 
 Numerics: the graph's ops run in order on the payloads.  Inside a fused kernel values stay in fp32: low-precision
 float inputs are read as fp32, each op computes in fp32 (matmuls and reductions accumulate in fp32), and a value is
-rounded once, to its dtype, when it is materialised (read by another kernel or returned).  An explicit cast in the
+rounded once, to its dtype, when it is materialised (read by another kernel or returned).  An fp32 matmul's operands
+are first rounded to the compiler's auto-cast type (the plan's ``operand_casts``: bf16 by default, none with
+``--auto-cast none``; ``costs.compiler_auto_cast``).  An explicit cast in the
 graph (``_to_copy`` to bf16) rounds where it stands, as it would on chip.  Ops that are kernels of their own
 (``opaque``) run on materialised tensors of their real dtypes, as eager does.
 
@@ -67,6 +69,14 @@ def _round(x, v):
     return x
 
 
+def _cast_operands(fn, args, dtype):
+    """A matmul's fp32 operands rounded to ``dtype`` (neuronx-cc's auto-cast: the loading DMAs cast them), the
+    product accumulated in fp32 as before; ``addmm``'s bias is not an operand of the product."""
+    first = 1 if O.op_name(fn) == "addmm" else 0
+    return tuple(a.to(dtype).float() if first <= j < first + 2 and isinstance(a, torch.Tensor) and
+                 a.dtype == torch.float32 else a for j, a in enumerate(args))
+
+
 def _keep_fp32(x):
     if isinstance(x, torch.Tensor):
         return x.float() if x.dtype in _LOW else x
@@ -97,6 +107,7 @@ class CompiledGraph:
         index = {n: i for i, n in enumerate(nodes)}
         mat = set(plan["materialised"])
         compute = set(plan["compute"])
+        self.casts = {int(i): getattr(torch, d) for i, d in plan.get("operand_casts", {}).items()}
         self.n_env = len(nodes)
         self.placeholders = []
         self.steps = []
@@ -148,7 +159,10 @@ class CompiledGraph:
             if mode == 4:
                 env[i] = _custom(fn, ra, rk, wrappers)
             elif mode:
-                out = fn(*_up(ra), **{k: _up(x) for k, x in rk.items()})
+                ra = _up(ra)
+                if i in self.casts:
+                    ra = _cast_operands(fn, ra, self.casts[i])
+                out = fn(*ra, **{k: _up(x) for k, x in rk.items()})
                 env[i] = _round(out, v) if mode == 1 else _keep_fp32(out)
             else:
                 env[i] = fn(*ra, **rk)

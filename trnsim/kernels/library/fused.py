@@ -166,10 +166,12 @@ def epilogue_fits(target, m, k, n, itemsize, n_full):
     return need <= SBUF_BUDGET_FRACTION * target.sbuf_partition_bytes
 
 
-def matmul_epilogue(at, b, *ins, n_small=0, steps=(), n_out=1):
+def matmul_epilogue(at, b, *ins, n_small=0, steps=(), n_out=1, operand_dtype=None):
     """``C = AT^T @ B`` with operands resident in SBUF (as ``matmul_resident.resident_matmul``) and an elementwise
     epilogue applied to each output band on its way out of PSUM: full ``[M, N]`` inputs (a residual) are loaded per
-    band, small ones (a bias row, broadcast over partitions) once; ``n_out`` outputs are stored per band."""
+    band, small ones (a bias row, broadcast over partitions) once; ``n_out`` outputs are stored per band.
+    ``operand_dtype``: the dtype the operands are held in SBUF (and multiplied in), cast by the loading DMAs
+    (default: their own)."""
     K, M = at.shape
     _, N = b.shape
     full = ins[:len(ins) - n_small]
@@ -178,8 +180,8 @@ def matmul_epilogue(at, b, *ins, n_small=0, steps=(), n_out=1):
     TN = min(TN, N)
     KT = K // TK
     outs = [nl.ndarray((M, N), dtype=b.dtype, buffer=nl.shared_hbm, name=f"c{i}") for i in range(n_out)]
-    a_s = nl.ndarray((TK, KT * M), dtype=at.dtype, buffer=nl.sbuf, name="at_resident")
-    b_s = nl.ndarray((TK, KT * N), dtype=b.dtype, buffer=nl.sbuf, name="b_resident")
+    a_s = nl.ndarray((TK, KT * M), dtype=operand_dtype or at.dtype, buffer=nl.sbuf, name="at_resident")
+    b_s = nl.ndarray((TK, KT * N), dtype=operand_dtype or b.dtype, buffer=nl.sbuf, name="b_resident")
     for k in range(KT):
         nisa.dma_copy(a_s[:, k * M:(k + 1) * M], at[k * TK:(k + 1) * TK, :])
         nisa.dma_copy(b_s[:, k * N:(k + 1) * N], b[k * TK:(k + 1) * TK, :])

@@ -25,7 +25,9 @@ def batch_group(target, m, k, n, itemsize):
     return g
 
 
-def batched_matmul(at, b, group=1):
+def batched_matmul(at, b, group=1, operand_dtype=None):
+    """``operand_dtype``: the dtype the operands are held in SBUF (and multiplied in), cast by the loading DMAs
+    (default: their own); C keeps ``b``'s dtype."""
     Bt, K, M = at.shape
     _, _, N = b.shape
     TK, TM, TN = nl.tile_size.pmax, nl.tile_size.gemm_stationary_fmax, nl.tile_size.gemm_moving_fmax
@@ -39,8 +41,8 @@ def batched_matmul(at, b, group=1):
     out = nl.ndarray((Bt, M, N), dtype=b.dtype, buffer=nl.shared_hbm, name="c")
     for b0 in range(0, Bt, int(group)):
         g = min(int(group), Bt - b0)
-        a_s = nl.ndarray((TK, KT * g * M), dtype=at.dtype, buffer=nl.sbuf, name="at_resident")
-        b_s = nl.ndarray((TK, KT * g * N), dtype=b.dtype, buffer=nl.sbuf, name="b_resident")
+        a_s = nl.ndarray((TK, KT * g * M), dtype=operand_dtype or at.dtype, buffer=nl.sbuf, name="at_resident")
+        b_s = nl.ndarray((TK, KT * g * N), dtype=operand_dtype or b.dtype, buffer=nl.sbuf, name="b_resident")
         for k in range(KT):
             nisa.dma_copy(a_s[:, k * g * M:(k + 1) * g * M], at[b0:b0 + g, k * TK:(k + 1) * TK, :].permute((1, 0, 2)))
             nisa.dma_copy(b_s[:, k * g * N:(k + 1) * g * N], b[b0:b0 + g, k * TK:(k + 1) * TK, :].permute((1, 0, 2)))

@@ -71,7 +71,9 @@ def _load(dst, src, rows, width, k0, c0, TK):
         nisa.dma_copy(dst[:, k * width:(k + 1) * width], src[r0:r0 + TK, c0:c0 + width])
 
 
-def blocked_matmul(at, b, mb=None, nb=None, kc=None):
+def blocked_matmul(at, b, mb=None, nb=None, kc=None, operand_dtype=None):
+    """``operand_dtype``: the dtype the operand strips and chunks are held in SBUF (and multiplied in), cast by the
+    loading DMAs (default: their own); C keeps ``b``'s dtype."""
     K, M = at.shape
     _, N = b.shape
     TK, TM = nl.tile_size.pmax, nl.tile_size.gemm_stationary_fmax
@@ -83,7 +85,8 @@ def blocked_matmul(at, b, mb=None, nb=None, kc=None):
     out = nl.ndarray((M, N), dtype=b.dtype, buffer=nl.shared_hbm, name="c")
     for m0 in range(0, M, MB):
         if whole:
-            a_s = nl.ndarray((TK, (K // TK) * MB), dtype=at.dtype, buffer=nl.sbuf, name="at_strip")
+            a_s = nl.ndarray((TK, (K // TK) * MB), dtype=operand_dtype or at.dtype, buffer=nl.sbuf,
+                             name="at_strip")
             _load(a_s, at, K // TK, MB, 0, m0, TK)
         for n0 in range(0, N, NB):
             accs = [[nl.ndarray((TM, TN), dtype=nl.float32, buffer=nl.psum) for _ in range(NB // TN)]
@@ -91,9 +94,10 @@ def blocked_matmul(at, b, mb=None, nb=None, kc=None):
             for k0 in range(0, K, KC):
                 kt = min(KC, K - k0) // TK
                 if not whole:
-                    a_s = nl.ndarray((TK, kt * MB), dtype=at.dtype, buffer=nl.sbuf, name="at_chunk")
+                    a_s = nl.ndarray((TK, kt * MB), dtype=operand_dtype or at.dtype, buffer=nl.sbuf,
+                                     name="at_chunk")
                     _load(a_s, at, kt, MB, k0, m0, TK)
-                b_s = nl.ndarray((TK, kt * NB), dtype=b.dtype, buffer=nl.sbuf, name="b_chunk")
+                b_s = nl.ndarray((TK, kt * NB), dtype=operand_dtype or b.dtype, buffer=nl.sbuf, name="b_chunk")
                 _load(b_s, b, kt, NB, k0, n0, TK)
                 for mi in range(MB // TM):
                     for ni in range(NB // TN):

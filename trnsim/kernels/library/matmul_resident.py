@@ -27,10 +27,11 @@ def a_chunk(target, m, itemsize):
     return min(m, P * max(1, -(-int(target.dma_knee_bytes_per_partition) // (P * itemsize))))
 
 
-def resident_matmul(at, b, chunk=None):
+def resident_matmul(at, b, chunk=None, operand_dtype=None):
     """``chunk``: columns of ``at`` per load (a multiple of 128; default all of them).  ``b`` is loaded first, then
     ``at`` by column chunks, each chunk's output tiles computed as soon as it is in, so the next chunk's loads
-    overlap this one's matmuls."""
+    overlap this one's matmuls.  ``operand_dtype``: the dtype the operands are held in SBUF (and multiplied in),
+    cast by the loading DMAs (default: their own); C keeps ``b``'s dtype."""
     K, M = at.shape
     _, N = b.shape
     TK, TM, TN = nl.tile_size.pmax, nl.tile_size.gemm_stationary_fmax, nl.tile_size.gemm_moving_fmax
@@ -40,12 +41,13 @@ def resident_matmul(at, b, chunk=None):
     if CW % TM:
         raise ValueError(f"resident_matmul: chunk {chunk} is not a multiple of {TM} columns")
     out = nl.ndarray((M, N), dtype=b.dtype, buffer=nl.shared_hbm, name="c")
-    b_s = nl.ndarray((TK, KT * N), dtype=b.dtype, buffer=nl.sbuf, name="b_resident")
+    odt = operand_dtype or b.dtype
+    b_s = nl.ndarray((TK, KT * N), dtype=odt, buffer=nl.sbuf, name="b_resident")
     for k in range(KT):
         nisa.dma_copy(b_s[:, k * N:(k + 1) * N], b[k * TK:(k + 1) * TK, :])
     for c0 in range(0, M, CW):
         cw = min(CW, M - c0)
-        a_s = nl.ndarray((TK, KT * cw), dtype=at.dtype, buffer=nl.sbuf, name="at_resident")
+        a_s = nl.ndarray((TK, KT * cw), dtype=operand_dtype or at.dtype, buffer=nl.sbuf, name="at_resident")
         for k in range(KT):
             nisa.dma_copy(a_s[:, k * cw:(k + 1) * cw], at[k * TK:(k + 1) * TK, c0:c0 + cw])
         for m in range(cw // TM):
