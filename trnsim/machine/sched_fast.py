@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import config
 from ..isa.dma_dge import QUEUE_KEYS
+from .capacity import _placed_keys
 from .deps import _geo, alias_groups, byte_operand
 
 __all__ = ["fast_available", "mode", "compiled", "encode", "CoreRun", "FAST_MIN"]
@@ -222,10 +223,13 @@ def _dep_keys(core, ba, ub, op_b, lo, hi, views, op_v, vmap):
     if any(seg.placed for seg in occ.bulk):
         occ.materialize()
     binfo = core.buffers
+    tiles = occ.tiles
     placed = []
-    for (bid, blk), t in occ.tiles.items():
-        p = t[3]
-        if p is not None and blk < 0 and bid in binfo:
+    for key in _placed_keys(tiles):         # (C loops over the tiles: most kernels place none)
+        bid, blk = key
+        if blk < 0 and bid in binfo:
+            t = tiles[key]
+            p = t[3]
             placed.append((bid, t[0], p[0], p[1], p[2], p[3], binfo[bid][3]))
     if len(placed) < 2:
         return None, None, None, None
