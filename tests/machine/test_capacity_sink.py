@@ -1,8 +1,8 @@
 """The capacity check's third order: loads sunk to their first use (``reorder.sunk_positions``).  A kernel that
 loads three large tiles before using any, and uses the first two after an instruction written late in program order
 (so no read can move up), fits once the third load waits for its first use; it is refused when the three tiles are
-read together (live at once in every order), or when a fence (a barrier) lies between the load and its use; the order keeps every
-dependency (checked on random records)."""
+read together (live at once in every order), or when a fence (a barrier) lies between the load and its use; the
+order keeps every dependency (checked on random records)."""
 
 import random
 

@@ -196,7 +196,8 @@ def encode(core):
         rows=rows, part0=part0, nbytes=nbytes, dge_m=dge_m, dge_q=dge_q, dge_c=dge_c,
         ptr=ptr, nw=np.array(c["nw"], np.int64), op_b=op_b.astype(np.int64), op_lo=np.array(c["lo"], np.int64),
         op_hi=np.array(c["hi"], np.int64),
-        op_v=op_v, op_k=op_k, k_lo=k_lo, k_hi=k_hi, k_v=k_v, v_pitch=v_pitch, v_c0=v_c0, v_c1=v_c1, v_size=v_size, b_mem=b_mem, b_size=b_size,
+        op_v=op_v, op_k=op_k, k_lo=k_lo, k_hi=k_hi, k_v=k_v,
+        v_pitch=v_pitch, v_c0=v_c0, v_c1=v_c1, v_size=v_size, b_mem=b_mem, b_size=b_size,
     )
     bar = np.full(n, -1, np.int64)           # core_barrier rows: how many cores they name
     bar_parts = {}
@@ -287,8 +288,8 @@ class CoreRun:
         new = k.new_state.py_func if py and hasattr(k.new_state, "py_func") else k.new_state
         self.state = new(arrs["eng"], arrs["dma_code"], arrs["rows"], arrs["part0"], arrs["ptr"], arrs["nw"],
                          arrs["op_b"], arrs["op_k"], arrs["k_lo"], arrs["k_hi"], arrs["k_v"], arrs["v_pitch"],
-                         arrs["v_c0"],
-                         arrs["v_c1"], arrs["v_size"], arrs["b_mem"], nq, int(tg.dma_partitions_per_engine),
+                         arrs["v_c0"], arrs["v_c1"], arrs["v_size"], arrs["b_mem"], nq,
+                         int(tg.dma_partitions_per_engine),
                          arrs["dge_m"], arrs["dge_q"], QUEUE_KEYS, arrs["bar"], int(tg.sbuf_partition_bytes),
                          int(tg.psum_partition_bytes), int(tg.sbuf_partitions), int(tg.psum_partitions))
 
