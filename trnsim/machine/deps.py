@@ -193,7 +193,18 @@ def alias_groups(placed):
     of every explicitly placed tile of one core.  Tiles sharing no byte with another are left out (their accesses
     keep their own buffer's key).  ``byte_mode`` is False when the whole group has one geometry at one address
     (accesses keep their element numbering), True when accesses are written in bytes of the group."""
-    parent = list(range(len(placed)))
+    # the distinct rectangles (kind, first partition, partitions, address, bytes): thousands of tiles placed at a
+    # few addresses (a loop's tiles at rotating addresses) are a few rectangles, each a group of its tiles already
+    rect_of: dict = {}
+    rects = []
+    for i, t in enumerate(placed):
+        rk = t[1:6]
+        r = rect_of.get(rk)
+        if r is None:
+            r = rect_of[rk] = len(rects)
+            rects.append([rk, []])
+        rects[r][1].append(i)
+    parent = list(range(len(rects)))
 
     def root(i):
         while parent[i] != i:
@@ -201,24 +212,24 @@ def alias_groups(placed):
             i = parent[i]
         return i
     by_kind: dict = {}
-    for i, t in enumerate(placed):
-        by_kind.setdefault(t[1], []).append(i)
+    for r, (rk, _) in enumerate(rects):
+        by_kind.setdefault(rk[0], []).append(r)
     for idx in by_kind.values():
-        idx.sort(key=lambda i: placed[i][4])
-        active = []                        # (byte end, index) of the tiles whose bytes reach the sweep point
-        for i in idx:
-            _, _, p0, np0, a0, s0, _ = placed[i]
+        idx.sort(key=lambda r: rects[r][0][3])
+        active = []                        # (byte end, rectangle) of the rectangles whose bytes reach the sweep point
+        for r in idx:
+            _, p0, np0, a0, s0 = rects[r][0]
             active = [x for x in active if x[0] > a0]
-            for _, j in active:
-                p1, np1 = placed[j][2], placed[j][3]
+            for _, q in active:
+                p1, np1 = rects[q][0][1], rects[q][0][2]
                 if p0 < p1 + np1 and p1 < p0 + np0:
-                    ri, rj = root(i), root(j)
-                    if ri != rj:
-                        parent[ri] = rj
-            active.append((a0 + s0, i))
+                    ri, rq = root(r), root(q)
+                    if ri != rq:
+                        parent[ri] = rq
+            active.append((a0 + s0, r))
     members: dict = {}
-    for i in range(len(placed)):
-        members.setdefault(root(i), []).append(i)
+    for r, (_, tiles) in enumerate(rects):
+        members.setdefault(root(r), []).extend(tiles)
     out = {}
     g = 0
     for mem in members.values():

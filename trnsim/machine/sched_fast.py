@@ -246,10 +246,14 @@ def _dep_keys(core, ba, ub, op_b, lo, hi, views, op_v, vmap):
     k_lo = np.array(lo, np.int64)
     k_hi = np.array(hi, np.int64)
     k_v = op_v.copy()
-    for j in sel.tolist():
-        g, byte_mode, tile, grp = groups[int(ba[j])]
-        op_k[j] = nb + g
-        if byte_mode:
+    gv = [groups[b] for b in gb.tolist()]
+    gid = np.fromiter((x[0] for x in gv), np.int64, len(gv))
+    order = np.argsort(gb)
+    op_k[sel] = nb + gid[order[np.searchsorted(gb[order], ba[sel])]]
+    byte_bids = {b for b, x in zip(gb.tolist(), gv) if x[1]}
+    if byte_bids:
+        for j in sel[np.isin(ba[sel], np.fromiter(byte_bids, np.int64, len(byte_bids)))].tolist():
+            _, _, tile, grp = groups[int(ba[j])]
             a, b, v = byte_operand(int(k_lo[j]), int(k_hi[j]), views[j], tile, grp)
             k_lo[j] = a
             k_hi[j] = b
