@@ -1,8 +1,8 @@
 """``nl.ndarray(..., address=(partition, byte))``: a tile placed at an explicit SBUF/PSUM address holds those bytes,
 shared with every tile placed there (trnsim/memory/space.py): aliasing reads and writes, a new PSUM accumulation
 group per tile, refusals naming the limit and the kernel's line, one storage for thousands of placed tiles, the
-capacity model's live ranges per tile at the placement; and (expected to fail until the scheduler keys dependencies
-on placed bytes) the scheduler ordering accesses through two tiles at one address."""
+capacity model's live ranges per tile at the placement; and the scheduler ordering accesses through two tiles at one
+address (more in tests/machine/test_alias_deps.py)."""
 
 import numpy as np
 import pytest
@@ -158,11 +158,7 @@ def _write_then_read(x, same):
     return out
 
 
-@pytest.mark.parametrize("same", [
-    pytest.param(True, marks=pytest.mark.xfail(strict=True, reason=(
-        "machine/deps.py tracks accesses per buffer id and each placed tile is a buffer of its own: the scheduler "
-        "does not yet key placed tiles on their bytes (PlacedStorage.id and Buffer.placement give them)"))),
-    False])
+@pytest.mark.parametrize("same", [True, False])
 def test_scheduler_orders_a_read_through_another_tile_at_the_same_address(same):
     x = np.zeros((128, 512), np.float32)
     tl = schedule(run_kernel(_write_then_read, (x, same), {}, (1,), "trn2", execute=False).cores)

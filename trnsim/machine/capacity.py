@@ -12,7 +12,10 @@ core records instructions. When the kernel has run, :meth:`Occupancy.check` swee
 If some point needs more bytes per partition than the memory holds, it builds the reordering of ``reorder.py`` (each
 instruction that is a tile's only read after its last write moved up to right after what it depends on, never across a
 fence: a runtime loop, a register read at runtime, a barrier, a collective) and sweeps again, and if that overflows,
-once more with every read of a tile after its last write moved: neuronx-cc's default flow schedules instructions
+once more with every read of a tile after its last write moved, and once more with each load (an instruction that
+fills tiles from off-chip memory) moved down to right before its first use: neuronx-cc's default
+flow ("By default, neuronx-cc makes both decisions [where each tensor goes, the order in which the engines run the
+instructions] after NKI traces the kernel", Deep dive: NKI compile configuration, Overview) schedules instructions
 before it allocates (Allocation.COLORING), so the kernel is refused with :class:`CapacityError` only if those orders
 overflow too, naming the line, the live set there (in the first reordering) and the limit. (With
 ``CompileConfig(allocation=Allocation.LINEAR)`` NKI allocates in program order, but falls back to the default flow
@@ -34,7 +37,7 @@ import numpy as np
 
 from ..isa.errors import NkiValidationError
 from ..memory import PSUM, SBUF
-from .reorder import block_range, reordered_positions
+from .reorder import block_range, reordered_positions, sunk_positions
 
 __all__ = ["Occupancy", "CapacityError", "modulo_placement"]
 
@@ -205,8 +208,13 @@ class Occupancy:
             if ops is None or len(ops) != self.seq:
                 self._refuse(*fail, self.ranges, None)       # nothing to reorder from: program order decides
             first = None
-            for every in (False, True):     # a tile's only read moved; failing that, every read after its last write
-                pos, tkeys, moved, blocked = reordered_positions(ops, self.tiles, self.blocks, self.fences, every)
+            # a tile's only read moved; failing that, every read after its last write; failing that, loads sunk
+            for every in (False, True, "sink"):
+                if every == "sink":
+                    pos, tkeys, moved, blocked = sunk_positions(ops, self.tiles, self.blocks, self.fences)
+                else:
+                    pos, tkeys, moved, blocked = reordered_positions(ops, self.tiles, self.blocks, self.fences,
+                                                                     every)
                 ranges, lastins = _ranges_in(pos, tkeys, ops)
                 re = {}
                 fail2 = None
@@ -215,7 +223,7 @@ class Occupancy:
                     re[kind] = peak
                     if f is not None and fail2 is None:
                         fail2 = (kind, cap) + f
-                self.report.update(reordered=re, moved=moved, every_read=every)
+                self.report.update(reordered=re, moved=moved, every_read=every is True, sunk=every == "sink")
                 if fail2 is None:
                     break
                 if first is None:
@@ -280,7 +288,8 @@ class Occupancy:
                     "that neuronx-cc's default flow (which schedules instructions before it allocates) may choose: "
                     "program order with each instruction that is a tile's only read after its last write "
                     "moved up to right after the instructions it depends on (same-buffer reads and writes that may "
-                    "overlap; trnsim also tried moving every read of a tile after its last write, which overflows "
+                    "overlap; trnsim also tried moving every read of a tile after its last write, and moving each "
+                    "load of a tile from off-chip memory down to right before its first use, which overflow "
                     "too), never across a runtime loop (nl.dynamic_range), a register read at runtime, a "
                     "barrier or a collective, and never for instructions on explicitly placed tiles (in program "
                     f"order {pk.upper()} already overflows at {_where(self.ranges[pkey][2])}, {plive} bytes per "

@@ -9,6 +9,18 @@ Two accesses overlap when their element extents ``[lo, hi)`` overlap and, for tw
 pitch (a column block of a row-major matrix, or a free-dimension slice of an on-chip tile, whose extents overlap
 while their elements do not), when their column ranges within the pitch overlap.  Anything else that overlaps in
 extent is taken as a conflict: conservative, never missing a true dependency.
+
+Tiles placed at explicit addresses (``nl.ndarray(..., address=...)``) are memory, not names: an access through one
+tile conflicts with an access through another on the same bytes (a write through ``a`` is read through ``b``; a new
+tile at a PSUM bank waits for the reads of the last one there).  :func:`alias_groups` finds the placed tiles of a
+core whose byte ranges overlap and gives each group one dependency key (the scheduler tracks accesses per key, while
+the SBUF/PSUM capacity gate keeps one entry per tile: ``sched_fast.encode``).  When every tile of a group has the
+same geometry at the same address (first partition, byte address, bytes per partition, element size) their element
+numbering is the same and accesses keep it; otherwise (a partial overlap, or the same bytes read as another shape or
+dtype, which ``address=`` allows: the nki.language.ndarray reference and the NKI 0.2 migration guide put no rule on
+what may share an address) each access is written in bytes of the group (:func:`byte_operand`), exact for views
+whose free dimensions stay within a partition and otherwise the byte extent (conservative).  Tile blocks placed by
+``mod_alloc`` keep their buffer's key (not modelled).
 """
 
 from __future__ import annotations
@@ -16,7 +28,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from math import prod
 
-__all__ = ["AccessTracker", "overlaps"]
+__all__ = ["AccessTracker", "overlaps", "alias_groups", "byte_operand"]
 
 _GEO: dict = {}
 
@@ -172,3 +184,94 @@ class AccessTracker:
             ents.append((lo, hi, view, idx, engine))
         if hi - lo > self.rmax:
             self.rmax = hi - lo
+
+
+def alias_groups(placed):
+    """The placed tiles that share bytes with another, as ``{buffer id: (group, byte_mode, (partition0, address,
+    elements per partition, element bytes), (group's first partition, first byte, bytes per partition row))}``.
+    ``placed``: ``(buffer id, kind, first partition, partitions, byte address, bytes per partition, element bytes)``
+    of every explicitly placed tile of one core.  Tiles sharing no byte with another are left out (their accesses
+    keep their own buffer's key).  ``byte_mode`` is False when the whole group has one geometry at one address
+    (accesses keep their element numbering), True when accesses are written in bytes of the group."""
+    # the distinct rectangles (kind, first partition, partitions, address, bytes): thousands of tiles placed at a
+    # few addresses (a loop's tiles at rotating addresses) are a few rectangles, each a group of its tiles already
+    rect_of: dict = {}
+    rects = []
+    for i, t in enumerate(placed):
+        rk = t[1:6]
+        r = rect_of.get(rk)
+        if r is None:
+            r = rect_of[rk] = len(rects)
+            rects.append([rk, []])
+        rects[r][1].append(i)
+    parent = list(range(len(rects)))
+
+    def root(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+    by_kind: dict = {}
+    for r, (rk, _) in enumerate(rects):
+        by_kind.setdefault(rk[0], []).append(r)
+    for idx in by_kind.values():
+        idx.sort(key=lambda r: rects[r][0][3])
+        active = []                        # (byte end, rectangle) of the rectangles whose bytes reach the sweep point
+        for r in idx:
+            _, p0, np0, a0, s0 = rects[r][0]
+            active = [x for x in active if x[0] > a0]
+            for _, q in active:
+                p1, np1 = rects[q][0][1], rects[q][0][2]
+                if p0 < p1 + np1 and p1 < p0 + np0:
+                    ri, rq = root(r), root(q)
+                    if ri != rq:
+                        parent[ri] = rq
+            active.append((a0 + s0, r))
+    members: dict = {}
+    for r, (_, tiles) in enumerate(rects):
+        members.setdefault(root(r), []).extend(tiles)
+    out = {}
+    g = 0
+    for mem in members.values():
+        if len(mem) < 2:
+            continue
+        geo = {(placed[i][2], placed[i][4], placed[i][5], placed[i][6]) for i in mem}
+        byte_mode = len(geo) > 1
+        pmin = min(placed[i][2] for i in mem)
+        amin = min(placed[i][4] for i in mem)
+        span = max(placed[i][4] + placed[i][5] for i in mem) - amin
+        for i in mem:
+            bid, _, p0, _, a0, s0, isz = placed[i]
+            out[bid] = (g, byte_mode, (p0, a0, s0 // isz, isz), (pmin, amin, span))
+        g += 1
+    return out
+
+
+def byte_operand(lo, hi, view, tile, group):
+    """``(lo, hi, view)`` of an access ``[lo, hi)`` with access pattern ``view`` (element units) of a placed tile
+    ``tile = (partition0, address, elements per partition, element bytes)``, in bytes of its alias group
+    ``group = (first partition, first byte, row)``: byte ``(partition - first partition) * row + (address - first
+    byte)``.  The pattern gains a last dimension of the element's bytes; it keeps its row structure when its free
+    dimensions stay within one partition, else it is the dense byte extent (conservative: ``overlaps``)."""
+    p0, a0, pf, isz = tile
+    pmin, amin, row = group
+    base = (p0 - pmin) * row + (a0 - amin)
+
+    def at(e):
+        q, r = divmod(e, pf)
+        return base + q * row + r * isz
+    blo = at(lo)
+    bhi = at(hi - 1) + isz if hi > lo else blo
+    off, shape, strides = view
+    if shape and all(s > 0 for s in shape):
+        r = off % pf
+        if all(st >= 0 for st in strides):
+            w = 1 + sum((s - 1) * st for s, st in zip(shape, strides))
+            if r + w <= pf:              # every element on one partition
+                return blo, bhi, (at(off), tuple(shape) + (isz,), tuple(st * isz for st in strides) + (1,))
+            st0 = strides[0]
+            w = 1 + sum((s - 1) * st for s, st in zip(shape[1:], strides[1:]))
+            if (shape[0] == 1 or st0 % pf == 0) and r + w <= pf:
+                return blo, bhi, (at(off), tuple(shape) + (isz,),
+                                  ((st0 // pf) * row,) + tuple(st * isz for st in strides[1:]) + (1,))
+    return blo, bhi, (blo, (bhi - blo,), (1,))

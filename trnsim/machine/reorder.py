@@ -14,6 +14,11 @@ Nothing moves across a fence (:meth:`Occupancy.fence`): a runtime loop's iterati
 runtime, a barrier between cores, a collective.  Instructions touching an explicitly placed tile (``address=``,
 ``mod_alloc``) keep their place: the placement was made for program order.
 
+A third order sinks loads instead (:func:`sunk_positions`): each instruction that only fills on-chip tiles from
+off-chip memory (a DMA load) is moved down to right before the first later instruction that
+may conflict with it, so a tile loaded early in program order (an expert's weights loaded before the matmuls of
+the ones loaded with it) holds its bytes only from just before its first use.
+
 Each instruction gets a sort key: ``(i,)`` for one kept in place, ``key(d) + (i,)`` for one moved right after ``d``
 (its dependency with the largest key), or ``(f - 0.5, i)`` when its dependencies all precede the fence at ``f``.
 Sorting by key gives the new order; the roots of moved keys are kept instructions or fences, so the order is built
@@ -24,7 +29,7 @@ from __future__ import annotations
 
 from .deps import _dense, _geo, overlaps
 
-__all__ = ["block_range", "reordered_positions"]
+__all__ = ["block_range", "reordered_positions", "sunk_positions"]
 
 _SCAN = 4096        # prior accesses of one buffer looked at for one operand of a moved instruction; past it the
                     # instruction keeps its place (a bound on the check's time, erring towards refusing)
@@ -184,3 +189,83 @@ def reordered_positions(ops, tiles, blocks, fences, every_read=False):
                     pos[j] = p
                     p += 1
     return pos, tkeys, moved, blocked
+
+
+def sunk_positions(ops, tiles, blocks, fences):
+    """The order of ``ops`` with loads sunk (module docstring), as :func:`reordered_positions` returns it.  A
+    candidate writes only on-chip tiles placed by the compiler and reads only off-chip memory (a DMA load; a memset,
+    which reads nothing, keeps its place); it moves to just before
+    the later instruction with the smallest sort key among those that may conflict with it (conservatively: any
+    later access of a buffer it writes, any later write of a buffer it reads) and the next fence, in a pass in
+    reverse program order (so a candidate sinks below the ones sunk after it only as far as they allow)."""
+    n = len(ops)
+
+    def keys_of(op):
+        bid = op[0]
+        b = blocks.get(bid)
+        if b is None:
+            k = (bid, -1)
+            return (k,) if k in tiles else ()
+        return tuple(k for k in ((bid, j) for j in block_range(b[0], b[1], op[1], op[2], op[3])) if k in tiles)
+
+    tkeys = [()] * n
+    cand = [False] * n
+    for i in range(n):
+        w, r, _ = ops[i]
+        ks = []
+        ok = bool(w) and bool(r)
+        for op in w:
+            kk = keys_of(op)
+            if not kk or any(tiles[k][3] is not None for k in kk):
+                ok = False
+            ks.extend(kk)
+        for op in r:
+            kk = keys_of(op)
+            if kk:
+                ok = False
+            ks.extend(kk)
+        if ks:
+            tkeys[i] = tuple(ks)
+        cand[i] = ok
+    fl = [f[0] for f in fences]
+    key = [None] * n
+    first_acc: dict = {}      # buf id -> the smallest sort key among the later accesses
+    first_w: dict = {}        # buf id -> the smallest sort key among the later writes
+    moved = 0
+    fi = len(fl)              # index of the first fence after the instruction (reverse pass)
+    for i in range(n - 1, -1, -1):
+        while fi > 0 and fl[fi - 1] > i:
+            fi -= 1
+        w, r, _ = ops[i]
+        k = (i,)
+        if cand[i]:
+            lim = (fl[fi],) if fi < len(fl) else (n,)
+            for op in w:
+                x = first_acc.get(op[0])
+                if x is not None and x < lim:
+                    lim = x
+            for op in r:
+                x = first_w.get(op[0])
+                if x is not None and x < lim:
+                    lim = x
+            if lim[0] > i + 1:
+                k = lim[:-1] + (lim[-1] - 0.5, i)
+                moved += 1
+        key[i] = k
+        for op in w:
+            b = op[0]
+            x = first_acc.get(b)
+            if x is None or k < x:
+                first_acc[b] = k
+            x = first_w.get(b)
+            if x is None or k < x:
+                first_w[b] = k
+        for op in r:
+            b = op[0]
+            x = first_acc.get(b)
+            if x is None or k < x:
+                first_acc[b] = k
+    pos = [0] * n
+    for p, i in enumerate(sorted(range(n), key=key.__getitem__)):
+        pos[i] = p
+    return pos, tkeys, moved, {}

@@ -16,7 +16,8 @@ import numpy as np
 
 from .. import config
 from ..isa.dma_dge import QUEUE_KEYS
-from .deps import _geo
+from .capacity import _placed_keys
+from .deps import _geo, alias_groups, byte_operand
 
 __all__ = ["fast_available", "mode", "compiled", "encode", "CoreRun", "FAST_MIN"]
 
@@ -138,6 +139,8 @@ def encode(core):
     vmap = {}
     cls = np.fromiter([vmap.setdefault(views[i], len(vmap)) for i in first], np.int64, len(first))
     op_v = cls[inv]
+    # dependencies are tracked per key: a buffer's id, or the alias group of placed tiles sharing bytes (deps.py)
+    op_k, k_lo, k_hi, k_v = _dep_keys(core, ba, ub, op_b, c["lo"], c["hi"], views, op_v, vmap)
     uviews = list(vmap)
     nv = len(uviews)
     v_pitch = np.full(nv, -1, np.int64)
@@ -193,7 +196,8 @@ def encode(core):
         rows=rows, part0=part0, nbytes=nbytes, dge_m=dge_m, dge_q=dge_q, dge_c=dge_c,
         ptr=ptr, nw=np.array(c["nw"], np.int64), op_b=op_b.astype(np.int64), op_lo=np.array(c["lo"], np.int64),
         op_hi=np.array(c["hi"], np.int64),
-        op_v=op_v, v_pitch=v_pitch, v_c0=v_c0, v_c1=v_c1, v_size=v_size, b_mem=b_mem, b_size=b_size,
+        op_v=op_v, op_k=op_k, k_lo=k_lo, k_hi=k_hi, k_v=k_v,
+        v_pitch=v_pitch, v_c0=v_c0, v_c1=v_c1, v_size=v_size, b_mem=b_mem, b_size=b_size,
     )
     bar = np.full(n, -1, np.int64)           # core_barrier rows: how many cores they name
     bar_parts = {}
@@ -202,9 +206,59 @@ def encode(core):
         bar_parts[i] = tuple(parts)
     arrs["bar"] = bar
     arrs["bar_parts"] = bar_parts
+    for f, base in (("op_k", "op_b"), ("k_lo", "op_lo"), ("k_hi", "op_hi"), ("k_v", "op_v")):
+        if arrs[f] is None:            # no alias group: the buffer's own columns
+            arrs[f] = arrs[base]
     rec_cols = dict(engine=list(eng_s), id=list(range(n)) if c["id"] is None else c["id"], opcode=list(c["opcode"]), flops=list(c["flops"]),
                     nbytes=nbytes.tolist(), loc=list(c["loc"]))
     return arrs, emap, rec_cols
+
+
+def _dep_keys(core, ba, ub, op_b, lo, hi, views, op_v, vmap):
+    """``(op_k, k_lo, k_hi, k_v)``: each operand's dependency key, extent and pattern number where the core has
+    placed tiles sharing bytes (``deps.alias_groups``: keys after the buffers' numbers, ``len(ub) + group``; new
+    byte patterns join ``vmap``), else four None (the buffer columns serve)."""
+    occ = getattr(core, "occupancy", None)
+    if occ is None:
+        return None, None, None, None
+    if any(seg.placed for seg in occ.bulk):
+        occ.materialize()
+    binfo = core.buffers
+    tiles = occ.tiles
+    placed = []
+    for key in _placed_keys(tiles):         # (C loops over the tiles: most kernels place none)
+        bid, blk = key
+        if blk < 0 and bid in binfo:
+            t = tiles[key]
+            p = t[3]
+            placed.append((bid, t[0], p[0], p[1], p[2], p[3], binfo[bid][3]))
+    if len(placed) < 2:
+        return None, None, None, None
+    groups = alias_groups(placed)
+    if not groups:
+        return None, None, None, None
+    gb = np.fromiter(groups.keys(), np.int64, len(groups))
+    sel = np.flatnonzero(np.isin(ba, gb))
+    if len(sel) == 0:
+        return None, None, None, None
+    nb = len(ub)
+    op_k = op_b.copy()
+    k_lo = np.array(lo, np.int64)
+    k_hi = np.array(hi, np.int64)
+    k_v = op_v.copy()
+    gv = [groups[b] for b in gb.tolist()]
+    gid = np.fromiter((x[0] for x in gv), np.int64, len(gv))
+    order = np.argsort(gb)
+    op_k[sel] = nb + gid[order[np.searchsorted(gb[order], ba[sel])]]
+    byte_bids = {b for b, x in zip(gb.tolist(), gv) if x[1]}
+    if byte_bids:
+        for j in sel[np.isin(ba[sel], np.fromiter(byte_bids, np.int64, len(byte_bids)))].tolist():
+            _, _, tile, grp = groups[int(ba[j])]
+            a, b, v = byte_operand(int(k_lo[j]), int(k_hi[j]), views[j], tile, grp)
+            k_lo[j] = a
+            k_hi[j] = b
+            k_v[j] = vmap.setdefault(v, len(vmap))
+    return op_k, k_lo, k_hi, k_v
 
 
 class CoreRun:
@@ -237,8 +291,9 @@ class CoreRun:
             arrs["bar"], self.bar_t, bool(rr))
         new = k.new_state.py_func if py and hasattr(k.new_state, "py_func") else k.new_state
         self.state = new(arrs["eng"], arrs["dma_code"], arrs["rows"], arrs["part0"], arrs["ptr"], arrs["nw"],
-                         arrs["op_b"], arrs["op_lo"], arrs["op_hi"], arrs["op_v"], arrs["v_pitch"], arrs["v_c0"],
-                         arrs["v_c1"], arrs["v_size"], arrs["b_mem"], nq, int(tg.dma_partitions_per_engine),
+                         arrs["op_b"], arrs["op_k"], arrs["k_lo"], arrs["k_hi"], arrs["k_v"], arrs["v_pitch"],
+                         arrs["v_c0"], arrs["v_c1"], arrs["v_size"], arrs["b_mem"], nq,
+                         int(tg.dma_partitions_per_engine),
                          arrs["dge_m"], arrs["dge_q"], QUEUE_KEYS, arrs["bar"], int(tg.sbuf_partition_bytes),
                          int(tg.psum_partition_bytes), int(tg.sbuf_partitions), int(tg.psum_partitions))
 

@@ -40,8 +40,8 @@ def scan_room(w0, r1, op_b, wcnt, rcnt):
 
 
 @njit(cache=True, inline="always")
-def dep_scan(idx, e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, b_mem, seen, wtr, rtr, op_i,
-             eng, deps, found, newb, pr_row, pr_end, npr):
+def dep_scan(idx, e, w0, w1, r0, r1, op_b, op_k, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, b_mem, seen, wtr, rtr,
+             op_i, eng, deps, found, newb, pr_row, pr_end, npr):
     """Row ``idx``'s dependencies (``deps.AccessTracker``'s rules): appends to ``pr_row``/``pr_end`` from ``npr``
     on the rows it waits for, in the order found (its reads' writers, then its writes' writers and readers), each
     with whether it waits for that row's end (a later write on the same engine) rather than its result; records
@@ -50,7 +50,8 @@ def dep_scan(idx, e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_
     handing arrays back through a tuple costs reference counting on every row.  Returns ``(npr, entries of the
     first read operand, deps count, new buffers)``.  ``wtr``/``rtr`` are the write and read trackers as ``(pool,
     off, cnt, max)`` (a tuple: a call with more than 30 arguments compiles to a star-args call, which numba's
-    inliner refuses)."""
+    inliner refuses).  The trackers are per dependency key ``op_k`` (a buffer, or an alias group of placed tiles:
+    ``deps.alias_groups``); new buffers are by ``op_b``, whose first access may find the key's earlier accesses."""
     wpool, woff, wcnt, wmax = wtr
     rpool, roff, rcnt, rmax = rtr
     nd = 0
@@ -64,7 +65,8 @@ def dep_scan(idx, e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_
             if b_mem[b] != 0:
                 newb[nnew] = b
                 nnew += 1
-        elif wcnt[b] > 0:
+        b = op_k[j]
+        if wcnt[b] > 0:
             c = wcnt[b]
             nf = _scan(wpool, woff[b], c, wmax[b], j, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, found, 0)
             for k in range(nf):
@@ -89,7 +91,7 @@ def dep_scan(idx, e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_
             if b_mem[b] != 0:
                 newb[nnew] = b
                 nnew += 1
-            continue
+        b = op_k[j]
         cw = wcnt[b]
         cr = rcnt[b]
         if cw == 0 and cr == 0:

@@ -44,10 +44,13 @@ __all__ = ["new_state"]
 
 
 @njit(cache=True)
-def new_state(eng, dma_code, rows, part0, ptr, nw, op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, v_size, b_mem,
-              nq, ppe, dge_m, dge_q, nqk, bar, cap_sbuf, cap_psum, parts_sbuf, parts_psum):
+def new_state(eng, dma_code, rows, part0, ptr, nw, op_b, op_k, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, v_size,
+              b_mem, nq, ppe, dge_m, dge_q, nqk, bar, cap_sbuf, cap_psum, parts_sbuf, parts_psum):
     """The loop's state before its first step for a record of ``len(eng)`` instructions (the arrays of
-    ``sched_fast.encode``) on ``nq`` DMA engines of ``ppe`` partitions each and ``nqk`` queue keys."""
+    ``sched_fast.encode``) on ``nq`` DMA engines of ``ppe`` partitions each and ``nqk`` queue keys.  Dependencies
+    are tracked per operand key ``op_k`` with extents ``op_lo``/``op_hi`` and patterns ``op_v`` (the buffer, or
+    the alias group of placed tiles sharing bytes: ``deps.alias_groups``); ``op_b`` (the buffer) drives the
+    capacity gate."""
     n = eng.shape[0]
     nb = b_mem.shape[0]
     ne = dma_code
@@ -103,16 +106,20 @@ def new_state(eng, dma_code, rows, part0, ptr, nw, op_b, op_lo, op_hi, op_v, v_p
 
     # -- program order: dependencies, new buffers, access trackers -----------------------------------------
     seen = np.zeros(nb, np.bool_)
-    wpool = np.empty(max(16, 4 * nb), np.int64)
-    rpool = np.empty(max(16, 4 * nb), np.int64)
-    woff = np.zeros(nb, np.int64)
-    wcnt = np.zeros(nb, np.int64)
-    wcap = np.zeros(nb, np.int64)
-    wmax = np.zeros(nb, np.int64)
-    roff = np.zeros(nb, np.int64)
-    rcnt = np.zeros(nb, np.int64)
-    rcap = np.zeros(nb, np.int64)
-    rmax = np.zeros(nb, np.int64)
+    nk = nb                                  # tracker keys: the buffers, then the alias groups
+    for j in range(nop):
+        if op_k[j] >= nk:
+            nk = op_k[j] + 1
+    wpool = np.empty(max(16, 4 * nk), np.int64)
+    rpool = np.empty(max(16, 4 * nk), np.int64)
+    woff = np.zeros(nk, np.int64)
+    wcnt = np.zeros(nk, np.int64)
+    wcap = np.zeros(nk, np.int64)
+    wmax = np.zeros(nk, np.int64)
+    roff = np.zeros(nk, np.int64)
+    rcnt = np.zeros(nk, np.int64)
+    rcap = np.zeros(nk, np.int64)
+    rmax = np.zeros(nk, np.int64)
     wused = 0
     rused = 0
     found = np.empty(64, np.int64)
@@ -134,7 +141,7 @@ def new_state(eng, dma_code, rows, part0, ptr, nw, op_b, op_lo, op_hi, op_v, v_p
         r0 = w1
         r1 = ptr[idx + 1]
         nops = r1 - r0 + w1 - w0
-        mx, tot = scan_room(w0, r1, op_b, wcnt, rcnt)
+        mx, tot = scan_room(w0, r1, op_k, wcnt, rcnt)
         if found.size < mx:
             found = np.empty(2 * mx, np.int64)
         if newb.size < nops:
@@ -144,7 +151,7 @@ def new_state(eng, dma_code, rows, part0, ptr, nw, op_b, op_lo, op_hi, op_v, v_p
         if npr + tot > pr_end.shape[0]:
             pr_end = _grow1(pr_end, npr + tot)
         npr, nfirst, nd, nnew = dep_scan(
-            idx, e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, b_mem, seen,
+            idx, e, w0, w1, r0, r1, op_b, op_k, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, b_mem, seen,
             wtr, rtr, op_i, eng, deps, found, newb, pr_row, pr_end, npr)
         pr_first[idx] = nfirst
         ndeps[idx] = nd
@@ -156,7 +163,7 @@ def new_state(eng, dma_code, rows, part0, ptr, nw, op_b, op_lo, op_hi, op_v, v_p
         for j in range(w0, r1):
             if b_mem[op_b[j]] != 0:
                 bacc[op_b[j]] += 1
-        wpool, wused, rpool, rused = track(e, w0, w1, r0, r1, op_b, op_lo, op_hi, op_v, v_size, eng, op_i, wpool,
+        wpool, wused, rpool, rused = track(e, w0, w1, r0, r1, op_k, op_lo, op_hi, op_v, v_size, eng, op_i, wpool,
                                            wused, woff, wcnt, wcap, wmax, rpool, rused, roff, rcnt, rcap, rmax)
         if wpool.shape[0] != wtr[0].shape[0]:
             wtr = (wpool, woff, wcnt, wmax)

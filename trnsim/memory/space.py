@@ -22,10 +22,10 @@ counts at the placement and refuses when it overlaps another placement's on the 
 which elements it wrote (a new tile at a used PSUM address starts a new accumulation group, as a new tensor does;
 a strict-mode read of a PSUM tile checks that tile's writes; SBUF tiles share the record with their storage).  A
 tile placed over part of an earlier placement with another geometry gets new storage, and the earlier storage takes
-no more tiles (bytes are not reinterpreted between geometries: trnsim's simplification).  Not modelled: the
-scheduler's dependencies are by buffer (``machine/deps.py``), so an access through one tile is not ordered after an
-access through another tile on the same bytes (``PlacedStorage.id`` names the shared bytes for that).  Nor a
-placed tile's start-partition rule (docs/hardware.md "Memory rules"), which instructions check within the tile.
+no more tiles (bytes are not reinterpreted between geometries: trnsim's simplification).  The scheduler orders an
+access through one tile after the accesses through every other tile on the same bytes, whatever their geometry
+(``machine/deps.py`` ``alias_groups``).  Not modelled: a placed tile's start-partition rule (docs/hardware.md
+"Memory rules"), which instructions check within the tile.
 """
 
 from __future__ import annotations
