@@ -1,6 +1,7 @@
-"""neuronx-cc's auto-cast of fp32 matmuls in compiled graphs (issue 30): by default ("--auto-cast matmult
---auto-cast-type bf16") an fp32 product's operands are cast to bf16 by the loading DMAs, multiplied at the bf16
-Tensor Engine rate and accumulated in fp32; ``NEURON_CC_FLAGS="--auto-cast none"`` keeps them fp32.  One rule
+"""neuronx-cc's auto-cast of fp32 matmuls in compiled graphs (issue 30): by default ("--auto-cast none" since
+Neuron 2.27) fp32 products stay fp32; with ``NEURON_CC_FLAGS="--auto-cast matmult"`` (--auto-cast-type bf16 by
+default) an fp32 product's operands are cast to bf16 by the loading DMAs, multiplied at the bf16 Tensor Engine rate
+and accumulated in fp32.  One rule
 (``costs.auto_cast_matmul_cost``) prices the compiled kernels and the estimator's fp32 runs."""
 
 import numpy as np
@@ -23,10 +24,12 @@ def _fresh(tmp_path, monkeypatch):
 
 
 def test_flags_parsed_with_the_documented_default():
-    assert costs.compiler_auto_cast("") == "bfloat16"                          # matmult, bf16
+    assert costs.compiler_auto_cast("") is None                                # none (Neuron >= 2.27)
     assert costs.compiler_auto_cast("--auto-cast none") is None
+    assert costs.compiler_auto_cast("--auto-cast matmult") == "bfloat16"       # --auto-cast-type's default
     assert costs.compiler_auto_cast("-O1 --auto-cast=matmult --auto-cast-type fp16") == "float16"
-    assert costs.compiler_auto_cast("--retry_failed_compilation") == "bfloat16"
+    assert costs.compiler_auto_cast("--retry_failed_compilation") is None
+    assert costs.compiler_auto_cast("--auto-cast matmult --auto-cast none") is None   # the right-most wins
     with pytest.raises(ValueError, match="--auto-cast 'all'.*models none, matmult"):
         costs.compiler_auto_cast("--auto-cast all")
     with pytest.raises(ValueError, match="--auto-cast-type 'tf32'.*models bf16, fp16"):
@@ -41,7 +44,8 @@ def test_auto_cast_kernel_reads_fp32_and_multiplies_at_the_bf16_rate(m, k, n):
     f32 = costs.matmul_cost(tg, m, k, n, "float32")
     b16 = costs.matmul_cost(tg, m, k, n, "bfloat16")
     ac = costs.matmul_cost(tg, m, k, n, "float32", operand_dtype="bfloat16")
-    assert costs.auto_cast_matmul_cost(tg, m, k, n, "float32") == ac
+    assert costs.auto_cast_matmul_cost(tg, m, k, n, "float32") == f32               # the default: none
+    assert costs.auto_cast_matmul_cost(tg, m, k, n, "float32", operand_dtype="bfloat16") == ac
     assert b16[0] < ac[0] < f32[0]
     assert ac[1] == f32[1] == 2.0 * m * k * n
     if m * k * n < 1e8:          # simulated whole (not extrapolated from blocks): the bytes are the kernel's
@@ -74,7 +78,7 @@ def _price(m, k, n, odt):
 
 
 def test_compiled_fp32_matmul_priced_and_computed_as_bf16_operands(graphs, monkeypatch):
-    a, b, out, k, gr = _compiled_mm_kernel(graphs, None, monkeypatch)
+    a, b, out, k, gr = _compiled_mm_kernel(graphs, "--auto-cast matmult", monkeypatch)
     assert k["ns"] == pytest.approx(_price(256, 512, 384, "bfloat16"))
     assert k["ns"] < _price(256, 512, 384, "float32")
     assert gr.plan["operand_casts"] and set(gr.plan["operand_casts"].values()) == {"bfloat16"}
@@ -87,8 +91,9 @@ def test_compiled_fp32_matmul_priced_and_computed_as_bf16_operands(graphs, monke
     assert not torch.allclose(out.double(), exact, rtol=1e-4, atol=1e-4 * scale)
 
 
-def test_auto_cast_none_keeps_fp32(graphs, monkeypatch):
-    a, b, out, k, gr = _compiled_mm_kernel(graphs, "--auto-cast none", monkeypatch)
+@pytest.mark.parametrize("flags", [None, "--auto-cast none"])
+def test_auto_cast_none_keeps_fp32(graphs, monkeypatch, flags):
+    a, b, out, k, gr = _compiled_mm_kernel(graphs, flags, monkeypatch)
     assert k["ns"] == pytest.approx(_price(256, 512, 384, "float32"))
     assert gr.plan["operand_casts"] == {}
     exact = a.double() @ b.double()

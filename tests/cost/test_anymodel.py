@@ -204,20 +204,22 @@ def mc_target_trn1():
 
 @needs_transformers
 def test_fp32_matmuls_are_priced_as_the_compilers_bf16_autocast():
-    """precision fp32: the run's fp32 matmuls cost the matmul kernel with fp32 operands in HBM cast to bf16 by the
-    loading DMAs (neuronx-cc's default auto-cast of FP32 matmuls), between the bf16 kernel (half the bytes read)
-    and the fp32 kernel (4x the Tensor Engine passes); with --auto-cast none the fp32 kernel."""
+    """precision fp32: under neuronx-cc's default (--auto-cast none since Neuron 2.27) the run's fp32 matmuls cost
+    the fp32 kernel; with --auto-cast matmult the matmul kernel with fp32 operands in HBM cast to bf16 by the
+    loading DMAs, between the bf16 kernel (half the bytes read) and the fp32 kernel (4x the Tensor Engine passes)."""
     from trnsim import config
     from trnsim.backend import costs
     from trnsim.cost.step import fp32_matmul_ns
     tg = mc_target_trn1()
-    mm, cast = fp32_matmul_ns(tg, 512, 1024, 1024)
+    with config.override(neuron_cc_flags=""):
+        mm, cast = fp32_matmul_ns(tg, 512, 1024, 1024)
     assert cast == 0.0
+    assert mm == costs.matmul_cost(tg, 512, 1024, 1024, "float32")[0]
+    with config.override(neuron_cc_flags="--auto-cast matmult"):
+        mm = fp32_matmul_ns(tg, 512, 1024, 1024)[0]
     assert mm == costs.matmul_cost(tg, 512, 1024, 1024, "float32", operand_dtype="bfloat16")[0]
     assert costs.matmul_cost(tg, 512, 1024, 1024, "bfloat16")[0] < mm < \
         costs.matmul_cost(tg, 512, 1024, 1024, "float32")[0]
-    with config.override(neuron_cc_flags="--auto-cast none"):
-        assert fp32_matmul_ns(tg, 512, 1024, 1024)[0] == costs.matmul_cost(tg, 512, 1024, 1024, "float32")[0]
     cfg = tiny_bert()
     fp32 = A.model_cost(A.load_any(cfg), micro_batch=2, seq=64, target="trn1", precision="fp32")
     assert fp32.total.flops > 0 and fp32.total.tensor_ns > 0

@@ -22,8 +22,9 @@ Precision (``precision``):
 * ``"bf16"``: parameters, activations and gradients bf16; fp32 master weights and two moments in the optimizer;
 * ``"autocast"`` (Neuron's "Autocast BF16", torch.autocast): fp32 parameters and gradients, the matmul family in
   bf16 (the device's autocast policy), fp32 moments; stochastic rounding is a hardware rounding mode, no cost;
-* ``"fp32"``: fp32 throughout, the matmuls priced as neuronx-cc's auto-cast runs them (by default bf16 operands
-  cast by the loading DMAs, fp32 accumulation; ``NEURON_CC_FLAGS="--auto-cast none"``: fp32 operands;
+* ``"fp32"``: fp32 throughout, the matmuls priced as neuronx-cc's auto-cast runs them (by default, ``--auto-cast none``
+  since Neuron 2.27, fp32 operands; ``NEURON_CC_FLAGS="--auto-cast matmult"``: bf16 operands cast by the loading
+  DMAs, fp32 accumulation;
   ``costs.auto_cast_matmul_cost``, the one rule of the compiled graphs and of :func:`trnsim.cost.step.fp32_matmul_ns`).
 
 Throughput is reported per sample (``samples_per_s``) and per token (a sample's tokens: the sequence for text,

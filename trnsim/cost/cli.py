@@ -81,8 +81,8 @@ def build_parser():
     p.add_argument("--checkpointing", action="store_true", help="activation checkpointing")
     p.add_argument("--precision", choices=("bf16", "fp8", "autocast", "fp32"), default="bf16",
                    help="bf16 (default); fp8 (decoder templates, trn2+); autocast (fp32 weights, bf16 matmuls: "
-                        "Neuron's 'Autocast BF16') and fp32 (matmuls auto-cast to bf16 by the compiler, its "
-                        "default) for models run as their own code")
+                        "Neuron's 'Autocast BF16') and fp32 (fp32 matmuls; NEURON_CC_FLAGS='--auto-cast matmult' "
+                        "prices them as the compiler's bf16 auto-cast) for models run as their own code")
     p.add_argument("--optimizer", choices=("adamw", "lamb"), default="adamw")
     p.add_argument("--compile", action="store_true", help="compiled execution (default eager)")
     p.add_argument("--lnc", type=int, choices=(1, 2), default=None, help="logical core size (default: the target's)")

@@ -76,9 +76,9 @@ def fp8_matmul_ns(target, m, k, n, batch=1):
 
 def fp32_matmul_ns(target, m, k, n, batch=1):
     """(matmul ns, cast ns) of an fp32 [m, k] x [k, n] product (``batch`` of them) as neuronx-cc compiles it: the
-    one rule the compile backend prices its fp32 matmul kernels with, ``costs.auto_cast_matmul_cost`` (by default
-    the operands are cast to bf16 by the loading DMAs and multiplied at the bf16 rate with fp32 accumulation; with
-    ``--auto-cast none`` in ``NEURON_CC_FLAGS``, the fp32 kernel).  The casts happen inside the DMAs that load the
+    one rule the compile backend prices its fp32 matmul kernels with, ``costs.auto_cast_matmul_cost`` (by default,
+    ``--auto-cast none``, the fp32 kernel; with ``--auto-cast matmult`` in ``NEURON_CC_FLAGS`` the operands are cast
+    to bf16 by the loading DMAs and multiplied at the bf16 rate with fp32 accumulation).  The casts happen inside the DMAs that load the
     operands, so no separate cast kernel is charged (cast ns 0)."""
     from ..backend import costs
     return costs.auto_cast_matmul_cost(target, m, k, n, "float32", batch)[0], 0.0

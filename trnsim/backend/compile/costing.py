@@ -216,8 +216,9 @@ def _matmul_cost(fz, g, outs, steps, label):
     batch = av.shape[0] if name == "bmm" else 1
     M, K, N = av.shape[-2], av.shape[-1], bv.shape[-1]
     dt = charging.kdtype(av.dtype)
-    # an fp32 product runs as neuronx-cc's auto-cast makes it (costs.auto_cast_matmul_cost: operands cast to bf16
-    # by the loading DMAs, fp32 accumulation and output; --auto-cast none in NEURON_CC_FLAGS: fp32 operands)
+    # an fp32 product runs as neuronx-cc's auto-cast makes it (costs.auto_cast_matmul_cost: by default, --auto-cast
+    # none, fp32 operands; --auto-cast matmult in NEURON_CC_FLAGS: operands cast to bf16 by the loading DMAs, fp32
+    # accumulation and output)
     odt = costs.compiler_auto_cast() if dt == "float32" else None
     if not av.is_floating_point():
         ns, fl, nb, est = eager_kernel_cost(mm)

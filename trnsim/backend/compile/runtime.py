@@ -3,8 +3,8 @@
 Numerics: the graph's ops run in order on the payloads.  Inside a fused kernel values stay in fp32: low-precision
 float inputs are read as fp32, each op computes in fp32 (matmuls and reductions accumulate in fp32), and a value is
 rounded once, to its dtype, when it is materialised (read by another kernel or returned).  An fp32 matmul's operands
-are first rounded to the compiler's auto-cast type (the plan's ``operand_casts``: bf16 by default, none with
-``--auto-cast none``; ``costs.compiler_auto_cast``).  An explicit cast in the
+are first rounded to the compiler's auto-cast type (the plan's ``operand_casts``: none under the compiler's
+default ``--auto-cast none``, bf16 with ``--auto-cast matmult``; ``costs.compiler_auto_cast``).  An explicit cast in the
 graph (``_to_copy`` to bf16) rounds where it stands, as it would on chip.  Ops that are kernels of their own
 (``opaque``) run on materialised tensors of their real dtypes, as eager does.
 
