@@ -20,7 +20,7 @@ from . import charging, native_costs
 _MEMO = {}          # (name, cat, argument signature, result signature) -> (ns, kind, flops, bytes)
 _SKIP = frozenset(native_costs.COSTS) | {"view", "collective"}
 _TENSOR = torch.Tensor
-NONE = type(None)
+_NONE = type(None)
 _UNKEYED = object()
 stats = {"hits": 0, "misses": 0, "unkeyed": 0}
 
@@ -47,7 +47,7 @@ def op_time(name, cat, args, out):
             c = x.__class__
             if c is _TENSOR:
                 sig.append((x.shape, x.dtype))
-            elif c is int or c is float or c is bool or c is NONE:
+            elif c is int or c is float or c is bool or c is _NONE:
                 sig.append((c, x))
             else:
                 sig.append(_sig(x))
