@@ -1,22 +1,71 @@
-"""Per-op CPU time (time.process_time, robust to a shared machine) of an 8-element fp32 add on neuron vs CPU.
+"""Per-op CPU time (time.process_time, robust to a shared machine) of small eager ops on neuron vs CPU.
 
-Usage: python benchmarks/bench_dispatch_cpu_time.py LABEL.  Median of 31 alternating batches of 2000 adds; prints the
-ratio.  Complements bench_torch_device.py (wall time), whose ratio swings with other load on the machine.
+Usage: python benchmarks/bench_dispatch_cpu_time.py [LABEL] [--ops add,sum,...]
+
+For each op: the median of 15 alternating batches of 1000 calls on CPU tensors and on neuron tensors; prints both and
+the ratio.  The ops are the kinds a test suite of small layers repeats (bitsandbytes' test_modules runs ~100 device
+ops per training iteration): an elementwise add through Python's operator and through ``torch.add``, a reduction, an
+fp32 and a bf16 matmul (the bf16 one takes the fp32-accumulation path), a transpose and a view (free view ops), a dtype
+conversion, and a matmul of a tensor that requires grad (autograd records the op).  Complements
+bench_torch_device.py (wall time), whose ratio swings with other load on the machine.
 """
-import torch, time, statistics, sys
+import statistics
+import sys
+import time
+
+import torch
+
 from trnsim import backend
+
 backend.register()
-a=torch.randn(8); b=torch.randn(8)
-an=a.to("neuron"); bn=b.to("neuron")
-def per(f, n=2000):
-    t=time.process_time()
-    for _ in range(n): f()
-    return (time.process_time()-t)/n*1e6
-fs=[lambda: a+b, lambda: an+bn]
-for f in fs:
-    for _ in range(500): f()
-res=[[] for _ in fs]
-for r in range(31):
-    for i,f in enumerate(fs): res[i].append(per(f))
-m=[statistics.median(x) for x in res]
-print(sys.argv[1] if len(sys.argv) > 1 else "", f"cpu {m[0]:.2f} us  neuron {m[1]:.2f} us  ratio {m[1]/m[0]:.2f}x (process CPU time, median of 31 alternating batches)")
+
+a, b = torch.randn(8), torch.randn(8)
+m = torch.randn(16, 16)
+h = m.to(torch.bfloat16)
+w = torch.randn(16, 16, requires_grad=True)
+an, bn, mn, hn = (t.to("neuron") for t in (a, b, m, h))
+wn = w.detach().to("neuron").requires_grad_()
+
+OPS = {
+    "add": (lambda: a + b, lambda: an + bn),
+    "torch.add": (lambda: torch.add(a, b), lambda: torch.add(an, bn)),
+    "sum": (lambda: a.sum(), lambda: an.sum()),
+    "mm": (lambda: torch.mm(m, m), lambda: torch.mm(mn, mn)),
+    "mm_bf16": (lambda: h @ h, lambda: hn @ hn),
+    "t": (lambda: m.t(), lambda: mn.t()),
+    "view": (lambda: m.view(256), lambda: mn.view(256)),
+    "to_bf16": (lambda: m.to(torch.bfloat16), lambda: mn.to(torch.bfloat16)),
+    "mm_grad": (lambda: w @ m, lambda: wn @ mn),
+}
+
+
+def per_call_us(f, n=1000):
+    t = time.process_time()
+    for _ in range(n):
+        f()
+    return (time.process_time() - t) / n * 1e6
+
+
+def main(argv):
+    label = argv[0] if argv and not argv[0].startswith("--") else ""
+    names = list(OPS)
+    if "--ops" in argv:
+        names = argv[argv.index("--ops") + 1].split(",")
+        unknown = [n for n in names if n not in OPS]
+        if unknown:
+            raise SystemExit(f"unknown op(s) {unknown}; choose from {sorted(OPS)}")
+    for name in names:
+        cpu, dev = OPS[name]
+        for f in (cpu, dev):
+            per_call_us(f, 200)             # warm: memos filled, lazy imports done
+        rc, rn = [], []
+        for _ in range(15):
+            rc.append(per_call_us(cpu))
+            rn.append(per_call_us(dev))
+        c, n = statistics.median(rc), statistics.median(rn)
+        print(f"{label} {name:<10} cpu {c:6.2f} us  neuron {n:6.2f} us  ratio {n / c:5.2f}x")
+    print("(process CPU time per call, median of 15 alternating batches of 1000)")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -20,6 +20,7 @@ from . import charging, native_costs
 _MEMO = {}          # (name, cat, argument signature, result signature) -> (ns, kind, flops, bytes)
 _SKIP = frozenset(native_costs.COSTS) | {"view", "collective"}
 _TENSOR = torch.Tensor
+_NONE = type(None)
 _UNKEYED = object()
 stats = {"hits": 0, "misses": 0, "unkeyed": 0}
 
@@ -27,11 +28,12 @@ stats = {"hits": 0, "misses": 0, "unkeyed": 0}
 def _sig(x):
     """A hashable signature of an argument or result: a tensor's (shape, dtype), a scalar's (type, value) (so that
     ``1``, ``1.0`` and ``True`` differ, as ``isinstance`` tests in the cost code do), a sequence's signatures."""
-    if isinstance(x, _TENSOR):
+    c = x.__class__
+    if c is _TENSOR or isinstance(x, _TENSOR):
         return (x.shape, x.dtype)
-    if isinstance(x, (list, tuple)):
-        return tuple(_sig(y) for y in x)
-    return (x.__class__, x)
+    if c is tuple or c is list or isinstance(x, (list, tuple)):
+        return tuple([_sig(y) for y in x])
+    return (c, x)
 
 
 def op_time(name, cat, args, out):
@@ -39,7 +41,17 @@ def op_time(name, cat, args, out):
     if cat in _SKIP:
         return charging.op_time(name, cat, args, out)
     try:
-        key = (name, cat, _sig(args), _sig(out))
+        # the key of _sig(args), built without a call per argument for the common flat tensors-and-scalars case
+        sig = []
+        for x in args:
+            c = x.__class__
+            if c is _TENSOR:
+                sig.append((x.shape, x.dtype))
+            elif c is int or c is float or c is bool or c is _NONE:
+                sig.append((c, x))
+            else:
+                sig.append(_sig(x))
+        key = (name, cat, tuple(sig), (out.shape, out.dtype) if out.__class__ is _TENSOR else _sig(out))
         r = _MEMO.get(key)
     except TypeError:           # an unhashable argument (a dict, ...): cost it every time
         stats["unkeyed"] += 1

@@ -461,7 +461,10 @@ _OUT_DTYPES = {}
 def _accumulate_fp32(func, uargs, ukw):
     """Run ``func`` with low-precision float inputs upcast to fp32 and round each output once to the dtype the op
     produces (looked up once per op and input dtypes on the meta device)."""
-    key = (func, tuple(a.dtype if isinstance(a, torch.Tensor) else None for a in uargs))
+    sig = [func]
+    for a in uargs:
+        sig.append(a.dtype if isinstance(a, torch.Tensor) else None)
+    key = tuple(sig)
     dts = _OUT_DTYPES.get(key)
     if dts is None:
         try:
@@ -473,13 +476,25 @@ def _accumulate_fp32(func, uargs, ukw):
             low = next(a.dtype for a in uargs if _is_low(a))
             dts = (low,)
         _OUT_DTYPES[key] = dts
-    up_args = _up(uargs)
-    up_kw = {k: _up(v) for k, v in ukw.items()}
-    out = func(*up_args, **up_kw)
+    up = []
+    for a in uargs:
+        if a.__class__ is _TENSOR:
+            up.append(a.float() if a.dtype in _LOW else a)
+        else:
+            up.append(_up(a))
+    up_args = tuple(up)
+    up_kw = {k: _up(v) for k, v in ukw.items()} if ukw else ukw
+    out = func._op(*up_args, **up_kw)
+    written = _written(func)
+    if not written:
+        if out.__class__ is _TENSOR:
+            d = dts[0]
+            return out.to(d) if d is not None and out.dtype != d else out
+        return _round_outputs(out, dts, {})
     # arguments the op writes (out=, an in-place self) were upcast copies: round the result once into the caller's
     # tensors, and hand those back where the op returned the copy
     back = {}
-    for i, name, kwarg_only in _written(func):
+    for i, name, kwarg_only in written:
         if name in ukw:
             orig, up = ukw[name], up_kw[name]
         elif not kwarg_only and i < len(uargs):
@@ -491,6 +506,12 @@ def _accumulate_fp32(func, uargs, ukw):
                 orig.resize_(up.shape)
             orig.copy_(up)
             back[id(up)] = orig
+    return _round_outputs(out, dts, back)
+
+
+def _round_outputs(out, dts, back):
+    """``_accumulate_fp32``'s results: each output rounded to its dtype ``dts``, or the caller's tensor (``back``)
+    that an upcast written argument stood for."""
     if isinstance(out, (list, tuple)):
         return type(out)(back[id(o)] if id(o) in back else
                          o.to(d) if isinstance(o, torch.Tensor) and d is not None and o.dtype != d else o
@@ -656,6 +677,11 @@ def _rewrap_flat(out, args, ua):
 
 
 def _info(func):
+    """The op's dispatch plan, built once per OpOverload and kept in ``_INFO`` (keyed by id; ``_KEEP`` holds the
+    overload): ``(name, category, is a transfer op, accumulates in fp32, the argument check to run first or None,
+    the arguments it writes (``_written``), its generator argument's position or -1, the device's own
+    implementation or None, the callable that runs it on payloads)``.  Everything here is a function of the op alone,
+    so ``_dispatch`` does per call only what depends on the arguments."""
     name = func._opname
     _KEEP.append(func)
     if func.namespace not in _TABLE_NAMESPACES:
@@ -667,7 +693,7 @@ def _info(func):
         qual = f"{func.namespace}::{name}"
         if torch._C._dispatch_has_computed_kernel_for_dispatch_key(func.name(), "PrivateUse1"):
             _KERNEL_FOR_DEVICE.add(id(func))
-        r = _INFO[id(func)] = (qual, None, False, False)
+        r = _INFO[id(func)] = (qual, None, False, False, None, _written(func), -1, None, func._op)
         return r
     cat = TABLE.get(name)
     if cat is None and torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
@@ -675,7 +701,11 @@ def _info(func):
         # any backend sees it, except under the Python dispatcher (a torch.library kernel run by dynamo's
         # ``func_no_dynamo``, as bitsandbytes' are); then it runs as its decomposition, whose ops the device runs
         _DECOMPOSE.add(id(func))
-    r = _INFO[id(func)] = (name, cat, name in TRANSFER, name in ACCUMULATING)
+    check = _CHECKS.get(name)
+    gen = _generator_index(func) if cat == "random" else -1
+    impl = _native_dropout if name == "native_dropout" else NATIVE_IMPLS.get(name)
+    r = _INFO[id(func)] = (name, cat, name in TRANSFER, name in ACCUMULATING, check, _written(func), gen, impl,
+                           func._op)
     return r
 
 
@@ -702,39 +732,63 @@ def dispatch(func, args, kwargs):
     return _dispatch(func, args, kwargs)
 
 
-def _dispatch(func, args, kwargs):
-    info = _INFO.get(id(func)) or _info(func)
-    name, cat, transfer, accumulating = info
-    if name in _SPARSE_GRAD_OPS:
-        _check_sparse_grad(func, name, args, kwargs)
-    elif name == "_has_same_storage_numel" and _fwad._current_level >= 0:
-        # make_dual's check: forward-mode AD on device tensors ends in a segfault inside torch's CPU kernels for
-        # some ops (a dual tensor times a plain one); refuse it where it starts, with a Python error
+def _check_forward_ad(func, name, args, kwargs):
+    """make_dual's check (``_has_same_storage_numel``): forward-mode AD on device tensors ends in a segfault inside
+    torch's CPU kernels for some ops (a dual tensor times a plain one); refuse it where it starts, with a Python
+    error."""
+    if _fwad._current_level >= 0:
         raise NotImplementedError(
             "forward-mode AD (torch.autograd.forward_ad.make_dual) is not supported on the neuron device yet; "
             "use reverse mode (backward / torch.autograd.grad), or run the forward-AD part on the CPU")
-    elif name == "set_" and len(args) > 1 and isinstance(args[1], torch.UntypedStorage) \
-            and not MEMORY.is_device_storage(args[1]):
+
+
+def _check_set_storage(func, name, args, kwargs):
+    """``set_`` to a storage: only a device storage may back a device tensor."""
+    if len(args) > 1 and isinstance(args[1], torch.UntypedStorage) and not MEMORY.is_device_storage(args[1]):
         raise RuntimeError(f"Attempted to set the storage of a tensor on device \"{DEVICE}\" to a storage on "
                            f"different device \"{args[1].device}\".  This is no longer allowed; the new storage must "
                            "be on the same device (make it with torch.UntypedStorage(n, device=...) or take it "
                            "from a tensor on that device).")
+
+
+# the ops whose arguments are checked before they run (by name; see _info)
+_CHECKS = {**{n: _check_sparse_grad for n in _SPARSE_GRAD_OPS}, "_has_same_storage_numel": _check_forward_ad,
+           "set_": _check_set_storage}
+
+
+def _native_dropout(func, uargs, ukw):
+    return _dropout(*uargs, **ukw)
+
+
+def _dispatch(func, args, kwargs):
+    name, cat, transfer, accumulating, check, written, gen, impl, call = _INFO.get(id(func)) or _info(func)
+    if check is not None:
+        check(func, name, args, kwargs)
     ctx = _Ctx()
-    # fast path for the common flat case (a tuple of wrappers and scalars); pytree would cost more than the op
+    cmap = ctx.map
+    # fast path for the common flat case (a tuple of wrappers and scalars, or of int lists such as sizes and dims);
+    # pytree would cost more than the op
     ua = []
     for a in args:
-        if type(a) is NeuronTensor:
+        c = a.__class__
+        if c is NeuronTensor:
             p = a._p
-            ctx.map[id(p)] = a
+            cmap[id(p)] = a
             ctx.neuron = True
             ua.append(p)
-        elif a.__class__ in _SCALARS:
+        elif c in _SCALARS:
+            ua.append(a)
+        elif (c is list or c is tuple) and _all_ints(a):
             ua.append(a)
         else:
             ua.append(_unwrap(a, ctx))
     uargs = tuple(ua)
-    ukw = {k: _unwrap(v, ctx) for k, v in kwargs.items()} if kwargs else {}
-    host_out = _device_kw(ukw) if "device" in ukw else False
+    if kwargs:
+        ukw = {k: _unwrap(v, ctx) for k, v in kwargs.items()}
+        host_out = _device_kw(ukw) if "device" in ukw else False
+    else:
+        ukw = kwargs
+        host_out = False
     if ctx.cpu is not None and ctx.neuron and not transfer:
         _cross_device(func, ctx)
     if cat is None:
@@ -745,31 +799,30 @@ def _dispatch(func, args, kwargs):
             if out is not NotImplemented:
                 return out
         out = _fallback(func, name, uargs, ukw, ctx, host_out)
-        if _written(func):
+        if written:
             _sync_written(func, args, kwargs)
         return out
-    if cat == "random" and _generator_index(func) >= 0:
-        gi = _generator_index(func)
-        if (len(uargs) <= gi or uargs[gi] is None) and ukw.get("generator") is None:
-            if len(uargs) > gi:
-                uargs = uargs[:gi] + (STATE.generator,) + uargs[gi + 1:]
+    if gen >= 0:
+        if (len(uargs) <= gen or uargs[gen] is None) and ukw.get("generator") is None:
+            if len(uargs) > gen:
+                uargs = uargs[:gen] + (STATE.generator,) + uargs[gen + 1:]
             else:
+                if ukw is kwargs:
+                    ukw = {}
                 ukw["generator"] = STATE.generator
-    if name == "native_dropout":
-        out = _dropout(*uargs, **ukw)
-    elif name in NATIVE_IMPLS:          # the device's own implementation (native_impls.py)
-        out = NATIVE_IMPLS[name](func, uargs, ukw)
-    elif accumulating and any(_is_low(a) for a in uargs):
+    if impl is not None:                # the device's own implementation (native_impls.py, dropout)
+        out = impl(func, uargs, ukw)
+    elif accumulating and _any_low(uargs):
         out = _accumulate_fp32(func, uargs, ukw)
     else:
-        out = func(*uargs, **ukw)
+        out = call(*uargs, **ukw)
         if cat == "view" and name[-1] == "_" and args and args[0].__class__ in DEVICE_TYPES:
             _sync_meta(args[0])
             if name in ("set_", "resize_"):
                 MEMORY.resized(args[0]._p.untyped_storage())
-    if _written(func):
+    if written:
         _sync_written(func, args, kwargs)
-    if cat in _EW and type(out) is torch.Tensor:
+    if cat in _EW and out.__class__ is _TENSOR:
         key = (name, out.numel(), out.dtype)
         r = _FAST.get(key)
         if r is None:
@@ -778,7 +831,7 @@ def _dispatch(func, args, kwargs):
             STATE.now_ns += r[0]
             if host_out:
                 return out
-            w = ctx.map.get(id(out))
+            w = cmap.get(id(out))
             return w if w is not None else wrap(out)
         ns, kind, flops, nbytes = r
     else:
@@ -787,7 +840,24 @@ def _dispatch(func, args, kwargs):
         charging.advance(name, ns, kind, flops, nbytes, uargs, out)
     if host_out:
         return out
+    if out.__class__ is _TENSOR:        # one result (most ops): _rewrap without its type tests
+        w = cmap.get(id(out))
+        return w if w is not None else wrap(out)
     return _rewrap(out, ctx)
+
+
+def _all_ints(seq):
+    for y in seq:
+        if y.__class__ is not int:
+            return False
+    return True
+
+
+def _any_low(uargs):
+    for a in uargs:
+        if isinstance(a, torch.Tensor) and a.dtype in _LOW:
+            return True
+    return False
 
 
 def _fallback(func, name, uargs, ukw, ctx, host_out):
