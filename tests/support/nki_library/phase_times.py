@@ -1,0 +1,153 @@
+"""Where one nki-library test's wall time goes, for the runner's per-test record (``phase_s``).
+
+With ``TRNSIM_NKILIB_PHASES=1`` the plugin wraps a few functions of the snapshot's harness (nothing else changes:
+each wrapper calls the original and returns what it returns) and times them with ``time.perf_counter``.  The time
+of a phase is *exclusive*: a phase entered inside another (the golden computed inside the validator) is taken out
+of the outer one, so the phases of a test add up to its recorded time.  The phases:
+
+- ``setup``: pytest's setup of the test (its fixtures, the plugin's release of freed memory before it);
+- ``inputs``: the test function's own code before and around the harness (building the kernel's inputs and its
+  arguments; whatever of the call is not in a phase below);
+- ``golden``: the test's golden reference (``LazyGoldenGenerator.golden``, ``PerRankLazyGenerator.for_rank`` of a
+  golden), torch/NumPy;
+- ``input_dump``: the harness writing a copy of each input to its output directory (``__dump_kernel_inputs__``);
+- ``simulate``: the harness's simulate call (``simulation_setup.simulate_kernel``: trnsim's ``cpu_simulate``),
+  and the multi-rank path's per-rank simulation when the plugin runs one;
+- ``outputs``: the harness converting the kernel's outputs to the goldens' dtypes and writing them
+  (``run_simulator_inference`` outside the simulate call, ``_dump_output_tensors``);
+- ``validate``: the harness's output validator (``_run_validation``), golden excluded;
+- ``metrics``: the harness's metrics collection and emission after the test (``parse_artifacts``, ``emit``);
+- ``teardown``: pytest's teardown (the harness's ``--force-local-cleanup`` of the output directory).
+
+With ``TRNSIM_NKILIB_PROFILE=DIR`` each simulate call also runs under ``cProfile`` and its statistics are written
+to ``DIR/<n>.prof`` (``<n>`` in the order the tests ran, the node id in ``DIR/index.jsonl``): the functions inside
+trnsim's part.  The profiler slows the call (pure-Python code the most), so the phase times of such a run are not
+the unprofiled ones.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import time
+
+PHASES = ("setup", "inputs", "golden", "input_dump", "simulate", "outputs", "validate", "metrics", "teardown")
+
+
+class TestPhases:
+    """Exclusive wall time per phase of the running test: a stack of open phases; entering one charges the time so
+    far to the phase below it."""
+
+    def __init__(self, clock=time.perf_counter):
+        self.clock = clock
+        self.totals = dict.fromkeys(PHASES, 0.0)
+        self.stack = []
+        self.mark = None
+
+    def enter(self, phase):
+        if phase not in self.totals:
+            raise ValueError(f"phase_times: unknown phase {phase!r}; the phases are {', '.join(PHASES)}")
+        now = self.clock()
+        if self.stack:
+            self.totals[self.stack[-1]] += now - self.mark
+        self.stack.append(phase)
+        self.mark = now
+
+    def leave(self, phase):
+        if not self.stack or self.stack[-1] != phase:
+            raise RuntimeError(f"phase_times: leaving {phase!r} but the open phases are {self.stack}")
+        now = self.clock()
+        self.totals[phase] += now - self.mark
+        self.stack.pop()
+        self.mark = now
+
+    def switch(self, phase):
+        """Close the open phases and open ``phase`` (pytest's setup -> the call -> teardown)."""
+        self.finish()
+        self.enter(phase)
+
+    def finish(self):
+        while self.stack:
+            self.leave(self.stack[-1])
+
+    def record(self):
+        return {k: round(v, 4) for k, v in self.totals.items() if v}
+
+
+CURRENT = None          # the running test's TestPhases (set by the plugin), or None outside a test
+
+
+def enabled():
+    return os.environ.get("TRNSIM_NKILIB_PHASES", "") not in ("", "0")
+
+
+def timed(phase, fn):
+    """``fn`` wrapped: its time charged to ``phase`` of the running test (when one runs)."""
+    if getattr(fn, "_trnsim_phase", None) == phase:
+        return fn
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        cur = CURRENT
+        if cur is None:
+            return fn(*args, **kwargs)
+        cur.enter(phase)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            cur.leave(phase)
+    wrapper._trnsim_phase = phase
+    return wrapper
+
+
+_PROFILE_N = [0]
+
+
+def profiled(fn, nodeid_of):
+    """``fn`` run under cProfile when ``TRNSIM_NKILIB_PROFILE`` names a directory (see the module docstring)."""
+    out = os.environ.get("TRNSIM_NKILIB_PROFILE")
+    if not out:
+        return fn
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        import cProfile
+        prof = cProfile.Profile()
+        prof.enable()
+        try:
+            return prof.runcall(fn, *args, **kwargs)
+        finally:
+            prof.disable()
+            os.makedirs(out, exist_ok=True)
+            n = _PROFILE_N[0] = _PROFILE_N[0] + 1
+            name = f"{os.getpid()}-{n}.prof"
+            prof.dump_stats(os.path.join(out, name))      # a scratch file of this run, not a project file
+            with open(os.path.join(out, "index.jsonl"), "a") as f:
+                f.write(json.dumps({"prof": name, "nodeid": nodeid_of()}) + "\n")
+    return wrapper
+
+
+def install(Orchestrator, nodeid_of):
+    """Wrap the harness's functions named in the module docstring (those the snapshot has)."""
+    from test.utils import common_dataclasses as cd
+    from test.utils import simulation_setup as ss
+    ss.simulate_kernel = timed("simulate", profiled(ss.simulate_kernel, nodeid_of))
+    ss.run_simulator_inference = timed("outputs", ss.run_simulator_inference)
+    golden = getattr(cd.LazyGoldenGenerator, "golden", None)
+    if isinstance(golden, property) and getattr(golden.fget, "_trnsim_phase", None) is None:
+        cd.LazyGoldenGenerator.golden = property(timed("golden", golden.fget))
+    if hasattr(cd, "PerRankLazyGoldenGenerator"):
+        cls = cd.PerRankLazyGoldenGenerator
+        cls.for_rank = timed("golden", cls.for_rank)
+    for name, phase in (("__dump_kernel_inputs__", "input_dump"), ("__dump_per_rank_inputs__", "input_dump"),
+                        ("_dump_output_tensors", "outputs"), ("_run_validation", "validate")):
+        if hasattr(Orchestrator, name):
+            setattr(Orchestrator, name, timed(phase, getattr(Orchestrator, name)))
+    try:
+        from test.utils import metrics_collector as mc
+    except ImportError:
+        mc = None
+    for cls in (getattr(mc, "MetricsCollector", None), getattr(mc, "NoopMetricsCollector", None)):
+        if cls is not None and "parse_artifacts" in vars(cls):
+            cls.parse_artifacts = timed("metrics", cls.parse_artifacts)
