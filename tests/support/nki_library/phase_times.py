@@ -151,3 +151,128 @@ def install(Orchestrator, nodeid_of):
     for cls in (getattr(mc, "MetricsCollector", None), getattr(mc, "NoopMetricsCollector", None)):
         if cls is not None and "parse_artifacts" in vars(cls):
             cls.parse_artifacts = timed("metrics", cls.parse_artifacts)
+
+
+# ---- the runner's side: the records of a run -> where its time went ----
+
+def family_of(nodeid):
+    """The kernel family of a node id (``core/attention``), as the runner's report groups them."""
+    parts = nodeid.split("::")[0].split("/")
+    if "nkilib" not in parts:
+        return parts[0] if parts else "?"
+    rest = parts[parts.index("nkilib") + 1:-1]
+    return "/".join(rest[:2]) if rest else parts[-1]
+
+
+def summarize(lines, outcome_of=None):
+    """Phase lines (``<results>.phases``) -> totals per phase, the per-family split, and the time before the first
+    test of each pytest process (collection and imports).  ``outcome_of``: {nodeid: outcome} to split the tests
+    that ran from those the harness skipped."""
+    outcome_of = outcome_of or {}
+    by_id = {}
+    starts = []
+    for ln in lines:
+        by_id[ln["nodeid"]] = ln                # a test once: the latest line (a resumed run)
+        if ln.get("before_first_test_s") is not None:
+            starts.append(ln["before_first_test_s"])
+    tot = dict.fromkeys(PHASES, 0.0)
+    fams = {}
+    kinds = {}
+    for nid, ln in by_id.items():
+        kind = "skipped" if outcome_of.get(nid) == "skipped" else "ran"
+        k = kinds.setdefault(kind, {"tests": 0, "wall_s": 0.0})
+        k["tests"] += 1
+        k["wall_s"] += ln["wall_s"]
+        f = fams.setdefault(family_of(nid), {"tests": 0, "wall_s": 0.0, **dict.fromkeys(PHASES, 0.0)})
+        f["tests"] += 1
+        f["wall_s"] += ln["wall_s"]
+        for p, v in ln.get("phase_s", {}).items():
+            tot[p] += v
+            f[p] += v
+    return {"tests": len(by_id), "wall_s": sum(ln["wall_s"] for ln in by_id.values()), "phase_s": tot,
+            "kinds": kinds, "families": dict(sorted(fams.items())), "process_starts_s": starts}
+
+
+def render(m):
+    """Markdown of :func:`summarize`."""
+    if not m or not m["tests"]:
+        return []
+    w = m["wall_s"] or 1.0
+    out = ["", "## Where the time goes", "",
+           f"{m['tests']} tests, {m['wall_s']:.0f} s inside tests (pytest's setup, call and teardown of each)"
+           + (f"; before the first test of each pytest process (collection, imports): "
+              + ", ".join(f"{s:.0f} s" for s in m["process_starts_s"]) if m["process_starts_s"] else "") + ".",
+           ""]
+    for kind, k in sorted(m["kinds"].items()):
+        out.append(f"- {kind}: {k['tests']} tests, {k['wall_s']:.0f} s ({k['wall_s'] / max(k['tests'], 1):.2f} s "
+                   "per test)")
+    out += ["", "| phase | s | share |", "|---|---:|---:|"]
+    for p in PHASES:
+        out.append(f"| {p} | {m['phase_s'][p]:.1f} | {100 * m['phase_s'][p] / w:.1f}% |")
+    out += ["", "| family | tests | s | " + " | ".join(PHASES) + " |", "|---|---:|---:|" + "---:|" * len(PHASES)]
+    for fam, f in m["families"].items():
+        fw = f["wall_s"] or 1.0
+        out.append(f"| {fam} | {f['tests']} | {f['wall_s']:.0f} | "
+                   + " | ".join(f"{100 * f[p] / fw:.0f}%" for p in PHASES) + " |")
+    return out
+
+
+def area_of(filename):
+    """The part of trnsim (or what else) a profiled function's file belongs to."""
+    f = filename.replace(os.sep, "/")
+    if "/trnsim/" in f:
+        sub = f.split("/trnsim/", 1)[1].split("/")
+        return "trnsim/" + (sub[0] if len(sub) > 1 else sub[0].removesuffix(".py"))
+    if "/numpy/" in f or filename.startswith("<built-in method numpy") or "numpy" in filename:
+        return "numpy"
+    if "/ml_dtypes/" in f:
+        return "ml_dtypes"
+    if "/numba/" in f:
+        return "numba"
+    if f.startswith("~") or f.startswith("<"):
+        return "builtins"
+    return "other"
+
+
+def profile_summary(prof_dir, top=12):
+    """The cProfile statistics of a run's simulate calls (``TRNSIM_NKILIB_PROFILE``) -> per family: the calls'
+    total time, the self time per area (trnsim's packages, NumPy, builtins) and the functions with the most self
+    time."""
+    import pstats
+    index = os.path.join(prof_dir, "index.jsonl")
+    if not os.path.exists(index):
+        return {}
+    with open(index) as f:
+        entries = [json.loads(ln) for ln in f if ln.strip()]
+    fams = {}
+    for e in entries:
+        st = pstats.Stats(os.path.join(prof_dir, e["prof"])).stats
+        fam = fams.setdefault(family_of(e["nodeid"]), {"calls": 0, "total_s": 0.0, "areas": {}, "funcs": {}})
+        fam["calls"] += 1
+        for (fn, line, name), (cc, nc, tt, ct, callers) in st.items():
+            fam["total_s"] += tt
+            a = area_of(fn)
+            fam["areas"][a] = fam["areas"].get(a, 0.0) + tt
+            key = f"{fn.split('/trnsim/', 1)[-1] if '/trnsim/' in fn else os.path.basename(fn)}:{line} {name}"
+            fam["funcs"][key] = fam["funcs"].get(key, 0.0) + tt
+    for fam in fams.values():
+        fam["areas"] = dict(sorted(fam["areas"].items(), key=lambda kv: -kv[1]))
+        fam["funcs"] = sorted(fam["funcs"].items(), key=lambda kv: -kv[1])[:top]
+    return fams
+
+
+def render_profile(fams):
+    """Markdown of :func:`profile_summary`."""
+    if not fams:
+        return []
+    out = ["", "## Inside the simulate calls (cProfile, self time)", "",
+           "Under the profiler (which slows pure-Python code the most); per family, the share of each area and the "
+           "functions with the most self time.", ""]
+    for name, f in sorted(fams.items(), key=lambda kv: -kv[1]["total_s"]):
+        tot = f["total_s"] or 1.0
+        areas = ", ".join(f"{a} {100 * v / tot:.0f}%" for a, v in list(f["areas"].items())[:6])
+        out += [f"### {name}: {f['calls']} calls, {f['total_s']:.1f} s", "", f"Areas: {areas}.", "",
+                "| function | self s | share |", "|---|---:|---:|"]
+        out += [f"| `{k}` | {v:.2f} | {100 * v / tot:.1f}% |" for k, v in f["funcs"]]
+        out.append("")
+    return out

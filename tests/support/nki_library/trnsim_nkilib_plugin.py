@@ -119,6 +119,16 @@ def pytest_collection_modifyitems(session, config, items):
         config.hook.pytest_deselected(items=deselected)
 
 
+def pytest_collection_finish(session):
+    """Move what collection built (thousands of test items, their parameters, the harness's modules) out of the
+    cycle collector's reach (``gc.freeze``): it stays alive for the whole session anyway, and otherwise every full
+    collection walks it again -- the ``gc.collect()`` before each test (``peak_rss.release_freed``) and the
+    collector's own full passes while a kernel runs (see benchmarks/nki-library-time.md)."""
+    import gc
+    gc.collect()
+    gc.freeze()
+
+
 def _negative(item):
     spec = getattr(item, "callspec", None)
     if spec is not None:
