@@ -107,25 +107,69 @@ _PROFILE_N = [0]
 def profiled(fn, nodeid_of):
     """``fn`` run under cProfile when ``TRNSIM_NKILIB_PROFILE`` names a directory (see the module docstring)."""
     out = os.environ.get("TRNSIM_NKILIB_PROFILE")
-    if not out:
+    if not out or profile_whole_test():
         return fn
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         import cProfile
         prof = cProfile.Profile()
-        prof.enable()
-        try:
-            return prof.runcall(fn, *args, **kwargs)
-        finally:
-            prof.disable()
-            os.makedirs(out, exist_ok=True)
-            n = _PROFILE_N[0] = _PROFILE_N[0] + 1
-            name = f"{os.getpid()}-{n}.prof"
-            prof.dump_stats(os.path.join(out, name))      # a scratch file of this run, not a project file
-            with open(os.path.join(out, "index.jsonl"), "a") as f:
-                f.write(json.dumps({"prof": name, "nodeid": nodeid_of()}) + "\n")
+        threads = []
+        with program_threads_profiled(threads):
+            try:
+                return prof.runcall(fn, *args, **kwargs)
+            finally:
+                dump_profile(prof, out, nodeid_of(), threads)
     return wrapper
+
+
+class program_threads_profiled:
+    """The programs of a multi-program launch run on their own threads (trnsim/machine/programs.py), which a
+    profiler of the calling thread does not see: while this is entered each program thread runs under its own
+    cProfile, appended to ``threads`` (merged into the call's statistics by :func:`dump_profile`)."""
+
+    def __init__(self, threads):
+        self.threads = threads
+        self.orig = None
+
+    def __enter__(self):
+        from trnsim.machine.programs import Programs
+        orig = self.orig = Programs.__dict__["_thread"]
+        threads = self.threads
+
+        def _thread(programs, p):
+            import cProfile
+            prof = cProfile.Profile()
+            threads.append(prof)
+            prof.runcall(orig, programs, p)
+        Programs._thread = _thread
+        return self
+
+    def __exit__(self, *exc):
+        from trnsim.machine.programs import Programs
+        Programs._thread = self.orig
+        return False
+
+
+def profile_whole_test():
+    """``TRNSIM_NKILIB_PROFILE_WHOLE=1``: profile each whole test (setup to teardown) instead of its simulate call."""
+    return os.environ.get("TRNSIM_NKILIB_PROFILE_WHOLE", "") not in ("", "0")
+
+
+def dump_profile(prof, out, nodeid, threads=()):
+    """The statistics of ``prof`` (and of the program threads' profilers) into ``out``, indexed by node id."""
+    import pstats
+    prof.disable()
+    os.makedirs(out, exist_ok=True)
+    n = _PROFILE_N[0] = _PROFILE_N[0] + 1
+    name = f"{os.getpid()}-{n}.prof"
+    st = pstats.Stats(prof)
+    for t in threads:
+        t.disable()
+        st.add(t)
+    st.dump_stats(os.path.join(out, name))      # a scratch file of this run, not a project file
+    with open(os.path.join(out, "index.jsonl"), "a") as f:
+        f.write(json.dumps({"prof": name, "nodeid": nodeid}) + "\n")
 
 
 def install(Orchestrator, nodeid_of):
@@ -227,6 +271,14 @@ def area_of(filename):
         return "numpy"
     if "/ml_dtypes/" in f:
         return "ml_dtypes"
+    if "/torch/" in f:
+        return "torch"
+    if "/_pytest/" in f or "/pluggy/" in f:
+        return "pytest"
+    if "/nkilib_src/" in f or "/src/nkilib/" in f:
+        return "nki-library kernels"
+    if "/test/" in f:
+        return "nki-library tests and harness"
     if "/numba/" in f:
         return "numba"
     if f.startswith("~") or f.startswith("<"):

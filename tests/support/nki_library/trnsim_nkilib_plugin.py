@@ -194,9 +194,18 @@ def pytest_runtest_protocol(item, nextitem):
         since_start, _SESSION_T0 = t0 - _SESSION_T0, None
     phase_times.CURRENT = item._trnsim_phases = phase_times.TestPhases()
     item._trnsim_phases.enter("setup")
+    prof, threads, hook = None, [], None
+    if os.environ.get("TRNSIM_NKILIB_PROFILE") and phase_times.profile_whole_test():
+        import cProfile
+        hook = phase_times.program_threads_profiled(threads).__enter__()
+        prof = cProfile.Profile()
+        prof.enable()
     try:
         yield
     finally:
+        if prof is not None:
+            hook.__exit__(None, None, None)
+            phase_times.dump_profile(prof, os.environ["TRNSIM_NKILIB_PROFILE"], item.nodeid, threads)
         item._trnsim_phases.finish()
         phase_times.CURRENT = None
         rec = {"nodeid": item.nodeid, "pid": os.getpid(), "wall_s": round(time.perf_counter() - t0, 4),

@@ -1,0 +1,170 @@
+"""tools/run_nki_library.py --phases / --profile: the per-test phase times (tests/support/nki_library/phase_times.py),
+their summary in the report, and the profile of program threads (no nki-library checkout needed)."""
+
+import importlib.util
+import json
+import pstats
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SUPPORT = REPO / "tests" / "support" / "nki_library"
+
+
+def _load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+pt = _load("phase_times_under_test", SUPPORT / "phase_times.py")
+runner = _load("run_nki_library_time", REPO / "tools" / "run_nki_library.py")
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_phases_are_exclusive_and_add_up():
+    clk = FakeClock()
+    ph = pt.TestPhases(clock=clk)
+    ph.enter("setup")
+    clk.t = 1.0
+    ph.switch("inputs")             # setup 1 s
+    clk.t = 3.0
+    ph.enter("validate")            # inputs 2 s so far
+    clk.t = 4.0
+    ph.enter("golden")              # validate 1 s so far; the golden inside it is not the validator's
+    clk.t = 9.0
+    ph.leave("golden")              # golden 5 s
+    clk.t = 9.5
+    ph.leave("validate")            # validate 1.5 s
+    clk.t = 10.0
+    ph.switch("teardown")           # inputs 2.5 s
+    clk.t = 10.25
+    ph.finish()
+    rec = ph.record()
+    assert rec == {"setup": 1.0, "inputs": 2.5, "validate": 1.5, "golden": 5.0, "teardown": 0.25}
+    assert sum(rec.values()) == 10.25
+
+
+def test_phases_refuse_unknown_or_unbalanced():
+    ph = pt.TestPhases()
+    with pytest.raises(ValueError, match="unknown phase 'compile'"):
+        ph.enter("compile")
+    ph.enter("setup")
+    with pytest.raises(RuntimeError, match="leaving 'golden' but the open phases are \\['setup'\\]"):
+        ph.leave("golden")
+
+
+def test_timed_charges_the_running_test_only():
+    clk = FakeClock()
+
+    def work(x):
+        clk.t += x
+        return x * 2
+    f = pt.timed("golden", work)
+    assert pt.timed("golden", f) is f               # wrapping twice charges once
+    assert f(3) == 6                                # no test running: just the call
+    pt.CURRENT = ph = pt.TestPhases(clock=clk)
+    try:
+        ph.enter("inputs")
+        assert f(2) == 4
+        ph.finish()
+    finally:
+        pt.CURRENT = None
+    assert ph.record() == {"golden": 2.0}
+
+
+def _lines():
+    fam = "integration/nkilib/core/{}/test_x.py::T::t[{}]"
+    return [
+        {"nodeid": fam.format("qkv", 0), "wall_s": 10.0, "before_first_test_s": 120.0,
+         "phase_s": {"setup": 0.5, "inputs": 2.5, "golden": 3.0, "simulate": 4.0}},
+        {"nodeid": fam.format("qkv", 1), "wall_s": 0.5, "phase_s": {"setup": 0.5}},
+        {"nodeid": fam.format("mlp", 0), "wall_s": 6.0, "phase_s": {"setup": 1.0, "simulate": 5.0}},
+        {"nodeid": fam.format("mlp", 0), "wall_s": 2.0, "phase_s": {"setup": 0.0, "simulate": 2.0}},   # resumed: latest
+    ]
+
+
+def test_summarize_splits_by_phase_family_and_outcome():
+    ids = [ln["nodeid"] for ln in _lines()]
+    m = pt.summarize(_lines(), {ids[0]: "passed", ids[1]: "skipped", ids[2]: "passed"})
+    assert m["tests"] == 3 and m["wall_s"] == 12.5
+    assert m["phase_s"]["simulate"] == 6.0 and m["phase_s"]["setup"] == 1.0 and m["phase_s"]["golden"] == 3.0
+    assert m["kinds"] == {"ran": {"tests": 2, "wall_s": 12.0}, "skipped": {"tests": 1, "wall_s": 0.5}}
+    assert m["families"]["core/qkv"]["tests"] == 2 and m["families"]["core/qkv"]["simulate"] == 4.0
+    assert m["families"]["core/mlp"]["wall_s"] == 2.0
+    assert m["process_starts_s"] == [120.0]
+    md = "\n".join(pt.render(m))
+    assert "| simulate | 6.0 | 48.0% |" in md
+    assert "| core/qkv | 2 | 10 | 10% | 24% | 29% | 0% | 38% |" in md
+    assert "before the first test of each pytest process (collection, imports): 120 s" in md
+
+
+def test_runner_attaches_phases_to_the_tests_records_and_summarizes():
+    ids = [ln["nodeid"] for ln in _lines()]
+    recs = [{"nodeid": ids[0], "when": "call", "outcome": "passed"},
+            {"nodeid": ids[1], "when": "setup", "outcome": "skipped"},
+            {"nodeid": ids[2], "when": "call", "outcome": "failed"},
+            {"nodeid": "integration/nkilib/core/mlp/test_y.py", "when": "collect", "outcome": "error"}]
+    runner.attach_phases(recs, _lines())
+    assert recs[0]["phase_s"]["golden"] == 3.0 and recs[0]["before_first_test_s"] == 120.0
+    assert recs[1]["wall_s"] == 0.5
+    assert recs[2]["wall_s"] == 2.0                  # the latest line of a test
+    assert "phase_s" not in recs[3]
+    t = runner.time_summary(recs)
+    assert t["kinds"]["skipped"]["tests"] == 1 and t["tests"] == 3
+    assert runner.time_summary([{"nodeid": "x", "when": "call", "outcome": "passed"}]) is None
+
+
+def _spin(n):
+    s = 0
+    for i in range(n):
+        s += i
+    return s
+
+
+def test_profile_sees_program_threads(tmp_path, monkeypatch):
+    """A two-program launch runs its programs on threads: their functions are in the simulate call's profile."""
+    from trnsim.machine.programs import Programs
+    orig = Programs.__dict__["_thread"]
+
+    from trnsim.targets import get_target
+
+    class Core:
+        programs = program = None
+        target = get_target("trn2")
+
+    def launch():
+        progs = Programs([Core(), Core()])
+        return progs.run([lambda: _spin(20000), lambda: _spin(30000)])
+    monkeypatch.setenv("TRNSIM_NKILIB_PROFILE", str(tmp_path))
+    monkeypatch.delenv("TRNSIM_NKILIB_PROFILE_WHOLE", raising=False)
+    f = pt.profiled(launch, lambda: "integration/nkilib/core/attention/test_a.py::t[0]")
+    assert f() == [_spin(20000), _spin(30000)]
+    assert Programs.__dict__["_thread"] is orig                      # restored
+    idx = [json.loads(ln) for ln in (tmp_path / "index.jsonl").read_text().splitlines()]
+    assert idx[0]["nodeid"].endswith("test_a.py::t[0]")
+    st = pstats.Stats(str(tmp_path / idx[0]["prof"])).stats
+    spins = [v for (fn, line, name), v in st.items() if name == "_spin"]
+    assert spins and spins[0][1] == 2                # both programs' calls, from their own threads
+    fams = pt.profile_summary(str(tmp_path))
+    assert fams["core/attention"]["calls"] == 1
+    assert any("_spin" in k for k, v in fams["core/attention"]["funcs"])
+    md = "\n".join(pt.render_profile(fams))
+    assert "### core/attention: 1 calls" in md
+
+
+def test_area_of():
+    assert pt.area_of("/x/trnsim/isa/vector.py") == "trnsim/isa"
+    assert pt.area_of("/x/trnsim/config.py") == "trnsim/config"
+    assert pt.area_of("/s/nki-library/test/utils/comparators.py") == "nki-library tests and harness"
+    assert pt.area_of("/s/src/nkilib_src/nkilib/core/qkv.py") == "nki-library kernels"
+    assert pt.area_of("~") == "builtins"
