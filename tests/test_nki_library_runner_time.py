@@ -80,6 +80,15 @@ def test_timed_charges_the_running_test_only():
     finally:
         pt.CURRENT = None
     assert ph.record() == {"golden": 2.0}
+    g = pt.timed("simulate", work)
+    pt.CURRENT = ph = pt.TestPhases(clock=clk, cpu_clock=clk)
+    try:
+        ph.enter("inputs")
+        g(1.5)
+        ph.finish()
+    finally:
+        pt.CURRENT = None
+    assert ph.record() == {"simulate": 1.5} and ph.record_cpu() == {"simulate": 1.5}
 
 
 def _lines():
@@ -89,7 +98,8 @@ def _lines():
          "phase_s": {"setup": 0.5, "inputs": 2.5, "golden": 3.0, "simulate": 4.0}},
         {"nodeid": fam.format("qkv", 1), "wall_s": 0.5, "phase_s": {"setup": 0.5}},
         {"nodeid": fam.format("mlp", 0), "wall_s": 6.0, "phase_s": {"setup": 1.0, "simulate": 5.0}},
-        {"nodeid": fam.format("mlp", 0), "wall_s": 2.0, "phase_s": {"setup": 0.0, "simulate": 2.0}},   # resumed: latest
+        {"nodeid": fam.format("mlp", 0), "wall_s": 2.0, "phase_s": {"setup": 0.0, "simulate": 2.0},
+         "cpu_s": {"simulate": 1.5}},                                                               # resumed: latest
     ]
 
 
@@ -105,6 +115,8 @@ def test_summarize_splits_by_phase_family_and_outcome():
     md = "\n".join(pt.render(m))
     assert "| simulate | 6.0 | 48.0% |" in md
     assert "| core/qkv | 2 | 10 | 10% | 24% | 29% | 0% | 38% |" in md
+    assert "| core/mlp | 1 | 2 | 0% | 0% | 0% | 0% | 100% | 0% | 0% | 0% | 0% | 1.5 / 2.0 |" in md
+    assert "in the simulate calls: 1.5 s of their 6.0 s wall" in md
     assert "before the first test of each pytest process (collection, imports): 120 s" in md
 
 

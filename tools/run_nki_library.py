@@ -55,7 +55,7 @@ def attach_phases(recs, lines):
     for ln in lines:
         r = by_id.get(ln["nodeid"])
         if r is not None:
-            r.update({k: ln[k] for k in ("wall_s", "phase_s", "before_first_test_s") if k in ln})
+            r.update({k: ln[k] for k in ("wall_s", "phase_s", "cpu_s", "before_first_test_s") if k in ln})
 
 
 def time_summary(recs):

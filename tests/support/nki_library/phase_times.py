@@ -21,7 +21,8 @@ of the outer one, so the phases of a test add up to its recorded time.  The phas
 
 With ``TRNSIM_NKILIB_PROFILE=DIR`` each simulate call also runs under ``cProfile`` and its statistics are written
 to ``DIR/<n>.prof`` (``<n>`` in the order the tests ran, the node id in ``DIR/index.jsonl``): the functions inside
-trnsim's part.  The profiler slows the call (pure-Python code the most), so the phase times of such a run are not
+trnsim's part.  The profiler's clock is each thread's CPU time (``time.thread_time``): a program of a multi-program
+launch waiting for its turn, or the calling thread waiting for the programs, counts nothing.  The profiler slows the call (pure-Python code the most), so the phase times of such a run are not
 the unprofiled ones.
 """
 
@@ -39,8 +40,11 @@ class TestPhases:
     """Exclusive wall time per phase of the running test: a stack of open phases; entering one charges the time so
     far to the phase below it."""
 
-    def __init__(self, clock=time.perf_counter):
+    def __init__(self, clock=time.perf_counter, cpu_clock=time.process_time):
         self.clock = clock
+        self.cpu_clock = cpu_clock
+        self.cpu = {}                 # CPU time (every thread of the process) per phase, inclusive
+        self._cpu_open = {}
         self.totals = dict.fromkeys(PHASES, 0.0)
         self.stack = []
         self.mark = None
@@ -74,6 +78,11 @@ class TestPhases:
     def record(self):
         return {k: round(v, 4) for k, v in self.totals.items() if v}
 
+    def record_cpu(self):
+        """CPU time of the process (all its threads) in the simulate call: against its wall time, what the call
+        spent waiting (for a core of a loaded machine, or a program thread for its turn)."""
+        return {k: round(v, 4) for k, v in self.cpu.items()}
+
 
 CURRENT = None          # the running test's TestPhases (set by the plugin), or None outside a test
 
@@ -93,9 +102,12 @@ def timed(phase, fn):
         if cur is None:
             return fn(*args, **kwargs)
         cur.enter(phase)
+        c0 = cur.cpu_clock() if phase == "simulate" else None
         try:
             return fn(*args, **kwargs)
         finally:
+            if c0 is not None:
+                cur.cpu[phase] = cur.cpu.get(phase, 0.0) + cur.cpu_clock() - c0
             cur.leave(phase)
     wrapper._trnsim_phase = phase
     return wrapper
@@ -113,7 +125,7 @@ def profiled(fn, nodeid_of):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         import cProfile
-        prof = cProfile.Profile()
+        prof = cProfile.Profile(time.thread_time)
         threads = []
         with program_threads_profiled(threads):
             try:
@@ -139,7 +151,7 @@ class program_threads_profiled:
 
         def _thread(programs, p):
             import cProfile
-            prof = cProfile.Profile()
+            prof = cProfile.Profile(time.thread_time)
             threads.append(prof)
             prof.runcall(orig, programs, p)
         Programs._thread = _thread
@@ -227,13 +239,16 @@ def summarize(lines, outcome_of=None):
         k = kinds.setdefault(kind, {"tests": 0, "wall_s": 0.0})
         k["tests"] += 1
         k["wall_s"] += ln["wall_s"]
-        f = fams.setdefault(family_of(nid), {"tests": 0, "wall_s": 0.0, **dict.fromkeys(PHASES, 0.0)})
+        f = fams.setdefault(family_of(nid), {"tests": 0, "wall_s": 0.0, **dict.fromkeys(PHASES, 0.0),
+                                             "simulate_cpu": 0.0})
+        f["simulate_cpu"] += ln.get("cpu_s", {}).get("simulate", 0.0)
         f["tests"] += 1
         f["wall_s"] += ln["wall_s"]
         for p, v in ln.get("phase_s", {}).items():
             tot[p] += v
             f[p] += v
     return {"tests": len(by_id), "wall_s": sum(ln["wall_s"] for ln in by_id.values()), "phase_s": tot,
+            "simulate_cpu_s": sum(f["simulate_cpu"] for f in fams.values()),
             "kinds": kinds, "families": dict(sorted(fams.items())), "process_starts_s": starts}
 
 
@@ -253,11 +268,16 @@ def render(m):
     out += ["", "| phase | s | share |", "|---|---:|---:|"]
     for p in PHASES:
         out.append(f"| {p} | {m['phase_s'][p]:.1f} | {100 * m['phase_s'][p] / w:.1f}% |")
-    out += ["", "| family | tests | s | " + " | ".join(PHASES) + " |", "|---|---:|---:|" + "---:|" * len(PHASES)]
+    out += ["", f"CPU time of the process (all threads) in the simulate calls: {m.get('simulate_cpu_s', 0.0):.1f} s "
+            f"of their {m['phase_s']['simulate']:.1f} s wall (the rest: waiting for a core, or program threads "
+            "handing the turn to each other).", ""]
+    out += ["| family | tests | s | " + " | ".join(PHASES) + " | simulate CPU s / wall s |",
+            "|---|---:|---:|" + "---:|" * (len(PHASES) + 1)]
     for fam, f in m["families"].items():
         fw = f["wall_s"] or 1.0
         out.append(f"| {fam} | {f['tests']} | {f['wall_s']:.0f} | "
-                   + " | ".join(f"{100 * f[p] / fw:.0f}%" for p in PHASES) + " |")
+                   + " | ".join(f"{100 * f[p] / fw:.0f}%" for p in PHASES)
+                   + f" | {f.get('simulate_cpu', 0.0):.1f} / {f['simulate']:.1f} |")
     return out
 
 
@@ -318,7 +338,7 @@ def render_profile(fams):
     if not fams:
         return []
     out = ["", "## Inside the simulate calls (cProfile, self time)", "",
-           "Under the profiler (which slows pure-Python code the most); per family, the share of each area and the "
+           "Each thread's CPU time, under the profiler (which slows pure-Python code the most); per family, the share of each area and the "
            "functions with the most self time.", ""]
     for name, f in sorted(fams.items(), key=lambda kv: -kv[1]["total_s"]):
         tot = f["total_s"] or 1.0

@@ -198,7 +198,7 @@ def pytest_runtest_protocol(item, nextitem):
     if os.environ.get("TRNSIM_NKILIB_PROFILE") and phase_times.profile_whole_test():
         import cProfile
         hook = phase_times.program_threads_profiled(threads).__enter__()
-        prof = cProfile.Profile()
+        prof = cProfile.Profile(time.thread_time)
         prof.enable()
     try:
         yield
@@ -209,7 +209,7 @@ def pytest_runtest_protocol(item, nextitem):
         item._trnsim_phases.finish()
         phase_times.CURRENT = None
         rec = {"nodeid": item.nodeid, "pid": os.getpid(), "wall_s": round(time.perf_counter() - t0, 4),
-               "phase_s": item._trnsim_phases.record()}
+               "phase_s": item._trnsim_phases.record(), "cpu_s": item._trnsim_phases.record_cpu()}
         if since_start is not None:
             rec["before_first_test_s"] = round(since_start, 3)
         with open(_PHASES_FILE, "a") as f:
