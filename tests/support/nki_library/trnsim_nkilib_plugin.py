@@ -119,6 +119,25 @@ def pytest_collection_modifyitems(session, config, items):
         config.hook.pytest_deselected(items=deselected)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection(session):
+    """With ``TRNSIM_NKILIB_PROFILE=DIR``: pytest's collection of the suite (importing the test files, the
+    harness's parametrization) profiled too, into ``DIR/collection-<pid>.prof``."""
+    out = os.environ.get("TRNSIM_NKILIB_PROFILE")
+    if not out:
+        yield
+        return
+    import cProfile
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        yield
+    finally:
+        prof.disable()
+        os.makedirs(out, exist_ok=True)
+        prof.dump_stats(os.path.join(out, f"collection-{os.getpid()}.prof"))   # a scratch file of the run
+
+
 def pytest_collection_finish(session):
     """Move what collection built (thousands of test items, their parameters, the harness's modules) out of the
     cycle collector's reach (``gc.freeze``): it stays alive for the whole session anyway, and otherwise every full
