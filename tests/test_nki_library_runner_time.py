@@ -6,6 +6,7 @@ import json
 import pstats
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -156,11 +157,11 @@ def test_profile_sees_program_threads(tmp_path, monkeypatch):
 
     def launch():
         progs = Programs([Core(), Core()])
-        return progs.run([lambda: _spin(20000), lambda: _spin(30000)])
+        return progs.run([lambda: _spin(2000), lambda: _spin(3000)])
     monkeypatch.setenv("TRNSIM_NKILIB_PROFILE", str(tmp_path))
     monkeypatch.delenv("TRNSIM_NKILIB_PROFILE_WHOLE", raising=False)
     f = pt.profiled(launch, lambda: "integration/nkilib/core/attention/test_a.py::t[0]")
-    assert f() == [_spin(20000), _spin(30000)]
+    assert f() == [_spin(2000), _spin(3000)]
     assert Programs.__dict__["_thread"] is orig                      # restored
     idx = [json.loads(ln) for ln in (tmp_path / "index.jsonl").read_text().splitlines()]
     assert idx[0]["nodeid"].endswith("test_a.py::t[0]")
@@ -180,3 +181,105 @@ def test_area_of():
     assert pt.area_of("/s/nki-library/test/utils/comparators.py") == "nki-library tests and harness"
     assert pt.area_of("/s/src/nkilib_src/nkilib/core/qkv.py") == "nki-library kernels"
     assert pt.area_of("~") == "builtins"
+
+
+# ---- the allpairspy stand-in: its faster search gives the rows of the plain one ----
+
+class _PlainAllPairs:
+    """The stand-in's greedy search as first written (a score searched per candidate, the filter called on every
+    ask): the reference its faster form must reproduce row for row."""
+
+    BUDGET = 2000
+
+    def __init__(self, values, filter_func):
+        self.vals = [list(v) for v in values]
+        self.filt = filter_func
+        self.budget = self.BUDGET
+        self.calls = 0
+
+    def ok(self, row):
+        self.budget -= 1
+        if self.budget < 0:
+            return False
+        self.calls += 1
+        try:
+            return bool(self.filt(list(row)))
+        except Exception:
+            return False
+
+    def rows(self):
+        import itertools
+        vals, k = self.vals, len(self.vals)
+        unc = {(i, a, j, b) for i, j in itertools.combinations(range(k), 2)
+               for a in range(len(vals[i])) for b in range(len(vals[j]))}
+        out = []
+        while unc:
+            self.budget = self.BUDGET
+            row = self.build(unc)
+            gained = unc & self.pairs(row) if row is not None else set()
+            if not gained:
+                for pair in sorted(unc, key=repr):
+                    i, a, j, b = pair
+                    self.budget = self.BUDGET
+                    row = self.build(unc, forced={i: a, j: b})
+                    if row is None:
+                        unc.discard(pair)
+                        continue
+                    gained = unc & self.pairs(row)
+                    break
+            if not gained:
+                break
+            unc -= gained
+            out.append([vals[i][row[i]] for i in range(k)])
+        return out
+
+    @staticmethod
+    def pairs(row):
+        import itertools
+        return {(i, row[i], j, row[j]) for i, j in itertools.combinations(range(len(row)), 2)}
+
+    def build(self, unc, row=(), forced=None):
+        vals, k, i = self.vals, len(self.vals), len(row)
+        if i == k:
+            return list(row)
+        forced = forced or {}
+
+        def score(a):
+            return sum((j, row[j], i, a) in unc for j in range(i)) + sum(
+                any((i, a, j, b) in unc for b in range(len(vals[j]))) for j in range(i + 1, k))
+        for a in ([forced[i]] if i in forced else sorted(range(len(vals[i])), key=lambda a: -score(a))):
+            cand = row + (a,)
+            if self.ok([vals[j][cand[j]] for j in range(len(cand))]):
+                done = self.build(unc, cand, forced)
+                if done is not None:
+                    return done
+        return None
+
+
+def _filters():
+    yield lambda row: True
+    yield lambda row: len(row) < 3 or (row[0] + row[2]) % 3 != 0              # rejects some full rows
+    yield lambda row: len(row) < 2 or row[1] != row[0]                          # rejects prefixes
+    yield lambda row: len(row) < 4                                              # rejects every full row
+    yield lambda row: 1 // (row[-1] % 4) >= 0                                   # raises on some values
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_allpairs_standin_rows_equal_the_plain_search(seed):
+    ap = _load("standin_allpairspy_time", SUPPORT / "standins" / "allpairspy" / "__init__.py")
+    rng = np.random.default_rng(seed)
+    k = int(rng.integers(2, 6))
+    values = [list(range(int(rng.integers(1, 6)))) for _ in range(k)]
+    for f in _filters():
+        want = _PlainAllPairs(values, f).rows()
+        got = [list(r) for r in ap.AllPairs(values, filter_func=f)]
+        assert got == want, (values, got, want)
+
+
+def test_allpairs_standin_keeps_spending_the_budget_per_ask():
+    """A filter that rejects every full row: the search ends when the budget runs out, as with a call per ask
+    (the rows found depend on where it stops)."""
+    ap = _load("standin_allpairspy_time2", SUPPORT / "standins" / "allpairspy" / "__init__.py")
+    values = [list(range(6))] * 4
+    f = lambda row: len(row) < 4 or sum(row) == 19       # noqa: E731 - few full rows pass
+    assert [list(r) for r in ap.AllPairs(values, filter_func=f)] == _PlainAllPairs(values, f).rows()
