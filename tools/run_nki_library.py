@@ -566,6 +566,11 @@ def run(args, argv):
         # one BLAS/OpenMP thread per test process: the harness's goldens and trnsim's tile matmuls are small, and
         # threads fighting over the cores made single tests 10-50x slower (qkv_cte 65 s -> 3.8 s measured)
         env.setdefault("OMP_NUM_THREADS", "1")
+        # the harness draws the shapes of its ranged and coverage tests at random while it collects, seeded from
+        # NEURON_PYTHONHASHSEED, which its conftest sets to 0 only in pytest-xdist workers: without it a run with
+        # one worker collects other test ids at every start, so --every picks another sample, and a restart (after
+        # the memory cap) or --resume runs tests the first start never had.  The harness's own value, always.
+        env.setdefault("NEURON_PYTHONHASHSEED", "0")
         env.setdefault("OPENBLAS_NUM_THREADS", "1")
         env["PYTHONPATH"] = os.pathsep.join([sdir, SUPPORT, os.path.join(snap, "src"), snap]
                                             + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
