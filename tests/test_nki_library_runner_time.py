@@ -283,3 +283,35 @@ def test_allpairs_standin_keeps_spending_the_budget_per_ask():
     values = [list(range(6))] * 4
     f = lambda row: len(row) < 4 or sum(row) == 19       # noqa: E731 - few full rows pass
     assert [list(r) for r in ap.AllPairs(values, filter_func=f)] == _PlainAllPairs(values, f).rows()
+
+
+def test_runner_passes_the_collection_seed_and_the_phase_switches(tmp_path, monkeypatch):
+    """The pytest child gets NEURON_PYTHONHASHSEED=0 (the harness's own seed for its random test shapes; it sets
+    it only in xdist workers), TRNSIM_NKILIB_PHASES with --phases and TRNSIM_NKILIB_PROFILE with --profile."""
+    snap = tmp_path / "nki-library"
+    (snap / "test").mkdir(parents=True)
+    (snap / "test" / "conftest.py").write_text("")
+    seen = []
+
+    class FakePopen:
+        def __init__(self, cmd, cwd=None, env=None, **kw):
+            seen.append(dict(env))
+            self.returncode = 0
+            self.pid = 0
+
+        def communicate(self, timeout=None):
+            return "", None
+    monkeypatch.setattr(runner, "missing_harness_requirements", lambda: [])
+    monkeypatch.setattr(runner.subprocess, "Popen", FakePopen)
+    monkeypatch.delenv("NEURON_PYTHONHASHSEED", raising=False)
+    monkeypatch.delenv("TRNSIM_NKILIB_PHASES", raising=False)
+    argv = ["--snapshot", str(snap), "--phases", "--profile", str(tmp_path / "prof"), "--out", str(tmp_path / "r")]
+    assert runner.main(argv) == 1                     # the fake pytest recorded nothing
+    env = seen[0]
+    assert env["NEURON_PYTHONHASHSEED"] == "0"
+    assert env["TRNSIM_NKILIB_PHASES"] == "1"
+    assert env["TRNSIM_NKILIB_PROFILE"] == str(tmp_path / "prof")
+    seen.clear()
+    monkeypatch.setenv("NEURON_PYTHONHASHSEED", "7")     # a seed the caller chose is kept
+    assert runner.main(["--snapshot", str(snap), "--out", str(tmp_path / "r")]) == 1
+    assert seen[0]["NEURON_PYTHONHASHSEED"] == "7" and "TRNSIM_NKILIB_PHASES" not in seen[0]
