@@ -295,7 +295,7 @@ def test_runner_passes_the_collection_seed_and_the_phase_switches(tmp_path, monk
 
     class FakePopen:
         def __init__(self, cmd, cwd=None, env=None, **kw):
-            seen.append(dict(env))
+            seen.append(dict(env, CMD=" ".join(cmd)))
             self.returncode = 0
             self.pid = 0
 
@@ -315,3 +315,7 @@ def test_runner_passes_the_collection_seed_and_the_phase_switches(tmp_path, monk
     monkeypatch.setenv("NEURON_PYTHONHASHSEED", "7")     # a seed the caller chose is kept
     assert runner.main(["--snapshot", str(snap), "--out", str(tmp_path / "r")]) == 1
     assert seen[0]["NEURON_PYTHONHASHSEED"] == "7" and "TRNSIM_NKILIB_PHASES" not in seen[0]
+    assert "--max-worker-restart" not in seen[0]["CMD"] and "-n 0" in seen[0]["CMD"]
+    seen.clear()
+    assert runner.main(["--snapshot", str(snap), "-j", "2", "--out", str(tmp_path / "r")]) == 1
+    assert f"-n 2 --max-worker-restart {runner.XDIST_MAX_RESTARTS}" in seen[0]["CMD"]    # not xdist's 4 per worker

@@ -444,6 +444,7 @@ def _count_lines(path):
         return sum(1 for ln in f if ln.strip())
 
 
+XDIST_MAX_RESTARTS = 2000   # workers xdist may start again in one run (-j > 1) after the memory cap ended one
 MAX_RESTARTS = 50      # pytest started again at most this many times in one run after a test ended it
 
 
@@ -589,6 +590,10 @@ def run(args, argv):
                "-p", "no:cacheprovider", "--continue-on-collection-errors", "-q", "-o", "log_level=WARNING", "--no-header", "-rN", "--tb=no",
                "-o", f"artifacts_dir={os.path.join(tmp, 'artifacts')}"]
         cmd += ["-n", str(args.jobs) if args.jobs > 1 else "0"]   # the harness's conftest needs xdist loaded
+        if args.jobs > 1:
+            # xdist replaces a worker the memory cap ended, but by default only 4 per worker in a whole run; the
+            # sample of benchmarks/nki-library-time.md ended 3 processes in 68 tests (hundreds in the whole suite)
+            cmd += ["--max-worker-restart", str(XDIST_MAX_RESTARTS)]     # (xdist: 4 per worker by default)
         if not args.keep_outputs:
             cmd += ["--force-local-cleanup"]     # the harness's own option: each test's output directory removed
         if args.keyword:
