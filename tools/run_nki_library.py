@@ -37,6 +37,36 @@ DEFAULT_OUT = os.path.join(REPO, "conformance", "reports", "nki-library")
 GOLDEN_DEFECTS = os.path.join(SUPPORT, "golden_defects.json")
 
 
+def phase_times():
+    """tests/support/nki_library/phase_times.py (the plugin's timing of a test's phases, and their summary)."""
+    if SUPPORT not in sys.path:
+        sys.path.insert(0, SUPPORT)
+    import phase_times as mod
+    return mod
+
+
+def attach_phases(recs, lines):
+    """The plugin's phase lines (``<results>.phases``) into each test's record (the call's, or the setup's of a
+    test skipped there): ``wall_s``, ``phase_s`` and, for a process's first test, ``before_first_test_s``."""
+    by_id = {}
+    for r in recs:
+        if r.get("when") in ("setup", "call") and (r["nodeid"] not in by_id or r["when"] == "call"):
+            by_id[r["nodeid"]] = r
+    for ln in lines:
+        r = by_id.get(ln["nodeid"])
+        if r is not None:
+            r.update({k: ln[k] for k in ("wall_s", "phase_s", "cpu_s", "before_first_test_s") if k in ln})
+
+
+def time_summary(recs):
+    """Where the recorded tests' time went (None when the run recorded no phases: ``--phases``)."""
+    lines = [r for r in recs if r.get("phase_s") is not None]
+    if not lines:
+        return None
+    outcome = {r["nodeid"]: r["outcome"] for r in recs if r.get("when") in ("setup", "call")}
+    return phase_times().summarize(lines, outcome)
+
+
 def golden_defects(path=GOLDEN_DEFECTS):
     """{nodeid: entry} of mismatches traced to a defective golden (data in tests/support/nki_library)."""
     if not os.path.exists(path):
@@ -263,6 +293,7 @@ def classify(recs, golden=None):
         "skips": [{"reason": k, "count": n} for k, n in skips.most_common()],
         "collect_errors": [{"file": r["nodeid"], "message": r.get("message", "")} for r in collect_errors],
         "rss": rss_summary(recs),
+        "time": time_summary(recs),
     }
 
 
@@ -353,6 +384,8 @@ def render_md(rep):
         for c in s["collect_errors"]:
             out.append(f"- `{c['file']}`: {c['message']}")
     out += render_rss(s.get("rss"))
+    out += phase_times().render(s.get("time"))
+    out += phase_times().render_profile(s.get("profile"))
     if s["skips"]:
         out += ["", "## Skipped by the harness", ""]
         for c in s["skips"]:
@@ -411,6 +444,7 @@ def _count_lines(path):
         return sum(1 for ln in f if ln.strip())
 
 
+XDIST_MAX_RESTARTS = 2000   # workers xdist may start again in one run (-j > 1) after the memory cap ended one
 MAX_RESTARTS = 50      # pytest started again at most this many times in one run after a test ended it
 
 
@@ -478,6 +512,11 @@ def build_parser():
                         "ResidentMemoryExceeded (a MemoryError) and the run goes on; one still allocating 1 GiB "
                         "past it is ended (recorded as killed) and pytest starts again on the tests not yet run "
                         "(tests/support/nki_library/rss_cap.py); 0: no cap")
+    p.add_argument("--phases", action="store_true",
+                   help="record where each test's time goes (harness phases, the simulate call) and report it")
+    p.add_argument("--profile", default=None, metavar="DIR",
+                   help="run each simulate call under cProfile, statistics in DIR; the report ranks trnsim's "
+                        "functions per family (slows the simulate calls)")
     p.add_argument("--resume", default=None,
                    help="a results.jsonl of an earlier run of the same selection (kept with --keep-tmp): its tests "
                         "are not run again, its records are counted with this run's, and it is rewritten with both")
@@ -528,9 +567,18 @@ def run(args, argv):
         # one BLAS/OpenMP thread per test process: the harness's goldens and trnsim's tile matmuls are small, and
         # threads fighting over the cores made single tests 10-50x slower (qkv_cte 65 s -> 3.8 s measured)
         env.setdefault("OMP_NUM_THREADS", "1")
+        # the harness draws the shapes of its ranged and coverage tests at random while it collects, seeded from
+        # NEURON_PYTHONHASHSEED, which its conftest sets to 0 only in pytest-xdist workers: without it a run with
+        # one worker collects other test ids at every start, so --every picks another sample, and a restart (after
+        # the memory cap) or --resume runs tests the first start never had.  The harness's own value, always.
+        env.setdefault("NEURON_PYTHONHASHSEED", "0")
         env.setdefault("OPENBLAS_NUM_THREADS", "1")
         env["PYTHONPATH"] = os.pathsep.join([sdir, SUPPORT, os.path.join(snap, "src"), snap]
                                             + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        if args.phases or args.profile:
+            env["TRNSIM_NKILIB_PHASES"] = "1"
+        if args.profile:
+            env["TRNSIM_NKILIB_PROFILE"] = os.path.abspath(args.profile)
         if args.max_memory:
             env["TRNSIM_NKILIB_MAX_RSS"] = str(int(args.max_memory * GIB))
         env.update(PYTHONDONTWRITEBYTECODE="1", TRNSIM_NKILIB_RESULTS=results,
@@ -542,6 +590,10 @@ def run(args, argv):
                "-p", "no:cacheprovider", "--continue-on-collection-errors", "-q", "-o", "log_level=WARNING", "--no-header", "-rN", "--tb=no",
                "-o", f"artifacts_dir={os.path.join(tmp, 'artifacts')}"]
         cmd += ["-n", str(args.jobs) if args.jobs > 1 else "0"]   # the harness's conftest needs xdist loaded
+        if args.jobs > 1:
+            # xdist replaces a worker the memory cap ended, but by default only 4 per worker in a whole run; the
+            # sample of benchmarks/nki-library-time.md ended 3 processes in 68 tests (hundreds in the whole suite)
+            cmd += ["--max-worker-restart", str(XDIST_MAX_RESTARTS)]     # (xdist: 4 per worker by default)
         if not args.keep_outputs:
             cmd += ["--force-local-cleanup"]     # the harness's own option: each test's output directory removed
         if args.keyword:
@@ -598,6 +650,9 @@ def run(args, argv):
             with open(results) as f:
                 recs += [json.loads(ln) for ln in f if ln.strip()]
         recs = list({(r["nodeid"], r.get("when")): r for r in recs}.values())   # a test (or file) once: the latest
+        if os.path.exists(results + ".phases"):
+            with open(results + ".phases") as f:
+                attach_phases(recs, [json.loads(ln) for ln in f if ln.strip()])
         if args.resume and not args.results:
             from trnsim.fileio import atomic_write
             with atomic_write(args.resume) as f:            # the resumed file now holds both runs
@@ -607,6 +662,8 @@ def run(args, argv):
             print("run_nki_library: pytest recorded no test", file=sys.stderr)
             return 1
         summary = classify(recs)
+        if args.profile:
+            summary["profile"] = phase_times().profile_summary(args.profile)
         from conformance.report import provenance
         made = provenance()                 # the trnsim commit and date this report is made at
         rep = {"trnsim_commit": made["commit"], "made": made["made"], "snapshot": os.path.basename(snap), "snapshot_commit": snapshot_commit(snap, args.snapshot_commit),

@@ -11,6 +11,8 @@ It does two things and changes nothing else in the harness:
   and for a failure the innermost exception of the chain (type, message, and the deepest frame in trnsim and in
   the snapshot's sources), written as JSON lines to ``TRNSIM_NKILIB_RESULTS`` by the controlling process;
 - a resident-memory cap (``TRNSIM_NKILIB_MAX_RSS`` bytes, the runner's ``--max-memory``): ``rss_cap``;
+- time (with ``TRNSIM_NKILIB_PHASES=1``): each test's wall time split into the harness's phases and trnsim's
+  simulate call (``phase_times``), written as JSON lines to ``<results>.phases`` by the process that ran the test;
 - memory: each test's peak resident set size (``peak_rss_bytes``, from setup to the end of its call), measured in
   the process that ran it by ``peak_rss`` (``peak_rss_how``: ``VmHWM`` for the test's own peak, ``ru_maxrss`` when
   only the worker's lifetime peak can be read).
@@ -31,6 +33,7 @@ import nki_cpu_simulator  # noqa: F401,E402
 import nkilib_sampling  # noqa: E402  (this folder, on the child's path)
 import multirank  # noqa: E402  (this folder)
 import peak_rss  # noqa: E402  (this folder)
+import phase_times  # noqa: E402  (this folder)
 import rss_cap  # noqa: E402  (this folder)
 
 
@@ -80,6 +83,9 @@ def pytest_sessionstart(session):
         Orchestrator._compiled_kernel = None
     multirank.install(Orchestrator, InferenceException)
     _measure_simulate_calls()
+    if phase_times.enabled():
+        phase_times.install(Orchestrator, lambda: os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0])
+        multirank.simulate_all_ranks = phase_times.timed("simulate", multirank.simulate_all_ranks)
 
 
 def _measure_simulate_calls():
@@ -111,6 +117,35 @@ def pytest_collection_modifyitems(session, config, items):
     items[:] = [it for i, it in enumerate(items) if i in keep]
     if deselected:
         config.hook.pytest_deselected(items=deselected)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection(session):
+    """With ``TRNSIM_NKILIB_PROFILE=DIR``: pytest's collection of the suite (importing the test files, the
+    harness's parametrization) profiled too, into ``DIR/collection-<pid>.prof``."""
+    out = os.environ.get("TRNSIM_NKILIB_PROFILE")
+    if not out:
+        yield
+        return
+    import cProfile
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        yield
+    finally:
+        prof.disable()
+        os.makedirs(out, exist_ok=True)
+        prof.dump_stats(os.path.join(out, f"collection-{os.getpid()}.prof"))   # a scratch file of the run
+
+
+def pytest_collection_finish(session):
+    """Move what collection built (thousands of test items, their parameters, the harness's modules) out of the
+    cycle collector's reach (``gc.freeze``): it stays alive for the whole session anyway, and otherwise every full
+    collection walks it again -- the ``gc.collect()`` before each test (``peak_rss.release_freed``) and the
+    collector's own full passes while a kernel runs (see benchmarks/nki-library-time.md)."""
+    import gc
+    gc.collect()
+    gc.freeze()
 
 
 def _negative(item):
@@ -148,12 +183,67 @@ _CAP = None         # the resident-memory cap of this process (rss_cap.Cap), whe
 
 
 def pytest_configure(config):
-    global _CAP
+    global _CAP, _SESSION_T0
+    if _SESSION_T0 is None:
+        import time
+        _SESSION_T0 = time.perf_counter()
     cap = int(os.environ.get("TRNSIM_NKILIB_MAX_RSS", "0") or 0)
     if cap > 0 and _CAP is None:
         c = rss_cap.Cap(cap, killed_path=(_RESULTS + ".killed") if _RESULTS else None)
         if c.install():
             _CAP = c
+
+
+_PHASES_FILE = (_RESULTS + ".phases") if _RESULTS else None
+_SESSION_T0 = None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With ``TRNSIM_NKILIB_PHASES=1``: the test's phases (``phase_times``), one JSON line after its teardown; the
+    first test's line also has the time from pytest's configuration to that test (collection and imports)."""
+    global _SESSION_T0
+    if not (phase_times.enabled() and _PHASES_FILE):
+        yield
+        return
+    import time
+    t0 = time.perf_counter()
+    since_start = None
+    if _SESSION_T0 is not None:
+        since_start, _SESSION_T0 = t0 - _SESSION_T0, None
+    phase_times.CURRENT = item._trnsim_phases = phase_times.TestPhases()
+    item._trnsim_phases.enter("setup")
+    prof, threads, hook = None, [], None
+    if os.environ.get("TRNSIM_NKILIB_PROFILE") and phase_times.profile_whole_test():
+        import cProfile
+        hook = phase_times.program_threads_profiled(threads).__enter__()
+        prof = cProfile.Profile(time.thread_time)
+        prof.enable()
+    try:
+        yield
+    finally:
+        if prof is not None:
+            hook.__exit__(None, None, None)
+            phase_times.dump_profile(prof, os.environ["TRNSIM_NKILIB_PROFILE"], item.nodeid, threads)
+        item._trnsim_phases.finish()
+        phase_times.CURRENT = None
+        rec = {"nodeid": item.nodeid, "pid": os.getpid(), "wall_s": round(time.perf_counter() - t0, 4),
+               "phase_s": item._trnsim_phases.record(), "cpu_s": item._trnsim_phases.record_cpu()}
+        if since_start is not None:
+            rec["before_first_test_s"] = round(since_start, 3)
+        with open(_PHASES_FILE, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    """The test's call is its ``inputs`` phase, less the harness's phases inside it; what follows is teardown."""
+    ph = getattr(item, "_trnsim_phases", None)
+    if ph is not None:
+        ph.switch("inputs")
+    yield
+    if ph is not None:
+        ph.switch("teardown")
 
 
 @pytest.hookimpl(tryfirst=True)
