@@ -202,8 +202,8 @@ def encode(core):
         bar_parts[i] = tuple(parts)
     arrs["bar"] = bar
     arrs["bar_parts"] = bar_parts
-    rec_cols = dict(engine=list(eng_s), id=list(range(n)) if c["id"] is None else c["id"], opcode=list(c["opcode"]), flops=list(c["flops"]),
-                    nbytes=nbytes.tolist(), loc=list(c["loc"]))
+    # the record's own columns for the Timeline (the record's lists: copied, as lists, when the Timeline reads them)
+    rec_cols = dict(engine=eng_s, id=c["id"], opcode=c["opcode"], flops=c["flops"], nbytes=nbytes, loc=c["loc"])
     return arrs, emap, rec_cols
 
 
@@ -256,27 +256,77 @@ class CoreRun:
 
     def _columns(self):
         arrs, emap, rec_cols = self.enc
+        st = self.state
+        nlt = int(st[-2][11])
+        cols = CoreColumns(self.core.core_id, len(arrs["eng"]), rec_cols, st[:16], arrs["dge_m"])
+        k, cid = self.k, self.core.core_id
+        lt_kind, lt_size, lt_t0, lt_t1 = (a[:nlt] for a in st[16:20])
+        dstart, end, hbm = st[1], st[2], st[7]
+        self.state = None                  # (the arrays the columns are made from are kept by them)
+        return cols, lambda: _counters(k, cid, lt_kind, lt_size, lt_t0, lt_t1, dstart, end, hbm)
+
+
+class CoreColumns:
+    """One core's rows for :meth:`Timeline.extend`: the loop's result arrays and the record's columns, each made a
+    list (``column``) only when the Timeline's column is first read.  ``cols[field]`` is that list for these rows
+    alone (made once; ``sharing`` reads them)."""
+
+    __slots__ = ("cid", "n", "rec", "res", "dge_m", "_made")
+
+    def __init__(self, cid, n, rec_cols, results, dge_m):
+        self.cid = cid
+        self.n = n
+        self.rec = rec_cols
+        self.res = results          # the loop's per-row results (sched_state's tuple order, its first 16)
+        self.dge_m = dge_m
+        self._made = {}
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, f):
+        v = self._made.get(f)
+        if v is None:
+            v = self._made[f] = self.column(f, 0)
+        return v
+
+    def column(self, f, base):
+        """The list of field ``f`` of :class:`~trnsim.machine.timeline.Row` (or "dge") for these rows, row
+        indices plus ``base``."""
+        n = self.n
         (start, dstart, end, done, work, queue, nqs, hbm, srcm, dstm, deps, ndeps, bind, dge_s, dge_e, dge_u
-         ) = self.state[:16]
-        lt_kind, lt_size, lt_t0, lt_t1 = self.state[16:20]
-        nlt = int(self.state[-2][11])
-        n = len(arrs["eng"])
-        mem = _MEM_OBJ
-        cols = dict(rec_cols, core=[self.core.core_id] * n, queue=queue.tolist(), nqueues=nqs.tolist(),
-                    start=start.tolist(), data_start=dstart.tolist(), end=end.tolist(), done=done.tolist(),
-                    work=work.tolist(), hbm_bytes=hbm.tolist(), src=mem[srcm + 1].tolist(),
-                    dst=mem[dstm + 1].tolist(), deps=_dep_tuples(deps, ndeps),
-                    bind=bind.tolist(), dge=_dge_spans(arrs["dge_m"], dge_u, dge_s, dge_e))
-        counters = _counters(self.k, self.core.core_id, lt_kind[:nlt], lt_size[:nlt], lt_t0[:nlt], lt_t1[:nlt],
-                             dstart, end, hbm)
-        self.state = None                  # (the arrays the columns were made from)
-        return cols, counters
+         ) = self.res
+        rec = self.rec
+        if f in ("engine", "opcode", "flops", "loc"):
+            return list(rec[f][:n])
+        if f == "id":
+            return list(range(n)) if rec["id"] is None else list(rec["id"][:n])
+        if f == "core":
+            return [self.cid] * n
+        arr = _ARR.get(f)
+        if arr is not None:
+            return (rec["nbytes"] if f == "nbytes" else self.res[arr]).tolist()
+        if f in ("src", "dst"):
+            return _MEM_OBJ[(srcm if f == "src" else dstm) + 1].tolist()
+        if f == "deps":
+            return _dep_tuples(deps + base if base else deps, ndeps)
+        if f == "bind":
+            return (np.where(bind >= 0, bind + base, -1) if base else bind).tolist()
+        if f == "dge":
+            return _dge_spans(self.dge_m, dge_u, dge_s, dge_e, base)
+        raise KeyError(f)
 
 
-def _dge_spans(mode, unit, s, e):
-    """The ``dge`` list ``(row, mode, unit, start, end)`` of the rows with descriptor generation."""
+# result columns that are one array of the loop's results (index into ``CoreColumns.res``), or the record's nbytes
+_ARR = dict(start=0, data_start=1, end=2, done=3, work=4, queue=5, nqueues=6, hbm_bytes=7, nbytes=-1)
+
+
+def _dge_spans(mode, unit, s, e, base=0):
+    """The ``dge`` list ``(row, mode, unit, start, end)`` of the rows with descriptor generation (row numbers plus
+    ``base``)."""
     rows = np.flatnonzero(mode > 0)
-    return list(zip(rows.tolist(), mode[rows].tolist(), unit[rows].tolist(), s[rows].tolist(), e[rows].tolist()))
+    return list(zip((rows + base).tolist(), mode[rows].tolist(), unit[rows].tolist(), s[rows].tolist(),
+                    e[rows].tolist()))
 
 
 def _dep_tuples(deps, ndeps):
