@@ -33,13 +33,13 @@ _FIELDS = attrgetter("engine", "cycles", "ns", "pre", "rows", "part0", "nbytes",
 
 
 def _kernels():
-    """The loop's modules, as a namespace: ``new_state``, ``run``, ``hbm_bins``."""
+    """The loop's modules, as a namespace: ``new_state``, ``run``, ``hbm_bins``, ``factorize``."""
     if _STATE["kernels"] is None:
         from types import SimpleNamespace
 
         from . import sched_events, sched_heaps, sched_state
         _STATE["kernels"] = SimpleNamespace(new_state=sched_state.new_state, run=sched_events.run,
-                                            hbm_bins=sched_heaps.hbm_bins)
+                                            hbm_bins=sched_heaps.hbm_bins, factorize=sched_heaps.factorize)
     return _STATE["kernels"]
 
 
@@ -92,12 +92,16 @@ def _columns(core):
 
 
 def _distinct(seq):
-    """``(first, inverse)``: the index of the first of each distinct object of ``seq`` (by identity: C loops only)
-    and each item's distinct number.  Equal objects that are not one object get numbers of their own; callers map
-    the distinct objects by value."""
-    _, first, inv = np.unique(np.fromiter(map(id, seq), np.int64, len(seq)), return_index=True,
-                              return_inverse=True)
-    return first.tolist(), inv.reshape(-1)
+    """``(first, inverse)``: the index of the first of each distinct object of ``seq`` (by identity: C loops and
+    a compiled hash pass only) and each item's distinct number.  Equal objects that are not one object get numbers
+    of their own; callers map the distinct objects by value."""
+    first, inv = _kernels().factorize(np.fromiter(map(id, seq), np.int64, len(seq)))
+    return first.tolist(), inv
+
+
+def _ints(seq, dtype=np.int64):
+    """A list of numbers as an array (``np.fromiter`` with the length known: no pass to find the type)."""
+    return np.fromiter(seq, dtype, len(seq))
 
 
 def encode(core):
@@ -120,11 +124,11 @@ def encode(core):
     for e, k in emap.items():
         if e != "dma":
             clk[k] = tg.engine_clock_hz[e if e in _ENG_FIXED else "scalar"] * 1e-9
-    nops = np.array(c["nops"], np.int64)
+    nops = _ints(c["nops"])
     ptr = np.zeros(n + 1, np.int64)
     np.cumsum(nops, out=ptr[1:])
     views = c["v"]
-    ba = np.array(c["b"], np.int64)
+    ba = _ints(c["b"])
     b_lo = int(ba.min()) if len(ba) else 0
     b_n = int(ba.max()) - b_lo + 1 if len(ba) else 0
     if b_n <= 4 * len(ba) + 1024:         # buffer ids are a counter: an offset is a dense numbering
@@ -174,7 +178,7 @@ def encode(core):
         b_mem[pos[used][on]] = m[on]
         b_size[pos[used][on]] = np.array(sizes, np.int64)[used][on]
     f64 = np.float64
-    cost = np.array(c["cost"], f64)
+    cost = _ints(c["cost"], f64)
     dma = np.array(c["dma"], np.int64)
     rows = np.zeros(n, np.int64)
     part0 = np.zeros(n, np.int64)
@@ -189,10 +193,9 @@ def encode(core):
         if dg is not None:
             dge_m[i], dge_q[i], dge_c[i] = dg
     arrs = dict(
-        eng=eng, dma_code=dma_code, clk=clk, cycles=cost, ns=cost, pre=np.array(c["pre"], f64),
+        eng=eng, dma_code=dma_code, clk=clk, cycles=cost, ns=cost, pre=_ints(c["pre"], f64),
         rows=rows, part0=part0, nbytes=nbytes, dge_m=dge_m, dge_q=dge_q, dge_c=dge_c,
-        ptr=ptr, nw=np.array(c["nw"], np.int64), op_b=op_b.astype(np.int64), op_lo=np.array(c["lo"], np.int64),
-        op_hi=np.array(c["hi"], np.int64),
+        ptr=ptr, nw=_ints(c["nw"]), op_b=op_b.astype(np.int64), op_lo=_ints(c["lo"]), op_hi=_ints(c["hi"]),
         op_v=op_v, v_pitch=v_pitch, v_c0=v_c0, v_c1=v_c1, v_size=v_size, b_mem=b_mem, b_size=b_size,
     )
     bar = np.full(n, -1, np.int64)           # core_barrier rows: how many cores they name
