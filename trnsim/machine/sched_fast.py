@@ -9,6 +9,7 @@ too.  A process loads the compiled loop from numba's cache on first use (compile
 
 from __future__ import annotations
 
+from functools import partial
 from itertools import chain
 from operator import attrgetter
 
@@ -262,11 +263,10 @@ class CoreRun:
         st = self.state
         nlt = int(st[-2][11])
         cols = CoreColumns(self.core.core_id, len(arrs["eng"]), rec_cols, st[:16], arrs["dge_m"])
-        k, cid = self.k, self.core.core_id
         lt_kind, lt_size, lt_t0, lt_t1 = (a[:nlt] for a in st[16:20])
-        dstart, end, hbm = st[1], st[2], st[7]
         self.state = None                  # (the arrays the columns are made from are kept by them)
-        return cols, lambda: _counters(k, cid, lt_kind, lt_size, lt_t0, lt_t1, dstart, end, hbm)
+        # the counters, made when the Timeline's are first read (a partial, not a closure: it pickles)
+        return cols, partial(_core_counters, self.core.core_id, lt_kind, lt_size, lt_t0, lt_t1, st[1], st[2], st[7])
 
 
 class CoreColumns:
@@ -345,6 +345,10 @@ def _dep_tuples(deps, ndeps):
         else:          # zip makes the k-tuples straight from k column lists (no per-row list)
             obj[sel] = np.fromiter(zip(*(deps[sel, j].tolist() for j in range(k))), object, len(sel))
     return obj.tolist()
+
+
+def _core_counters(cid, lt_kind, lt_size, lt_t0, lt_t1, dstart, end, hbm):
+    return _counters(_kernels(), cid, lt_kind, lt_size, lt_t0, lt_t1, dstart, end, hbm)
 
 
 def _counters(k, cid, lt_kind, lt_size, lt_t0, lt_t1, dstart, end, hbm, bins=200):
