@@ -48,10 +48,11 @@ class _Column:
 
 
 class _DictBlock:
-    """Rows given as ``{field: list}`` (:meth:`Timeline.extend`), their indices made into the timeline's."""
+    """Rows given as ``{field: list}`` (:meth:`Timeline.extend`), their indices made into the timeline's.  The
+    lists are copied when appended (the caller may reuse its own)."""
 
     def __init__(self, cols):
-        self.cols = cols
+        self.cols = {f: list(v) if isinstance(v, (list, tuple)) else v for f, v in cols.items()}
 
     def __len__(self):
         return len(self.cols["start"])
