@@ -54,7 +54,7 @@ import numpy as np
 
 from .sched_heaps import _heap_pop, _heap_push, _ipop, _ipush, _tpop, _tpush
 from .sched_intervals import _grow
-from .sched_jit import njit
+from .sched_jit import borrow, njit
 from .sched_rules import compute_times, dge_place, dma_xfer, pe_load
 
 __all__ = ["run"]
@@ -72,6 +72,11 @@ def run(eng, dma_code, clk, cycles, ns, pre, nbytes, ptr, nw, op_b, op_lo, op_hi
     record is done, else that barrier's row and ``stop_t`` this core's arrival at it (call again with the same
     state once ``bar_t`` has its completion)."""
     n = eng.shape[0]
+    # every array without reference counts (sched_jit.borrow: the arguments keep them alive); the DGE blocks'
+    # intervals, which the loop may grow (new arrays, returned in the state), are borrowed from ``*_o``
+    (eng, clk, cycles, ns, pre, nbytes, ptr, nw, op_b, op_lo, op_hi, b_mem, b_size, dge_m, dge_c, bar, bar_t
+     ) = borrow((eng, clk, cycles, ns, pre, nbytes, ptr, nw, op_b, op_lo, op_hi, b_mem, b_size, dge_m, dge_c, bar,
+                 bar_t))
     (start, dstart, end, done, work, queue, nqs, hbm, srcm, dstm, deps, ndeps, bind, dge_s, dge_e, dge_u,
      lt_kind, lt_size, lt_t0, lt_t1, eng_free, eng_last, dbs, dbe, dbo, dbn,
      last_use, t0, tdone, rel, bacc, live, capk, partk, ht, hs, hz, hp, hn, pop_t, pop_b,
@@ -79,7 +84,8 @@ def run(eng, dma_code, clk, cycles, ns, pre, nbytes, ptr, nw, op_b, op_lo, op_hi
      lane, lane_next, lane_head, gate_next, gate_head, hk, bar_next,
      q0a, nusea, cls, pbase, fcnt, frow, fhead, qcls, nqc, c0h, c0n, rem, left, arrived, first, arr_t, blk,
      ur, urn, urp, sh, shn, g_k, g_blocked, gpass, g_t, g_b,
-     placed, known, wl, kq, ah_t, ah_i, si, sf) = state
+     placed, known, wl, kq, ah_t, ah_i, si, sf) = borrow(state)
+    dbs_o, dbe_o, dbo_o = state[22], state[23], state[24]         # owned: grown below, returned
     gp = 3                                   # the GpSimd Engine's code (sched_fast._ENG_FIXED)
     ncls = nqk + 1
     dcap = dbs.shape[1]
@@ -279,7 +285,8 @@ def run(eng, dma_code, clk, cycles, ns, pre, nbytes, ptr, nw, op_b, op_lo, op_hi
                     b = gb
                 if dge_m[idx] == 2 and dbn.max() + 2 > dcap:
                     dcap *= 2
-                    dbs, dbe, dbo = _grow(dbs, dbe, dbo, dcap)
+                    dbs_o, dbe_o, dbo_o = _grow(dbs, dbe, dbo, dcap)
+                    dbs, dbe, dbo = borrow((dbs_o, dbe_o, dbo_o))
                 ds, b = dge_place(idx, dge_m[idx], issue, b, dge_c[idx], gp, clk[gp], eng_free, eng_last, dbs, dbe,
                                   dbo, dbn, dge_s, dge_e, dge_u, fixed)
                 xfer, sk, dk = dma_xfer(idx, ns[idx], fixed, r0, r1, w0, w1, op_b, b_mem, nbytes[idx],
@@ -488,11 +495,5 @@ def run(eng, dma_code, clk, cycles, ns, pre, nbytes, ptr, nw, op_b, op_lo, op_hi
     sf[2] = bar_arr
     sf[3] = pe_prev_start
     sf[4] = pe_load_free
-    return (start, dstart, end, done, work, queue, nqs, hbm, srcm, dstm, deps, ndeps, bind, dge_s, dge_e, dge_u,
-            lt_kind, lt_size, lt_t0, lt_t1, eng_free, eng_last, dbs, dbe, dbo, dbn,
-            last_use, t0, tdone, rel, bacc, live, capk, partk, ht, hs, hz, hp, hn, pop_t, pop_b,
-            pr_ptr, pr_row, pr_end, pr_first, nb_ptr, nb_list, npend, scnt, srow,
-            lane, lane_next, lane_head, gate_next, gate_head, hk, bar_next,
-            q0a, nusea, cls, pbase, fcnt, frow, fhead, qcls, nqc, c0h, c0n, rem, left, arrived, first, arr_t, blk,
-            ur, urn, urp, sh, shn, g_k, g_blocked, gpass, g_t, g_b,
-            placed, known, wl, kq, ah_t, ah_i, si, sf), stop_row, stop_t
+    # the state's own arrays (not the borrowed ones), with the DGE blocks' intervals as grown
+    return state[:22] + (dbs_o, dbe_o, dbo_o) + state[25:], stop_row, stop_t

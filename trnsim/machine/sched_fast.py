@@ -9,6 +9,7 @@ too.  A process loads the compiled loop from numba's cache on first use (compile
 
 from __future__ import annotations
 
+from functools import partial
 from itertools import chain
 from operator import attrgetter
 
@@ -34,13 +35,13 @@ _FIELDS = attrgetter("engine", "cycles", "ns", "pre", "rows", "part0", "nbytes",
 
 
 def _kernels():
-    """The loop's modules, as a namespace: ``new_state``, ``run``, ``hbm_bins``."""
+    """The loop's modules, as a namespace: ``new_state``, ``run``, ``hbm_bins``, ``factorize``."""
     if _STATE["kernels"] is None:
         from types import SimpleNamespace
 
         from . import sched_events, sched_heaps, sched_state
         _STATE["kernels"] = SimpleNamespace(new_state=sched_state.new_state, run=sched_events.run,
-                                            hbm_bins=sched_heaps.hbm_bins)
+                                            hbm_bins=sched_heaps.hbm_bins, factorize=sched_heaps.factorize)
     return _STATE["kernels"]
 
 
@@ -93,12 +94,16 @@ def _columns(core):
 
 
 def _distinct(seq):
-    """``(first, inverse)``: the index of the first of each distinct object of ``seq`` (by identity: C loops only)
-    and each item's distinct number.  Equal objects that are not one object get numbers of their own; callers map
-    the distinct objects by value."""
-    _, first, inv = np.unique(np.fromiter(map(id, seq), np.int64, len(seq)), return_index=True,
-                              return_inverse=True)
-    return first.tolist(), inv.reshape(-1)
+    """``(first, inverse)``: the index of the first of each distinct object of ``seq`` (by identity: C loops and
+    a compiled hash pass only) and each item's distinct number.  Equal objects that are not one object get numbers
+    of their own; callers map the distinct objects by value."""
+    first, inv = _kernels().factorize(np.fromiter(map(id, seq), np.int64, len(seq)))
+    return first.tolist(), inv
+
+
+def _ints(seq, dtype=np.int64):
+    """A list of numbers as an array (``np.fromiter`` with the length known: no pass to find the type)."""
+    return np.fromiter(seq, dtype, len(seq))
 
 
 def encode(core):
@@ -121,11 +126,11 @@ def encode(core):
     for e, k in emap.items():
         if e != "dma":
             clk[k] = tg.engine_clock_hz[e if e in _ENG_FIXED else "scalar"] * 1e-9
-    nops = np.array(c["nops"], np.int64)
+    nops = _ints(c["nops"])
     ptr = np.zeros(n + 1, np.int64)
     np.cumsum(nops, out=ptr[1:])
     views = c["v"]
-    ba = np.array(c["b"], np.int64)
+    ba = _ints(c["b"])
     b_lo = int(ba.min()) if len(ba) else 0
     b_n = int(ba.max()) - b_lo + 1 if len(ba) else 0
     if b_n <= 4 * len(ba) + 1024:         # buffer ids are a counter: an offset is a dense numbering
@@ -177,7 +182,7 @@ def encode(core):
         b_mem[pos[used][on]] = m[on]
         b_size[pos[used][on]] = np.array(sizes, np.int64)[used][on]
     f64 = np.float64
-    cost = np.array(c["cost"], f64)
+    cost = _ints(c["cost"], f64)
     dma = np.array(c["dma"], np.int64)
     rows = np.zeros(n, np.int64)
     part0 = np.zeros(n, np.int64)
@@ -192,10 +197,9 @@ def encode(core):
         if dg is not None:
             dge_m[i], dge_q[i], dge_c[i] = dg
     arrs = dict(
-        eng=eng, dma_code=dma_code, clk=clk, cycles=cost, ns=cost, pre=np.array(c["pre"], f64),
+        eng=eng, dma_code=dma_code, clk=clk, cycles=cost, ns=cost, pre=_ints(c["pre"], f64),
         rows=rows, part0=part0, nbytes=nbytes, dge_m=dge_m, dge_q=dge_q, dge_c=dge_c,
-        ptr=ptr, nw=np.array(c["nw"], np.int64), op_b=op_b.astype(np.int64), op_lo=np.array(c["lo"], np.int64),
-        op_hi=np.array(c["hi"], np.int64),
+        ptr=ptr, nw=_ints(c["nw"]), op_b=op_b.astype(np.int64), op_lo=_ints(c["lo"]), op_hi=_ints(c["hi"]),
         op_v=op_v, op_k=op_k, k_lo=k_lo, k_hi=k_hi, k_v=k_v,
         v_pitch=v_pitch, v_c0=v_c0, v_c1=v_c1, v_size=v_size, b_mem=b_mem, b_size=b_size,
     )
@@ -209,8 +213,8 @@ def encode(core):
     for f, base in (("op_k", "op_b"), ("k_lo", "op_lo"), ("k_hi", "op_hi"), ("k_v", "op_v")):
         if arrs[f] is None:            # no alias group: the buffer's own columns
             arrs[f] = arrs[base]
-    rec_cols = dict(engine=list(eng_s), id=list(range(n)) if c["id"] is None else c["id"], opcode=list(c["opcode"]), flops=list(c["flops"]),
-                    nbytes=nbytes.tolist(), loc=list(c["loc"]))
+    # the record's own columns for the Timeline (the record's lists: copied, as lists, when the Timeline reads them)
+    rec_cols = dict(engine=eng_s, id=c["id"], opcode=c["opcode"], flops=c["flops"], nbytes=nbytes, loc=c["loc"])
     return arrs, emap, rec_cols
 
 
@@ -311,27 +315,76 @@ class CoreRun:
 
     def _columns(self):
         arrs, emap, rec_cols = self.enc
+        st = self.state
+        nlt = int(st[-2][11])
+        cols = CoreColumns(self.core.core_id, len(arrs["eng"]), rec_cols, st[:16], arrs["dge_m"])
+        lt_kind, lt_size, lt_t0, lt_t1 = (a[:nlt] for a in st[16:20])
+        self.state = None                  # (the arrays the columns are made from are kept by them)
+        # the counters, made when the Timeline's are first read (a partial, not a closure: it pickles)
+        return cols, partial(_core_counters, self.core.core_id, lt_kind, lt_size, lt_t0, lt_t1, st[1], st[2], st[7])
+
+
+class CoreColumns:
+    """One core's rows for :meth:`Timeline.extend`: the loop's result arrays and the record's columns, each made a
+    list (``column``) only when the Timeline's column is first read.  ``cols[field]`` is that list for these rows
+    alone (made once; ``sharing`` reads them)."""
+
+    __slots__ = ("cid", "n", "rec", "res", "dge_m", "_made")
+
+    def __init__(self, cid, n, rec_cols, results, dge_m):
+        self.cid = cid
+        self.n = n
+        self.rec = rec_cols
+        self.res = results          # the loop's per-row results (sched_state's tuple order, its first 16)
+        self.dge_m = dge_m
+        self._made = {}
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, f):
+        v = self._made.get(f)
+        if v is None:
+            v = self._made[f] = self.column(f, 0)
+        return v
+
+    def column(self, f, base):
+        """The list of field ``f`` of :class:`~trnsim.machine.timeline.Row` (or "dge") for these rows, row
+        indices plus ``base``."""
+        n = self.n
         (start, dstart, end, done, work, queue, nqs, hbm, srcm, dstm, deps, ndeps, bind, dge_s, dge_e, dge_u
-         ) = self.state[:16]
-        lt_kind, lt_size, lt_t0, lt_t1 = self.state[16:20]
-        nlt = int(self.state[-2][11])
-        n = len(arrs["eng"])
-        mem = _MEM_OBJ
-        cols = dict(rec_cols, core=[self.core.core_id] * n, queue=queue.tolist(), nqueues=nqs.tolist(),
-                    start=start.tolist(), data_start=dstart.tolist(), end=end.tolist(), done=done.tolist(),
-                    work=work.tolist(), hbm_bytes=hbm.tolist(), src=mem[srcm + 1].tolist(),
-                    dst=mem[dstm + 1].tolist(), deps=_dep_tuples(deps, ndeps),
-                    bind=bind.tolist(), dge=_dge_spans(arrs["dge_m"], dge_u, dge_s, dge_e))
-        counters = _counters(self.k, self.core.core_id, lt_kind[:nlt], lt_size[:nlt], lt_t0[:nlt], lt_t1[:nlt],
-                             dstart, end, hbm)
-        self.state = None                  # (the arrays the columns were made from)
-        return cols, counters
+         ) = self.res
+        rec = self.rec
+        if f in ("engine", "opcode", "flops", "loc"):
+            return list(rec[f][:n])
+        if f == "id":
+            return list(range(n)) if rec["id"] is None else list(rec["id"][:n])
+        if f == "core":
+            return [self.cid] * n
+        arr = _ARR.get(f)
+        if arr is not None:
+            return (rec["nbytes"] if f == "nbytes" else self.res[arr]).tolist()
+        if f in ("src", "dst"):
+            return _MEM_OBJ[(srcm if f == "src" else dstm) + 1].tolist()
+        if f == "deps":
+            return _dep_tuples(deps + base if base else deps, ndeps)
+        if f == "bind":
+            return (np.where(bind >= 0, bind + base, -1) if base else bind).tolist()
+        if f == "dge":
+            return _dge_spans(self.dge_m, dge_u, dge_s, dge_e, base)
+        raise KeyError(f)
 
 
-def _dge_spans(mode, unit, s, e):
-    """The ``dge`` list ``(row, mode, unit, start, end)`` of the rows with descriptor generation."""
+# result columns that are one array of the loop's results (index into ``CoreColumns.res``), or the record's nbytes
+_ARR = dict(start=0, data_start=1, end=2, done=3, work=4, queue=5, nqueues=6, hbm_bytes=7, nbytes=-1)
+
+
+def _dge_spans(mode, unit, s, e, base=0):
+    """The ``dge`` list ``(row, mode, unit, start, end)`` of the rows with descriptor generation (row numbers plus
+    ``base``)."""
     rows = np.flatnonzero(mode > 0)
-    return list(zip(rows.tolist(), mode[rows].tolist(), unit[rows].tolist(), s[rows].tolist(), e[rows].tolist()))
+    return list(zip((rows + base).tolist(), mode[rows].tolist(), unit[rows].tolist(), s[rows].tolist(),
+                    e[rows].tolist()))
 
 
 def _dep_tuples(deps, ndeps):
@@ -347,6 +400,10 @@ def _dep_tuples(deps, ndeps):
         else:          # zip makes the k-tuples straight from k column lists (no per-row list)
             obj[sel] = np.fromiter(zip(*(deps[sel, j].tolist() for j in range(k))), object, len(sel))
     return obj.tolist()
+
+
+def _core_counters(cid, lt_kind, lt_size, lt_t0, lt_t1, dstart, end, hbm):
+    return _counters(_kernels(), cid, lt_kind, lt_size, lt_t0, lt_t1, dstart, end, hbm)
 
 
 def _counters(k, cid, lt_kind, lt_size, lt_t0, lt_t1, dstart, end, hbm, bins=200):

@@ -170,3 +170,44 @@ def hbm_bins(start, end, hbm, bins):
             if hi > lo:
                 acc[bi] += rate * (hi - lo)
     return total, acc
+
+
+@njit(cache=True)
+def factorize(keys):
+    """``(first, inverse)`` of the int64 ``keys``: the index of each distinct key's first occurrence, in order of
+    first occurrence, and each key's distinct number (an index into ``first``).  A hash table with linear probing,
+    doubled when half full: one pass, where sorting (``np.unique``) costs several."""
+    n = keys.shape[0]
+    cap = 64
+    tk = np.empty(cap, np.int64)
+    tv = np.full(cap, -1, np.int64)
+    first = np.empty(max(1, n), np.int64)
+    inv = np.empty(n, np.int64)
+    nd = 0
+    for i in range(n):
+        k = keys[i]
+        h = (k ^ (k >> 16) ^ (k >> 32)) * 0x9E3779B1
+        s = (h ^ (h >> 29)) & (cap - 1)
+        while tv[s] >= 0 and tk[s] != k:
+            s = (s + 1) & (cap - 1)
+        if tv[s] >= 0:
+            inv[i] = tv[s]
+            continue
+        first[nd] = i
+        inv[i] = nd
+        tk[s] = k
+        tv[s] = nd
+        nd += 1
+        if 2 * nd > cap:                     # rehash into twice the room
+            cap *= 2
+            tk = np.empty(cap, np.int64)
+            tv = np.full(cap, -1, np.int64)
+            for d in range(nd):
+                k = keys[first[d]]
+                h = (k ^ (k >> 16) ^ (k >> 32)) * 0x9E3779B1
+                s = (h ^ (h >> 29)) & (cap - 1)
+                while tv[s] >= 0:
+                    s = (s + 1) & (cap - 1)
+                tk[s] = k
+                tv[s] = d
+    return first[:nd].copy(), inv

@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from .sched_heaps import _grow1
-from .sched_jit import njit
+from .sched_jit import borrow, njit
 from .sched_rules import dep_scan, scan_room, track
 
 __all__ = ["new_state"]
@@ -132,43 +132,25 @@ def new_state(eng, dma_code, rows, part0, ptr, nw, op_b, op_k, op_lo, op_hi, op_
     nb_list = np.empty(max(1, nb), np.int64)
     npr = 0
     nnb = 0
-    wtr = (wpool, woff, wcnt, wmax)         # (built again only when a pool grows: a tuple of arrays made per
-    rtr = (rpool, roff, rcnt, rmax)         # row costs reference counting on every row)
-    for idx in range(n):
-        e = eng[idx]
-        w0 = ptr[idx]
-        w1 = w0 + nw[idx]
-        r0 = w1
-        r1 = ptr[idx + 1]
-        nops = r1 - r0 + w1 - w0
-        mx, tot = scan_room(w0, r1, op_k, wcnt, rcnt)
-        if found.size < mx:
-            found = np.empty(2 * mx, np.int64)
-        if newb.size < nops:
-            newb = np.empty(nops, np.int64)
-        if npr + tot > pr_row.shape[0]:
-            pr_row = _grow1(pr_row, npr + tot)
-        if npr + tot > pr_end.shape[0]:
-            pr_end = _grow1(pr_end, npr + tot)
-        npr, nfirst, nd, nnew = dep_scan(
-            idx, e, w0, w1, r0, r1, op_b, op_k, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, b_mem, seen,
-            wtr, rtr, op_i, eng, deps, found, newb, pr_row, pr_end, npr)
-        pr_first[idx] = nfirst
-        ndeps[idx] = nd
-        pr_ptr[idx + 1] = npr
-        for k in range(nnew):
-            nb_list[nnb + k] = newb[k]
-        nnb += nnew
-        nb_ptr[idx + 1] = nnb
-        for j in range(w0, r1):
-            if b_mem[op_b[j]] != 0:
-                bacc[op_b[j]] += 1
-        wpool, wused, rpool, rused = track(e, w0, w1, r0, r1, op_k, op_lo, op_hi, op_v, v_size, eng, op_i, wpool,
-                                           wused, woff, wcnt, wcap, wmax, rpool, rused, roff, rcnt, rcap, rmax)
-        if wpool.shape[0] != wtr[0].shape[0]:
-            wtr = (wpool, woff, wcnt, wmax)
-        if rpool.shape[0] != rtr[0].shape[0]:
-            rtr = (rpool, roff, rcnt, rmax)
+    idx = 0
+    while True:                 # the rows in program order (_order_pass), growing what it asks for room in
+        arrays = (eng, ptr, nw, op_b, op_k, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, v_size, b_mem, seen, op_i, wpool,
+                  woff, wcnt, wcap, wmax, rpool, roff, rcnt, rcap, rmax, found, newb, pr_row, pr_end, pr_first,
+                  ndeps, deps, pr_ptr, nb_list, nb_ptr, bacc)
+        idx, npr, nnb, wused, rused, what, need = _order_pass(idx, npr, nnb, wused, rused, arrays)
+        if what == 0:
+            break
+        if what == 1:
+            found = np.empty(need, np.int64)
+        elif what == 2:
+            newb = np.empty(need, np.int64)
+        elif what == 3:
+            pr_row = _grow1(pr_row, need)
+            pr_end = _grow1(pr_end, need)
+        elif what == 4:
+            wpool = _grow1(wpool, need)
+        else:
+            rpool = _grow1(rpool, need)
 
     # -- the order constraints and the DMA engines' classes --------------------------------------------
     nlane = dma_code + 1
@@ -353,3 +335,63 @@ def new_state(eng, dma_code, rows, part0, ptr, nw, op_b, op_k, op_lo, op_hi, op_
             q0a, nusea, cls, pbase, fcnt, frow, fhead, qcls, nqc, c0h, c0n, rem, left, arrived, first, arr_t, blk,
             ur, urn, urp, sh, shn, g_k, g_blocked, gpass, g_t, g_b,
             placed, known, wl, kq, ah_t, ah_i, si, sf)
+
+
+@njit(cache=True)
+def _order_pass(i0, npr, nnb, wused, rused, arrays):
+    """``new_state``'s pass over the rows in program order from row ``i0``: each row's dependencies
+    (``dep_scan``), new on-chip buffers and accesses into the trackers (``track``), to the end of the record or to
+    the first row that needs more room than an array of ``arrays`` has (nothing of that row done yet).  Returns
+    ``(next row, npr, nnb, wused, rused, what, need)``: ``what`` 0 at the end, else the array to make at least
+    ``need`` long (1 ``found``, 2 ``newb``, 3 ``pr_row`` and ``pr_end``, 4 ``wpool``, 5 ``rpool``).  Every array
+    is borrowed (``sched_jit.borrow``: ``arrays`` keeps them alive), none is grown here, none is returned."""
+    (eng, ptr, nw, op_b, op_k, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, v_size, b_mem, seen, op_i, wpool, woff, wcnt,
+     wcap, wmax, rpool, roff, rcnt, rcap, rmax, found, newb, pr_row, pr_end, pr_first, ndeps, deps, pr_ptr, nb_list,
+     nb_ptr, bacc) = borrow(arrays)
+    n = eng.shape[0]
+    wtr = (wpool, woff, wcnt, wmax)
+    rtr = (rpool, roff, rcnt, rmax)
+    for idx in range(i0, n):
+        e = eng[idx]
+        w0 = ptr[idx]
+        w1 = w0 + nw[idx]
+        r0 = w1
+        r1 = ptr[idx + 1]
+        nops = r1 - r0 + w1 - w0
+        mx, tot = scan_room(w0, r1, op_k, wcnt, rcnt)
+        if found.size < mx:
+            return idx, npr, nnb, wused, rused, 1, 2 * mx
+        if newb.size < nops:
+            return idx, npr, nnb, wused, rused, 2, nops
+        if npr + tot > pr_row.shape[0]:
+            return idx, npr, nnb, wused, rused, 3, npr + tot
+        # room for the trackers' segments this row may move to the pools' ends (``_reserve``: a segment full
+        # moves at twice its capacity, at least 4; bounded as if every operand of the row were on that buffer)
+        needw = 0
+        for j in range(w0, w1):
+            needw += 4 * (wcap[op_k[j]] + nops) + 4
+        if wused + needw > wpool.shape[0]:
+            return idx, npr, nnb, wused, rused, 4, wused + needw
+        needr = 0
+        for j in range(r0, r1):
+            needr += 4 * (rcap[op_k[j]] + nops) + 4
+        if rused + needr > rpool.shape[0]:
+            return idx, npr, nnb, wused, rused, 5, rused + needr
+        npr, nfirst, nd, nnew = dep_scan(
+            idx, e, w0, w1, r0, r1, op_b, op_k, op_lo, op_hi, op_v, v_pitch, v_c0, v_c1, b_mem, seen,
+            wtr, rtr, op_i, eng, deps, found, newb, pr_row, pr_end, npr)
+        pr_first[idx] = nfirst
+        ndeps[idx] = nd
+        pr_ptr[idx + 1] = npr
+        for k in range(nnew):
+            nb_list[nnb + k] = newb[k]
+        nnb += nnew
+        nb_ptr[idx + 1] = nnb
+        for j in range(w0, r1):
+            if b_mem[op_b[j]] != 0:
+                bacc[op_b[j]] += 1
+        wp, wused, rp, rused = track(e, w0, w1, r0, r1, op_k, op_lo, op_hi, op_v, v_size, eng, op_i, wpool, wused,
+                                     woff, wcnt, wcap, wmax, rpool, rused, roff, rcnt, rcap, rmax)
+        if wp.shape[0] != wpool.shape[0] or rp.shape[0] != rpool.shape[0]:
+            raise AssertionError("sched_state._order_pass: a tracker pool grew in the pass (its room is checked)")
+    return n, npr, nnb, wused, rused, 0, 0

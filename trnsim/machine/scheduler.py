@@ -98,7 +98,7 @@ def schedule(cores, *, progress=None, impl=None) -> Timeline:
             results = over
         for cols, counters in results:
             tl.extend(cols)
-            tl.counters.update(counters)
+            tl.add_counters(counters)
     finally:
         if gc_was:
             gc.enable()

@@ -1,8 +1,12 @@
 """The Timeline: when each instruction and transfer ran, on which engine or DMA queue, and the figures people
 read off it (total time, engine utilisation, MFU, MBU, DMA utilisation, peak SBUF/PSUM, critical path).
 
-Rows are stored column-wise (one list per field) so that a million-instruction timeline stays compact;
-:meth:`Timeline.rows` yields :class:`Row` tuples for readers.  Times are ns from the launch.
+Rows are stored column-wise: each field reads as one list (``tl.start``, ``tl.deps``, ...), and
+:meth:`Timeline.rows` yields :class:`Row` tuples for readers.  Times are ns from the launch.  A column's list is
+made on its first read from the blocks of rows appended since (:meth:`Timeline.extend`): the scheduler appends
+each core's results as NumPy arrays (``sched_fast.CoreColumns``), and a reader that needs only the total time or a
+few columns never pays for turning a million rows of every column into Python objects.  The counters are likewise
+computed on their first read.
 """
 
 from __future__ import annotations
@@ -27,6 +31,45 @@ its DMA queues, which may be spread over gaps between other transfers); ``src``/
 (or -1) whose completion set its start: the critical-path link."""
 
 _FIELDS = Row._fields[1:]
+_COLUMNS = _FIELDS + ("dge",)
+
+
+class _Column:
+    """A column of :class:`Timeline` read as a list: made on the first read from the blocks appended so far, then
+    kept in the instance (later appends extend it)."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __get__(self, tl, owner=None):
+        if tl is None:
+            return self
+        return tl._column(self.name)
+
+
+class _DictBlock:
+    """Rows given as ``{field: list}`` (:meth:`Timeline.extend`), their indices made into the timeline's.  The
+    lists are copied when appended (the caller may reuse its own)."""
+
+    def __init__(self, cols):
+        self.cols = {f: list(v) if isinstance(v, (list, tuple)) else v for f, v in cols.items()}
+
+    def __len__(self):
+        return len(self.cols["start"])
+
+    def column(self, f, base):
+        cols = self.cols
+        if f == "work" and "work" not in cols:      # optional: the engine time, by default end - data_start
+            return [e - s for s, e in zip(cols["data_start"], cols["end"])]
+        if f == "dge":
+            dge = cols.get("dge") or ()
+            return [(r + base,) + tuple(x) for r, *x in dge] if base else [tuple(x) for x in dge]
+        v = cols[f]
+        if base and f == "deps":
+            return [tuple(d + base for d in ds) for ds in v]
+        if base and f == "bind":
+            return [b + base if b >= 0 else -1 for b in v]
+        return list(v)
 
 
 class Timeline:
@@ -36,42 +79,70 @@ class Timeline:
         self.target = target
         self.core_ids = tuple(core_ids)
         self.queues_per_core = queues_per_core
-        for f in _FIELDS:
-            setattr(self, f, [])
-        # descriptor generation of DMA transfers (isa/dma_dge.py): (row, mode, unit, start, end), mode 1 swdge (on
-        # the GpSimd Engine, unit -1) or 2 hwdge (hardware DGE block ``unit``, 0 or 1 per core)
-        self.dge = []
+        self._n = 0
+        # per column, the blocks appended since its list was made: (block, index of its first row)
+        self._pending = {f: [] for f in _COLUMNS}
+        # the columns are read as lists (``_Column``); ``dge``: descriptor generation of DMA transfers
+        # (isa/dma_dge.py): (row, mode, unit, start, end), mode 1 swdge (on the GpSimd Engine, unit -1) or 2 hwdge
+        # (hardware DGE block ``unit``, 0 or 1 per core)
         # counters: {(core, name): [(t_ns, value), ...]}; names "sbuf_bytes", "psum_bytes" (live bytes, all
-        # partitions), "hbm_bytes_per_s" (HBM traffic binned over time)
-        self.counters: dict = {}
+        # partitions), "hbm_bytes_per_s" (HBM traffic binned over time); ``add_counters`` may append them as a
+        # function that makes them, called on the first read
+        self._counters: dict = {}
+        self._counters_pending = []
         self.capacity = {"sbuf": target.sbuf_bytes, "psum": target.psum_bytes}
         self._cache = {}
 
     # -- building ---------------------------------------------------------------------------------
-    def extend(self, cols: dict):
+    def extend(self, cols):
         """Append rows given as ``{field: list}`` with every field of :class:`Row` but ``index`` (``work`` may be
         left out; ``dge``, the descriptor generations as ``(row, mode, unit, start, end)``, is optional);
-        ``deps``, ``bind`` and the rows of ``dge`` are indices into these rows."""
-        base = len(self.start)
-        if "work" not in cols:          # optional: the engine time, by default end - data_start
-            cols = dict(cols, work=[e - s for s, e in zip(cols["data_start"], cols["end"])])
-        for f in _FIELDS:
-            v = cols[f]
-            if base == 0:              # indices already into the whole timeline
-                pass
-            elif f in ("deps",):
-                v = [tuple(d + base for d in ds) for ds in v]
-            elif f == "bind":
-                v = [b + base if b >= 0 else -1 for b in v]
-            getattr(self, f).extend(v)
-        dge = cols.get("dge")
-        if dge:
-            self.dge.extend([(r + base,) + tuple(x) for r, *x in dge] if base else [tuple(x) for x in dge])
+        ``deps``, ``bind`` and the rows of ``dge`` are indices into these rows.  ``cols`` may also be a block
+        object with ``len()`` and ``column(field, base)`` (the field's list for these rows, indices made into the
+        timeline's by adding ``base``; ``field`` is also "dge"), as ``sched_fast.CoreColumns``: each column's
+        list is then made when it is first read."""
+        block = cols if hasattr(cols, "column") else _DictBlock(cols)
+        base = self._n
+        made = self.__dict__
+        for f in _COLUMNS:
+            if f in made:               # a column already read: extended now
+                made[f].extend(block.column(f, base))
+            else:
+                self._pending[f].append((block, base))
+        self._n = base + len(block)
+        self._cache.clear()
+
+    def _column(self, f):
+        pend = self._pending[f]
+        out = pend[0][0].column(f, pend[0][1]) if pend else []
+        for block, base in pend[1:]:
+            out.extend(block.column(f, base))
+        self._pending[f] = []
+        self.__dict__[f] = out
+        return out
+
+    @property
+    def counters(self) -> dict:
+        if self._counters_pending:
+            pend, self._counters_pending = self._counters_pending, []
+            for c in pend:
+                self._counters.update(c() if callable(c) else c)
+        return self._counters
+
+    @counters.setter
+    def counters(self, value):
+        self._counters = value
+        self._counters_pending = []
+
+    def add_counters(self, counters):
+        """Add counters: a dict ``{(core, name): points}``, or a function returning one (called when the counters
+        are first read)."""
+        self._counters_pending.append(counters)
         self._cache.clear()
 
     # -- reading ----------------------------------------------------------------------------------
     def __len__(self):
-        return len(self.start)
+        return self._n
 
     def row(self, i) -> Row:
         return Row(i, *(getattr(self, f)[i] for f in _FIELDS))
@@ -133,7 +204,7 @@ class Timeline:
         return res
 
     def flops_col(self):
-        return self.__dict__["flops"]
+        return self.flops
 
     @property
     def tensor_flops(self) -> float:
@@ -288,3 +359,8 @@ def union_length(iv):
     if cs is not None:
         tot += ce - cs
     return tot
+
+
+for _f in _COLUMNS:
+    setattr(Timeline, _f, _Column(_f))
+del _f
