@@ -2,7 +2,6 @@
 of nki-library's own suite run through the runner when the snapshot is on this machine (``NKI_LIBRARY_PATH``
 names a checkout; skipped otherwise, as in CI)."""
 
-import importlib.util
 import itertools
 import json
 import os
@@ -14,22 +13,16 @@ import numpy as np
 import pytest
 
 from trnsim import config
+from suite_files import load_file
 
 REPO = Path(__file__).resolve().parent.parent
 SNAPSHOT = config.nki_library_path or ""
 
 
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-runner = _load("run_nki_library", REPO / "tools" / "run_nki_library.py")
+runner = load_file("run_nki_library", REPO / "tools" / "run_nki_library.py")
 STANDINS = REPO / "tests" / "support" / "nki_library" / "standins"
-ndt = _load("standin_neuron_dtypes", STANDINS / "neuron_dtypes" / "__init__.py")
-pairs = _load("standin_allpairspy", STANDINS / "allpairspy" / "__init__.py")
+ndt = load_file("standin_neuron_dtypes", STANDINS / "neuron_dtypes" / "__init__.py")
+pairs = load_file("standin_allpairspy", STANDINS / "allpairspy" / "__init__.py")
 
 F = "integration/nkilib/core/{}/test_x.py::T::test[{}]"
 
@@ -246,7 +239,7 @@ def test_report_from_recorded_results(tmp_path):
 def test_plugin_sampling_offset_and_resume(tmp_path):
     """Every N-th test from an offset (disjoint samples for different offsets), and the tests an earlier run
     recorded (the runner's --resume) left out."""
-    sampling = _load("nkilib_sampling_t", REPO / "tests" / "support" / "nki_library" / "nkilib_sampling.py")
+    sampling = load_file("nkilib_sampling_t", REPO / "tests" / "support" / "nki_library" / "nkilib_sampling.py")
     ids = [f"t{i:02d}" for i in reversed(range(12))]
 
     def pick(**env):

@@ -1,27 +1,20 @@
 """tools/run_nki_library.py --phases / --profile: the per-test phase times (tests/support/nki_library/phase_times.py),
 their summary in the report, and the profile of program threads (no nki-library checkout needed)."""
 
-import importlib.util
 import json
 import pstats
 from pathlib import Path
 
 import numpy as np
 import pytest
+from suite_files import load_file
 
 REPO = Path(__file__).resolve().parent.parent
 SUPPORT = REPO / "tests" / "support" / "nki_library"
 
 
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-pt = _load("phase_times_under_test", SUPPORT / "phase_times.py")
-runner = _load("run_nki_library_time", REPO / "tools" / "run_nki_library.py")
+pt = load_file("phase_times_under_test", SUPPORT / "phase_times.py")
+runner = load_file("run_nki_library_time", REPO / "tools" / "run_nki_library.py")
 
 
 class FakeClock:
@@ -266,7 +259,7 @@ def _filters():
 
 @pytest.mark.parametrize("seed", range(6))
 def test_allpairs_standin_rows_equal_the_plain_search(seed):
-    ap = _load("standin_allpairspy_time", SUPPORT / "standins" / "allpairspy" / "__init__.py")
+    ap = load_file("standin_allpairspy_time", SUPPORT / "standins" / "allpairspy" / "__init__.py")
     rng = np.random.default_rng(seed)
     k = int(rng.integers(2, 6))
     values = [list(range(int(rng.integers(1, 6)))) for _ in range(k)]
@@ -279,7 +272,7 @@ def test_allpairs_standin_rows_equal_the_plain_search(seed):
 def test_allpairs_standin_keeps_spending_the_budget_per_ask():
     """A filter that rejects every full row: the search ends when the budget runs out, as with a call per ask
     (the rows found depend on where it stops)."""
-    ap = _load("standin_allpairspy_time2", SUPPORT / "standins" / "allpairspy" / "__init__.py")
+    ap = load_file("standin_allpairspy_time2", SUPPORT / "standins" / "allpairspy" / "__init__.py")
     values = [list(range(6))] * 4
     f = lambda row: len(row) < 4 or sum(row) == 19       # noqa: E731 - few full rows pass
     assert [list(r) for r in ap.AllPairs(values, filter_func=f)] == _PlainAllPairs(values, f).rows()

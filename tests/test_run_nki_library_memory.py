@@ -3,7 +3,6 @@ the resident-memory cap (rss_cap.py), the records of killed tests, the report's 
 path of nki-library's collective tests (multirank.py, trnsim.kernels.collectives.simulate_ranks).  None needs the
 snapshot; the /proc measurements skip where /proc/self/clear_refs is not available (not Linux)."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -13,22 +12,16 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+from suite_files import load_file
 
 REPO = Path(__file__).resolve().parent.parent
 SUPPORT = REPO / "tests" / "support" / "nki_library"
 
 
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-runner = _load("run_nki_library_mem", REPO / "tools" / "run_nki_library.py")
-peak_rss = _load("peak_rss", SUPPORT / "peak_rss.py")
-rss_cap = _load("rss_cap", SUPPORT / "rss_cap.py")
-multirank = _load("multirank", SUPPORT / "multirank.py")
+runner = load_file("run_nki_library_mem", REPO / "tools" / "run_nki_library.py")
+peak_rss = load_file("peak_rss", SUPPORT / "peak_rss.py")
+rss_cap = load_file("rss_cap", SUPPORT / "rss_cap.py")
+multirank = load_file("multirank", SUPPORT / "multirank.py")
 
 MiB = 2 ** 20
 GiB = 2 ** 30

@@ -1,7 +1,6 @@
 """The issue cache (trnsim/kernels/issue_cache.py): a shape-only run with the cache gives exactly the record and the
 timeline of a run without it, and every new operand layout is still validated (same errors for bad input)."""
 
-import importlib.util
 import os
 
 import numpy as np
@@ -17,19 +16,13 @@ from trnsim.machine.record_cols import InstrRecord
 nki = trnsim.install_nki()
 import nki.isa as nisa  # noqa: E402
 import nki.language as nl  # noqa: E402
+from suite_files import load_file
 
 HERE = os.path.dirname(__file__)
 _FIELDS = InstrRecord.__slots__        # every field of a record
 
 
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-_SF = _load("_sf_for_issue_cache", os.path.join(HERE, "..", "machine", "test_sched_fast.py"))
+_SF = load_file("_sf_for_issue_cache", os.path.join(HERE, "..", "machine", "test_sched_fast.py"))
 CASES = _SF.CASES
 
 

@@ -4,7 +4,6 @@ tile and buffer tables, the capacity report (and a refusal's message), the inter
 schedulers' timelines -- on kernels the replay takes (and a counter says it did) and on kernels it must leave
 alone (which run normally).  The check after a bulk append is exercised by breaking the prediction."""
 
-import importlib.util
 import itertools
 import os
 
@@ -22,18 +21,12 @@ from trnsim.memory.dtypes import dtype_of
 nki = trnsim.install_nki()
 import nki.isa as nisa  # noqa: E402
 import nki.language as nl  # noqa: E402
+from suite_files import load_file
 
 HERE = os.path.dirname(__file__)
 
 
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-_RG = _load("_rg_for_loop_replay", os.path.join(HERE, "test_replay_gen.py"))
+_RG = load_file("_rg_for_loop_replay", os.path.join(HERE, "test_replay_gen.py"))
 
 
 # ------------------------------------------------------------------------------------------------ kernels
@@ -449,9 +442,9 @@ def test_source_that_is_not_the_code_is_not_rewritten(tmp_path):
             "    for i in range(n):\n        t = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)\n"
             "        nisa.dma_copy(t, x)\n    return x\n")
     src.write_text(body)
-    mod = _load("edited_kernel", str(src))
+    mod = load_file("edited_kernel", str(src))
     assert loop_rewrite.rewritten(mod.k, lambda lid, it: it) is not None
-    mod2 = _load("edited_kernel2", str(src))
+    mod2 = load_file("edited_kernel2", str(src))
     src.write_text(body.replace("nisa.dma_copy(t, x)", "nisa.dma_copy(t, x)\n        nisa.dma_copy(t, x)"))
     import linecache
     linecache.checkcache(str(src))

@@ -6,7 +6,6 @@ replay off (records, columns, live ranges, tables, capacity report, both schedul
 normally with the same state.  Every error a kernel gets without the replay it gets with it: the same exception
 type, message and kernel source line."""
 
-import importlib.util
 import os
 import traceback
 
@@ -20,18 +19,12 @@ from trnsim.kernels.jit import run_kernel
 nki = trnsim.install_nki()
 import nki.isa as nisa  # noqa: E402
 import nki.language as nl  # noqa: E402
+from suite_files import load_file
 
 HERE = os.path.dirname(__file__)
 
 
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-_LR = _load("_lr_for_general", os.path.join(HERE, "test_loop_replay.py"))
+_LR = load_file("_lr_for_general", os.path.join(HERE, "test_loop_replay.py"))
 X = np.zeros((128, 64), np.float32)
 N = 48
 

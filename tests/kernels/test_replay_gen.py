@@ -4,7 +4,6 @@ the same records (every field with its type), columns, live ranges, capacity rep
 schedulers and output values, shape-only and functional, on the scheduler test kernels and on kernels whose
 layouts change with the loop index (offsets, HBM offsets left out of the layout, aliases, blocks, PSUM)."""
 
-import importlib.util
 import os
 
 import numpy as np
@@ -21,19 +20,13 @@ from trnsim.memory.dtypes import dtype_of
 nki = trnsim.install_nki()
 import nki.isa as nisa  # noqa: E402
 import nki.language as nl  # noqa: E402
+from suite_files import load_file
 
 HERE = os.path.dirname(__file__)
 _FIELDS = InstrRecord.__slots__
 
 
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-_SF = _load("_sf_for_replay_gen", os.path.join(HERE, "..", "machine", "test_sched_fast.py"))
+_SF = load_file("_sf_for_replay_gen", os.path.join(HERE, "..", "machine", "test_sched_fast.py"))
 
 
 # ------------------------------------------------------------------------------------------------ kernels

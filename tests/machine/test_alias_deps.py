@@ -264,13 +264,9 @@ def _fuzz_core(seed, target):
 
 
 def _sched_fast_tests():
-    import importlib.util
     import os
-    spec = importlib.util.spec_from_file_location("_tsf", os.path.join(os.path.dirname(__file__),
-                                                                       "test_sched_fast.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from suite_files import load_file
+    return load_file("_tsf", os.path.join(os.path.dirname(__file__), "test_sched_fast.py"))
 
 
 @pytest.mark.parametrize("target", ["trn1", "trn2", "trn3"])

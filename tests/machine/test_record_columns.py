@@ -4,7 +4,6 @@ after every instruction or once at the end, with DMA fields, barrier participant
 Also the deferred sentinel fill of new buffers (``Buffer.fresh``): a fresh tile reads as the sentinel, a write
 of every element needs no fill, a partial write keeps the sentinel elsewhere, a failed whole write leaves it."""
 
-import importlib.util
 import os
 
 import numpy as np
@@ -22,16 +21,10 @@ from trnsim.memory.space import Buffer, MemorySpace
 nki = trnsim.install_nki()
 import nki.isa as nisa  # noqa: E402
 import nki.language as nl  # noqa: E402
+from suite_files import load_file
 
 HERE = os.path.dirname(__file__)
 _FIELDS = InstrRecord.__slots__        # every field of a record
-
-
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _fields(recs):
@@ -137,7 +130,7 @@ def test_records_read_during_the_run_equal_records_read_at_the_end():
 
 
 def test_barrier_rows_keep_their_participants():
-    prog = _load("_tp_for_cols", os.path.join(HERE, "test_programs.py"))
+    prog = load_file("_tp_for_cols", os.path.join(HERE, "test_programs.py"))
     x = np.random.default_rng(1).standard_normal((128, 16)).astype(np.float32)
     res = run_kernel(prog.exchange.fn, (x, True), {}, (2,), "trn2", execute=False)
     for c in res.cores:

@@ -26,16 +26,10 @@ from trnsim.machine.timeline import _FIELDS
 nki = trnsim.install_nki()
 import nki.isa as nisa  # noqa: E402
 import nki.language as nl  # noqa: E402
+from suite_files import load_file
 
 BF16 = ml_dtypes.bfloat16
 HERE = os.path.dirname(__file__)
-
-
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def assert_same(ref, got):
@@ -96,7 +90,7 @@ def pressure(x, n):
 
 
 def _cases():
-    ts = _load("_ts_for_fast", os.path.join(HERE, "test_scheduler.py"))
+    ts = load_file("_ts_for_fast", os.path.join(HERE, "test_scheduler.py"))
     cases = dict(ts._team_cases())
     from trnsim.kernels.library.matmul import tiled_matmul
     r = np.random.default_rng(3)
@@ -364,7 +358,7 @@ def test_a_core_stopped_at_a_barrier_goes_on_from_there(monkeypatch):
 
 
 def test_barrier_exchange_launch():
-    prog = _load("_tp_for_fast", os.path.join(HERE, "test_programs.py"))
+    prog = load_file("_tp_for_fast", os.path.join(HERE, "test_programs.py"))
     x = np.random.default_rng(1).standard_normal((128, 16)).astype(np.float32)
     res = run_kernel(prog.exchange.fn, (x, True), {}, (2,), "trn2", execute=False)
     assert any(r.opcode == "core_barrier" for r in res.instructions)
