@@ -91,3 +91,17 @@ if _OnNumbaDispatcherImport.NAME in _sys.modules:
     _lock_numba_compiles(_sys.modules[_OnNumbaDispatcherImport.NAME])
 else:
     _sys.meta_path.insert(0, _OnNumbaDispatcherImport())
+
+
+@pytest.fixture
+def graphs(monkeypatch):
+    """The ``CompiledGraph``s the neuron compile backend makes while the test runs, in order."""
+    from trnsim.backend.compile import runtime as RT
+    made = []
+    init = RT.CompiledGraph.__init__
+
+    def record(self, *a, **k):
+        init(self, *a, **k)
+        made.append(self)
+    monkeypatch.setattr(RT.CompiledGraph, "__init__", record)
+    return made

@@ -61,17 +61,3 @@ def pytester(request, tmp_path_factory, monkeypatch):
     if not hasattr(request.config.option, "runpytest"):        # the option the pytester plugin would add
         monkeypatch.setattr(request.config.option, "--runpytest", "inprocess", raising=False)
     return Pytester(request, tmp_path_factory, monkeypatch, _ispytest=True)
-
-
-@pytest.fixture
-def graphs(monkeypatch):
-    """The ``CompiledGraph``s the neuron compile backend makes while the test runs, in order."""
-    from trnsim.backend.compile import runtime as RT
-    made = []
-    init = RT.CompiledGraph.__init__
-
-    def record(self, *a, **k):
-        init(self, *a, **k)
-        made.append(self)
-    monkeypatch.setattr(RT.CompiledGraph, "__init__", record)
-    return made

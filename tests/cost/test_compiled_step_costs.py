@@ -65,20 +65,13 @@ def test_in_place_update_of_a_graph_input_is_written_in_place(graphs_made):
 
 
 @pytest.fixture
-def graphs_made(monkeypatch):
+def graphs_made(graphs):
+    """The suite's ``graphs`` fixture with the device registered and dynamo's caches empty before and after."""
     from trnsim import backend
-    from trnsim.backend.compile import runtime as RT
     backend.register()
     import torch._dynamo
     torch._dynamo.reset()
-    made = []
-    init = RT.CompiledGraph.__init__
-
-    def record(self, *a, **k):
-        init(self, *a, **k)
-        made.append(self)
-    monkeypatch.setattr(RT.CompiledGraph, "__init__", record)
-    yield made
+    yield graphs
     torch._dynamo.reset()
 
 

@@ -35,6 +35,17 @@ _SCAN = 4096        # prior accesses of one buffer looked at for one operand of 
                     # instruction keeps its place (a bound on the check's time, erring towards refusing)
 
 
+def _tile_keys(op, tiles, blocks):
+    """The tile keys (of ``tiles``) an operand ``(buffer, lo, hi, view)`` touches: the buffer's own tile, or the
+    blocks of a legacy ``mod_alloc`` buffer (``blocks``) its extent covers."""
+    bid = op[0]
+    b = blocks.get(bid)
+    if b is None:
+        k = (bid, -1)
+        return (k,) if k in tiles else ()
+    return tuple(k for k in ((bid, j) for j in block_range(b[0], b[1], op[1], op[2], op[3])) if k in tiles)
+
+
 def block_range(pf, blk, lo, hi, view):
     """The block indices a view of a block tensor touches (``pf`` elements per partition, ``blk`` per block): its
     columns from the view's row structure when it has one, else from its element extent ``[lo, hi)``."""
@@ -61,12 +72,7 @@ def reordered_positions(ops, tiles, blocks, fences, every_read=False):
     n = len(ops)
 
     def keys_of(op):
-        bid = op[0]
-        b = blocks.get(bid)
-        if b is None:
-            k = (bid, -1)
-            return (k,) if k in tiles else ()
-        return tuple(k for k in ((bid, j) for j in block_range(b[0], b[1], op[1], op[2], op[3])) if k in tiles)
+        return _tile_keys(op, tiles, blocks)
 
     # pass 1: the tiles each instruction touches, and each tile's accesses after its last write
     tkeys = [()] * n
@@ -201,12 +207,7 @@ def sunk_positions(ops, tiles, blocks, fences):
     n = len(ops)
 
     def keys_of(op):
-        bid = op[0]
-        b = blocks.get(bid)
-        if b is None:
-            k = (bid, -1)
-            return (k,) if k in tiles else ()
-        return tuple(k for k in ((bid, j) for j in block_range(b[0], b[1], op[1], op[2], op[3])) if k in tiles)
+        return _tile_keys(op, tiles, blocks)
 
     tkeys = [()] * n
     cand = [False] * n
