@@ -487,9 +487,6 @@ def _accumulate_fp32(func, uargs, ukw):
     out = func._op(*up_args, **up_kw)
     written = _written(func)
     if not written:
-        if out.__class__ is _TENSOR:
-            d = dts[0]
-            return out.to(d) if d is not None and out.dtype != d else out
         return _round_outputs(out, dts, {})
     # arguments the op writes (out=, an in-place self) were upcast copies: round the result once into the caller's
     # tensors, and hand those back where the op returned the copy
@@ -812,7 +809,7 @@ def _dispatch(func, args, kwargs):
                 ukw["generator"] = STATE.generator
     if impl is not None:                # the device's own implementation (native_impls.py, dropout)
         out = impl(func, uargs, ukw)
-    elif accumulating and _any_low(uargs):
+    elif accumulating and any(map(_is_low, uargs)):
         out = _accumulate_fp32(func, uargs, ukw)
     else:
         out = call(*uargs, **ukw)
@@ -851,13 +848,6 @@ def _all_ints(seq):
         if y.__class__ is not int:
             return False
     return True
-
-
-def _any_low(uargs):
-    for a in uargs:
-        if isinstance(a, torch.Tensor) and a.dtype in _LOW:
-            return True
-    return False
 
 
 def _fallback(func, name, uargs, ukw, ctx, host_out):
