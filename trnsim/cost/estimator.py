@@ -302,9 +302,9 @@ def optimizer_s(numel, target, name="adamw", compiled=False):
     * ``compiled``: the step as the compiled training graph holds it (torch-neuronx traces the optimizer into the
       step's graph): the same math (:func:`_adamw_flat`, :func:`_lamb_flat`) run through
       ``torch.compile(backend="neuron")``, its elementwise chain one fused kernel and the updated parameter and
-      moments written in place (the compile backend's input/output aliasing)."""
-    from ..backend.device_state import STATE
-    from ..backend.shape_only import device_target, shape_only_tensor
+      moments written in place (the compile backend's input/output aliasing).
+
+    Memoised, and kept by the layer-cost cache (:mod:`trnsim.cost.layer_cache`) under the same key."""
     if name not in OPTIMIZERS:
         raise ValueError(f"optimizer {name!r}: expected one of {', '.join(OPTIMIZERS)}")
     if numel <= 0:
@@ -312,6 +312,13 @@ def optimizer_s(numel, target, name="adamw", compiled=False):
     key = (int(numel), target.name, name) + (("compiled",) if compiled else ())
     if key in _OPT:
         return _OPT[key]
+    from . import layer_cache
+    hit = layer_cache.lookup_seconds(("optimizer",) + key)      # run by an earlier process
+    if hit is not None:
+        _OPT[key] = hit
+        return hit
+    from ..backend.device_state import STATE
+    from ..backend.shape_only import device_target, shape_only_tensor
     with device_target(target):
         p = torch.nn.Parameter(shape_only_tensor((int(numel),), torch.float32))
         p.grad = shape_only_tensor((int(numel),), torch.float32)
@@ -334,6 +341,7 @@ def optimizer_s(numel, target, name="adamw", compiled=False):
                 t0 = STATE.now_ns
                 _lamb_step([p], [p.grad], [m], [v])
         _OPT[key] = (STATE.now_ns - t0) * 1e-9
+    layer_cache.store_seconds(("optimizer",) + key, _OPT[key])
     return _OPT[key]
 
 

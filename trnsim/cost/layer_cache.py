@@ -8,6 +8,9 @@ same layer shapes runs no layer at all.
 * Key: the layer's memo key (``repr``: model spec, layer kind, shard shapes, micro-batch, sequence, dtype,
   target, precision, compiled, sequence parallel) under a fingerprint of every source file of the ``trnsim``
   package and its version, so any change to the code starts a fresh file.
+* Also kept: an optimizer step's seconds (:func:`lookup_seconds`/:func:`store_seconds`, keyed by what its run
+  depends on: parameter count, target, optimizer, eager or compiled), so an estimate whose layers are all cached
+  runs nothing on the device (a compiled optimizer step costs a ``torch.compile`` of about a second of CPU).
 * Format: JSON (never pickle), one file per fingerprint beside the op-cost cache (``$TRNSIM_CACHE_DIR``, default
   ``~/.cache/trnsim``), written atomically when the process ends (concurrent writers merge what is on disk).
 * On and off with the op-cost cache (``TRNSIM_COST_CACHE=0`` turns both off; the test suite does).  A corrupt
@@ -19,11 +22,12 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import hashlib
+import math
 import os
 
 from ..fileio import flush_json_memo, read_json_memo
 
-__all__ = ["lookup", "store", "flush", "path"]
+__all__ = ["lookup", "store", "lookup_seconds", "store_seconds", "flush", "path"]
 
 _state = {"loaded": False, "entries": {}, "new": 0, "path": None, "fp": None}
 
@@ -59,9 +63,14 @@ def _fields():
     return {f.name for f in dataclasses.fields(LayerCost)}
 
 
+def _seconds_ok(v):
+    return isinstance(v, float) and math.isfinite(v) and v >= 0.0
+
+
 def _read(p):
     names = _fields()
-    return read_json_memo(p, lambda v: isinstance(v, dict) and set(v) == names, "layer-cost cache")
+    return read_json_memo(p, lambda v: (isinstance(v, dict) and set(v) == names) or _seconds_ok(v),
+                          "layer-cost cache")
 
 
 def _load():
@@ -78,7 +87,7 @@ def lookup(key):
         return None
     _load()
     d = _state["entries"].get(repr(key))
-    if d is None:
+    if not isinstance(d, dict):
         return None
     from .step import LayerCost
     return LayerCost(**dict(d, fallbacks=tuple(d["fallbacks"])))
@@ -91,6 +100,26 @@ def store(key, cost):
     d = dataclasses.asdict(cost)
     d["fallbacks"] = list(d["fallbacks"])
     _state["entries"][repr(key)] = d
+    _state["new"] += 1
+
+
+def lookup_seconds(key):
+    """The cached seconds of a memo key (an optimizer step), or None."""
+    if not _enabled():
+        return None
+    _load()
+    v = _state["entries"].get(repr(key))
+    return v if _seconds_ok(v) else None
+
+
+def store_seconds(key, seconds):
+    if not _enabled():
+        return
+    seconds = float(seconds)
+    if not _seconds_ok(seconds):
+        raise ValueError(f"layer-cost cache: {seconds!r} seconds for {key!r} is not a finite non-negative number")
+    _load()
+    _state["entries"][repr(key)] = seconds
     _state["new"] += 1
 
 
