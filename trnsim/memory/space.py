@@ -269,11 +269,16 @@ class Buffer:
     A new buffer reads as its dtype's sentinel (never-written memory), but the fill is deferred (``fresh``): it
     happens the first time ``data`` is read, unless a write covering every element comes first
     (``trnsim.isa.common``'s writers claim the buffer with :meth:`claim_whole`), which then needs no fill.
+
+    ``data`` given read-only is an array the buffer borrows (``borrowed``: a caller's kernel input, which the
+    kernel must not change, ``kernels/jit.py``): it is read as it is and copied on the first write, which asks
+    for the storage with :meth:`writable` (the writers of natively held buffers, ``reinterpret.py``, do; a
+    borrowed buffer in the shadow store would be refused by NumPy at the write, never written through).
     """
 
     __slots__ = ("id", "space", "kind", "dtype", "shape", "nelem", "pfree", "addr", "bytes_pp", "_data", "fresh",
                  "written", "all_written", "name", "block", "block_shape", "placement", "layout_key", "_release",
-                 "native", "storage", "__weakref__")
+                 "native", "storage", "borrowed", "__weakref__")
 
     def __init__(self, space: MemorySpace | None, dtype: DType, shape: tuple, *, name: str = "",
                  data: np.ndarray | None = None, execute: bool = True, track_written: bool = False,
@@ -349,6 +354,7 @@ class Buffer:
                     self.addr = addr
                     self._release = (space, addr, self.bytes_pp)
         self.fresh = False
+        self.borrowed = data is not None and not data.flags.writeable
         if data is not None:
             self._data = data
         elif self.storage is not None:
@@ -405,6 +411,7 @@ class Buffer:
         self._release = None
         self.native = False
         self.storage = None
+        self.borrowed = False
         if bpp > space.capacity:
             raise OutOfMemory(space._oom_message(bpp, f"tensor {name!r}" if name else "a tensor"))
         addr = space.take(bpp, f"tensor {name!r}" if name else "a tensor")
@@ -433,7 +440,16 @@ class Buffer:
     @data.setter
     def data(self, a):
         self.fresh = False
+        self.borrowed = False
         self._data = a
+
+    def writable(self):
+        """``data`` for a write: a borrowed array (``borrowed``) is copied first, so the write never reaches the
+        array the buffer was made from."""
+        if self.borrowed:
+            self._data = np.array(self._data, copy=True)
+            self.borrowed = False
+        return self.data
 
     def claim_whole(self):
         """A write is about to store every element of the buffer: a fill still pending is not needed.  Returns
