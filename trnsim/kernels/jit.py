@@ -74,8 +74,8 @@ def _to_output(t, kind, own=(), inputs=frozenset()):
         # held in its own encoding: the bits, with no float32 round trip; a whole buffer only this output views
         # is handed over as it is (it goes with the launch), anything else copied
         buf = t.buf
-        if buf.id in own and t.offset == 0 and t.size == buf.nelem and t.is_contiguous():
-            return buf.data.reshape(t.shape)
+        if buf.id in own and not buf.borrowed and t.offset == 0 and t.size == buf.nelem and t.is_contiguous():
+            return buf.data.reshape(t.shape)      # (a borrowed buffer is the caller's input array: copied)
         return np.array(rv.bits(t))
     buf = t.buf
     if (kind == "numpy" and rv is None and t._bad is None and buf.id in own and buf.id not in inputs
