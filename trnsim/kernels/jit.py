@@ -42,8 +42,15 @@ def _to_input(core, x, name):
         return x, None
     if kind == "numpy" and arr.dtype == dt.np and native_ok(dt, arr.size, core.execute, core.precise):
         # a large narrow-float input is held in HBM as its own bits (2 or 1 bytes an element, not a float32 each);
-        # views convert at access, the DMA boundary (memory/reinterpret.py Native)
-        buf = core.wrap_input(np.array(arr, copy=True), arr.shape, dt, name=name, native=True)
+        # views convert at access, the DMA boundary (memory/reinterpret.py Native).  A contiguous one is borrowed,
+        # not copied: the buffer gets a read-only view of the caller's array and copies it at the kernel's first
+        # write into it (space.Buffer.writable), so the caller's array never changes
+        if arr.flags.c_contiguous:
+            src = arr.view()
+            src.flags.writeable = False
+        else:
+            src = np.array(arr, copy=True)
+        buf = core.wrap_input(src, arr.shape, dt, name=name, native=True)
         return NkiTensor.whole(buf, name), (kind, x)
     src = from_real(dt, arr) if dt.is_float and arr.dtype == dt.np and arr.dtype != np.float32 else (
         arr.astype(np.float32) if dt.is_float and arr.dtype != np.float32 else arr)   # bit patterns kept
