@@ -210,7 +210,16 @@ class Native:
         if t.size == 0:
             return
         v = np.broadcast_to(np.asarray(values, dtype=np.float32), t.shape)
-        self.bits(t, write=True)[...] = to_real(self.dt, v)
+        codes = to_real(self.dt, v)
+        buf = t.buf
+        if buf.fresh and t.is_contiguous():
+            # a contiguous run of a buffer never read yet: stored without a sentinel fill of it first
+            isz = self.nsz
+            data = buf.claim_range(t.offset, t.offset + t.size)
+            np.ndarray(t.shape, dtype=self.dt.np, buffer=data, offset=t.offset * isz,
+                       strides=tuple(st * isz for st in t.strides))[...] = codes
+            return
+        self.bits(t, write=True)[...] = codes
 
 
 _CACHE: dict = {}
