@@ -6,9 +6,16 @@ in the tensor's declared dtype (a "shadow" float32 store).  Rounding happens onc
 ml_dtypes tile costs more than the arithmetic itself, see docs/notes/speed.md#host-side-costs) while every stored value
 is bit-for-bit what the hardware would hold.  Integer and bool data is stored in its own NumPy dtype.
 
+Rounding to bf16 and tf32 is integer arithmetic on the float32 bits (bf16 a cache-sized block at a time on large
+arrays); rounding to the fp8 formats, and their encoding and decoding (:func:`to_real`, :func:`from_real`), is a
+lookup in tables filled by ml_dtypes itself (``memory/fp8.py``): the same bits as ml_dtypes' element-by-element
+conversions (kept here as the references, ``_via``, ``_to_real_ref``, ``_from_real_ref``), 5-7x faster on a tile
+(``benchmarks/bench_numerics.py``).  float16 goes through NumPy's own conversion.
+
 Large HBM tensors are the exception (``space.Buffer.native``: narrow floats of ``space.NATIVE_MIN_BYTES``, 1 MiB,
-or more, in a precise run: kernel inputs from host arrays, ``kernels/jit.py``, and ``nl.ndarray`` in HBM,
-``kernels/language.py``): they keep their real encoding (2 bytes a bf16/fp16 element, 1 an fp8) and convert to
+or more, in a precise run: kernel inputs from host arrays, ``kernels/jit.py``, borrowed from the caller's array
+until the kernel writes them, ``space.Buffer.borrowed``, and ``nl.ndarray`` in HBM, ``kernels/language.py``):
+they keep their real encoding (2 bytes a bf16/fp16 element, 1 an fp8) and convert to
 and from the float32 form at access, the DMA boundary (``reinterpret.Native``), with :func:`to_real` and
 :func:`from_real`, which are exact both ways.  On-chip tiles, small HBM tensors and the legacy front end's HBM
 tensors use the shadow store.
