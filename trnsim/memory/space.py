@@ -496,6 +496,7 @@ class Buffer:
     def data(self, a):
         self.fresh = False
         self.borrowed = False
+        self._claimed = None
         self._data = a
 
     def writable(self):
