@@ -12,7 +12,8 @@ loop.  The tables are filled by the reference conversions themselves (ml_dtypes,
 ``dtypes``), one representative float32 per index, so what they hold is what the reference gives: ties to even,
 subnormals, overflow to infinity (``float8_e4m3``, ``float8_e5m2``) or to NaN (``float8_e4m3fn``, which has no
 infinity; ``float8_e8m0fnu``), signed zeros, NaN.  tests/memory/test_fp8_tables.py checks them against ml_dtypes on
-every index, with every low-bit pattern class, for every format.
+every index, with every low-bit pattern class, for every format; ``benchmarks/bench_numerics.py --exhaustive``
+compares every one of the 2**32 float32 bit patterns (identical for all four formats, ml_dtypes 0.7.0).
 
 Arrays are converted in blocks of :data:`CHUNK` elements so the temporaries stay in the processor's cache and are
 allocated once per call (a whole-array temporary of a large tile costs page faults on every call).
