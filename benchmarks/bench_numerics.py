@@ -14,6 +14,12 @@ subnormals mixed in.  Every new result is checked bit for bit against the old on
 ``--exhaustive``: every one of the 2**32 float32 bit patterns, in blocks of 2**24, through the new and the old
 rounding and encoding of each fp8 format (and bf16 against its whole-array form), compared bit for bit; every
 fp8 bit pattern decoded both ways.  Several minutes per format on one core.
+
+Measured (the shared 2-core machine under a load of ~12, process CPU time, ``--runs 5``; old/new ratio, 65536 and
+4194304 elements): fp8 round 2.7-6.4x and 5.0-5.4x (1.1-1.6 ns an element, from 7-9), ``to_real`` 2.5-4.3x and
+2.2-3.6x, ``from_real`` 5.0-7.0x and 4.2-6.3x; bf16 round 1.0x and 1.5x (blocks only from 262144 elements).
+``--exhaustive``: identical on all 2**32 float32 bit patterns for float8_e4m3, float8_e4m3fn, float8_e5m2,
+float8_e8m0fnu and bfloat16 (ml_dtypes 0.7.0, NumPy 2.4.6).
 """
 
 import argparse
