@@ -73,7 +73,6 @@ def timing(sizes, runs):
                 x = make(_inputs(n, dt))
                 if not _same(old(x), new(x)):
                     sys.exit(f"{name} {conv} n={n}: the new path's bits differ from the old path's")
-                to = tn = 0.0
                 reps = max(runs, int(runs * 4194304 // n // 16))
                 t_old, t_new = [], []
                 for _ in range(reps):          # alternated, so a load burst hits both
