@@ -18,6 +18,8 @@ fp8 bit pattern decoded both ways.  Several minutes per format on one core.
 Measured (the shared 2-core machine under a load of ~12, process CPU time, ``--runs 5``; old/new ratio, 65536 and
 4194304 elements): fp8 round 2.7-6.4x and 5.0-5.4x (1.1-1.6 ns an element, from 7-9), ``to_real`` 2.5-4.3x and
 2.2-3.6x, ``from_real`` 5.0-7.0x and 4.2-6.3x; bf16 round 1.0x and 1.5x (blocks only from 262144 elements).
+Below ``dtypes.TABLE_MIN`` (2048) elements fp8 goes through the reference (the table's fixed cost made it 0.2-0.8x
+at 128 and 1,024 elements); with that, 0.8-1.0x at 128-1,024 elements (the extra call), 1.2-2.0x at 4,096.
 ``--exhaustive``: identical on all 2**32 float32 bit patterns for float8_e4m3, float8_e4m3fn, float8_e5m2,
 float8_e8m0fnu and bfloat16 (ml_dtypes 0.7.0, NumPy 2.4.6).
 """

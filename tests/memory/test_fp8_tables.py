@@ -23,6 +23,13 @@ FORMATS = {
 }
 
 
+@pytest.fixture(autouse=True)
+def tables_always(monkeypatch):
+    """Every fp8 conversion by table here, however small the array (by default arrays under
+    ``dtypes.TABLE_MIN`` elements go through the reference, which is what the table is checked against)."""
+    monkeypatch.setattr(D, "TABLE_MIN", 0)
+
+
 def bits(a):
     a = np.asarray(a)
     return a.view(f"u{a.dtype.itemsize}")
@@ -174,3 +181,21 @@ def test_bf16_blocked_matches_one_piece_and_model():
     assert np.isnan(got[nan]).all() and np.isinf(got[np.isinf(big)]).all()
     # against ml_dtypes for the non-NaN values (NaN payloads: trnsim keeps the upper half, ml_dtypes does not)
     same(got[~nan], big[~nan].astype(ml_dtypes.bfloat16).astype(np.float32))
+
+
+
+def test_small_arrays_take_the_reference_and_large_ones_the_table(monkeypatch):
+    monkeypatch.setattr(D, "TABLE_MIN", 2048)
+    dt = D.DTYPES["float8_e4m3fn"]
+    sizes = []
+    orig = fp8._gather
+
+    def spy(table, x, dtype, out):
+        sizes.append(np.size(x))
+        return orig(table, x, dtype, out)
+    monkeypatch.setattr(fp8, "_gather", spy)
+    x = patterns()
+    for n in (1, 2047, 2048, 70000):
+        same(dt._round(x[:n]), x[:n].astype(dt.np).astype(np.float32))
+        same(D.to_real(dt, x[:n]), D._to_real_ref(dt, x[:n]))
+    assert sizes == [2048, 2048, 70000, 70000]

@@ -107,6 +107,10 @@ def _via(npdtype):
 # conversions (_via, _to_real_ref, _from_real_ref)
 _FP8_NAMES = ("float8_e4m3", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu")
 _FP8_TABLES: dict = {}
+# arrays of fewer elements convert through the references: the table path's fixed cost (~5 us a call) is more than
+# ml_dtypes' below ~2,000 elements (benchmarks/bench_numerics.py --sizes 128,1024,4096: table 0.3-0.8x the
+# reference at 128 and 1,024 elements, 1.2-3.9x at 4,096); the same bits either way
+TABLE_MIN = 2048
 
 
 def _fp8_tables(name: str) -> Fp8Tables:
@@ -120,14 +124,14 @@ def _fp8_tables(name: str) -> Fp8Tables:
 
 
 def _table_rounder(name: str, npdtype):
-    """The rounder of fp8 format ``name``: float32 input by table (``memory/fp8.py``, the same bits as
-    :func:`_via`), any other input through the reference (a float64 value is rounded once, as ml_dtypes does).
-    ``out``: as for :func:`_bf16_round`."""
+    """The rounder of fp8 format ``name``: float32 input of :data:`TABLE_MIN` elements or more by table
+    (``memory/fp8.py``, the same bits as :func:`_via`), anything else through the reference (a float64 value is
+    rounded once, as ml_dtypes does).  ``out``: as for :func:`_bf16_round`."""
     ref = _via(npdtype)
 
     def rounder(x, out=None):
         x = np.asarray(x)
-        if x.dtype != np.float32:
+        if x.dtype != np.float32 or x.size < TABLE_MIN:
             r = ref(x)
             if out is None:
                 return r
@@ -271,7 +275,7 @@ def to_real(dt: DType, vals: np.ndarray) -> np.ndarray:
     """The real-dtype array (bit patterns) of storage values ``vals`` of ``dt``: exact, NaN payloads included (a
     NaN's payload rides in the top mantissa bits of its float32, as a widening conversion puts it).  fp8 formats
     by table (``memory/fp8.py``), the same bits as :func:`_to_real_ref`."""
-    if dt.name in _FP8_NAMES:
+    if dt.name in _FP8_NAMES and np.size(vals) >= TABLE_MIN:
         return _fp8_tables(dt.name).encoded(np.ascontiguousarray(vals, dtype=np.float32)).view(dt.np)
     return _to_real_ref(dt, vals)
 
@@ -301,7 +305,7 @@ def _to_real_ref(dt: DType, vals: np.ndarray) -> np.ndarray:
 def from_real(dt: DType, arr: np.ndarray) -> np.ndarray:
     """Storage values of the real-dtype array ``arr`` of ``dt`` (the inverse of :func:`to_real`, exact).  fp8
     formats by table (``memory/fp8.py``), the same bits as :func:`_from_real_ref`."""
-    if dt.name in _FP8_NAMES:
+    if dt.name in _FP8_NAMES and np.size(arr) >= TABLE_MIN:
         return _fp8_tables(dt.name).decoded(np.ascontiguousarray(arr, dtype=dt.np).view(np.uint8))
     return _from_real_ref(dt, arr)
 
