@@ -42,8 +42,15 @@ def _to_input(core, x, name):
         return x, None
     if kind == "numpy" and arr.dtype == dt.np and native_ok(dt, arr.size, core.execute, core.precise):
         # a large narrow-float input is held in HBM as its own bits (2 or 1 bytes an element, not a float32 each);
-        # views convert at access, the DMA boundary (memory/reinterpret.py Native)
-        buf = core.wrap_input(np.array(arr, copy=True), arr.shape, dt, name=name, native=True)
+        # views convert at access, the DMA boundary (memory/reinterpret.py Native).  A contiguous one is borrowed,
+        # not copied: the buffer gets a read-only view of the caller's array and copies it at the kernel's first
+        # write into it (space.Buffer.writable), so the caller's array never changes
+        if arr.flags.c_contiguous:
+            src = arr.view()
+            src.flags.writeable = False
+        else:
+            src = np.array(arr, copy=True)
+        buf = core.wrap_input(src, arr.shape, dt, name=name, native=True)
         return NkiTensor.whole(buf, name), (kind, x)
     src = from_real(dt, arr) if dt.is_float and arr.dtype == dt.np and arr.dtype != np.float32 else (
         arr.astype(np.float32) if dt.is_float and arr.dtype != np.float32 else arr)   # bit patterns kept
@@ -74,8 +81,8 @@ def _to_output(t, kind, own=(), inputs=frozenset()):
         # held in its own encoding: the bits, with no float32 round trip; a whole buffer only this output views
         # is handed over as it is (it goes with the launch), anything else copied
         buf = t.buf
-        if buf.id in own and t.offset == 0 and t.size == buf.nelem and t.is_contiguous():
-            return buf.data.reshape(t.shape)
+        if buf.id in own and not buf.borrowed and t.offset == 0 and t.size == buf.nelem and t.is_contiguous():
+            return buf.data.reshape(t.shape)      # (a borrowed buffer is the caller's input array: copied)
         return np.array(rv.bits(t))
     buf = t.buf
     if (kind == "numpy" and rv is None and t._bad is None and buf.id in own and buf.id not in inputs

@@ -6,9 +6,16 @@ in the tensor's declared dtype (a "shadow" float32 store).  Rounding happens onc
 ml_dtypes tile costs more than the arithmetic itself, see docs/notes/speed.md#host-side-costs) while every stored value
 is bit-for-bit what the hardware would hold.  Integer and bool data is stored in its own NumPy dtype.
 
+Rounding to bf16 and tf32 is integer arithmetic on the float32 bits (bf16 a cache-sized block at a time on large
+arrays); rounding to the fp8 formats, and their encoding and decoding (:func:`to_real`, :func:`from_real`), is a
+lookup in tables filled by ml_dtypes itself (``memory/fp8.py``): the same bits as ml_dtypes' element-by-element
+conversions (kept here as the references, ``_via``, ``_to_real_ref``, ``_from_real_ref``), 5-7x faster on a tile
+(``benchmarks/bench_numerics.py``).  float16 goes through NumPy's own conversion.
+
 Large HBM tensors are the exception (``space.Buffer.native``: narrow floats of ``space.NATIVE_MIN_BYTES``, 1 MiB,
-or more, in a precise run: kernel inputs from host arrays, ``kernels/jit.py``, and ``nl.ndarray`` in HBM,
-``kernels/language.py``): they keep their real encoding (2 bytes a bf16/fp16 element, 1 an fp8) and convert to
+or more, in a precise run: kernel inputs from host arrays, ``kernels/jit.py``, borrowed from the caller's array
+until the kernel writes them, ``space.Buffer.borrowed``, and ``nl.ndarray`` in HBM, ``kernels/language.py``):
+they keep their real encoding (2 bytes a bf16/fp16 element, 1 an fp8) and convert to
 and from the float32 form at access, the DMA boundary (``reinterpret.Native``), with :func:`to_real` and
 :func:`from_real`, which are exact both ways.  On-chip tiles, small HBM tensors and the legacy front end's HBM
 tensors use the shadow store.
@@ -20,6 +27,8 @@ import sys
 
 import ml_dtypes
 import numpy as np
+
+from .fp8 import CHUNK, Fp8Tables
 
 __all__ = ["DType", "dtype_of", "DTYPES", "round_to", "UnsupportedDTypeError", "unpack_x4", "pack_x4", "to_real",
            "from_real"]
@@ -85,10 +94,51 @@ _FLOAT_NAMES = {"bfloat16", "float16", "float32", "tfloat32", "float8_e4m3", "fl
 
 
 def _via(npdtype):
+    """The rounder of a format by a round trip through its ml_dtypes/NumPy dtype, element by element: the
+    reference the table rounders (:func:`_table_rounder`) are built from and checked against."""
     target = np.dtype(npdtype)
 
     def rounder(x):
         return x.astype(target).astype(np.float32)
+    return rounder
+
+
+# the fp8 formats converted by table (memory/fp8.py): their tables, built on first use from the reference
+# conversions (_via, _to_real_ref, _from_real_ref)
+_FP8_NAMES = ("float8_e4m3", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu")
+_FP8_TABLES: dict = {}
+# arrays of fewer elements convert through the references: the table path's fixed cost (~5 us a call) is more than
+# ml_dtypes' below ~2,000 elements (benchmarks/bench_numerics.py --sizes 128,1024,4096: table 0.3-0.8x the
+# reference at 128 and 1,024 elements, 1.2-3.9x at 4,096); the same bits either way
+TABLE_MIN = 2048
+
+
+def _fp8_tables(name: str) -> Fp8Tables:
+    t = _FP8_TABLES.get(name)
+    if t is None:
+        dt = DTYPES[name]
+        t = Fp8Tables(name, _via(dt.np), lambda v: _to_real_ref(dt, v),
+                      lambda c: _from_real_ref(dt, c.view(dt.np)))
+        _FP8_TABLES[name] = t
+    return t
+
+
+def _table_rounder(name: str, npdtype):
+    """The rounder of fp8 format ``name``: float32 input of :data:`TABLE_MIN` elements or more by table
+    (``memory/fp8.py``, the same bits as :func:`_via`), anything else through the reference (a float64 value is
+    rounded once, as ml_dtypes does).  ``out``: as for :func:`_bf16_round`."""
+    ref = _via(npdtype)
+
+    def rounder(x, out=None):
+        x = np.asarray(x)
+        if x.dtype != np.float32 or x.size < TABLE_MIN:
+            r = ref(x)
+            if out is None:
+                return r
+            np.copyto(out, r)
+            return out
+        return _fp8_tables(name).rounded(x, out)
+    rounder.reference = ref
     return rounder
 
 
@@ -97,8 +147,25 @@ def _bf16_round(x, out=None):
 
     Done with integer arithmetic on the float32 bits, which is several times faster than a round trip through
     ml_dtypes; NaN stays NaN (``_bf16_nan_bits``) and infinities stay infinite.  ``out``: a float32 array of
-    ``x``'s shape sharing no memory with it, which receives the result (no new array)."""
+    ``x``'s shape sharing no memory with it, which receives the result (no new array).  A contiguous array of
+    more than 8 blocks of ``fp8.CHUNK`` elements is worked a block at a time (:func:`_bf16_round_block` on each),
+    so the temporaries stay in the cache: the same bits, element by element (below that, one piece is as fast:
+    ``benchmarks/bench_numerics.py``)."""
     x = np.asarray(x, dtype=np.float32)
+    n = x.size
+    if n <= 8 * CHUNK or not x.flags.c_contiguous or (out is not None and not out.flags.c_contiguous):
+        return _bf16_round_block(x, out)
+    if out is None:
+        out = np.empty(x.shape, np.float32)
+    xf = x.reshape(-1)
+    of = out.reshape(-1)
+    for i in range(0, n, CHUNK):
+        _bf16_round_block(xf[i:i + CHUNK], of[i:i + CHUNK])
+    return out
+
+
+def _bf16_round_block(x, out=None):
+    """:func:`_bf16_round` of float32 ``x`` in one piece (whole-array temporaries)."""
     bits = x.view(np.uint32)
     # bits + 0x7FFF + lsb, masked, worked in one array (uint32 addition wraps the same in any order)
     if out is None:
@@ -148,15 +215,17 @@ def _build():
     add(DType("tfloat32", np.float32, rounder=_tf32_round))
     add(DType("bfloat16", ml_dtypes.bfloat16, rounder=_bf16_round))
     add(DType("float16", np.float16, rounder=_via(np.float16)))
-    add(DType("float8_e4m3", ml_dtypes.float8_e4m3, rounder=_via(ml_dtypes.float8_e4m3)))
-    add(DType("float8_e4m3fn", ml_dtypes.float8_e4m3fn, rounder=_via(ml_dtypes.float8_e4m3fn)))
-    add(DType("float8_e5m2", ml_dtypes.float8_e5m2, rounder=_via(ml_dtypes.float8_e5m2)))
+    add(DType("float8_e4m3", ml_dtypes.float8_e4m3, rounder=_table_rounder("float8_e4m3", ml_dtypes.float8_e4m3)))
+    add(DType("float8_e4m3fn", ml_dtypes.float8_e4m3fn,
+              rounder=_table_rounder("float8_e4m3fn", ml_dtypes.float8_e4m3fn)))
+    add(DType("float8_e5m2", ml_dtypes.float8_e5m2, rounder=_table_rounder("float8_e5m2", ml_dtypes.float8_e5m2)))
     for n in ("int8", "int16", "int32", "uint8", "uint16", "uint32"):
         add(DType(n, getattr(np, n)))
     add(DType("bool", np.bool_, storage=np.uint8))
     # the OCP microscaling (MX) formats of NeuronCore-v4: the E8M0 block scale (a power of two, NaN at 0xFF) and
     # four FP8 (or FP4) values packed little-endian into one 32-bit (16-bit) element (NKI reference, quantize_mx)
-    add(DType("float8_e8m0fnu", ml_dtypes.float8_e8m0fnu, rounder=_via(ml_dtypes.float8_e8m0fnu)))
+    add(DType("float8_e8m0fnu", ml_dtypes.float8_e8m0fnu,
+              rounder=_table_rounder("float8_e8m0fnu", ml_dtypes.float8_e8m0fnu)))
     add(DType("float8_e4m3fn_x4", np.uint32, packed=4, element="float8_e4m3fn", sentinel=0x7F7F7F7F))
     add(DType("float8_e5m2_x4", np.uint32, packed=4, element="float8_e5m2", sentinel=0x7F7F7F7F))
     add(DType("float4_e2m1fn_x4", np.uint16, packed=4, element="float4_e2m1fn", sentinel=0))
@@ -204,7 +273,15 @@ _NAN_MBITS = {"float8_e4m3": 3, "float8_e5m2": 2}
 
 def to_real(dt: DType, vals: np.ndarray) -> np.ndarray:
     """The real-dtype array (bit patterns) of storage values ``vals`` of ``dt``: exact, NaN payloads included (a
-    NaN's payload rides in the top mantissa bits of its float32, as a widening conversion puts it)."""
+    NaN's payload rides in the top mantissa bits of its float32, as a widening conversion puts it).  fp8 formats
+    by table (``memory/fp8.py``), the same bits as :func:`_to_real_ref`."""
+    if dt.name in _FP8_NAMES and np.size(vals) >= TABLE_MIN:
+        return _fp8_tables(dt.name).encoded(np.ascontiguousarray(vals, dtype=np.float32)).view(dt.np)
+    return _to_real_ref(dt, vals)
+
+
+def _to_real_ref(dt: DType, vals: np.ndarray) -> np.ndarray:
+    """:func:`to_real` element by element (ml_dtypes): the reference of the fp8 tables."""
     if not dt.is_float or dt.storage == dt.np:
         return np.asarray(vals).astype(dt.np)
     v = np.ascontiguousarray(vals, dtype=np.float32)
@@ -226,7 +303,15 @@ def to_real(dt: DType, vals: np.ndarray) -> np.ndarray:
 
 
 def from_real(dt: DType, arr: np.ndarray) -> np.ndarray:
-    """Storage values of the real-dtype array ``arr`` of ``dt`` (the inverse of :func:`to_real`, exact)."""
+    """Storage values of the real-dtype array ``arr`` of ``dt`` (the inverse of :func:`to_real`, exact).  fp8
+    formats by table (``memory/fp8.py``), the same bits as :func:`_from_real_ref`."""
+    if dt.name in _FP8_NAMES and np.size(arr) >= TABLE_MIN:
+        return _fp8_tables(dt.name).decoded(np.ascontiguousarray(arr, dtype=dt.np).view(np.uint8))
+    return _from_real_ref(dt, arr)
+
+
+def _from_real_ref(dt: DType, arr: np.ndarray) -> np.ndarray:
+    """:func:`from_real` element by element (ml_dtypes): the reference of the fp8 tables."""
     if not dt.is_float or dt.storage == dt.np:
         return np.asarray(arr).astype(dt.storage)
     a = np.ascontiguousarray(arr, dtype=dt.np)

@@ -129,13 +129,14 @@ class Reinterp:
             dst.view(np.uint8 if self.nsz == 1 else np.uint16)[...] = to_real(self.dt, v).view(
                 np.uint8 if self.nsz == 1 else np.uint16)
         if self.native:
-            t.buf.data[bl:bh] = raw.view(self.bt.np)
+            t.buf.writable()[bl:bh] = raw.view(self.bt.np)
         else:
-            t.buf.data[bl:bh] = _decode(self.bt, raw.view(_real_np(self.bt)))
+            t.buf.writable()[bl:bh] = _decode(self.bt, raw.view(_real_np(self.bt)))
 
     def zero_copy(self, t) -> np.ndarray:
-        """The NumPy view of a view whose both dtypes are stored in their real encoding (writes go through)."""
-        data = t.buf.data
+        """The NumPy view of a view whose both dtypes are stored in their real encoding (writes go through: a
+        borrowed buffer is copied first, ``Buffer.writable``)."""
+        data = t.buf.writable()
         if self.native:
             data = data.view(np.uint8)
         nsz = self.nsz
@@ -192,11 +193,12 @@ class Native:
     def sched(self, t):
         return (t.offset, t.shape, t.strides)
 
-    def bits(self, t):
-        """The view's elements as their real encoding: a NumPy view of the buffer (writes go through)."""
+    def bits(self, t, write=False):
+        """The view's elements as their real encoding: a NumPy view of the buffer (``write``: of its storage for
+        a write, ``Buffer.writable``; otherwise read-only while the buffer is borrowed)."""
         isz = self.nsz
-        return np.ndarray(t.shape, dtype=self.dt.np, buffer=t.buf.data, offset=t.offset * isz,
-                          strides=tuple(st * isz for st in t.strides))
+        return np.ndarray(t.shape, dtype=self.dt.np, buffer=t.buf.writable() if write else t.buf.data,
+                          offset=t.offset * isz, strides=tuple(st * isz for st in t.strides))
 
     def read(self, t) -> np.ndarray:
         if t.size == 0:
@@ -208,7 +210,16 @@ class Native:
         if t.size == 0:
             return
         v = np.broadcast_to(np.asarray(values, dtype=np.float32), t.shape)
-        self.bits(t)[...] = to_real(self.dt, v)
+        codes = to_real(self.dt, v)
+        buf = t.buf
+        if buf.fresh and t.is_contiguous():
+            # a contiguous run of a buffer never read yet: stored without a sentinel fill of it first
+            isz = self.nsz
+            data = buf.claim_range(t.offset, t.offset + t.size)
+            np.ndarray(t.shape, dtype=self.dt.np, buffer=data, offset=t.offset * isz,
+                       strides=tuple(st * isz for st in t.strides))[...] = codes
+            return
+        self.bits(t, write=True)[...] = codes
 
 
 _CACHE: dict = {}

@@ -30,6 +30,7 @@ access through one tile after the accesses through every other tile on the same 
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import weakref
 
@@ -218,6 +219,10 @@ class MemorySpace:
             del free[lo]
 
 
+# how many separate runs a fresh buffer keeps claimed (Buffer.claim_range) before it does its pending fill:
+# trnsim's choice, bounding the bookkeeping (a buffer written in order keeps one run)
+MAX_CLAIMED_RUNS = 64
+
 # narrow-float HBM tensors (bf16, fp16, fp8, e8m0) of this many bytes or more are held in their own encoding rather
 # than as float32 (``Buffer.native``): trnsim's choice, so that small tensors, read often, keep zero-copy views
 NATIVE_MIN_BYTES = 1 << 20
@@ -268,12 +273,20 @@ class Buffer:
 
     A new buffer reads as its dtype's sentinel (never-written memory), but the fill is deferred (``fresh``): it
     happens the first time ``data`` is read, unless a write covering every element comes first
-    (``trnsim.isa.common``'s writers claim the buffer with :meth:`claim_whole`), which then needs no fill.
+    (``trnsim.isa.common``'s writers claim the buffer with :meth:`claim_whole`), which then needs no fill.  A
+    writer storing a contiguous run of elements claims just that run (:meth:`claim_range`: the writes into a
+    natively held buffer, ``reinterpret.Native.store``); the fill then waits for the first read and covers only
+    the elements no claimed write stored (none, once the runs cover the buffer).
+
+    ``data`` given read-only is an array the buffer borrows (``borrowed``: a caller's kernel input, which the
+    kernel must not change, ``kernels/jit.py``): it is read as it is and copied on the first write, which asks
+    for the storage with :meth:`writable` (the writers of natively held buffers, ``reinterpret.py``, do; a
+    borrowed buffer in the shadow store would be refused by NumPy at the write, never written through).
     """
 
     __slots__ = ("id", "space", "kind", "dtype", "shape", "nelem", "pfree", "addr", "bytes_pp", "_data", "fresh",
                  "written", "all_written", "name", "block", "block_shape", "placement", "layout_key", "_release",
-                 "native", "storage", "__weakref__")
+                 "native", "storage", "borrowed", "_claimed", "__weakref__")
 
     def __init__(self, space: MemorySpace | None, dtype: DType, shape: tuple, *, name: str = "",
                  data: np.ndarray | None = None, execute: bool = True, track_written: bool = False,
@@ -349,6 +362,8 @@ class Buffer:
                     self.addr = addr
                     self._release = (space, addr, self.bytes_pp)
         self.fresh = False
+        self._claimed = None
+        self.borrowed = data is not None and not data.flags.writeable
         if data is not None:
             self._data = data
         elif self.storage is not None:
@@ -405,6 +420,8 @@ class Buffer:
         self._release = None
         self.native = False
         self.storage = None
+        self.borrowed = False
+        self._claimed = None
         if bpp > space.capacity:
             raise OutOfMemory(space._oom_message(bpp, f"tensor {name!r}" if name else "a tensor"))
         addr = space.take(bpp, f"tensor {name!r}" if name else "a tensor")
@@ -426,18 +443,78 @@ class Buffer:
     @property
     def data(self):
         if self.fresh:
-            self.fresh = False
+            self._fill()
+        return self._data
+
+    def _fill(self):
+        """The deferred sentinel fill: every element, or those outside the runs claimed meanwhile."""
+        self.fresh = False
+        runs = self._claimed
+        if runs is None:
             self._data.fill(self.dtype.sentinel)
+            return
+        self._claimed = None
+        d = self._data
+        s = self.dtype.sentinel
+        lo = 0
+        for a, b in runs:
+            if a > lo:
+                d[lo:a] = s
+            lo = b
+        if lo < d.size:
+            d[lo:] = s
+
+    def claim_range(self, lo: int, hi: int):
+        """A write is about to store every element of the flat run ``[lo, hi)``: the storage to write into (a
+        borrowed array copied first, as :meth:`writable`), with the run left out of a sentinel fill still pending
+        (which then waits for the first read and fills only what no claimed run covers).  The runs are kept merged
+        and sorted; past ``MAX_CLAIMED_RUNS`` of them the pending fill is done (the gaps filled) and claiming
+        stops."""
+        if not self.fresh:
+            return self.writable()
+        if not 0 <= lo <= hi <= self.nelem:
+            raise ValueError(f"Buffer {self.name!r}: claimed run [{lo}, {hi}) is outside its {self.nelem} elements")
+        runs = self._claimed
+        if runs is None:
+            runs = self._claimed = []
+        i = bisect.bisect_left(runs, (lo,))
+        if i and runs[i - 1][1] >= lo:          # overlaps or touches the run before
+            i -= 1
+        j = i
+        while j < len(runs) and runs[j][0] <= hi:
+            lo, hi = min(lo, runs[j][0]), max(hi, runs[j][1])
+            j += 1
+        runs[i:j] = [(lo, hi)]
+        if runs[0] == (0, self.nelem):
+            self.fresh = False                  # every element stored before any read: no fill at all
+            self._claimed = None
+        elif len(runs) > MAX_CLAIMED_RUNS:
+            self._fill()
         return self._data
 
     @data.setter
     def data(self, a):
         self.fresh = False
+        self.borrowed = False
+        self._claimed = None
         self._data = a
+
+    def writable(self):
+        """``data`` for a write: a borrowed array (``borrowed``) is copied first, so the write never reaches the
+        array the buffer was made from."""
+        if self.borrowed:
+            self._data = np.array(self._data, copy=True)
+            self.borrowed = False
+        return self.data
 
     def claim_whole(self):
         """A write is about to store every element of the buffer: a fill still pending is not needed.  Returns
-        whether it was pending (the caller then :meth:`unclaim` s if the write fails before storing)."""
+        whether it was pending (the caller then :meth:`unclaim` s if the write fails before storing).  A buffer
+        with claimed runs (:meth:`claim_range`) gets its gaps filled and returns False: a failed write must not
+        undo those runs' stores."""
+        if self._claimed is not None:
+            self._fill()
+            return False
         f = self.fresh
         self.fresh = False
         return f
