@@ -231,8 +231,9 @@ def test_byte_operand_names_exactly_the_bytes_of_a_view_or_covers_its_extent():
         for b in _elements(bv):
             got.add(b)
         assert want <= got, (view, tile)
-        assert min(got) >= blo and max(got) < bhi and min(want) == blo and max(want) == bhi - 1
+        assert min(got) >= blo and max(got) < bhi
         if got == want:
+            assert min(want) == blo and max(want) == bhi - 1
             exact += 1
     assert exact >= 300          # the row-structured views (most of them) are named exactly
 

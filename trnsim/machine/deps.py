@@ -7,7 +7,8 @@ their low element so that a query looks only at the entries whose extent can rea
 
 Two accesses overlap when their element extents ``[lo, hi)`` overlap and, for two strided tiles with the same row
 pitch (a column block of a row-major matrix, or a free-dimension slice of an on-chip tile, whose extents overlap
-while their elements do not), when their column ranges within the pitch overlap.  Anything else that overlaps in
+while their elements do not; also a view of one partition, and one whose partitions step in several dimensions:
+``_geo``), when their column ranges within the pitch overlap.  Anything else that overlaps in
 extent is taken as a conflict: conservative, never missing a true dependency.
 
 Tiles placed at explicit addresses (``nl.ndarray(..., address=...)``) are memory, not names: an access through one
@@ -18,8 +19,11 @@ the SBUF/PSUM capacity gate keeps one entry per tile: ``sched_fast.encode``).  W
 same geometry at the same address (first partition, byte address, bytes per partition, element size) their element
 numbering is the same and accesses keep it; otherwise (a partial overlap, or the same bytes read as another shape or
 dtype, which ``address=`` allows: the nki.language.ndarray reference and the NKI 0.2 migration guide put no rule on
-what may share an address) each access is written in bytes of the group (:func:`byte_operand`), exact for views
-whose free dimensions stay within a partition and otherwise the byte extent (conservative).  Tile blocks placed by
+what may share an address) each access is written in bytes of the group (:func:`byte_operand`) with the group's
+row as its pitch, so that accesses through tiles on other bytes of the same partitions (a group's tiles are
+chained by partial overlaps: a whole allocator's worth of tiles may form one group) are told apart by their
+columns: exact for views whose free dimensions stay within a partition, otherwise the tile's columns on the
+partitions of the access's extent (conservative within the tile).  Tile blocks placed by
 ``mod_alloc`` keep their buffer's key (not modelled).
 """
 
@@ -35,17 +39,25 @@ _GEO: dict = {}
 
 def _geo(view):
     """``(pitch, col_lo, col_hi)`` such that every element x of the view has ``col_lo <= x % pitch < col_hi``,
-    or ``None`` when the view has no such row structure."""
+    or ``None`` when the view has no such row structure.
+
+    The pitch is the first dimension's stride (a tile's partition dimension: its elements per partition, or a
+    matrix's row), also when that dimension has one index (one partition: ``t[k:k + 1, a:b]``).  A dimension whose
+    stride is a multiple of the pitch moves whole rows and leaves the column alone (a tile's partitions split into
+    two dimensions, or a partition step); the other dimensions (non-negative strides) spread the columns, and they
+    must stay within one row from the view's first column."""
     g = _GEO.get(view, 0)
     if g != 0:
         return g
     off, shape, strides = view
     g = None
-    if len(shape) >= 2 and shape[0] > 1 and strides[0] > 0:
+    if len(shape) >= 2 and strides[0] > 0:
         pitch = strides[0]
         w = 1
         ok = True
         for s, st in zip(shape[1:], strides[1:]):
+            if s == 1 or st % pitch == 0:
+                continue
             if st < 0:
                 ok = False
                 break
@@ -251,8 +263,13 @@ def byte_operand(lo, hi, view, tile, group):
     """``(lo, hi, view)`` of an access ``[lo, hi)`` with access pattern ``view`` (element units) of a placed tile
     ``tile = (partition0, address, elements per partition, element bytes)``, in bytes of its alias group
     ``group = (first partition, first byte, row)``: byte ``(partition - first partition) * row + (address - first
-    byte)``.  The pattern gains a last dimension of the element's bytes; it keeps its row structure when its free
-    dimensions stay within one partition, else it is the dense byte extent (conservative: ``overlaps``)."""
+    byte)``.  The byte pattern's first dimension steps one row (the group's partition pitch, ``_geo``'s pitch for
+    every access of the group), then come the view's dimensions that step whole partitions (a stride a multiple of
+    the tile's elements per partition: partitions), then those within a partition, then the element's bytes; it
+    names exactly the bytes of the view when its within-partition dimensions stay within one partition from its
+    first element.  Otherwise (a run across partitions, a negative or oversized stride within a partition) it is
+    the rectangle of the tile's columns on the partitions the extent spans: never a byte of another tile's columns
+    (conservative only within the tile, as ``overlaps`` is)."""
     p0, a0, pf, isz = tile
     pmin, amin, row = group
     base = (p0 - pmin) * row + (a0 - amin)
@@ -260,18 +277,28 @@ def byte_operand(lo, hi, view, tile, group):
     def at(e):
         q, r = divmod(e, pf)
         return base + q * row + r * isz
-    blo = at(lo)
-    bhi = at(hi - 1) + isz if hi > lo else blo
+    if hi <= lo:
+        return at(lo), at(lo), (at(lo), (0,), (1,))
     off, shape, strides = view
     if shape and all(s > 0 for s in shape):
-        r = off % pf
-        if all(st >= 0 for st in strides):
-            w = 1 + sum((s - 1) * st for s, st in zip(shape, strides))
-            if r + w <= pf:              # every element on one partition
-                return blo, bhi, (at(off), tuple(shape) + (isz,), tuple(st * isz for st in strides) + (1,))
-            st0 = strides[0]
-            w = 1 + sum((s - 1) * st for s, st in zip(shape[1:], strides[1:]))
-            if (shape[0] == 1 or st0 % pf == 0) and r + w <= pf:
-                return blo, bhi, (at(off), tuple(shape) + (isz,),
-                                  ((st0 // pf) * row,) + tuple(st * isz for st in strides[1:]) + (1,))
-    return blo, bhi, (blo, (bhi - blo,), (1,))
+        pdims = []                     # (count, byte stride) of the dimensions stepping whole partitions
+        fdims = []                     # those within a partition
+        w = 1
+        for s, st in zip(shape, strides):
+            if s == 1:
+                continue
+            if st % pf == 0:
+                pdims.append((s, (st // pf) * row))
+            elif st > 0:
+                fdims.append((s, st * isz))
+                w += (s - 1) * st
+            else:
+                w = pf + 1
+                break
+        if off % pf + w <= pf:         # every element's column is the first one's plus its free steps
+            dims = pdims + fdims
+            return at(lo), at(hi - 1) + isz, (at(off), (1,) + tuple(d[0] for d in dims) + (isz,),
+                                                (row,) + tuple(d[1] for d in dims) + (1,))
+    q0, q1 = lo // pf, (hi - 1) // pf
+    blo = base + q0 * row
+    return blo, base + q1 * row + pf * isz, (blo, (q1 - q0 + 1, pf * isz), (row, 1))
