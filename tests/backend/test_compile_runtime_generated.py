@@ -144,3 +144,29 @@ def test_generated_function_is_made_once_per_graph(monkeypatch):
     for _ in range(3):
         cfn(*dev)
     assert len(made) == 1
+
+
+def test_a_called_graph_copies_without_its_generated_function():
+    """A graph that has run (its function generated) copies with the function left out (``__getstate__``); the
+    copy's first call makes its own, with the same result."""
+    import copy
+
+    fn, inputs = _cases()["dequant"]
+    torch._dynamo.reset()
+    graphs = []
+    real = runtime._generate
+
+    def keep(graph):
+        graphs.append(graph)
+        return real(graph)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(runtime, "_generate", keep)
+        dev = [t.to("neuron") for t in inputs]
+        torch.compile(fn, backend="neuron")(*dev)
+    g = graphs[0]
+    assert g._run is not None
+    clone = copy.copy(g)
+    assert clone._run is None and g._run is not None
+    payloads = [t._p for t in dev]
+    assert torch.equal(clone(*payloads)[0].cpu(), g(*payloads)[0].cpu())
+    assert clone._run is not None and clone._run is not g._run

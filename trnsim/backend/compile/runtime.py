@@ -157,6 +157,12 @@ class CompiledGraph:
     # False: every call walks the argument templates (``_interpret``); tests compare the two ways
     GENERATED = True
 
+    def __getstate__(self):
+        # copies leave the generated function out (it lives in a namespace of its own): made again on first call
+        state = dict(self.__dict__)
+        state["_run"] = None
+        return state
+
     def __call__(self, *args):
         env = [None] * self.n_env
         wrappers = {}
