@@ -373,8 +373,16 @@ def _find_rule_patch():
     # as long as torch.ops, so their ids are stable)
     builtin = set()
     builtin_ns = frozenset(("aten", "prims", "_c10d_functional", "c10d"))
+    # id of such an op -> the ``find`` of its rules holder (``simple_registry.singleton`` makes one holder per op
+    # name and keeps it, and a rule registered later goes into that holder): ``orig(op, NeuronTensor)`` without
+    # the name lookup, for the ops the device sees most
+    holder_find = {}
 
     def find_torch_dispatch_rule(op, torch_dispatch_class):
+        if torch_dispatch_class is NeuronTensor:
+            f = holder_find.get(id(op))
+            if f is not None:
+                return f(NeuronTensor)
         r = orig(op, torch_dispatch_class)
         if r is not None or torch_dispatch_class not in DEVICE_TYPES or id(op) in builtin:
             return r
@@ -385,6 +393,7 @@ def _find_rule_patch():
                 return r
         if torch_dispatch_class is NeuronTensor and getattr(op, "namespace", None) in builtin_ns:
             builtin.add(id(op))
+            holder_find[id(op)] = simple_registry.singleton.find(op.__qualname__).torch_dispatch_rules.find
             return None
         q = getattr(op, "__qualname__", None)
         opdef = custom_ops.OPDEFS.get(q) if q else None

@@ -1,0 +1,34 @@
+"""The ``find_torch_dispatch_rule`` patch (nki_bridge) answers torch's own ops on ``NeuronTensor`` from the op's rules
+holder, remembered once: a rule registered for ``NeuronTensor`` on such an op after the op was seen (and so
+remembered) is still found and runs, and is gone again once deregistered."""
+
+import torch
+from torch._library import simple_registry
+
+from trnsim import backend
+from trnsim.backend.tensor import NeuronTensor
+
+
+def test_a_rule_registered_after_the_op_was_seen_is_found():
+    backend.register()
+    a = torch.randn(4, device="neuron")
+    b = torch.randn(4, device="neuron")
+    torch.mul(a, b).sum()                       # aten::mul.Tensor seen: its holder remembered
+    op = torch.ops.aten.mul.Tensor
+    assert simple_registry.find_torch_dispatch_rule(op, NeuronTensor) is None
+    calls = []
+
+    def rule(cls, func, types, args, kwargs):
+        calls.append(func)
+        return torch.full_like(args[0]._p, 7.0).to("neuron")
+
+    handle = simple_registry.singleton.find(op.__qualname__).torch_dispatch_rules.register(NeuronTensor, rule)
+    try:
+        assert simple_registry.find_torch_dispatch_rule(op, NeuronTensor) is rule
+        out = torch.mul(a, b)                   # through the dispatcher (Python's ``*`` may take operators.py)
+        assert calls == [op]
+        assert torch.equal(out.cpu(), torch.full((4,), 7.0))
+    finally:
+        handle.destroy()
+    assert simple_registry.find_torch_dispatch_rule(op, NeuronTensor) is None
+    torch.testing.assert_close(torch.mul(a, b).cpu(), a.cpu() * b.cpu(), rtol=0, atol=0)
