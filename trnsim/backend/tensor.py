@@ -32,6 +32,7 @@ from .errors import NeuronFallbackError, NeuronFallbackWarning
 from .memory import MEMORY
 from .native_impls import IMPLS as NATIVE_IMPLS
 from .op_table import ACCUMULATING, TABLE, TRANSFER
+from .rng import generator_overload, native_dropout
 
 DEVICE = torch.device("privateuseone", 0)   # replaced by torch.device("neuron", 0) at registration
 CURRENT = DEVICE    # the current device (torch.neuron.set_device); the home device while MULTI is False
@@ -540,15 +541,6 @@ def _sync_written(func, args, kwargs):
             MEMORY.resized(w._p.untyped_storage())
 
 
-def _dropout(x, p, train):
-    if train is False or p == 0:
-        return x.clone(), torch.ones_like(x, dtype=torch.bool)
-    if p == 1:
-        return torch.zeros_like(x), torch.zeros_like(x, dtype=torch.bool)
-    mask = torch.empty_like(x, dtype=torch.float32).bernoulli_(1 - p, generator=STATE.generator).to(torch.bool)
-    return x * mask * (1.0 / (1 - p)), mask
-
-
 _GEN_CACHE = {}
 
 
@@ -700,9 +692,14 @@ def _info(func):
         _DECOMPOSE.add(id(func))
     check = _CHECKS.get(name)
     gen = _generator_index(func) if cat == "random" else -1
+    runner = func._op
+    if cat == "random" and gen < 0:
+        twin = generator_overload(func)      # rand_like & co.: their twin taking the device generator (rng.py)
+        if twin is not None:
+            gen, runner = _generator_index(twin), twin._op
     impl = _native_dropout if name == "native_dropout" else NATIVE_IMPLS.get(name)
     r = _INFO[id(func)] = (name, cat, name in TRANSFER, name in ACCUMULATING, check, _written(func), gen, impl,
-                           func._op)
+                           runner)
     return r
 
 
@@ -754,7 +751,7 @@ _CHECKS = {**{n: _check_sparse_grad for n in _SPARSE_GRAD_OPS}, "_has_same_stora
 
 
 def _native_dropout(func, uargs, ukw):
-    return _dropout(*uargs, **ukw)
+    return native_dropout(*uargs, **ukw)
 
 
 def _dispatch(func, args, kwargs):

@@ -18,6 +18,7 @@ import torch
 
 from .. import charging, costs
 from ..device_state import STATE
+from ..rng import generator_overload, native_dropout
 from ..tensor import NeuronTensor, wrap
 from . import ops as O
 from .fusion import _LOW, val
@@ -137,8 +138,14 @@ class CompiledGraph:
                 args = _template(tuple(n.args), index)
                 kwargs = _template(dict(n.kwargs), index)
                 k = O.kind(n.target)
+                target = n.target
                 if k == "random":
-                    kwargs = _gen_kw(n.target, kwargs)
+                    # rand_like & co. run as their twin taking the device generator, as in eager (backend/rng.py)
+                    if target is torch.ops.aten.native_dropout.default:
+                        target = native_dropout
+                    elif hasattr(target, "_schema"):
+                        target = generator_overload(target) or target
+                    kwargs = _gen_kw(target, kwargs)
                 if k == "softmax_bw" and len(args) > 3 and args[3] in _LOW:
                     args = args[:3] + (torch.float32,) + tuple(args[4:])   # computed in fp32 like eager
                 if k == "custom":
@@ -147,7 +154,7 @@ class CompiledGraph:
                     mode = 1 if i in mat else 2       # 1: fp32 then round once; 2: fp32, stays on chip
                 else:
                     mode = 0                            # as traced (views, opaque ops)
-                self.steps.append((i, n.target, args, kwargs, mode, val(n)))
+                self.steps.append((i, target, args, kwargs, mode, val(n)))
             elif n.op == "output":
                 self.output = _template(n.args[0], index)
         self.total_ns = float(sum(k["ns"] for k in plan["kernels"]))
