@@ -187,8 +187,11 @@ def dma_copy(dst, src, *args, name=None, **kwargs):
     gather or scatter, :class:`GatheredView`) is copied one row per index, each row paired with the same row
     (first-dimension step) of the other side."""
     if not isinstance(dst, GatheredView) and not isinstance(src, GatheredView):
-        if (getattr(dst, "_bad", None) is None and getattr(src, "_bad", None) is None) or \
-                getattr(kwargs.get("oob_mode"), "name", kwargs.get("oob_mode")) != "skip":
+        try:                # (two tensor views, the usual case: their slots read without getattr's default)
+            inside = dst._bad is None and src._bad is None
+        except AttributeError:
+            inside = getattr(dst, "_bad", None) is None and getattr(src, "_bad", None) is None
+        if inside or getattr(kwargs.get("oob_mode"), "name", kwargs.get("oob_mode")) != "skip":
             # the wrapped dma_copy's body (_wrap's call), inline: one call less on every DMA of a kernel
             try:
                 core = _local.ctx.core
