@@ -29,7 +29,10 @@ A call site of kernel source that calls one instruction function with arguments 
 positional argument of one class, the same keyword names with plain values) gets, after ``KEY_AFTER`` replays
 through the general loop, a function generated for those kinds (:func:`_site_function`): it builds the same key in
 straight-line code and replays the cached layout; a call it does not fit, or whose layout is not cached yet, goes
-through :func:`issue` as before, so it is validated and fails exactly as without it.
+through :func:`issue` as before, so it is validated and fails exactly as without it.  The layout the site replayed
+when its function was made has its replay written into the function (the code of the layout's own straight-line
+replay, ``replay_gen.program_lines``); other layouts replay through their own code, and a site that keeps finding
+another one gets its function made again for it (``SITE_REMAKES``).
 
 Numerics are never cached: a replayed ``compute`` reads the new operands' values (strict mode's check of
 never-written memory runs there too).  ``TRNSIM_ISSUE_CACHE=0`` turns the cache off (the benchmarks measure
