@@ -486,3 +486,17 @@ def test_runs_after_the_first_and_the_loop_replay_see_the_same_state(monkeypatch
             loop_replay.set_enabled(prev)
         assert loop_replay.STATS["replayed"] == before + 1
         assert _state(res) == first
+
+
+def test_each_new_run_gets_its_own_layout_written_in(monkeypatch):
+    """Runs of a kernel, one after another (each a new core and cache): the remakes are counted per core, so past
+    SITE_REMAKES runs the site's function still has the running core's layout written in."""
+    x = np.zeros((128, 64), np.float32)
+    isa_api._LOCS.clear()
+    code = _plain_stream.__code__
+    for _ in range(issue_cache.SITE_REMAKES + 3):
+        res = _run(_plain_stream, (x,), {"n": 100}, True)
+        (site,) = _site_of(code, code.co_firstlineno + 7)
+        sf = site[2]
+        assert "prog is P" in sf.source
+        assert any(v is sf.__globals__["P"] for v in res.cores[0].issue_cache.values())

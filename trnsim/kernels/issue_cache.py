@@ -45,6 +45,7 @@ import enum
 import itertools
 import os
 import types
+import weakref
 
 import numpy as np
 
@@ -490,10 +491,10 @@ def _site_missed(site, miss, core, fn, args, kwargs, hbm_off, prog):
     written-in replay; a layout of another core's cache -- the next run of the kernel -- starts the count again)."""
     miss[0] += 1
     if miss[0] >= KEY_AFTER:
-        cache = id(core.issue_cache)
-        remakes = miss[1] + 1 if cache == miss[2] else 1
+        # (the core by a weak reference: a site outlives its launch, and an id could be reused by the next core)
+        remakes = miss[1] + 1 if miss[2] is not None and miss[2]() is core else 1
         site[2] = _site_function(fn, args, kwargs, hbm_off, prog if remakes <= SITE_REMAKES else None, site,
-                                 (remakes, cache)) or False
+                                 (remakes, weakref.ref(core))) or False
 
 
 def _site_function(fn, args, kwargs, hbm_off, prog=None, site=None, remakes=(0, None)):
