@@ -279,7 +279,7 @@ def test_site_functions_leave_values_and_records_as_uncached():
         assert _records(_run(kern, (x,), {"n": n}, True)) == _records(on)
         # the sites of the kernel that call one function with arguments of one kind have their function
         code = kern.__code__
-        sites = [s for c, offs in isa_api._LOCS.values() if c is code for s in offs.values()]
+        sites = [s for s in isa_api._LOCS.values() if s[4] is code]
         assert sum(callable(s[2]) for s in sites) >= (4 if kern is _varying else 2)
     xd = x.astype(np.float64)
     want = np.stack([xd * 2 + xd if i % 3 else xd * 2 + 1 for i in range(n)])
@@ -356,9 +356,147 @@ def test_records_with_and_without_site_functions_are_identical(which, monkeypatc
         isa_api._LOCS.clear()                        # (sites made afresh: none keeps a function from before)
         shape = _run(fn, args, kw, True)
         full = _run(fn, args, kw, True, execute=True)
-        sites = [s for _, offs in isa_api._LOCS.values() for s in offs.values()]
+        sites = list(isa_api._LOCS.values())
         got[after] = (_records(shape), _records(full), np.asarray(full.outputs), sum(callable(s[2]) for s in sites))
     (rs, rf, out, made), (rs0, rf0, out0, made0) = got[default], got[10 ** 9]
     assert made >= 2 and made0 == 0                # the sites' functions ran in the first, none in the second
     assert rs == rs0 and rf == rf0 and rs == rf
     assert np.array_equal(out, out0)
+
+
+# -- a site function with its layout's replay written in (issue_cache._site_function's ``prog``) -----------------
+
+def _state(res):
+    """Records, the capacity tables and the buffer table of a run whose buffer ids were counted from 1."""
+    core = res.cores[0]
+    occ = core.occupancy
+    occ.materialize()
+    return (_records(res), [(k, list(v)) for k, v in occ.ranges.items()], list(occ.tiles.items()),
+            list(occ.parts.items()), dict(core.buffers), occ.seq)
+
+
+def _run_ids(fn, args, kw, monkeypatch, execute=False):
+    import itertools
+
+    from trnsim.memory import space
+    monkeypatch.setattr(space, "_ids", itertools.count(1))
+    return _run(fn, args, kw, True, execute=execute)
+
+
+def _switching(x, n, every):
+    """A call site whose tile changes its layout: the free size halves after ``n // 2`` calls (every=0), or
+    alternates from call to call (every=1)."""
+    P, F = x.shape
+    out = nl.ndarray((n, P, F), dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in range(n):
+        f = F if (i % 2 if every else i < n // 2) else F // 2
+        t = nl.ndarray((P, f), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(t, x[:, 0:f])
+        nisa.tensor_scalar(t, t, nl.multiply, 2.0)
+        nisa.dma_copy(out[i, :, 0:f], t)
+    return out
+
+
+def _site_of(code, lineno):
+    return [s for s in isa_api._LOCS.values() if s[4] is code and s[0][1] == lineno]
+
+
+@pytest.mark.parametrize("every", [0, 1])
+def test_a_site_replays_the_layout_written_into_it_and_others_through_their_own_code(every, monkeypatch):
+    """The site's function writes in the layout it replayed when made; a call finding another layout replays
+    that one through its ``run``, and after KEY_AFTER such calls the function is made again for it (at most
+    SITE_REMAKES times, then without a layout written in).  Records, live ranges, tile and buffer tables and
+    values are those of the run without site functions and of the uncached run."""
+    x = np.random.default_rng(3).standard_normal((128, 64)).astype(np.float32)
+    n = 400 if every else 200
+    isa_api._LOCS.clear()
+    on = _run_ids(_switching, (x,), {"n": n, "every": every}, monkeypatch)
+    line = _switching.__code__.co_firstlineno + 9                  # the tensor_scalar call
+    (site,) = _site_of(_switching.__code__, line)
+    sf = site[2]
+    assert callable(sf)
+    if every:       # two layouts in turn: remade SITE_REMAKES times, then a function with none written in
+        assert "prog is P" not in sf.source
+    else:           # remade once, for the second layout: the one the core's cache holds for the narrow tile
+        assert "prog is P" in sf.source and sf.__globals__["MISS"][1] == 1
+        p = sf.__globals__["P"]
+        # (its write: the narrow tile's access pattern, (offset, shape, strides))
+        assert any(v is p for v in on.cores[0].issue_cache.values()) and p[0][3][0][2][2][1] == (128, 32)
+    monkeypatch.setattr(issue_cache, "KEY_AFTER", 10 ** 9)
+    isa_api._LOCS.clear()
+    none = _run_ids(_switching, (x,), {"n": n, "every": every}, monkeypatch)
+    assert _state(on) == _state(none)
+    prev = issue_cache.set_enabled(False)
+    try:
+        off = _run_ids(_switching, (x,), {"n": n, "every": every}, monkeypatch, execute=True)
+    finally:
+        issue_cache.set_enabled(prev)
+    monkeypatch.setattr(issue_cache, "KEY_AFTER", 32)
+    isa_api._LOCS.clear()
+    full = _run_ids(_switching, (x,), {"n": n, "every": every}, monkeypatch, execute=True)
+    assert _records(full) == _records(off) == _records(on)
+    assert np.array_equal(np.asarray(full.outputs), np.asarray(off.outputs), equal_nan=True)   # (the sentinel)
+    want = np.zeros((n, 128, 64))
+    for i in range(n):
+        f = 64 if (i % 2 if every else i < n // 2) else 32
+        want[i, :, :f] = x[:, :f].astype(np.float64) * 2
+    got = np.asarray(full.outputs, np.float64)
+    for i in range(n):          # (the output's unwritten half holds the sentinel)
+        f = 64 if (i % 2 if every else i < n // 2) else 32
+        np.testing.assert_array_equal(got[i, :, :f], want[i, :, :f])
+
+
+def _plain_stream(x, n):
+    P, F = x.shape
+    out = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in range(n):
+        t = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(t, x)
+        u = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_scalar(u, t, nl.multiply, 2.0)
+        nisa.activation(t, nl.exp, u)
+        nisa.tensor_tensor(u, t, u, op=nl.add)
+        nisa.dma_copy(out, u)
+    return out
+
+
+def test_runs_after_the_first_and_the_loop_replay_see_the_same_state(monkeypatch):
+    """A kernel run again in the process (a new core, whose cache holds new layout objects) with its sites'
+    functions from the first run: the same state; and the loop replay, which counts the layouts' replays through
+    their ``run``, still replays the loop with its sites' functions there, leaving the same state."""
+    x = np.zeros((128, 64), np.float32)
+    isa_api._LOCS.clear()
+    kw = {"n": 120}
+    first = _state(_run_ids(_plain_stream, (x,), kw, monkeypatch))
+    sites = _site_of(_plain_stream.__code__, _plain_stream.__code__.co_firstlineno + 7)
+    assert len(sites) == 1 and "prog is P" in sites[0][2].source
+    for _ in range(2):
+        assert _state(_run_ids(_plain_stream, (x,), kw, monkeypatch)) == first
+    monkeypatch.setattr(loop_replay, "MIN_ITERATIONS", 16)
+    for _ in range(2):
+        before = loop_replay.STATS["replayed"]
+        prev = loop_replay.set_enabled(True)
+        try:
+            import itertools
+
+            from trnsim.memory import space
+            monkeypatch.setattr(space, "_ids", itertools.count(1))
+            res = run_kernel(_plain_stream, (x,), kw, (1,), "trn2", execute=False)
+        finally:
+            loop_replay.set_enabled(prev)
+        assert loop_replay.STATS["replayed"] == before + 1
+        assert _state(res) == first
+
+
+def test_each_new_run_gets_its_own_layout_written_in(monkeypatch):
+    """Runs of a kernel, one after another (each a new core and cache): the remakes are counted per core, so past
+    SITE_REMAKES runs the site's function still has the running core's layout written in."""
+    x = np.zeros((128, 64), np.float32)
+    isa_api._LOCS.clear()
+    code = _plain_stream.__code__
+    for _ in range(issue_cache.SITE_REMAKES + 3):
+        res = _run(_plain_stream, (x,), {"n": 100}, True)
+        (site,) = _site_of(code, code.co_firstlineno + 7)
+        sf = site[2]
+        assert "prog is P" in sf.source
+        assert any(v is sf.__globals__["P"] for v in res.cores[0].issue_cache.values())

@@ -325,8 +325,10 @@ def _run(fn, args, kw, on, monkeypatch, execute=False):
     # (as ordered lists: the capacity sweep breaks ties in the order the tiles were made)
     tables = (list(occ.tiles.items()), list(occ.parts.items()), dict(occ.blocks), list(occ.fences),
               dict(core.buffers), [(k, list(v)) for k, v in occ.ranges.items()], occ.report, core.interned_patterns,
-              # the issue cache's layouts: replays counted, code made after GEN_AFTER replays
-              sorted((p.n, p.run == p._warm) for p in core.issue_cache.values() if p))
+              # the issue cache's layouts and their replay steps, in the order met (not how many replays went
+              # through each layout's own ``run``: a call site's function replays the layout it was made with
+              # itself, and sites outlive a launch, so that count depends on the runs before)
+              [(k, tuple(p) if p else p) for k, p in core.issue_cache.items()])
     return (_RG._state(res), tables), err, replayed
 
 

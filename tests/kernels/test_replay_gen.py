@@ -231,10 +231,13 @@ def test_multi_program_launches_take_the_generic_path(monkeypatch):
 
 def test_a_short_kernel_makes_no_code(monkeypatch):
     """Layouts replayed fewer than ``GEN_AFTER`` times are replayed step by step (no code made: making it would
-    cost more than it saves)."""
+    cost more than it saves).  A longer run makes code: a layout's straight-line replay, or a call site's function
+    with the layout's replay written in (``program_lines``, the same generator)."""
     made = []
     monkeypatch.setattr(issue_cache, "compile_program",
                         lambda steps, slow: made.append(1) or replay_gen.compile_program(steps, slow))
+    monkeypatch.setattr(issue_cache, "program_lines",
+                        lambda *a, **k: made.append(2) or replay_gen.program_lines(*a, **k))
     fn, args, grid, kw = CASES["varying"]
     kw = dict(kw, n=issue_cache.GEN_AFTER - 2)
     run_kernel(fn, args, kw, grid, "trn2", execute=False)

@@ -107,28 +107,27 @@ def get_nc_sub_version():
     return 0
 
 
-# call sites of kernel source by code object and bytecode offset: id(code) -> (code, {offset: site}), a site being
-# the list ``[(filename, line), instruction function, key function, calls]`` (its last three for the issue
-# cache: issue_cache.KEY_AFTER).  caller_location's memo says which files are kernel source.  A code object's line
-# table is fixed, so the line of an offset is too; reading it from the table (``frame.f_lineno``) costs ~0.25 us a
-# call, this memo ~0.1 us.  The entry keeps its code object, so an id is not reused while the entry lives.
+# call sites of kernel source: id(code) + bytecode offset -> the list ``[(filename, line), instruction function,
+# site function, calls, code]`` (its second to fourth for the issue cache: issue_cache.KEY_AFTER).  One lookup per
+# call: a code object holds its bytecode inline (CPython 3.11+), so the offsets of a live code object's
+# instructions stay inside its own memory and the sums of two live ones never meet; the entry keeps its code object
+# alive and is taken only when it names that very object (the last entry), so another code object at a sum once
+# used gets its own.  caller_location's memo says which files are kernel source.  A code object's line table is
+# fixed, so the line of an offset is too; reading it from the table (``frame.f_lineno``) costs ~0.25 us a call.
 _LOCS: dict = {}
-_LOCS_MAX = 1 << 14
+_LOCS_MAX = 1 << 16
 
 
 def _user_site(f, co):
     """The call site of frame ``f`` (running ``co``) if its file is kernel source (memoised per (code, offset)),
-    else ``[caller_location(), None, None, 0]`` (which walks out of trnsim), made anew at every call."""
+    else ``[caller_location(), None, None, 0, None]`` (which walks out of trnsim), made anew at every call."""
     fn = co.co_filename
     if not _USER.get(fn):
-        return [caller_location(), None, None, 0]
-    site = [(fn, f.f_lineno), None, None, 0]
-    e = _LOCS.get(id(co))
-    if e is None or e[0] is not co:
-        if len(_LOCS) >= _LOCS_MAX:
-            _LOCS.clear()
-        e = _LOCS[id(co)] = (co, {})
-    e[1][f.f_lasti] = site
+        return [caller_location(), None, None, 0, None]
+    site = [(fn, f.f_lineno), None, None, 0, co]
+    if len(_LOCS) >= _LOCS_MAX:
+        _LOCS.clear()
+    _LOCS[id(co) + f.f_lasti] = site
     return site
 
 
@@ -139,20 +138,22 @@ def _wrap(fn):
     @functools.wraps(fn, assigned=("__name__", "__qualname__"))
     def call(*args, name=None, **kwargs):
         # the hot path of every kernel instruction: the context read inline (current() raises when there is none)
-        ctx = getattr(_local, "ctx", None)
-        core = (ctx or current()).core
+        try:
+            core = _local.ctx.core
+        except AttributeError:
+            core = current().core
         # the caller's line: memoised per code object and offset when the calling frame is kernel source (its
         # memo says so), else caller_location itself (which walks out of trnsim from here)
         f = _getframe(1)
         co = f.f_code
-        e = _LOCS.get(id(co))
-        site = e[1].get(f.f_lasti) if e is not None and e[0] is co else None
-        if site is None:
+        site = _LOCS.get(id(co) + f.f_lasti)
+        if site is None or site[4] is not co:
             site = _user_site(f, co)
         if not core.issue_cache_on:
             return fn(core, site[0], *args, **kwargs)
         # the site's replay of a cached layout (issue_cache.KEY_AFTER), else the cache's loop
-        if site[2] and site[1] is fn and site[2](core, site[0], args, kwargs):
+        sf = site[2]
+        if sf and site[1] is fn and sf(core, site[0], args, kwargs):
             return None
         return issue(fn, core, site[0], args, kwargs, hbm_off, site)    # checked once per operand layout
     call.__doc__ = fn.__doc__
@@ -186,21 +187,26 @@ def dma_copy(dst, src, *args, name=None, **kwargs):
     gather or scatter, :class:`GatheredView`) is copied one row per index, each row paired with the same row
     (first-dimension step) of the other side."""
     if not isinstance(dst, GatheredView) and not isinstance(src, GatheredView):
-        if (getattr(dst, "_bad", None) is None and getattr(src, "_bad", None) is None) or \
-                getattr(kwargs.get("oob_mode"), "name", kwargs.get("oob_mode")) != "skip":
+        try:                # (two tensor views, the usual case: their slots read without getattr's default)
+            inside = dst._bad is None and src._bad is None
+        except AttributeError:
+            inside = getattr(dst, "_bad", None) is None and getattr(src, "_bad", None) is None
+        if inside or getattr(kwargs.get("oob_mode"), "name", kwargs.get("oob_mode")) != "skip":
             # the wrapped dma_copy's body (_wrap's call), inline: one call less on every DMA of a kernel
-            ctx = getattr(_local, "ctx", None)
-            core = (ctx or current()).core
+            try:
+                core = _local.ctx.core
+            except AttributeError:
+                core = current().core
             f = _getframe(1)
             co = f.f_code
-            e = _LOCS.get(id(co))
-            site = e[1].get(f.f_lasti) if e is not None and e[0] is co else None
-            if site is None:
+            site = _LOCS.get(id(co) + f.f_lasti)
+            if site is None or site[4] is not co:
                 site = _user_site(f, co)
             if not core.issue_cache_on:
                 return _DMA_COPY(core, site[0], dst, src, *args, **kwargs)
             args = (dst, src) + args
-            if site[2] and site[1] is _DMA_COPY and site[2](core, site[0], args, kwargs):
+            sf = site[2]
+            if sf and site[1] is _DMA_COPY and sf(core, site[0], args, kwargs):
                 return None
             return _ic.issue(_DMA_COPY, core, site[0], args, kwargs, False, site)
         return _dma_copy_skip_oob(dst, src, *args, **kwargs)

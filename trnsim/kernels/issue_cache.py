@@ -29,7 +29,10 @@ A call site of kernel source that calls one instruction function with arguments 
 positional argument of one class, the same keyword names with plain values) gets, after ``KEY_AFTER`` replays
 through the general loop, a function generated for those kinds (:func:`_site_function`): it builds the same key in
 straight-line code and replays the cached layout; a call it does not fit, or whose layout is not cached yet, goes
-through :func:`issue` as before, so it is validated and fails exactly as without it.
+through :func:`issue` as before, so it is validated and fails exactly as without it.  The layout the site replayed
+when its function was made has its replay written into the function (the code of the layout's own straight-line
+replay, ``replay_gen.program_lines``); other layouts replay through their own code, and a site that keeps finding
+another one gets its function made again for it (``SITE_REMAKES``).
 
 Numerics are never cached: a replayed ``compute`` reads the new operands' values (strict mode's check of
 never-written memory runs there too).  ``TRNSIM_ISSUE_CACHE=0`` turns the cache off (the benchmarks measure
@@ -42,12 +45,13 @@ import enum
 import itertools
 import os
 import types
+import weakref
 
 import numpy as np
 
 from .. import config
 from ..memory import HBM, PSUM, Tensor
-from ..machine.replay_gen import compile_program
+from ..machine.replay_gen import compile_program, program_lines
 from ..memory.dtypes import DType
 
 __all__ = ["enabled", "set_enabled", "issue", "MAX_ENTRIES"]
@@ -301,6 +305,9 @@ class _Prog(tuple):
         super().__init__()
         self.n = 0
         self.run = self._warm
+        # True while the loop replay counts the calls of ``run`` (trnsim/kernels/loop_replay.py): a call site's
+        # function with this layout's replay written in then calls ``run`` instead
+        self.watched = False
 
     def _warm(self, core, loc, leaves):
         n = self.n = self.n + 1
@@ -320,6 +327,10 @@ class _Prog(tuple):
             self.n += n
 
     def _generate(self):
+        return compile_program(self.gen_steps(), lambda core, loc, leaves: _replay_generic(self, core, loc, leaves))
+
+    def gen_steps(self):
+        """The steps as ``trnsim.machine.replay_gen`` takes them."""
         gen = []
         for p in self:
             if p[0] == 0:
@@ -333,7 +344,7 @@ class _Prog(tuple):
                 for pos, code, v in rest:
                     args[pos] = ("core",) if code == _CORE else ("loc",) if code == _LOC else ("expr", _seq_expr(v))
                 gen.append(("call", values_fn, tuple(args)))
-        return compile_program(gen, lambda core, loc, leaves: _replay_generic(self, core, loc, leaves))
+        return gen
 
 
 _HBM_OFF: dict = {}          # instruction function -> whether HBM offsets are in its layouts
@@ -348,7 +359,7 @@ def keeps_hbm_offsets(fn) -> bool:
 
 
 # call sites: the wrapper of an instruction (kernels/isa_api.py) keeps one list per call site of kernel source (a
-# bytecode offset of a code object), ``[loc, fn, site function, calls]``.  After KEY_AFTER calls of one instruction
+# bytecode offset of a code object), ``[loc, fn, site function, calls, code]``.  After KEY_AFTER calls of one instruction
 # function at a site whose layouts the cache already held, the site gets a function made for the kinds of its
 # arguments (_site_function): it builds the same key as the loop below, in straight-line code, and replays the
 # cached layout; the wrapper calls it first, then this function when it answers False.  Making one costs ~10 us
@@ -416,7 +427,7 @@ def issue(fn, core, loc, args, kwargs, hbm_off=None, site=None):
             return fn(core, loc, *args, **kwargs)
         prog.run(core, loc, leaves)        # straight-line code made for this layout (_Prog)
         if site is not None and site[2] is None:
-            _count_site(site, fn, args, kwargs, hbm_off)
+            _count_site(site, fn, args, kwargs, hbm_off, prog)
         return None
     probe = _Probe(core)
     try:
@@ -439,7 +450,7 @@ def issue(fn, core, loc, args, kwargs, hbm_off=None, site=None):
     return out
 
 
-def _count_site(site, fn, args, kwargs, hbm_off):
+def _count_site(site, fn, args, kwargs, hbm_off, prog):
     """A call of ``fn`` at ``site`` replayed a cached layout through the loop of :func:`issue`: counted, and at
     KEY_AFTER such calls the site gets its function (False when the arguments are of kinds it does not handle).
     A site calling another function than the one counted starts again; a site calling several functions in turn
@@ -451,30 +462,69 @@ def _count_site(site, fn, args, kwargs, hbm_off):
         site[1] = fn
     n = site[3] = site[3] + 1
     if n >= KEY_AFTER:
-        site[2] = _site_function(fn, args, kwargs, hbm_off) or False
+        site[2] = _site_function(fn, args, kwargs, hbm_off, prog, site) or False
 
 
-_SITE_CODE: dict = {}     # source -> compiled code (_site_function): once per kinds of arguments
+_SITE_CODE: dict = {}     # source -> compiled code (_site_function): once per kinds of arguments and layout steps
 _MISSING = object()
+# a site function whose layout's replay is written into it (the layout the site replayed when it was made) made
+# again, for the layout then found, after this many calls replaying another layout; at most SITE_REMAKES times, then
+# a function without a written-in replay
+SITE_REMAKES = 4
 
 
-def _site_function(fn, args, kwargs, hbm_off):
+def _inline_steps(prog):
+    """``prog``'s steps for a site function's written-in replay, or None when it has none (a layout the cache
+    cannot replay, or numerics that read the list of the call's tensors)."""
+    if not isinstance(prog, _Prog):
+        return None
+    steps = prog.gen_steps()
+    for st in steps:
+        if st[0] == "call" and any(a[0] == "expr" for a in st[2]):
+            return None
+    return steps
+
+
+def _site_missed(site, miss, core, fn, args, kwargs, hbm_off, prog):
+    """A site function found another layout than the one written into it: counted, and at KEY_AFTER such calls
+    the function is made again for ``prog`` (at most SITE_REMAKES times for one core's cache, then without a
+    written-in replay; a layout of another core's cache -- the next run of the kernel -- starts the count again)."""
+    miss[0] += 1
+    if miss[0] >= KEY_AFTER:
+        # (the core by a weak reference: a site outlives its launch, and an id could be reused by the next core)
+        remakes = miss[1] + 1 if miss[2] is not None and miss[2]() is core else 1
+        site[2] = _site_function(fn, args, kwargs, hbm_off, prog if remakes <= SITE_REMAKES else None, site,
+                                 (remakes, weakref.ref(core))) or False
+
+
+def _site_function(fn, args, kwargs, hbm_off, prog=None, site=None, remakes=(0, None)):
     """``replay(core, loc, args, kwargs)`` for calls of ``fn`` whose arguments are of the same kinds as
     ``args``/``kwargs`` -- as many positional arguments, each of the same class (a tensor view class of
     ``_TENSORS`` or a plain type of ``_PLAIN``), and the same keyword names with values of the same plain types:
     it builds the key :func:`issue`'s loop builds for the call (its tensors as the leaves, in the same order) and,
     when the core's cache holds a replay for it, replays it and returns True; otherwise returns False (nothing
     done: :func:`issue` then runs the call).  None (no function) when an argument is of another kind (a tuple, an
-    enum member, a tensor passed by keyword: the loop's ``_arg_key`` forms).  The source holds only the structure
-    (names ``C0``, ``N0``... for the classes and keyword names), so it is compiled once per structure."""
+    enum member, a tensor passed by keyword: the loop's ``_arg_key`` forms).
+
+    ``prog`` (the cached layout ``site`` replayed when the function is made): its replay's code
+    (``replay_gen.program_lines``, the code of the layout's own straight-line replay) is written into the function,
+    run when the key finds that very layout object, without the call of its ``run`` and the list of operands; another
+    layout is replayed by its ``run`` (and counted, :func:`_site_missed`).  The source holds only the structure
+    (names ``C0``, ``N0``... for the classes and keyword names, ``R..`` for the replay's constants), so it is
+    compiled once per structure."""
     ns = {"FN": fn, "_view_key": _view_key, "_MISSING": _MISSING}
     ki = 0 if hbm_off else 1
     n = len(args)
     lines = ["def replay(core, loc, args, kwargs):",
-             f"    if len(args) != {n} or len(kwargs) != {len(kwargs)}:",
+             f"    if len(kwargs) != {len(kwargs)}:",
              "        return False"]
     if n:
-        lines.append(f"    {', '.join(f'a{i}' for i in range(n))}, = args")
+        lines += ["    try:",
+                  f"        {', '.join(f'a{i}' for i in range(n))}, = args",
+                  "    except ValueError:           # another number of positional arguments",
+                  "        return False"]
+    else:
+        lines += ["    if args:", "        return False"]
     checks, parts, tens = [], ["FN"], []
     for i, a in enumerate(args):
         t = type(a)
@@ -483,7 +533,7 @@ def _site_function(fn, args, kwargs, hbm_off):
         if t in _TENSORS:
             j = len(tens)
             tens.append(i)
-            alias = " else ".join(f"{m} if b{j} is b{m}" for m in range(j)) + " else -1" if j else "-1"
+            alias = " else ".join(f"{m} if buf{j} is buf{m}" for m in range(j)) + " else -1" if j else "-1"
             parts += [f"l{j}[{ki}]", alias if j == 0 else f"({alias})"]
         elif t in _PLAIN:
             parts += [f"C{i}", f"a{i}"]
@@ -496,23 +546,37 @@ def _site_function(fn, args, kwargs, hbm_off):
         if t not in _PLAIN:
             return None
         ns[f"N{i}"], ns[f"D{i}"] = k, t
-        lines.append(f"    k{i} = kwargs.get(N{i}, _MISSING)")
-        checks.append(f"type(k{i}) is not D{i}")
-        parts += [f"N{i}", f"D{i}", f"k{i}"]
+        lines.append(f"    kw{i} = kwargs.get(N{i}, _MISSING)")
+        checks.append(f"type(kw{i}) is not D{i}")
+        parts += [f"N{i}", f"D{i}", f"kw{i}"]
     if checks:
         lines += [f"    if {' or '.join(checks)}:", "        return False"]
     for j, i in enumerate(tens):
         if len(tens) > 1:            # (the alias tests read the buffers)
-            lines.append(f"    b{j} = a{i}.buf")
+            lines.append(f"    buf{j} = a{i}.buf")
         lines += ["    try:",
                   f"        l{j} = a{i}._lk or _view_key(a{i})",
                   "    except AttributeError:      # a view made without the slot set",
                   f"        l{j} = _view_key(a{i})"]
     lines.append(f"    prog = core.issue_cache.get(({', '.join(parts)},))")
+    leaves = f"[{', '.join(f'a{i}' for i in tens)}]"
+    steps = _inline_steps(prog) if site is not None else None
+    if steps is not None:
+        # the layout written in: its replay, as its straight-line code does it (hand-over test included)
+        ns["P"], ns["SITE"], ns["MISS"], ns["_missed"] = prog, site, [0, remakes[0], remakes[1]], _site_missed
+        ns["HBM_OFF"] = hbm_off
+        lines += ["    if prog is P and not P.watched:",
+                  "        if not core._record or core.programs is not None:",
+                  f"            prog.run(core, loc, {leaves})",
+                  "            return True"]
+        lines += program_lines(steps, ns, "R", lambda j: f"a{tens[j]}", leaves, indent="        ")
+        lines.append("        return True")
     lines += ["    if prog is None or prog is False:",
               "        return False",
-              f"    prog.run(core, loc, [{', '.join(f'a{i}' for i in tens)}])",
-              "    return True"]
+              f"    prog.run(core, loc, {leaves})"]
+    if steps is not None:
+        lines.append("    _missed(SITE, MISS, core, FN, args, kwargs, HBM_OFF, prog)")
+    lines.append("    return True")
     src = "\n".join(lines) + "\n"
     code = _SITE_CODE.get(src)
     if code is None:

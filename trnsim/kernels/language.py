@@ -222,8 +222,12 @@ def ndarray(shape, dtype, buffer=sbuf, name="", address=None):
     """A new tensor in ``buffer`` (filled with the sentinel: NaN for floats, 4 for integers).  ``address``:
     ``(partition offset, byte offset)`` of an SBUF or PSUM tile, which then holds those bytes of those partitions
     and shares them with every tile placed there (trnsim/memory/space.py)."""
-    ctx = getattr(_local, "ctx", None) or current()      # (inline: every tile of a loop body comes through here)
-    core = ctx.core
+    try:                         # (inline: every tile of a loop body comes through here)
+        ctx = _local.ctx
+        core = ctx.core
+    except AttributeError:       # no kernel running: current() says so
+        ctx = current()
+        core = ctx.core
     # the last spelling's normal form when this call repeats it (the dtype and buffer objects themselves, a shape
     # equal to it), else _nd_args' memo
     last = _ND_LAST

@@ -555,6 +555,7 @@ def _replay_steps(rng, core, info, st, outs):
             if prog and id(prog) not in wrapped:
                 wrapped[id(prog)] = (prog, prog.run, counter(prog, prog.run))
                 prog.run = wrapped[id(prog)][2]
+                prog.watched = True         # (call sites' functions replay it through run meanwhile)
         return len(cache)
 
     try:
@@ -594,6 +595,7 @@ def _replay_steps(rng, core, info, st, outs):
         warnings.showwarning = old_show
         w.unhook()
         for prog, run, wr in wrapped.values():
+            prog.watched = False
             if prog.run is wr:
                 prog.run = run
     if fit is None:

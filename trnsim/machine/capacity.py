@@ -30,8 +30,8 @@ can share a byte range in different quadrants (:class:`_Quadrants`).
 from __future__ import annotations
 
 import os
-from itertools import compress, repeat
-from operator import eq, is_not, itemgetter
+from itertools import compress, islice, repeat
+from operator import eq, is_, is_not, itemgetter
 
 import numpy as np
 
@@ -343,8 +343,13 @@ def _sweep(tiles, ranges, kind, cap, parts=None, nparts=128):
     over ``ranges`` (key -> [first, last, ...] positions), counted per 32-partition quadrant (:class:`_Quadrants`;
     ``parts``: key -> the tile's partitions)."""
     # (C loops over the tiles: a shape-only run of a million instructions has hundreds of thousands of them)
-    keys = list(compress(tiles, map(eq, map(_KIND, tiles.values()), repeat(kind))))
+    mask = list(map(eq, map(_KIND, tiles.values()), repeat(kind)))
     parts = parts or {}
+    if sum(mask) >= _VECTOR_MIN and _aligned(tiles, ranges, parts):
+        got = _sweep_one_span_aligned(mask, tiles, ranges, cap, parts, nparts)
+        if got is not None:
+            return got
+    keys = list(compress(tiles, mask))
     if len(keys) >= _VECTOR_MIN:
         got = _sweep_one_span(keys, tiles, ranges, cap, parts, nparts)
         if got is not None:
@@ -416,6 +421,42 @@ def _sweep_one_span(keys, tiles, ranges, cap, parts, nparts):
         return None
     peak, fail = got
     return peak, (fail and (keys[fail[0]],) + fail[1:])
+
+
+def _aligned(tiles, ranges, parts):
+    """Whether the three tables hold the same key objects in the same order (as ``Occupancy`` fills them: one key
+    object per tile, put in the three together), so that their values can be read side by side, without a lookup
+    per tile."""
+    n = len(tiles)
+    return len(ranges) == n and len(parts) == n and all(map(is_, tiles, ranges)) and all(map(is_, tiles, parts))
+
+
+def _sweep_one_span_aligned(mask, tiles, ranges, cap, parts, nparts):
+    """:func:`_sweep_one_span` of the tiles selected by ``mask`` (in the tables' order) when the tables are
+    :func:`_aligned`: the same arrays, read from the tables' values in order instead of by key."""
+    nq = max(1, -(-nparts // _QUADRANT))
+    tl = list(compress(tiles.values(), mask))
+    if any(map(is_not, map(_PLACEMENT, tl), repeat(None))):
+        return None
+    span = None
+    for pt in set(compress(parts.values(), mask)):     # the distinct partition counts
+        sp = _SPANS.get((pt, nq)) or _spans(pt, nq)
+        if len(sp) != 1 or (span is not None and sp[0] != span):
+            return None
+        span = sp[0]
+    n = len(tl)
+    rl = list(compress(ranges.values(), mask))
+    first = np.fromiter(map(_FIRST, rl), np.int64, n)
+    last = np.fromiter(map(_LAST, rl), np.int64, n)
+    size = np.fromiter(map(_SIZE, tl), np.int64, n)
+    got = _event_sweep(first, last, size, np.arange(n, dtype=np.int64), cap)
+    if got is None:
+        return None
+    peak, fail = got
+    if fail:
+        key = next(islice(compress(tiles, mask), fail[0], None))
+        fail = (key,) + fail[1:]
+    return peak, fail
 
 
 def _event_sweep(first, last, size, order, cap):

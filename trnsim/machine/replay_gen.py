@@ -13,7 +13,7 @@ function hands over to ``slow`` (the generic replay), as ``NeuronCore.replay`` d
 
 from __future__ import annotations
 
-__all__ = ["compile_program"]
+__all__ = ["compile_program", "program_lines"]
 
 _CODE: dict = {}     # source -> its compiled module code (compile_program)
 
@@ -38,88 +38,7 @@ def compile_program(steps, slow):
     lines = ["def run(core, loc, leaves):",
              "    if not core._record or core.programs is not None:",
              "        return _slow(core, loc, leaves)"]
-
-    def const(v):
-        name = f"K{len(consts)}"
-        consts[name] = v
-        return name
-
-    for step in steps:
-        if step[0] == "call":
-            args = []
-            for a in step[2]:
-                code = a[0]
-                if code == "const":
-                    args.append(const(a[1]))
-                elif code == "leaf":
-                    args.append(f"leaves[{a[1]}]")
-                elif code == "core":
-                    args.append("core")
-                elif code == "loc":
-                    args.append("loc")
-                else:
-                    args.append(f"{const(a[1])}(core, loc, leaves)")
-            lines.append(f"    {const(step[1])}({', '.join(args)})")
-            continue
-        _, opcode, engine, ops, nw, cost, flops, pre, dma = step
-        w = lines.append
-        w("    occ = core.occupancy")
-        w("    ranges = occ.ranges")
-        w("    s = occ.seq")
-        w("    cols = core.columns")
-        used = sorted({i for i, _, _ in ops})
-        for i in used:
-            w(f"    t{i} = leaves[{i}]")
-            w(f"    b{i} = t{i}.buf.id")
-        touched = set()
-        for i, oc, _ in ops:        # the occupancy, operand by operand (NeuronCore.replay's first half)
-            if oc == 1:
-                if i in touched:    # the same tile again in this instruction: its range already ends here
-                    continue
-                touched.add(i)
-                w(f"    k = (b{i}, -1)")
-                w("    rg = ranges.get(k)")
-                w("    if rg is None:")
-                w(f"        occ.first(k, t{i}.buf, loc)")
-                w("    else:")
-                w("        rg[1] = s")
-                w("        rg[3] = loc")
-            elif oc:
-                w(f"    occ.touch(t{i}, loc)")
-        los, his, vs = [], [], []
-        for j, (i, oc, tm) in enumerate(ops):
-            if tm is None:          # an operand whose offset the layout leaves free: its pattern now
-                w(f"    v{j} = (t{i}.offset, t{i}.shape, t{i}.strides) if t{i}._rv is None else t{i}._rv.sched(t{i})")
-                w(f"    v{j} = core._views.setdefault(v{j}, v{j})")
-                w(f"    lo{j}, hi{j} = t{i}._ext or t{i}.extent()")
-                los.append(f"lo{j}")
-                his.append(f"hi{j}")
-                vs.append(f"v{j}")
-            else:
-                los.append(const(tm[0]))
-                his.append(const(tm[1]))
-                vs.append(const(tm[2]))
-        if ops:
-            tup = lambda xs: "(" + ", ".join(xs) + ",)"  # noqa: E731
-            w(f"    cols.b += {tup([f'b{i}' for i, _, _ in ops])}")
-            w(f"    cols.lo += {tup(los)}")
-            w(f"    cols.hi += {tup(his)}")
-            w(f"    cols.v += {tup(vs)}")
-        w("    occ.seq = s + 1")
-        if dma is not None:
-            w("    cols.dma.append(len(cols.eng))")
-            w(f"    cols.dge.append({const(_dge_norm(dma[3]))})")
-            w(f"    cols.rows.append({const(dma[1])})")
-            w(f"    cols.part0.append({const(dma[2])})")
-            w(f"    cols.nbytes.append({const(dma[0])})")
-        w(f"    cols.eng.append({const(engine)})")
-        w(f"    cols.cost.append({const(cost)})")
-        w(f"    cols.pre.append({const(pre)})")
-        w(f"    cols.opcode.append({const(opcode)})")
-        w(f"    cols.flops.append({const(flops)})")
-        w("    cols.loc.append(loc)")
-        w(f"    cols.nw.append({const(nw)})")
-        w(f"    cols.nops.append({const(len(ops))})")
+    lines += program_lines(steps, consts, "K", lambda i: f"leaves[{i}]", "leaves")
     src = "\n".join(lines) + "\n"
     # the source depends only on the steps' structure (constants are names): compiled once per structure
     code = _CODE.get(src)
@@ -132,3 +51,103 @@ def compile_program(steps, slow):
     run = ns["run"]
     run.source = src
     return run
+
+
+def program_lines(steps, consts, prefix, leaf, leaves="leaves", indent="    "):
+    """The body of :func:`compile_program`'s ``run`` for ``steps`` (after its hand-over test), as source lines
+    indented by ``indent``: the code reads ``core`` and ``loc``, operand ``i`` as the expression ``leaf(i)`` and the
+    list of all operands as ``leaves`` (only for a ``("expr", f)`` argument); each constant is put in ``consts``
+    under a new name starting with ``prefix``.  The code's own names (``occ``, ``ranges``, ``s``, ``cols``, ``k``,
+    ``rg``, ``t<i>``, ``b<i>``, ``v<j>``, ``lo<j>``, ``hi<j>``) must not be used by the code around it."""
+    lines = []
+
+    def const(v):
+        name = f"{prefix}{len(consts)}"
+        consts[name] = v
+        return name
+
+    def w(line):
+        lines.append(indent + line)
+
+    for step in steps:
+        if step[0] == "call":
+            args = []
+            for a in step[2]:
+                code = a[0]
+                if code == "const":
+                    args.append(const(a[1]))
+                elif code == "leaf":
+                    args.append(leaf(a[1]))
+                elif code == "core":
+                    args.append("core")
+                elif code == "loc":
+                    args.append("loc")
+                else:
+                    args.append(f"{const(a[1])}(core, loc, {leaves})")
+            w(f"{const(step[1])}({', '.join(args)})")
+            continue
+        _, opcode, engine, ops, nw, cost, flops, pre, dma = step
+        w("occ = core.occupancy")
+        w("ranges = occ.ranges")
+        w("s = occ.seq")
+        w("cols = core.columns")
+        used = sorted({i for i, _, _ in ops})
+        for i in used:
+            w(f"t{i} = {leaf(i)}")
+            w(f"b{i} = t{i}.buf.id")
+        touched = set()
+        for i, oc, _ in ops:        # the occupancy, operand by operand (NeuronCore.replay's first half)
+            if oc == 1:
+                if i in touched:    # the same tile again in this instruction: its range already ends here
+                    continue
+                touched.add(i)
+                w(f"k = (b{i}, -1)")
+                w("rg = ranges.get(k)")
+                w("if rg is None:")
+                w(f"    occ.first(k, t{i}.buf, loc)")
+                w("else:")
+                w("    rg[1] = s")
+                w("    rg[3] = loc")
+            elif oc:
+                w(f"occ.touch(t{i}, loc)")
+        los, his, vs = [], [], []
+        fixed = all(tm is not None for _, _, tm in ops)
+        for j, (i, oc, tm) in enumerate(ops):
+            if tm is None:          # an operand whose offset the layout leaves free: its pattern now
+                w(f"v{j} = (t{i}.offset, t{i}.shape, t{i}.strides) if t{i}._rv is None else t{i}._rv.sched(t{i})")
+                w(f"v{j} = core._views.setdefault(v{j}, v{j})")
+                w(f"lo{j}, hi{j} = t{i}._ext or t{i}.extent()")
+                los.append(f"lo{j}")
+                his.append(f"hi{j}")
+                vs.append(f"v{j}")
+            elif not fixed:
+                los.append(const(tm[0]))
+                his.append(const(tm[1]))
+                vs.append(const(tm[2]))
+        if ops:
+            tup = lambda xs: "(" + ", ".join(xs) + ",)"  # noqa: E731
+            w(f"cols.b += {tup([f'b{i}' for i, _, _ in ops])}")
+            if fixed:               # extents and patterns all fixed by the layout: one constant tuple each
+                w(f"cols.lo += {const(tuple(tm[0] for _, _, tm in ops))}")
+                w(f"cols.hi += {const(tuple(tm[1] for _, _, tm in ops))}")
+                w(f"cols.v += {const(tuple(tm[2] for _, _, tm in ops))}")
+            else:
+                w(f"cols.lo += {tup(los)}")
+                w(f"cols.hi += {tup(his)}")
+                w(f"cols.v += {tup(vs)}")
+        w("occ.seq = s + 1")
+        if dma is not None:
+            w("cols.dma.append(len(cols.eng))")
+            w(f"cols.dge.append({const(_dge_norm(dma[3]))})")
+            w(f"cols.rows.append({const(dma[1])})")
+            w(f"cols.part0.append({const(dma[2])})")
+            w(f"cols.nbytes.append({const(dma[0])})")
+        w(f"cols.eng.append({const(engine)})")
+        w(f"cols.cost.append({const(cost)})")
+        w(f"cols.pre.append({const(pre)})")
+        w(f"cols.opcode.append({const(opcode)})")
+        w(f"cols.flops.append({const(flops)})")
+        w("cols.loc.append(loc)")
+        w(f"cols.nw.append({const(nw)})")
+        w(f"cols.nops.append({const(len(ops))})")
+    return lines
