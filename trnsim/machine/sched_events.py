@@ -36,9 +36,10 @@ With a single class of transfers on an engine, serving the earliest in program o
 a loop in program order (each transfer takes the engine's free time from its arrival on, in the gaps the earlier
 ones left): the timelines of the gap filling loop this replaced (the golden timelines of issue 29).
 
-Compiled with numba (``cache=True``); ``run.py_func`` is the same loop uncompiled (``schedule(..., impl="python")``
-or ``TRNSIM_SCHEDULER=python``), and numba's own ``NUMBA_DISABLE_JIT=1`` runs every helper as plain Python, for a
-debugger; all give identical timelines (tests/machine/test_sched_fast.py).
+Compiled with numba (``cache=True``, ``sched_jit.jitted``); ``run`` itself is the same loop uncompiled
+(``schedule(..., impl="python")``, ``TRNSIM_SCHEDULER=python``, or a short run under ``auto``: ``sched_fast.choose``),
+and numba's own ``NUMBA_DISABLE_JIT=1`` runs the compiled build as plain Python, for a debugger; all give identical
+timelines (tests/machine/test_sched_fast.py).
 
 Encoding (``sched_fast.encode``): instruction ``i`` has engine code ``eng[i]`` (``dma_code`` for DMA),
 ``cycles``/``ns``/``pre``/``rows``/``part0``/``nbytes`` and, for DMA, ``dge_m``/``dge_q``/``dge_c`` (DGE mode,
