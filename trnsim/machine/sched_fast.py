@@ -26,9 +26,10 @@ __all__ = ["fast_available", "mode", "compiled", "encode", "CoreRun", "FAST_MIN"
 # records from which the progress line announces the compiled loop's loading (cli.py); smaller ones load it too,
 # without the announcement
 FAST_MIN = 20_000
-# rows a process schedules uncompiled under ``auto`` before it loads the compiled loop (``choose``): about what
-# loading it costs (a measured ratio of this machine's CPU times, benchmarks/speed-s23-sched.md: loading from a warm
-# cache about 0.4 s, the uncompiled loop about PY_US us per row), trnsim's choice; it changes no timeline
+# rows a process schedules uncompiled under ``auto`` before it loads the compiled loop (``choose``): about as many
+# as loading it costs (benchmarks/speed-s23-sched.md, process CPU on the development machine: loading from a warm
+# cache about 0.4 s, the uncompiled loop 40-50 us per row of the stream kernel); trnsim's choice, no timeline
+# depends on it
 PY_ROWS = 10_000
 
 _STATE = {"kernels": None, "py": None, "py_rows": 0}
@@ -219,9 +220,11 @@ def encode(core, py=False):
     dge_m = np.zeros(n, np.int64)             # DGE mode, queue and cost of each DMA row (isa/dma_dge.py)
     dge_q = np.full(n, -1, np.int64)
     dge_c = np.zeros(n, f64)
-    for i, dg in zip(c["dma"], c["dge"]):
-        if dg is not None:
-            dge_m[i], dge_q[i], dge_c[i] = dg
+    dges = c["dge"]
+    if dges.count(None) != len(dges):         # (a C pass: most records name no DGE mode or queue)
+        for i, dg in zip(c["dma"], dges):
+            if dg is not None:
+                dge_m[i], dge_q[i], dge_c[i] = dg
     arrs = dict(
         eng=eng, dma_code=dma_code, clk=clk, cycles=cost, ns=cost, pre=_ints(c["pre"], f64),
         rows=rows, part0=part0, nbytes=nbytes, dge_m=dge_m, dge_q=dge_q, dge_c=dge_c,
