@@ -104,3 +104,42 @@ def test_the_modules_keep_plain_functions_and_the_compiled_build_calls_compiled_
     assert sched_events.__dict__["dge_place"] is sched_rules.dge_place
     with pytest.raises(KeyError, match="not marked with njit"):
         sched_jit.jitted(len)
+
+
+def _many_hwdge(src, n):
+    """``n`` round trips of a tile through HBM by hwdge transfers on two queues, each waiting for the one before
+    (so each leaves its own busy interval on a DGE block), more than the 64 intervals the loop started with."""
+    import nki.isa as nisa
+    import nki.language as nl
+    acc = nl.ndarray((128, 64), dtype=src.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(acc, src)
+    for i in range(n):
+        h = nl.ndarray((128, 64), dtype=src.dtype, buffer=nl.private_hbm)
+        eng = nisa.engine.scalar if i % 2 else nisa.engine.sync
+        nisa.dma_copy(h, acc, engine=eng, dge_mode=nisa.dge_mode.hwdge)
+        t = nl.ndarray((128, 64), dtype=src.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(t, h, engine=eng, dge_mode=nisa.dge_mode.hwdge)
+        nisa.tensor_tensor(acc, acc, t, op=nl.add)
+    return None
+
+
+def test_more_hwdge_intervals_than_the_first_size_give_identical_timelines():
+    """The DGE blocks' interval arrays are sized for every hwdge transfer (``new_state``; ``run`` assigns no array
+    in its loop): a record with hundreds of them schedules the same compiled and uncompiled."""
+    import trnsim
+    trnsim.install_nki()
+    res = run_kernel(_many_hwdge, (np.zeros((128, 64), np.float32), 150), {}, (1,), "trn2", execute=False)
+    tl = schedule(res.cores, impl="python")
+    spans = tl.dge
+    assert sum(1 for s in spans if s[1] == 2) == 300
+    # the spans leave gaps: more busy intervals than the arrays' old first size
+    blocks = {}
+    for _, _, unit, s, e in sorted(spans, key=lambda s: s[3]):
+        iv = blocks.setdefault(unit, [])
+        if iv and s <= iv[-1][1] + 1e-9:
+            iv[-1][1] = max(iv[-1][1], e)
+        else:
+            iv.append([s, e])
+    assert max(len(v) for v in blocks.values()) > 64
+    if sched_fast.fast_available():
+        assert schedule(res.cores, impl="numba") == tl
