@@ -21,10 +21,10 @@ from ..isa.dma_dge import QUEUE_KEYS
 from .capacity import _placed_keys
 from .deps import _geo, alias_groups, byte_operand
 
-__all__ = ["fast_available", "mode", "compiled", "encode", "CoreRun", "FAST_MIN"]
+__all__ = ["fast_available", "mode", "choose", "compiled", "encode", "CoreRun", "FAST_MIN", "PY_ROWS"]
 
-# records from which the progress line announces the compiled loop's loading (cli.py); smaller ones load it too,
-# without the announcement
+# records from which the progress line announces the compiled loop's loading (cli.py; above PY_ROWS, so ``auto``
+# loads it for them); smaller ones that load it (past the budget, or ``numba``) do so without the announcement
 FAST_MIN = 20_000
 # rows a process schedules uncompiled under ``auto`` before it loads the compiled loop (``choose``): about as many
 # as loading it costs (benchmarks/speed-s23-sched.md, process CPU on the development machine: loading from a warm
