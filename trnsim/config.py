@@ -182,8 +182,9 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
        "Shape-only runs: append a straight-line loop's later iterations in bulk from the observed ones "
        "(same records and timeline)."),
     _k("scheduler", "TRNSIM_SCHEDULER", _choice("auto", "python", "numba"), "auto",
-       "How the one scheduler loop runs: `numba` or `auto` compiled; `python` uncompiled (for debugging: the same "
-       "timelines, slower)."),
+       "How the one scheduler loop runs: `numba` compiled; `python` uncompiled (for debugging: the same "
+       "timelines, slower); `auto` compiled once a process has scheduled 10,000 instructions, uncompiled before "
+       "(a short run does not load numba)."),
     _k("no_numba", "TRNSIM_NO_NUMBA", _bool, False,
        "On: run the scheduler loop uncompiled, as `TRNSIM_SCHEDULER=python` (numba is not loaded for it)."),
     # -- model choices and checks -----------------------------------------------------------------------------

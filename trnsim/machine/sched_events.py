@@ -36,9 +36,10 @@ With a single class of transfers on an engine, serving the earliest in program o
 a loop in program order (each transfer takes the engine's free time from its arrival on, in the gaps the earlier
 ones left): the timelines of the gap filling loop this replaced (the golden timelines of issue 29).
 
-Compiled with numba (``cache=True``); ``run.py_func`` is the same loop uncompiled (``schedule(..., impl="python")``
-or ``TRNSIM_SCHEDULER=python``), and numba's own ``NUMBA_DISABLE_JIT=1`` runs every helper as plain Python, for a
-debugger; all give identical timelines (tests/machine/test_sched_fast.py).
+Compiled with numba (``cache=True``, ``sched_jit.jitted``); ``run`` itself is the same loop uncompiled
+(``schedule(..., impl="python")``, ``TRNSIM_SCHEDULER=python``, or a short run under ``auto``: ``sched_fast.choose``),
+and numba's own ``NUMBA_DISABLE_JIT=1`` runs the compiled build as plain Python, for a debugger; all give identical
+timelines (tests/machine/test_sched_fast.py).
 
 Encoding (``sched_fast.encode``): instruction ``i`` has engine code ``eng[i]`` (``dma_code`` for DMA),
 ``cycles``/``ns``/``pre``/``rows``/``part0``/``nbytes`` and, for DMA, ``dge_m``/``dge_q``/``dge_c`` (DGE mode,
@@ -53,7 +54,6 @@ from __future__ import annotations
 import numpy as np
 
 from .sched_heaps import _heap_pop, _heap_push, _ipop, _ipush, _tpop, _tpush
-from .sched_intervals import _grow
 from .sched_jit import borrow, njit
 from .sched_rules import compute_times, dge_place, dma_xfer, pe_load
 
@@ -72,8 +72,9 @@ def run(eng, dma_code, clk, cycles, ns, pre, nbytes, ptr, nw, op_b, op_lo, op_hi
     record is done, else that barrier's row and ``stop_t`` this core's arrival at it (call again with the same
     state once ``bar_t`` has its completion)."""
     n = eng.shape[0]
-    # every array without reference counts (sched_jit.borrow: the arguments keep them alive); the DGE blocks'
-    # intervals, which the loop may grow (new arrays, returned in the state), are borrowed from ``*_o``
+    # every array without reference counts (sched_jit.borrow: the arguments keep them alive).  No array is
+    # assigned inside the loop: an array variable assigned in a loop is reference counted (atomically, for an
+    # owned array) at every pass of the loops around it, which was about half of the loop's time
     (eng, clk, cycles, ns, pre, nbytes, ptr, nw, op_b, op_lo, op_hi, b_mem, b_size, dge_m, dge_c, bar, bar_t
      ) = borrow((eng, clk, cycles, ns, pre, nbytes, ptr, nw, op_b, op_lo, op_hi, b_mem, b_size, dge_m, dge_c, bar,
                  bar_t))
@@ -85,7 +86,6 @@ def run(eng, dma_code, clk, cycles, ns, pre, nbytes, ptr, nw, op_b, op_lo, op_hi
      q0a, nusea, cls, pbase, fcnt, frow, fhead, qcls, nqc, c0h, c0n, rem, left, arrived, first, arr_t, blk,
      ur, urn, urp, sh, shn, g_k, g_blocked, gpass, g_t, g_b,
      placed, known, wl, kq, ah_t, ah_i, si, sf) = borrow(state)
-    dbs_o, dbe_o, dbo_o = state[22], state[23], state[24]         # owned: grown below, returned
     gp = 3                                   # the GpSimd Engine's code (sched_fast._ENG_FIXED)
     ncls = nqk + 1
     dcap = dbs.shape[1]
@@ -283,10 +283,9 @@ def run(eng, dma_code, clk, cycles, ns, pre, nbytes, ptr, nw, op_b, op_lo, op_hi
                 else:
                     issue = gate
                     b = gb
-                if dge_m[idx] == 2 and dbn.max() + 2 > dcap:
-                    dcap *= 2
-                    dbs_o, dbe_o, dbo_o = _grow(dbs, dbe, dbo, dcap)
-                    dbs, dbe, dbo = borrow((dbs_o, dbe_o, dbo_o))
+                if dge_m[idx] == 2 and (dbn[0] + 2 > dcap or dbn[1] + 2 > dcap):
+                    # (cannot happen: new_state sizes them for every hwdge transfer)
+                    raise ValueError("trnsim: the event-driven scheduler's DGE intervals passed their bound")
                 ds, b = dge_place(idx, dge_m[idx], issue, b, dge_c[idx], gp, clk[gp], eng_free, eng_last, dbs, dbe,
                                   dbo, dbn, dge_s, dge_e, dge_u, fixed)
                 xfer, sk, dk = dma_xfer(idx, ns[idx], fixed, r0, r1, w0, w1, op_b, b_mem, nbytes[idx],
@@ -495,5 +494,4 @@ def run(eng, dma_code, clk, cycles, ns, pre, nbytes, ptr, nw, op_b, op_lo, op_hi
     sf[2] = bar_arr
     sf[3] = pe_prev_start
     sf[4] = pe_load_free
-    # the state's own arrays (not the borrowed ones), with the DGE blocks' intervals as grown
-    return state[:22] + (dbs_o, dbe_o, dbo_o) + state[25:], stop_row, stop_t
+    return state, stop_row, stop_t

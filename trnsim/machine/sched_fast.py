@@ -1,10 +1,11 @@
 """One core's instruction record as the arrays of the scheduler's loop (``sched_events.run``, the one timing
 model, after ``sched_state.new_state``), that loop's run, and its results turned back into the Timeline's columns.
 
-Which build of the loop runs (``schedule(..., impl=...)`` or ``TRNSIM_SCHEDULER``): ``numba`` (the default;
-``auto`` is the same) the compiled loop, ``python`` the same functions uncompiled (their ``py_func``) for
-debugging; both give identical timelines.  ``NUMBA_DISABLE_JIT=1`` (numba's switch) runs its helpers uncompiled
-too.  A process loads the compiled loop from numba's cache on first use (compiles it after an install).
+Which build of the loop runs (``schedule(..., impl=...)`` or ``TRNSIM_SCHEDULER``): ``numba`` the compiled loop,
+``python`` the same functions uncompiled (the modules' plain functions, ``sched_jit``: numba is not imported),
+``auto`` (the default) compiled except for the first ``PY_ROWS`` rows a process schedules (:func:`choose`); all
+give identical timelines.  ``NUMBA_DISABLE_JIT=1`` (numba's switch) runs the "compiled" build uncompiled too.  A
+process loads the compiled loop from numba's cache on first use (compiles it after an install).
 """
 
 from __future__ import annotations
@@ -20,13 +21,18 @@ from ..isa.dma_dge import QUEUE_KEYS
 from .capacity import _placed_keys
 from .deps import _geo, alias_groups, byte_operand
 
-__all__ = ["fast_available", "mode", "compiled", "encode", "CoreRun", "FAST_MIN"]
+__all__ = ["fast_available", "mode", "choose", "compiled", "encode", "CoreRun", "FAST_MIN", "PY_ROWS"]
 
-# records from which the progress line announces the compiled loop's loading (cli.py); smaller ones load it too,
-# without the announcement
+# records from which the progress line announces the compiled loop's loading (cli.py; above PY_ROWS, so ``auto``
+# loads it for them); smaller ones that load it (past the budget, or ``numba``) do so without the announcement
 FAST_MIN = 20_000
+# rows a process schedules uncompiled under ``auto`` before it loads the compiled loop (``choose``): about as many
+# as loading it costs (benchmarks/speed-s23-sched.md, process CPU on the development machine: loading from a warm
+# cache about 0.4 s, the uncompiled loop 40-50 us per row of the stream kernel); trnsim's choice, no timeline
+# depends on it
+PY_ROWS = 10_000
 
-_STATE = {"kernels": None}
+_STATE = {"kernels": None, "py": None, "py_rows": 0}
 _ENG_FIXED = ("tensor", "vector", "scalar", "gpsimd", "sync")
 _MEM = {"hbm": 0, "sbuf": 1, "psum": 2}
 _MEM_OBJ = np.array([None, "hbm", "sbuf", "psum"], dtype=object)     # index: mem code + 1
@@ -34,21 +40,26 @@ _FIELDS = attrgetter("engine", "cycles", "ns", "pre", "rows", "part0", "nbytes",
                      "opcode", "flops", "loc", "dge")
 
 
-def _kernels():
-    """The loop's modules, as a namespace: ``new_state``, ``run``, ``hbm_bins``, ``factorize``."""
-    if _STATE["kernels"] is None:
+def _kernels(py=False):
+    """The loop's functions, as a namespace: ``new_state``, ``run``, ``hbm_bins``, ``factorize``; uncompiled (the
+    modules' plain functions) when ``py``, else their compiled builds (``sched_jit.jitted``: numba loaded once)."""
+    key = "py" if py else "kernels"
+    if _STATE[key] is None:
         from types import SimpleNamespace
 
-        from . import sched_events, sched_heaps, sched_state
-        _STATE["kernels"] = SimpleNamespace(new_state=sched_state.new_state, run=sched_events.run,
-                                            hbm_bins=sched_heaps.hbm_bins, factorize=sched_heaps.factorize)
-    return _STATE["kernels"]
+        from . import sched_events, sched_heaps, sched_jit, sched_state
+        fns = dict(new_state=sched_state.new_state, run=sched_events.run, hbm_bins=sched_heaps.hbm_bins,
+                   factorize=sched_heaps.factorize)
+        if not py:
+            fns = {k: sched_jit.jitted(f) for k, f in fns.items()}
+        _STATE[key] = SimpleNamespace(**fns)
+    return _STATE[key]
 
 
 def fast_available() -> bool:
     """Whether the loop runs compiled (numba importable)."""
-    from .sched_jit import HAVE_NUMBA
-    return HAVE_NUMBA
+    from .sched_jit import available
+    return available()
 
 
 def mode(force=None) -> str:
@@ -64,6 +75,22 @@ def compiled() -> bool:
     """Whether the compiled loop is already loaded in this process."""
     k = _STATE["kernels"]
     return k is not None and bool(getattr(k.run, "signatures", ()))
+
+
+def choose(force=None, rows=0) -> str:
+    """The build that schedules a launch of ``rows`` instructions: :func:`mode`'s, except that ``auto`` (the default
+    of ``TRNSIM_SCHEDULER``; not an explicit ``numba``) runs uncompiled while the compiled loop is not loaded in this
+    process and the rows this process has scheduled uncompiled so far, these included, stay within ``PY_ROWS``.  A
+    process scheduling little never loads numba (about 0.4 s of CPU from a warm cache, a compile of about a minute
+    from a cold one); one scheduling more pays at most ``PY_ROWS`` rows uncompiled before loading it once.  Both
+    builds give identical timelines."""
+    m = mode(force)
+    if m == "python" or (force or config.scheduler) != "auto" or compiled():
+        return m
+    if _STATE["py_rows"] + rows <= PY_ROWS or not fast_available():
+        _STATE["py_rows"] += rows
+        return "python"
+    return m
 
 
 def _columns(core):
@@ -93,11 +120,11 @@ def _columns(core):
                 id=None if list(ids) == list(range(n)) else list(ids))
 
 
-def _distinct(seq):
+def _distinct(seq, py=False):
     """``(first, inverse)``: the index of the first of each distinct object of ``seq`` (by identity: C loops and
     a compiled hash pass only) and each item's distinct number.  Equal objects that are not one object get numbers
     of their own; callers map the distinct objects by value."""
-    first, inv = _kernels().factorize(np.fromiter(map(id, seq), np.int64, len(seq)))
+    first, inv = _kernels(py).factorize(np.fromiter(map(id, seq), np.int64, len(seq)))
     return first.tolist(), inv
 
 
@@ -106,13 +133,13 @@ def _ints(seq, dtype=np.int64):
     return np.fromiter(seq, dtype, len(seq))
 
 
-def encode(core):
+def encode(core, py=False):
     """``(arrays, engine codes, record columns)``: the arrays the loop reads (``sched_events``' docstring)
-    and the record's own columns for the Timeline."""
+    and the record's own columns for the Timeline.  ``py``: with the loop's helpers uncompiled (``choose``)."""
     n = len(core.instructions)
     c = _columns(core)
     eng_s = c["eng"]
-    first, inv = _distinct(eng_s)
+    first, inv = _distinct(eng_s, py)
     names = [eng_s[i] for i in first]
     emap = {e: k for k, e in enumerate(_ENG_FIXED)}
     for e in sorted(set(names)):
@@ -140,7 +167,7 @@ def encode(core):
         ub, op_b = np.unique(ba, return_inverse=True)
     # views: the record path interns equal views to one object (core._ranges), so identity finds the few
     # distinct ones; equal views that are distinct objects still get one id (by value, over the distinct objects)
-    first, inv = _distinct(views)
+    first, inv = _distinct(views, py)
     vmap = {}
     cls = np.fromiter([vmap.setdefault(views[i], len(vmap)) for i in first], np.int64, len(first))
     op_v = cls[inv]
@@ -169,7 +196,7 @@ def encode(core):
         pos = np.searchsorted(ub, keys)
         pos[pos >= len(ub)] = 0
         used = ub[pos] == keys
-        kfirst, kinv = _distinct(kinds)
+        kfirst, kinv = _distinct(kinds, py)
         kcodes = []
         for i in kfirst:
             code = _MEM.get(kinds[i])
@@ -183,19 +210,21 @@ def encode(core):
         b_size[pos[used][on]] = np.array(sizes, np.int64)[used][on]
     f64 = np.float64
     cost = _ints(c["cost"], f64)
-    dma = np.array(c["dma"], np.int64)
+    dma = _ints(c["dma"])
     rows = np.zeros(n, np.int64)
     part0 = np.zeros(n, np.int64)
     nbytes = np.zeros(n, np.int64)
-    rows[dma] = c["rows"]
-    part0[dma] = c["part0"]
-    nbytes[dma] = c["nbytes"]
+    rows[dma] = _ints(c["rows"])
+    part0[dma] = _ints(c["part0"])
+    nbytes[dma] = _ints(c["nbytes"])
     dge_m = np.zeros(n, np.int64)             # DGE mode, queue and cost of each DMA row (isa/dma_dge.py)
     dge_q = np.full(n, -1, np.int64)
     dge_c = np.zeros(n, f64)
-    for i, dg in zip(c["dma"], c["dge"]):
-        if dg is not None:
-            dge_m[i], dge_q[i], dge_c[i] = dg
+    dges = c["dge"]
+    if dges.count(None) != len(dges):         # (a C pass: most records name no DGE mode or queue)
+        for i, dg in zip(c["dma"], dges):
+            if dg is not None:
+                dge_m[i], dge_q[i], dge_c[i] = dg
     arrs = dict(
         eng=eng, dma_code=dma_code, clk=clk, cycles=cost, ns=cost, pre=_ints(c["pre"], f64),
         rows=rows, part0=part0, nbytes=nbytes, dge_m=dge_m, dge_q=dge_q, dge_c=dge_c,
@@ -272,12 +301,13 @@ class CoreRun:
 
     def __init__(self, core, enc, hbm_bytes_per_ns, ns_over=None, impl=None, rr=False):
         arrs, emap, rec_cols = enc
-        k = _kernels()
         py = mode(impl) == "python"
+        k = _kernels(py)
+        self.py = py
         self.core = core
         self.enc = enc
         self.k = k
-        self.fn = getattr(k.run, "py_func", k.run) if py else k.run
+        self.fn = k.run
         n = len(arrs["eng"])
         tg = core.target
         ns = arrs["ns"]
@@ -293,8 +323,7 @@ class CoreRun:
             float(tg.static_overhead_cycles), float(tg.access_request_cycles), float(tg.semaphore_ns),
             float(tg.dma_fixed_ns), float(hbm_bytes_per_ns), arrs["dge_m"], arrs["dge_c"], QUEUE_KEYS,
             arrs["bar"], self.bar_t, bool(rr))
-        new = k.new_state.py_func if py and hasattr(k.new_state, "py_func") else k.new_state
-        self.state = new(arrs["eng"], arrs["dma_code"], arrs["rows"], arrs["part0"], arrs["ptr"], arrs["nw"],
+        self.state = k.new_state(arrs["eng"], arrs["dma_code"], arrs["rows"], arrs["part0"], arrs["ptr"], arrs["nw"],
                          arrs["op_b"], arrs["op_k"], arrs["k_lo"], arrs["k_hi"], arrs["k_v"], arrs["v_pitch"],
                          arrs["v_c0"], arrs["v_c1"], arrs["v_size"], arrs["b_mem"], nq,
                          int(tg.dma_partitions_per_engine),
@@ -321,7 +350,7 @@ class CoreRun:
         lt_kind, lt_size, lt_t0, lt_t1 = (a[:nlt] for a in st[16:20])
         self.state = None                  # (the arrays the columns are made from are kept by them)
         # the counters, made when the Timeline's are first read (a partial, not a closure: it pickles)
-        return cols, partial(_core_counters, self.core.core_id, lt_kind, lt_size, lt_t0, lt_t1, st[1], st[2], st[7])
+        return cols, partial(_core_counters, self.py, self.core.core_id, lt_kind, lt_size, lt_t0, lt_t1, st[1], st[2], st[7])
 
 
 class CoreColumns:
@@ -402,8 +431,8 @@ def _dep_tuples(deps, ndeps):
     return obj.tolist()
 
 
-def _core_counters(cid, lt_kind, lt_size, lt_t0, lt_t1, dstart, end, hbm):
-    return _counters(_kernels(), cid, lt_kind, lt_size, lt_t0, lt_t1, dstart, end, hbm)
+def _core_counters(py, cid, lt_kind, lt_size, lt_t0, lt_t1, dstart, end, hbm):
+    return _counters(_kernels(py), cid, lt_kind, lt_size, lt_t0, lt_t1, dstart, end, hbm)
 
 
 def _counters(k, cid, lt_kind, lt_size, lt_t0, lt_t1, dstart, end, hbm, bins=200):
@@ -422,6 +451,7 @@ def _counters(k, cid, lt_kind, lt_size, lt_t0, lt_t1, dstart, end, hbm, bins=200
         keep[:-1] = t[1:] != t[:-1]          # the last point of each run of equal times
         out[(cid, f"{kind}_bytes")] = list(zip(t[keep].tolist(), cur[keep].tolist()))
     total, acc = k.hbm_bins(dstart, end, hbm, bins)
+    total = float(total)                     # (uncompiled: a NumPy scalar)
     pts = []
     if total > 0:
         width = total / bins

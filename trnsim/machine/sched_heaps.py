@@ -186,7 +186,7 @@ def factorize(keys):
     nd = 0
     for i in range(n):
         k = keys[i]
-        h = (k ^ (k >> 16) ^ (k >> 32)) * 0x9E3779B1
+        h = ((k ^ (k >> 16) ^ (k >> 32)) & 0x7FFFFFF) * 0x9E3779B1     # (below 2**59: no overflow)
         s = (h ^ (h >> 29)) & (cap - 1)
         while tv[s] >= 0 and tk[s] != k:
             s = (s + 1) & (cap - 1)
@@ -204,7 +204,7 @@ def factorize(keys):
             tv = np.full(cap, -1, np.int64)
             for d in range(nd):
                 k = keys[first[d]]
-                h = (k ^ (k >> 16) ^ (k >> 32)) * 0x9E3779B1
+                h = ((k ^ (k >> 16) ^ (k >> 32)) & 0x7FFFFFF) * 0x9E3779B1
                 s = (h ^ (h >> 29)) & (cap - 1)
                 while tv[s] >= 0:
                     s = (s + 1) & (cap - 1)

@@ -12,19 +12,6 @@ _BACKFILL = 32   # busy intervals searched per engine: the most recent ones (trn
 
 
 @njit(cache=True)
-def _grow(bs, be, bo, cap):
-    """The interval arrays with room for ``cap`` intervals per row, the present ones kept."""
-    rows, old = bs.shape
-    nbs = np.zeros((rows, cap))
-    nbe = np.zeros((rows, cap))
-    nbo = np.zeros((rows, cap), np.int64)
-    nbs[:, :old] = bs
-    nbe[:, :old] = be
-    nbo[:, :old] = bo
-    return nbs, nbe, nbo
-
-
-@njit(cache=True)
 def _bisect_right(a, q, n, x):
     """bisect.bisect_right(a[q, :n], x)."""
     lo = 0

@@ -226,7 +226,7 @@ def dge_place(idx, dmode, issue, b, cost, gp, clk_gp, eng_free, eng_last, dbs, d
               dge_u, fixed):
     """A transfer's descriptor generation from ``issue`` on (``isa/dma_dge.py``): ``swdge`` on the GpSimd Engine in
     its program order (``cost`` cycles), ``hwdge`` on the hardware DGE block free first (``cost`` ns, a span in
-    its gaps; the caller grows ``dbs, dbe, dbo`` beforehand), ``none`` nothing.  Returns ``(its arrival at the DMA
+    its gaps; ``new_state`` sizes ``dbs, dbe, dbo`` for every hwdge transfer), ``none`` nothing.  Returns ``(its arrival at the DMA
     engines after the fixed cost, bound row)``."""
     if dmode == 1:
         gs = eng_free[gp]

@@ -78,9 +78,16 @@ def new_state(eng, dma_code, rows, part0, ptr, nw, op_b, op_k, op_lo, op_hi, op_
     lt_t1 = np.empty(nb)
     eng_free = np.zeros(ne)
     eng_last = np.full(ne, -1, np.int64)
-    dbs = np.zeros((2, 64))                  # busy intervals of the two hardware DGE blocks
-    dbe = np.zeros((2, 64))
-    dbo = np.zeros((2, 64), np.int64)
+    # busy intervals of the two hardware DGE blocks: each hwdge transfer adds at most one, so ``run`` never grows
+    # them (an array reassigned in its loop costs reference counting on every pass)
+    nhw = 0
+    for i in range(n):
+        if dge_m[i] == 2:
+            nhw += 1
+    dcap = max(64, nhw + 2)
+    dbs = np.zeros((2, dcap))
+    dbe = np.zeros((2, dcap))
+    dbo = np.zeros((2, dcap), np.int64)
     dbn = np.zeros(2, np.int64)
 
     op_i = np.empty(nop, np.int64)           # instruction of each operand

@@ -72,7 +72,8 @@ def schedule(cores, *, progress=None, impl=None) -> Timeline:
     """Schedule the recorded instructions of ``cores`` (``SimulationResult.cores``) and return the
     :class:`Timeline`.  ``progress(done, total)`` is called at each core's start and end.  ``impl``: "numba"
     (the compiled loop; "auto" is the same) or "python" (the same loop uncompiled, for debugging; identical
-    timelines); None takes ``TRNSIM_SCHEDULER`` (default numba)."""
+    timelines); None takes ``TRNSIM_SCHEDULER`` (default auto: compiled, except the first rows a process schedules,
+    ``sched_fast.choose``)."""
     cores = list(cores)
     if not cores:
         from ..targets import get_target
@@ -84,12 +85,13 @@ def schedule(cores, *, progress=None, impl=None) -> Timeline:
     # flight on a chip (rescheduling with the slowed transfers) when their rates can sum to more than it
     cap = tg.hbm_peak_bytes_per_s * 1e-9
     total = sum(len(c.instructions) for c in cores)
+    impl = sched_fast.choose(impl, total)       # the build: "numba" or "python"
     # the scheduler allocates many small objects and frees nothing cyclic: the cycle collector's repeated passes
     # over the (large) instruction record would only cost time
     gc_was = gc.isenabled()
     gc.disable()
     try:
-        encs = [sched_fast.encode(c) for c in cores]
+        encs = [sched_fast.encode(c, impl == "python") for c in cores]
         rr = [dma_share.applies(c.target) for c in cores]
         results = _schedule_pass(cores, cap, impl, None, progress, total, encs, rr)
         over = share_rounds(cores, results, cap,
@@ -118,7 +120,7 @@ def _schedule_pass(cores, cap, impl, overrides, progress, total, encs=None, rr=N
     after the other."""
     n = len(cores)
     if encs is None:
-        encs = [sched_fast.encode(c) for c in cores]
+        encs = [sched_fast.encode(c, sched_fast.mode(impl) == "python") for c in cores]
     ids = {c.core_id: i for i, c in enumerate(cores)}
     runs = [sched_fast.CoreRun(c, encs[i], cap, overrides[i] if overrides is not None else None, impl=impl,
                                rr=bool(rr and rr[i])) for i, c in enumerate(cores)]
