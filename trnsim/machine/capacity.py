@@ -396,27 +396,34 @@ def _placed_keys(tiles):
     return list(compress(tiles, map(is_not, map(_PLACEMENT, tiles.values()), repeat(None))))
 
 
-def _sweep_one_span(keys, tiles, ranges, cap, parts, nparts):
+def _sweep_span(tl, rl, pts, cap, nparts):
     """:func:`_sweep` when every tile is placed automatically on one and the same span of quadrants (e.g. all
     tiles of more than 96 partitions: each spans all four): then every quadrant of the span holds the same bytes,
     so a placement's ``top`` is the running sum of sizes after adding it, and the sweep is a sorted cumulative
-    sum (the same events in the same order, as NumPy int64 keys).  None when the tiles do not qualify."""
+    sum (the same events in the same order, as NumPy int64 keys).  ``tl``, ``rl``: the tiles' records and live
+    ranges, in the tables' order; ``pts``: their partition counts.  Returns ``(peak, (row, position, live) of the
+    first overflow or None)``, or None when the tiles do not qualify."""
     nq = max(1, -(-nparts // _QUADRANT))
-    span = None
-    tl = list(map(tiles.__getitem__, keys))
     if any(map(is_not, map(_PLACEMENT, tl), repeat(None))):
         return None
-    for pt in set(map(parts.get, keys, repeat(nparts))):     # the distinct partition counts
+    span = None
+    for pt in set(pts):     # the distinct partition counts
         sp = _SPANS.get((pt, nq)) or _spans(pt, nq)
         if len(sp) != 1 or (span is not None and sp[0] != span):
             return None
         span = sp[0]
-    n = len(keys)
-    rl = list(map(ranges.__getitem__, keys))
+    n = len(tl)
     first = np.fromiter(map(_FIRST, rl), np.int64, n)
     last = np.fromiter(map(_LAST, rl), np.int64, n)
     size = np.fromiter(map(_SIZE, tl), np.int64, n)
-    got = _event_sweep(first, last, size, np.arange(n, dtype=np.int64), cap)
+    return _event_sweep(first, last, size, np.arange(n, dtype=np.int64), cap)
+
+
+def _sweep_one_span(keys, tiles, ranges, cap, parts, nparts):
+    """:func:`_sweep_span` of the tiles ``keys``; the overflow names its tile's key.  None when they do not
+    qualify."""
+    got = _sweep_span(list(map(tiles.__getitem__, keys)), list(map(ranges.__getitem__, keys)),
+                      map(parts.get, keys, repeat(nparts)), cap, nparts)
     if got is None:
         return None
     peak, fail = got
@@ -433,23 +440,9 @@ def _aligned(tiles, ranges, parts):
 
 def _sweep_one_span_aligned(mask, tiles, ranges, cap, parts, nparts):
     """:func:`_sweep_one_span` of the tiles selected by ``mask`` (in the tables' order) when the tables are
-    :func:`_aligned`: the same arrays, read from the tables' values in order instead of by key."""
-    nq = max(1, -(-nparts // _QUADRANT))
-    tl = list(compress(tiles.values(), mask))
-    if any(map(is_not, map(_PLACEMENT, tl), repeat(None))):
-        return None
-    span = None
-    for pt in set(compress(parts.values(), mask)):     # the distinct partition counts
-        sp = _SPANS.get((pt, nq)) or _spans(pt, nq)
-        if len(sp) != 1 or (span is not None and sp[0] != span):
-            return None
-        span = sp[0]
-    n = len(tl)
-    rl = list(compress(ranges.values(), mask))
-    first = np.fromiter(map(_FIRST, rl), np.int64, n)
-    last = np.fromiter(map(_LAST, rl), np.int64, n)
-    size = np.fromiter(map(_SIZE, tl), np.int64, n)
-    got = _event_sweep(first, last, size, np.arange(n, dtype=np.int64), cap)
+    :func:`_aligned`: the same sweep, its inputs read from the tables' values in order instead of by key."""
+    got = _sweep_span(list(compress(tiles.values(), mask)), list(compress(ranges.values(), mask)),
+                      compress(parts.values(), mask), cap, nparts)
     if got is None:
         return None
     peak, fail = got
