@@ -51,7 +51,7 @@ import numpy as np
 
 from .. import config
 from ..memory import HBM, PSUM, Tensor
-from ..machine.replay_gen import compile_program, program_lines
+from ..machine.replay_gen import compile_program, compiled_source, program_lines
 from ..memory.dtypes import DType
 
 __all__ = ["enabled", "set_enabled", "issue", "MAX_ENTRIES"]
@@ -578,11 +578,7 @@ def _site_function(fn, args, kwargs, hbm_off, prog=None, site=None, remakes=(0, 
         lines.append("    _missed(SITE, MISS, core, FN, args, kwargs, HBM_OFF, prog)")
     lines.append("    return True")
     src = "\n".join(lines) + "\n"
-    code = _SITE_CODE.get(src)
-    if code is None:
-        code = compile(src, "<trnsim issue-cache site>", "exec")
-        if len(_SITE_CODE) < 4096:
-            _SITE_CODE[src] = code
+    code = compiled_source(src, _SITE_CODE, "<trnsim issue-cache site>")
     exec(code, ns)   # noqa: S102  (defines replay; the source was made above from the arguments' kinds only)
     replay = ns["replay"]
     replay.source = src

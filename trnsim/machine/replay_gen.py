@@ -13,9 +13,20 @@ function hands over to ``slow`` (the generic replay), as ``NeuronCore.replay`` d
 
 from __future__ import annotations
 
-__all__ = ["compile_program", "program_lines"]
+__all__ = ["compile_program", "compiled_source", "program_lines"]
 
 _CODE: dict = {}     # source -> its compiled module code (compile_program)
+
+
+def compiled_source(src, cache, filename):
+    """``src`` compiled (``compile(..., "exec")``), kept in ``cache`` by its text (at most 4,096 sources: generated
+    sources depend on structure only, so a run sees few; past that each is compiled anew rather than held)."""
+    code = cache.get(src)
+    if code is None:
+        code = compile(src, filename, "exec")
+        if len(cache) < 4096:
+            cache[src] = code
+    return code
 
 
 def _dge_norm(dge):
@@ -41,11 +52,7 @@ def compile_program(steps, slow):
     lines += program_lines(steps, consts, "K", lambda i: f"leaves[{i}]", "leaves")
     src = "\n".join(lines) + "\n"
     # the source depends only on the steps' structure (constants are names): compiled once per structure
-    code = _CODE.get(src)
-    if code is None:
-        code = compile(src, "<trnsim issue-cache replay>", "exec")
-        if len(_CODE) < 4096:
-            _CODE[src] = code
+    code = compiled_source(src, _CODE, "<trnsim issue-cache replay>")
     ns = dict(consts)
     exec(code, ns)   # noqa: S102  (defines run; the source was made above from the steps, no outside input)
     run = ns["run"]
