@@ -252,6 +252,11 @@ def test_plugin_sampling_offset_and_resume(tmp_path):
     done.write_text("t02\nt10\n")
     assert pick(TRNSIM_NKILIB_EVERY="4", TRNSIM_NKILIB_OFFSET="2", TRNSIM_NKILIB_DONE=str(done)) == ["t06"]
     assert pick(TRNSIM_NKILIB_DONE=str(done)) == [f"t{i:02d}" for i in range(12) if i not in (2, 10)]
+    only = tmp_path / "only.txt"                # the runner's --retry-memory: just the tests it names
+    only.write_text("t06\nt07\nt10\n")
+    assert pick(TRNSIM_NKILIB_ONLY=str(only)) == ["t06", "t07", "t10"]
+    assert pick(TRNSIM_NKILIB_EVERY="4", TRNSIM_NKILIB_OFFSET="2", TRNSIM_NKILIB_ONLY=str(only)) == ["t06", "t10"]
+    assert pick(TRNSIM_NKILIB_ONLY=str(only), TRNSIM_NKILIB_DONE=str(done)) == ["t06", "t07"]
 
 
 def test_max_memory_must_not_be_negative(tmp_path, capsys):

@@ -364,3 +364,60 @@ def test_after_a_capped_test_that_keeps_its_memory_pytest_starts_again(tmp_path)
     assert rep["restarts"] == 1 and not rep["partial"], rep
     assert (s["runnable"], s["passed"], s["failed"]) == (2, 1, 1)
     assert s["causes"][0]["cause"].startswith("ResidentMemoryExceeded")
+
+
+def test_capped_tests_are_the_ones_whose_last_record_the_cap_stopped():
+    recs = [{"nodeid": "a", "when": "call", "type": "ResidentMemoryExceeded"},
+            {"nodeid": "b", "when": "call", "type": "Killed"},
+            {"nodeid": "c", "when": "call", "outcome": "passed"},
+            {"nodeid": "d", "when": "call", "type": "Killed"}, {"nodeid": "d", "when": "call", "outcome": "passed"},
+            {"nodeid": "e", "when": "setup", "type": "Killed"},
+            {"nodeid": "f", "when": "call", "type": "AssertionError"}]
+    assert runner.capped_tests(recs) == ["a", "b"]
+
+
+def test_retry_memory_must_be_above_max_memory(tmp_path, capsys):
+    snap = tmp_path / "snap"
+    (snap / "test").mkdir(parents=True)
+    (snap / "test" / "conftest.py").write_text("")
+    assert runner.main(["--snapshot", str(snap), "--max-memory", "6", "--retry-memory", "6",
+                        "--out", str(tmp_path / "r")]) == 2
+    assert "--retry-memory 6 must be above --max-memory 6" in capsys.readouterr().err
+
+
+@needs_proc
+def test_a_test_the_cap_stopped_runs_again_alone_with_the_retry_cap(tmp_path):
+    """--retry-memory: the test that went above --max-memory runs once more afterwards, alone, under the larger
+    cap, and passes there; the other test is not run again; the report says so."""
+    if runner.missing_harness_requirements():
+        pytest.skip("the harness's requirements are not installed")
+    snap = tmp_path / "snap"
+    (snap / "test" / "integration").mkdir(parents=True)
+    (snap / "test" / "conftest.py").write_text(
+        "def pytest_addoption(parser):\n"
+        "    for o in ('--test-mode', '--platform-target', '--output-directory'):\n"
+        "        parser.addoption(o, default=None)\n"
+        "    parser.addoption('--force-local-cleanup', action='store_true')\n")
+    runs = tmp_path / "runs.txt"
+    (snap / "test" / "integration" / "test_fake.py").write_text(
+        "import time\n"
+        "import numpy as np\n"
+        f"RUNS = {str(runs)!r}\n"
+        "def test_a_grows():\n"
+        "    held = []\n"
+        "    for i in range(70):\n"
+        "        held.append(np.ones(20 * 2 ** 20, dtype=np.uint8))\n"
+        "        time.sleep(0.01)\n"
+        "def test_b():\n"
+        "    with open(RUNS, 'a') as f:\n"
+        "        f.write('b\\n')\n")
+    out = tmp_path / "rep"
+    assert runner.main(["--snapshot", str(snap), "--snapshot-commit", "fake", "--max-memory", "1",
+                        "--retry-memory", "3", "--out", str(out), "test/integration"]) == 0
+    rep = json.loads((tmp_path / "rep.json").read_text())
+    s = rep["summary"]
+    assert rep["retried"] == 1 and not rep["partial"], rep
+    assert (s["runnable"], s["passed"], s["failed"]) == (2, 2, 0), s
+    assert runs.read_text() == "b\n"                    # test_b ran once: only the stopped test was retried
+    md = (tmp_path / "rep.md").read_text()
+    assert "ran once more afterwards, one at a time, capped at 3 GiB" in md

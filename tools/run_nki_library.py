@@ -329,7 +329,10 @@ def render_md(rep):
               if rep.get("resumed_from") else "")
            + (f" Resident memory capped at {rep['max_memory_gib']:g} GiB per test process (`--max-memory`): a test "
               "above it fails with ResidentMemoryExceeded (a MemoryError), one that keeps allocating 1 GiB past it "
-              "is ended and recorded as killed." if rep.get("max_memory_gib") else ""),
+              "is ended and recorded as killed." if rep.get("max_memory_gib") else "")
+           + (f" The {rep['retried']} test(s) the cap stopped ran once more afterwards, one at a time, capped at "
+              f"{rep['retry_memory_gib']:g} GiB (`--retry-memory`); their records are the retry's."
+              if rep.get("retried") else ""),
            f"Stand-ins used (not installed here): {', '.join(rep['standins']) or 'none'} "
            f"(tests/support/nki_library/standins).",
            "",
@@ -448,6 +451,16 @@ XDIST_MAX_RESTARTS = 2000   # workers xdist may start again in one run (-j > 1) 
 MAX_RESTARTS = 50      # pytest started again at most this many times in one run after a test ended it
 
 
+def capped_tests(recs):
+    """Node ids, sorted, of the tests whose last record says the memory cap (or a kill: most often the
+    out-of-memory killer) stopped them: what ``--retry-memory`` runs again."""
+    last = {}
+    for r in recs:
+        if r.get("when") == "call":
+            last[r["nodeid"]] = r
+    return sorted(nid for nid, r in last.items() if r.get("type") in ("Killed", "ResidentMemoryExceeded"))
+
+
 def record_killed(results, signum):
     """Append a record for each test that started and never reported (it was running when pytest was ended by
     ``signum``) to ``results``; the memory cap's ``<results>.killed`` names the ones it ended, with their resident
@@ -512,6 +525,10 @@ def build_parser():
                         "ResidentMemoryExceeded (a MemoryError) and the run goes on; one still allocating 1 GiB "
                         "past it is ended (recorded as killed) and pytest starts again on the tests not yet run "
                         "(tests/support/nki_library/rss_cap.py); 0: no cap")
+    p.add_argument("--retry-memory", type=float, default=0, metavar="GIB",
+                   help="after the run, run the tests the --max-memory cap stopped once more, one at a time in one "
+                        "pytest process, capped at this many GiB (a test whose own inputs or golden need more than "
+                        "a two-worker cap allows still runs, alone, within the machine); 0: no retry")
     p.add_argument("--phases", action="store_true",
                    help="record where each test's time goes (harness phases, the simulate call) and report it")
     p.add_argument("--profile", default=None, metavar="DIR",
@@ -549,8 +566,12 @@ def run(args, argv):
     if not 0 <= args.offset < args.every:
         print(f"run_nki_library: --offset must be in [0, --every={args.every}), got {args.offset}", file=sys.stderr)
         return 2
-    if args.limit < 0 or args.time_budget < 0 or args.max_memory < 0:
-        print("run_nki_library: --limit, --time-budget and --max-memory must be >= 0", file=sys.stderr)
+    if args.limit < 0 or args.time_budget < 0 or args.max_memory < 0 or args.retry_memory < 0:
+        print("run_nki_library: --limit, --time-budget, --max-memory and --retry-memory must be >= 0", file=sys.stderr)
+        return 2
+    if args.retry_memory and args.max_memory and args.retry_memory <= args.max_memory:
+        print(f"run_nki_library: --retry-memory {args.retry_memory:g} must be above --max-memory "
+              f"{args.max_memory:g} (the retry gives the stopped tests more room)", file=sys.stderr)
         return 2
     missing = missing_harness_requirements()
     if missing and not args.results:
@@ -602,6 +623,7 @@ def run(args, argv):
         partial = False
         crashed = None
         output = ""
+        restarts = 0
         earlier = []
         if args.resume:
             with open(args.resume) as f:
@@ -612,47 +634,79 @@ def run(args, argv):
             env["TRNSIM_NKILIB_DONE"] = done
         if args.results:
             results = args.results
-        restarts = 0
-        while not args.results:
-            n_before = _count_lines(results)
-            left = (args.time_budget - (time.time() - t0)) if args.time_budget else None
-            proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True, start_new_session=True)
-            try:
-                out, _ = proc.communicate(timeout=max(left, 1.0) if left is not None else None)
-            except subprocess.TimeoutExpired:
-                partial = True
-                os.killpg(proc.pid, 15)            # pytest and its xdist workers (their own session)
-                out, _ = proc.communicate()
-            output += out
-            if partial or proc.returncode >= 0:
-                break
-            # ended by a signal (SIGKILL: the memory cap's hard limit, the plugin after a test the cap stopped kept
-            # its memory, or the kernel's out-of-memory killer): the test that was running is recorded as killed,
-            # and pytest starts again on the tests not yet recorded (if this start recorded any)
-            crashed = -proc.returncode
-            killed = record_killed(results, crashed)
-            n_now = _count_lines(results)
-            if (not killed and n_now <= n_before) or restarts >= MAX_RESTARTS:
-                partial = True                      # no progress to build on: the rest did not run
-                break
-            restarts += 1
-            done = os.path.join(tmp, "done.txt")
-            with open(results) as f:
-                now = {json.loads(ln)["nodeid"] for ln in f if ln.strip()}
-            with open(done, "w") as f:
-                f.write("\n".join(sorted(now | {r["nodeid"] for r in earlier if r.get("when") != "collect"})))
-            env["TRNSIM_NKILIB_DONE"] = done
-            crashed = None
+
+        def drive(cmd, env, res, skip):
+            """pytest run, and started again after a test ended it, until every selected test is recorded in ``res``
+            (or the time budget ends): ``(output, partial, signal of the last crash or None, restarts)``.  ``skip``:
+            node ids never to run again (an earlier run's)."""
+            output, partial, crashed, restarts = "", False, None, 0
+            while True:
+                n_before = _count_lines(res)
+                left = (args.time_budget - (time.time() - t0)) if args.time_budget else None
+                proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True, start_new_session=True)
+                try:
+                    out, _ = proc.communicate(timeout=max(left, 1.0) if left is not None else None)
+                except subprocess.TimeoutExpired:
+                    partial = True
+                    os.killpg(proc.pid, 15)            # pytest and its xdist workers (their own session)
+                    out, _ = proc.communicate()
+                output += out
+                if partial or proc.returncode >= 0:
+                    return output, partial, crashed, restarts
+                # ended by a signal (SIGKILL: the memory cap's hard limit, the plugin after a test the cap stopped
+                # kept its memory, or the kernel's out-of-memory killer): the test that was running is recorded as
+                # killed, and pytest starts again on the tests not yet recorded (if this start recorded any)
+                crashed = -proc.returncode
+                killed = record_killed(res, crashed)
+                if (not killed and _count_lines(res) <= n_before) or restarts >= MAX_RESTARTS:
+                    return output, True, crashed, restarts   # no progress to build on: the rest did not run
+                restarts += 1
+                done = os.path.join(tmp, "done.txt")
+                with open(res) as f:
+                    now = {json.loads(ln)["nodeid"] for ln in f if ln.strip()}
+                with open(done, "w") as f:
+                    f.write("\n".join(sorted(now | skip)))
+                env["TRNSIM_NKILIB_DONE"] = done
+                crashed = None
+
+        retried, retry_results = [], results + ".retry"
+        if not args.results:
+            output, partial, crashed, restarts = drive(
+                cmd, env, results, {r["nodeid"] for r in earlier if r.get("when") != "collect"})
+            if args.retry_memory and not partial:
+                with open(results) as f:
+                    retried = capped_tests(earlier + [json.loads(ln) for ln in f if ln.strip()])
+            if retried:
+                # the tests the cap stopped, once more: one process, one test at a time, the larger cap
+                only = os.path.join(tmp, "only.txt")
+                with open(only, "w") as f:
+                    f.write("\n".join(retried))
+                renv = {k: v for k, v in env.items() if k != "TRNSIM_NKILIB_DONE"}
+                renv.update(TRNSIM_NKILIB_ONLY=only, TRNSIM_NKILIB_RESULTS=retry_results,
+                            TRNSIM_NKILIB_MAX_RSS=str(int(args.retry_memory * GIB)))
+                rcmd = [a for a in cmd if a != "--max-worker-restart" and a != str(XDIST_MAX_RESTARTS)]
+                rcmd[rcmd.index("-n") + 1] = "0"
+                out, partial, crashed, more = drive(rcmd, renv, retry_results, set())
+                output += out
+                restarts += more
         wall = time.time() - t0
         recs = list(earlier)
-        if os.path.exists(results):
-            with open(results) as f:
-                recs += [json.loads(ln) for ln in f if ln.strip()]
+        for res in (results, retry_results):             # a retried test's records come after its first ones
+            if os.path.exists(res):
+                with open(res) as f:
+                    recs += [json.loads(ln) for ln in f if ln.strip()]
         recs = list({(r["nodeid"], r.get("when")): r for r in recs}.values())   # a test (or file) once: the latest
-        if os.path.exists(results + ".phases"):
-            with open(results + ".phases") as f:
-                attach_phases(recs, [json.loads(ln) for ln in f if ln.strip()])
+        for r in recs:
+            if r["nodeid"] in set(retried):
+                r["retried_max_memory_gib"] = args.retry_memory
+        phases = []
+        for res in (results, retry_results):
+            if os.path.exists(res + ".phases"):
+                with open(res + ".phases") as f:
+                    phases += [json.loads(ln) for ln in f if ln.strip()]
+        if phases:
+            attach_phases(recs, phases)
         if args.resume and not args.results:
             from trnsim.fileio import atomic_write
             with atomic_write(args.resume) as f:            # the resumed file now holds both runs
@@ -673,6 +727,7 @@ def run(args, argv):
                "standins": used, "max_memory_gib": args.max_memory or None, "wall_s": wall, "partial": partial,
                "crashed_signal": crashed, "restarts": 0 if args.results else restarts,
                "resumed_from": _shown(args.resume) if args.resume else args.resume, "summary": summary,
+               "retry_memory_gib": args.retry_memory or None, "retried": len(retried),
                "tail": output.strip().splitlines()[-1:] if output.strip() else []}
         from trnsim.fileio import atomic_write, atomic_write_json
         os.makedirs(os.path.dirname(os.path.abspath(args.out)) or ".", exist_ok=True)

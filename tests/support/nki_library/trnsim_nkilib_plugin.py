@@ -6,7 +6,8 @@ It does two things and changes nothing else in the harness:
 - sampling: with ``TRNSIM_NKILIB_EVERY=N`` only every N-th collected test (in sorted node-id order, so every xdist
   worker keeps the same ones) is kept, starting at the ``TRNSIM_NKILIB_OFFSET``-th (default 0; another offset
   draws a disjoint sample), and with ``TRNSIM_NKILIB_LIMIT=M`` at most M of those; the node ids listed in the
-  file ``TRNSIM_NKILIB_DONE`` (the runner's ``--resume``) are left out;
+  file ``TRNSIM_NKILIB_DONE`` (the runner's ``--resume``) are left out, and with ``TRNSIM_NKILIB_ONLY`` (its
+  ``--retry-memory``) only the node ids that file lists are kept;
 - recording: for each test, its outcome, whether it is a negative case (a parameter ``is_negative_test_case``),
   and for a failure the innermost exception of the chain (type, message, and the deepest frame in trnsim and in
   the snapshot's sources), written as JSON lines to ``TRNSIM_NKILIB_RESULTS`` by the controlling process;
@@ -109,10 +110,10 @@ _RESULTS = os.environ.get("TRNSIM_NKILIB_RESULTS")
 
 
 def pytest_collection_modifyitems(session, config, items):
-    every, offset, limit, done = nkilib_sampling.from_env()
-    if every <= 1 and not limit and not offset and not done:
+    every, offset, limit, done, only = nkilib_sampling.from_env()
+    if every <= 1 and not limit and not offset and not done and only is None:
         return
-    keep = nkilib_sampling.keep([it.nodeid for it in items], every, offset, limit, done)
+    keep = nkilib_sampling.keep([it.nodeid for it in items], every, offset, limit, done, only)
     deselected = [it for i, it in enumerate(items) if i not in keep]
     items[:] = [it for i, it in enumerate(items) if i in keep]
     if deselected:
