@@ -32,3 +32,26 @@ def test_a_rule_registered_after_the_op_was_seen_is_found():
         handle.destroy()
     assert simple_registry.find_torch_dispatch_rule(op, NeuronTensor) is None
     torch.testing.assert_close(torch.mul(a, b).cpu(), a.cpu() * b.cpu(), rtol=0, atol=0)
+
+
+def test_pythons_operator_honours_a_registered_rule():
+    """``a * b`` (operators.py's dispatcher-free shortcut) gives way to a rule registered for the op, as
+    ``torch.mul`` does, and takes the shortcut again once it is gone."""
+    backend.register()
+    a = torch.randn(4, device="neuron")
+    b = torch.randn(4, device="neuron")
+    op = torch.ops.aten.mul.Tensor
+    calls = []
+
+    def rule(cls, func, types, args, kwargs):
+        calls.append(func)
+        return torch.full_like(args[0]._p, 7.0).to("neuron")
+
+    handle = simple_registry.singleton.find(op.__qualname__).torch_dispatch_rules.register(NeuronTensor, rule)
+    try:
+        out = a * b
+        assert calls == [op]
+        assert torch.equal(out.cpu(), torch.full((4,), 7.0))
+    finally:
+        handle.destroy()
+    torch.testing.assert_close((a * b).cpu(), a.cpu() * b.cpu(), rtol=0, atol=0)

@@ -6,6 +6,7 @@ op that entry is most of the wall time (issue 12's dispatch aim: an 8-element ad
 methods installed here take the shortcut only when nothing else can observe the op:
 
 * both operands are exactly ``NeuronTensor`` (or the other is a Python ``int``/``float``/``bool``);
+* no ``__torch_dispatch__`` rule is registered for the op (``torch.library.register_torch_dispatch``);
 * neither requires grad, and no forward-mode AD level is open (a dual tensor's tangent lives in autograd);
 * no ``TorchDispatchMode``/``TorchFunctionMode`` is active, no trnsim profiler and no torch profiler is recording,
   and functorch transforms are off;
@@ -34,6 +35,18 @@ _profiling = torch._C._autograd._profiler_enabled
 _functorch = torch._C._are_functorch_transforms_active
 
 
+def _dispatch_rules(aten_op):
+    """The dict of ``__torch_dispatch__`` rules registered for ``aten_op`` by class (torch._library's holder for the
+    op's name, kept for the life of the process, so a rule registered later lands in it), or None where this
+    torch keeps them otherwise (version-guarded private detail: then the shortcut is not installed)."""
+    try:
+        from torch._library import simple_registry
+        rules = simple_registry.singleton.find(aten_op.__qualname__).torch_dispatch_rules._data
+    except (ImportError, AttributeError):
+        return None
+    return rules if isinstance(rules, dict) else None
+
+
 def _operator(method, aten_op):
     base = getattr(torch._C.TensorBase, method)
     entry = _t._EWOPS.get(id(aten_op), _t._UNSEEN)      # the fast path's own entry (one charge memo for both)
@@ -42,13 +55,18 @@ def _operator(method, aten_op):
     if entry is None:           # not an elementwise fast-path op: leave torch's operator alone
         return None
     name, fn, costs = entry
+    rules = _dispatch_rules(aten_op)
+    if rules is None:           # torch keeps its rules elsewhere: the shortcut could not see one, so none
+        return None
     NT = _t.NeuronTensor
     fresh = _t._fresh_result
 
     def op(self, other):
-        # modes first: under a TorchFunctionMode even reading .requires_grad is an observable call
+        # modes first: under a TorchFunctionMode even reading .requires_grad is an observable call; ``rules``: a
+        # ``__torch_dispatch__`` rule registered for this op (torch.library.register_torch_dispatch), which torch's
+        # operator honours
         if (_function_modes() or _dispatch_modes() or self.__class__ is not NT or not _t.FAST_PATH or _t.MULTI
-                or STATE.profilers or _fwad._current_level >= 0 or _profiling() or _functorch()
+                or STATE.profilers or _fwad._current_level >= 0 or _profiling() or _functorch() or rules
                 or self.requires_grad):
             return base(self, other)
         oc = other.__class__
