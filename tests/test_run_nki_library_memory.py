@@ -34,6 +34,20 @@ def _can_reset():
 needs_proc = pytest.mark.skipif(not _can_reset(), reason="needs Linux /proc/self/clear_refs")
 
 
+def _fake_snapshot(tmp_path, test_source):
+    """A checkout shaped like nki-library's for the runner: a conftest taking the harness's options, and
+    ``test/integration/test_fake.py`` holding ``test_source``."""
+    snap = tmp_path / "snap"
+    (snap / "test" / "integration").mkdir(parents=True)
+    (snap / "test" / "conftest.py").write_text(
+        "def pytest_addoption(parser):\n"
+        "    for o in ('--test-mode', '--platform-target', '--output-directory'):\n"
+        "        parser.addoption(o, default=None)\n"
+        "    parser.addoption('--force-local-cleanup', action='store_true')\n")
+    (snap / "test" / "integration" / "test_fake.py").write_text(test_source)
+    return snap
+
+
 # -- peak_rss ---------------------------------------------------------------------------------------------------
 def test_peak_reads_vmhwm_after_a_reset_and_falls_back_to_the_lifetime_peak(tmp_path):
     status = tmp_path / "status"
@@ -275,14 +289,7 @@ def test_runner_records_a_test_that_ended_pytest_and_runs_the_rest(tmp_path):
     runner records it as killed, starts pytest again on the tests not yet recorded, and reports all three."""
     if runner.missing_harness_requirements():
         pytest.skip("the harness's requirements are not installed")
-    snap = tmp_path / "snap"
-    (snap / "test" / "integration").mkdir(parents=True)
-    (snap / "test" / "conftest.py").write_text(
-        "def pytest_addoption(parser):\n"
-        "    for o in ('--test-mode', '--platform-target', '--output-directory'):\n"
-        "        parser.addoption(o, default=None)\n"
-        "    parser.addoption('--force-local-cleanup', action='store_true')\n")
-    (snap / "test" / "integration" / "test_fake.py").write_text(
+    snap = _fake_snapshot(tmp_path,
         "import os, signal\n"
         "def test_a(): pass\n"
         "def test_b_dies(): os.kill(os.getpid(), signal.SIGKILL)\n"
@@ -339,14 +346,7 @@ def test_after_a_capped_test_that_keeps_its_memory_pytest_starts_again(tmp_path)
     runner runs the next test in a new pytest instead of letting it start above the cap."""
     if runner.missing_harness_requirements():
         pytest.skip("the harness's requirements are not installed")
-    snap = tmp_path / "snap"
-    (snap / "test" / "integration").mkdir(parents=True)
-    (snap / "test" / "conftest.py").write_text(
-        "def pytest_addoption(parser):\n"
-        "    for o in ('--test-mode', '--platform-target', '--output-directory'):\n"
-        "        parser.addoption(o, default=None)\n"
-        "    parser.addoption('--force-local-cleanup', action='store_true')\n")
-    (snap / "test" / "integration" / "test_fake.py").write_text(
+    snap = _fake_snapshot(tmp_path,
         "import time\n"
         "import numpy as np\n"
         "HELD = []\n"
@@ -391,15 +391,8 @@ def test_a_test_the_cap_stopped_runs_again_alone_with_the_retry_cap(tmp_path):
     cap, and passes there; the other test is not run again; the report says so."""
     if runner.missing_harness_requirements():
         pytest.skip("the harness's requirements are not installed")
-    snap = tmp_path / "snap"
-    (snap / "test" / "integration").mkdir(parents=True)
-    (snap / "test" / "conftest.py").write_text(
-        "def pytest_addoption(parser):\n"
-        "    for o in ('--test-mode', '--platform-target', '--output-directory'):\n"
-        "        parser.addoption(o, default=None)\n"
-        "    parser.addoption('--force-local-cleanup', action='store_true')\n")
     runs = tmp_path / "runs.txt"
-    (snap / "test" / "integration" / "test_fake.py").write_text(
+    snap = _fake_snapshot(tmp_path,
         "import time\n"
         "import numpy as np\n"
         f"RUNS = {str(runs)!r}\n"

@@ -9,6 +9,16 @@ from trnsim import backend
 from trnsim.backend.tensor import NeuronTensor
 
 
+def _sevens():
+    """A ``__torch_dispatch__`` rule answering every call with sevens, and the list of the ops it was called for."""
+    calls = []
+
+    def rule(cls, func, types, args, kwargs):
+        calls.append(func)
+        return torch.full_like(args[0]._p, 7.0).to("neuron")
+    return calls, rule
+
+
 def test_a_rule_registered_after_the_op_was_seen_is_found():
     backend.register()
     a = torch.randn(4, device="neuron")
@@ -16,12 +26,7 @@ def test_a_rule_registered_after_the_op_was_seen_is_found():
     torch.mul(a, b).sum()                       # aten::mul.Tensor seen: its holder remembered
     op = torch.ops.aten.mul.Tensor
     assert simple_registry.find_torch_dispatch_rule(op, NeuronTensor) is None
-    calls = []
-
-    def rule(cls, func, types, args, kwargs):
-        calls.append(func)
-        return torch.full_like(args[0]._p, 7.0).to("neuron")
-
+    calls, rule = _sevens()
     handle = simple_registry.singleton.find(op.__qualname__).torch_dispatch_rules.register(NeuronTensor, rule)
     try:
         assert simple_registry.find_torch_dispatch_rule(op, NeuronTensor) is rule
@@ -41,12 +46,7 @@ def test_pythons_operator_honours_a_registered_rule():
     a = torch.randn(4, device="neuron")
     b = torch.randn(4, device="neuron")
     op = torch.ops.aten.mul.Tensor
-    calls = []
-
-    def rule(cls, func, types, args, kwargs):
-        calls.append(func)
-        return torch.full_like(args[0]._p, 7.0).to("neuron")
-
+    calls, rule = _sevens()
     handle = simple_registry.singleton.find(op.__qualname__).torch_dispatch_rules.register(NeuronTensor, rule)
     try:
         out = a * b
