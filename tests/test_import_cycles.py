@@ -149,7 +149,8 @@ def test_no_import_cycle_at_module_level(pkg):
 @pytest.mark.parametrize("group", [
     ("trnsim.backend.charging", "trnsim.backend.device_state", "trnsim.backend.memory", "trnsim.backend.tensor",
      "trnsim.backend.native_costs", "trnsim.backend.kdtypes", "trnsim.backend.device_module"),
-    ("trnsim.kernels.v1.language", "trnsim.kernels.v1.tile"),
+    ("trnsim.kernels.v1.language", "trnsim.kernels.v1.tile") + tuple(
+        f"trnsim.kernels.v1.lang_{m}" for m in ("dtypes", "alloc", "operands", "elementwise", "reduce", "matmul", "dma")),
     ("trnsim.backend.compile", "trnsim.backend.compile.backend", "trnsim.backend.compile.patching"),
 ])
 def test_broken_circles_stay_broken_even_through_deferred_imports(group):
