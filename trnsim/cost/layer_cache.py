@@ -1,9 +1,10 @@
 """A persistent cache of whole layer costs (:class:`trnsim.cost.step.LayerCost`): a layer compiled (or run) once
 is reused by every later estimate, in this process and the next.
 
-A compiled layer costs its ``torch.compile`` (dynamo tracing and AOTAutograd: about 4 s of CPU for a Qwen3-32B
-layer) even when every kernel cost is already in the op-cost cache; with this cache the second estimate of the
-same layer shapes runs no layer at all.
+A compiled layer costs its ``torch.compile`` (dynamo tracing, AOTAutograd, lowering and the shape-only run: 1.3 to
+1.9 s of CPU for a Qwen3-32B layer, the first compile of a process about 1 s more for importing dynamo) even when
+every kernel cost is already in the op-cost cache; with this cache the second estimate of the same layer shapes
+runs no layer at all.
 
 * Key: the layer's memo key (``repr``: model spec, layer kind, shard shapes, micro-batch, sequence, dtype,
   target, precision, compiled, sequence parallel) under a fingerprint of every source file of the ``trnsim``

@@ -21,6 +21,13 @@ from .tensor import NkiTensor
 __all__ = ["jit", "simulate", "Kernel", "SimulationResult"]
 
 
+def _shape_only_input(core, shape, dt, name, kind, x):
+    """A shape-only run's HBM tensor for an input: the buffer keeps no values (``wrap_input`` drops them when not
+    executing), so the array is not converted to its storage type (a full-size float32 copy of a bf16 array)."""
+    buf = core.wrap_input(None, shape, dt, name=name)
+    return NkiTensor.whole(buf, name), (kind, x)
+
+
 def _to_input(core, x, name):
     """An HBM tensor for a NumPy array or torch CPU tensor; other values pass through unchanged."""
     kind = None
@@ -30,12 +37,16 @@ def _to_input(core, x, name):
         dt = dtype_of(arr.dtype)
         if dt.packed and arr.dtype != dt.np:
             arr = arr.view(dt.np)      # a NumPy dtype standing for an MX format: its packed integers
+        if not core.execute:
+            return _shape_only_input(core, arr.shape, dt, name, kind, x)
     elif type(x).__module__.startswith("torch") and hasattr(x, "detach"):
         import torch
         kind = "torch"
         if x.device.type != "cpu":
             raise TypeError(f"kernel argument {name!r} is on device {x.device}; nki.simulate takes CPU tensors")
         dt = dtype_of(x.dtype)
+        if not core.execute:
+            return _shape_only_input(core, tuple(x.shape), dt, name, kind, x)
         t = x.detach()
         arr = t.float().numpy() if dt.is_float and t.dtype != torch.float32 else t.numpy()
     else:

@@ -18,7 +18,7 @@ import math
 import numpy as np
 import torch
 
-from .. import charging, costs
+from .. import charging, cost_cache, costs
 from ..device_state import STATE
 from ..op_table import TABLE
 from ...kernels.library import fused
@@ -33,9 +33,19 @@ def _inp(shape, dtype):
 
 
 def _sim(key, fn, args, kwargs):
+    """(ns, flops, bytes) of one fused kernel's shape-only simulation, memoised per ``key`` (the kernel, target,
+    shapes, dtypes and options: everything ``args``/``kwargs`` carry) in this process and in the op-cost cache
+    (``backend.cost_cache``: keyed under the fingerprint of the library kernels and the machine, which are all
+    the value depends on), so a compile after a change to the compile backend re-lowers its graphs without
+    simulating their kernels again."""
     r = _MEMO.get(key)
     if r is None:
-        r = _MEMO[key] = costs._sim(fn, args, kwargs, STATE.target)
+        ck = ("fused",) + key
+        r = cost_cache.lookup(ck)
+        if r is None:
+            r = costs._sim(fn, args, kwargs, STATE.target)
+            cost_cache.store(ck, r)
+        _MEMO[key] = r
     return r
 
 
@@ -189,7 +199,8 @@ def _fused_group_cost(fz, g):
         P = STATE.target.pmax
         args = [_inp((R, C), _dtype(x)) for x in full] + \
             [_inp((min(P, R), min(C, fused.FREE_TILE)), _dtype(x)) for x in small]
-        key = ("pw", STATE.target.name, R, C, dt, tuple(_dtype(x) for x in full), len(small), steps, len(outs))
+        key = ("pw", STATE.target.name, R, C, dt, tuple(_dtype(x) for x in full), len(small), steps, len(outs)) + \
+            ((tuple(_dtype(x) for x in small),) if small else ())
         ns, fl, nb = _sim(key, fused.pointwise, args,
                           dict(shape=(R, C), dtype=dt, n_small=len(small), steps=steps, n_out=len(outs)))
         return ns, fl, nb, False, label
@@ -252,7 +263,7 @@ def _matmul_cost(fz, g, outs, steps, label):
     args = [_inp((kp, mp), dt), _inp((kp, np_), dt)] + [_inp((mp, np_), _dtype(x)) for x in full] + \
         [_inp((min(P, mp), np_), _dtype(x)) for x in small]
     key = ("mm", tg.name, mp, kp, np_, dt, tuple(_dtype(x) for x in full), len(small), st, len(outs)) + \
-        ((odt,) if odt else ())
+        ((odt,) if odt else ()) + ((("small",) + tuple(_dtype(x) for x in small),) if small else ())
     fns, ffl, fnb = _sim(key, fused.matmul_epilogue, args,
                          dict(n_small=len(small), steps=st, n_out=max(1, len(outs)),
                               **({"operand_dtype": odt} if odt else {})))

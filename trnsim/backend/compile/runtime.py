@@ -158,6 +158,7 @@ class CompiledGraph:
             elif n.op == "output":
                 self.output = _template(n.args[0], index)
         self.total_ns = float(sum(k["ns"] for k in plan["kernels"]))
+        self.has_custom = any(st[4] == 4 for st in self.steps)
         self.calls = 0
         self._run = None        # the steps as one generated function (``_generate``), made on the first call
 
@@ -182,9 +183,14 @@ class CompiledGraph:
             run = self._run
             if run is None:
                 run = self._run = _generate(self)
+        else:
+            run = self._interpret
+        mode = _shape_only_mode(self, env)
+        if mode is None:
             out = run(env, wrappers)
         else:
-            out = self._interpret(env, wrappers)
+            with mode:
+                out = run(env, wrappers)
         self._charge()
         self.calls += 1
         return [self._wrap(o, wrappers) for o in out]
@@ -223,6 +229,21 @@ class CompiledGraph:
         for k in self.plan["kernels"]:
             if k["ns"]:
                 _row(f"fused::{k['label']}", k["ns"], k["flops"], k["bytes"], line)
+
+
+def _shape_only_mode(graph, env):
+    """The shape-only device's fake-tensor mode when the graph runs on shape-only payloads (an input is a fake
+    tensor) and calls no custom op (those run device code): its factory ops (``full``, ``empty_permuted``) then make
+    fake tensors too, and so do ops on a real input (AOTAutograd restrides a tangent into a new device tensor), where
+    they made real CPU tensors of full size (a Qwen3-32B layer's backward: 0.4 GB and half a second of CPU)."""
+    if graph.has_custom:
+        return None
+    from torch._subclasses.fake_tensor import FakeTensor
+    for i in graph.placeholders:
+        if isinstance(env[i], FakeTensor):
+            from ..shape_only import _fake_mode
+            return _fake_mode()
+    return None
 
 
 def _generate(graph):
