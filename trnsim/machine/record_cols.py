@@ -8,19 +8,44 @@ One entry per instruction: ``eng``, ``cost`` (engine cycles, or ns for DMA), ``p
 ``dma`` and their ``rows``/``part0``/``nbytes``/``dge`` (``InstrRecord.dge``); a ``core_barrier`` sets ``barrier`` and
 puts its participants in ``bar`` (row -> tuple of core ids).  One entry per operand, writes first then reads, as
 ``InstrRecord.writes``/``reads`` hold them: ``b`` (buffer id), ``lo``, ``hi``, ``v`` (the interned access pattern).
+
+A writer records an instruction's per-instruction fields as one row tuple appended to ``pend``
+(:data:`ROW_FIELDS`: ``(eng, cost, pre, opcode, flops, nw, nops, dma)``, ``dma`` None or ``(nbytes, rows, part0,
+dge)``), its line to ``loc`` and its operands to the operand columns.  A cached layout appends the same row object
+at every replay, so an instruction costs one append for those fields instead of eight (thirteen for a DMA).  The
+rows become the per-instruction columns (:meth:`RecordColumns.flush`, a pass of C loops) the first time any of
+those columns is read, whoever reads it (the scheduler, ``Records``, a writer that appends to a column itself):
+the columns read are always those of every instruction recorded so far, in program order.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from itertools import compress, repeat
+from operator import is_not
 
-__all__ = ["RecordColumns", "InstrRecord", "Records"]
+__all__ = ["RecordColumns", "InstrRecord", "Records", "ROW_FIELDS"]
+
+# a row of ``RecordColumns.pend``: the per-instruction fields, in this order
+ROW_FIELDS = ("eng", "cost", "pre", "opcode", "flops", "nw", "nops", "dma")
+# the columns made from the rows (``dma``'s are the DMA rows' index and their four fields)
+_ROW_COLS = ("eng", "cost", "pre", "opcode", "flops", "nw", "nops", "dma", "rows", "part0", "nbytes", "dge")
+
+
+def _column(f):
+    slot = "_" + f
+
+    def get(self):
+        if self.pend:
+            self.flush()
+        return getattr(self, slot)
+    get.__name__ = f
+    return property(get, doc=f"The ``{f}`` column of every instruction recorded so far (pending rows flushed).")
 
 
 class RecordColumns:
-    __slots__ = ("eng", "cost", "pre", "opcode", "flops", "loc", "nw", "nops", "dma", "rows", "part0", "nbytes",
-                 "dge", "b", "lo", "hi", "v", "barrier", "bar")
+    __slots__ = tuple("_" + f for f in _ROW_COLS) + ("pend", "loc", "b", "lo", "hi", "v", "barrier", "bar")
 
     def __init__(self):
         for f in self.__slots__:
@@ -29,7 +54,36 @@ class RecordColumns:
         self.bar = {}
 
     def __len__(self):
-        return len(self.eng)
+        return len(self.loc)        # (every writer appends one line per instruction, pending or not)
+
+    def flush(self):
+        """Turn the pending rows (``pend``) into the per-instruction columns, in order."""
+        p = self.pend
+        if not p:
+            return
+        self.pend = []
+        n0 = len(self._eng)
+        eng, cost, pre, opcode, flops, nw, nops, dma = zip(*p)
+        self._eng += eng
+        self._cost += cost
+        self._pre += pre
+        self._opcode += opcode
+        self._flops += flops
+        self._nw += nw
+        self._nops += nops
+        if dma.count(None) != len(dma):
+            sel = list(map(is_not, dma, repeat(None)))
+            self._dma += compress(range(n0, n0 + len(dma)), sel)
+            nbytes, rows, part0, dge = zip(*compress(dma, sel))
+            self._rows += rows
+            self._part0 += part0
+            self._nbytes += nbytes
+            self._dge += dge
+
+
+for _f in _ROW_COLS:
+    setattr(RecordColumns, _f, _column(_f))
+del _f
 
 
 class InstrRecord:
@@ -80,7 +134,7 @@ class Records(Sequence):
         self._di = 0                        # its position in the ``dma`` column
 
     def __len__(self):
-        return len(self._c.eng)
+        return len(self._c)
 
     def _sync(self) -> list:
         """The records of every row, making the rows recorded since the last read."""

@@ -6,7 +6,7 @@ does a record generically (a loop over operand triples, a branch per operand); h
 generated per layout, with the constants of every step (engine, cost, opcode, the operands' extents and access
 patterns when the layout fixes them, the occupancy code of each operand) written into it.  It does exactly what
 ``NeuronCore.replay`` does, in the same order for each structure it changes (occupancy live ranges, then the
-operand columns, then the per-instruction columns), so records, columns and live ranges are the same objects
+operand columns, then the instruction's row), so records, columns and live ranges are the same objects
 with the same values.  When the core keeps no record columns, or a multi-program launch is running, the generated
 function hands over to ``slow`` (the generic replay), as ``NeuronCore.replay`` does.
 """
@@ -143,18 +143,10 @@ def program_lines(steps, consts, prefix, leaf, leaves="leaves", indent="    "):
                 w(f"cols.hi += {tup(his)}")
                 w(f"cols.v += {tup(vs)}")
         w("occ.seq = s + 1")
-        if dma is not None:
-            w("cols.dma.append(len(cols.eng))")
-            w(f"cols.dge.append({const(_dge_norm(dma[3]))})")
-            w(f"cols.rows.append({const(dma[1])})")
-            w(f"cols.part0.append({const(dma[2])})")
-            w(f"cols.nbytes.append({const(dma[0])})")
-        w(f"cols.eng.append({const(engine)})")
-        w(f"cols.cost.append({const(cost)})")
-        w(f"cols.pre.append({const(pre)})")
-        w(f"cols.opcode.append({const(opcode)})")
-        w(f"cols.flops.append({const(flops)})")
+        # the instruction's row (record_cols.ROW_FIELDS): one constant tuple of the layout, the same object at
+        # every replay
+        row = (engine, cost, pre, opcode, flops, nw, len(ops),
+               None if dma is None else (dma[0], dma[1], dma[2], _dge_norm(dma[3])))
+        w(f"cols.pend.append({const(row)})")
         w("cols.loc.append(loc)")
-        w(f"cols.nw.append({const(nw)})")
-        w(f"cols.nops.append({const(len(ops))})")
     return lines
