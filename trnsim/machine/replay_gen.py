@@ -13,7 +13,7 @@ function hands over to ``slow`` (the generic replay), as ``NeuronCore.replay`` d
 
 from __future__ import annotations
 
-__all__ = ["compile_program", "compiled_source", "program_lines"]
+__all__ = ["compile_program", "compiled_source", "program_lines", "touch_plain"]
 
 _CODE: dict = {}     # source -> its compiled module code (compile_program)
 
@@ -35,6 +35,25 @@ def _dge_norm(dge):
     return dge
 
 
+def touch_plain(occ, buf, loc, sb, ps):
+    """Instruction ``occ.seq`` touches plain tile ``buf`` (not a block tensor) through its occupancy table: its
+    live range begun (``Occupancy.first``) or extended; the entry is then kept on the buffer (``buf.live``) when
+    ``buf`` is in this core's SBUF ``sb`` or PSUM ``ps``, so the next touch updates it without a lookup (the same
+    list object as the table's: ``Occupancy`` never replaces an entry, it updates it in place)."""
+    k = (buf.id, -1)
+    ranges = occ.ranges
+    rg = ranges.get(k)
+    if rg is None:
+        occ.first(k, buf, loc)
+        rg = ranges[k]
+    else:
+        rg[1] = occ.seq
+        rg[3] = loc
+    sp = buf.space
+    if sp is sb or sp is ps:
+        buf.live = rg
+
+
 def compile_program(steps, slow):
     """A function ``run(core, loc, leaves)`` doing ``steps`` in order:
 
@@ -45,7 +64,7 @@ def compile_program(steps, slow):
       them), ``dma`` None or ``(nbytes, rows, part0, dge)``.
 
     ``slow(core, loc, leaves)`` runs instead when ``core._record`` is off or ``core.programs`` is set."""
-    consts = {"_slow": slow}
+    consts = {"_slow": slow, "_touch_plain": touch_plain}
     lines = ["def run(core, loc, leaves):",
              "    if not core._record or core.programs is not None:",
              "        return _slow(core, loc, leaves)"]
@@ -64,8 +83,9 @@ def program_lines(steps, consts, prefix, leaf, leaves="leaves", indent="    "):
     """The body of :func:`compile_program`'s ``run`` for ``steps`` (after its hand-over test), as source lines
     indented by ``indent``: the code reads ``core`` and ``loc``, operand ``i`` as the expression ``leaf(i)`` and the
     list of all operands as ``leaves`` (only for a ``("expr", f)`` argument); each constant is put in ``consts``
-    under a new name starting with ``prefix``.  The code's own names (``occ``, ``ranges``, ``s``, ``cols``, ``k``,
-    ``rg``, ``t<i>``, ``b<i>``, ``v<j>``, ``lo<j>``, ``hi<j>``) must not be used by the code around it."""
+    under a new name starting with ``prefix``, and ``consts`` must hold ``_touch_plain`` (:func:`touch_plain`).
+    The code's own names (``occ``, ``s``, ``cols``, ``sb``, ``ps``, ``rg``, ``t<i>``, ``o<i>``, ``b<i>``, ``v<j>``,
+    ``lo<j>``, ``hi<j>``) must not be used by the code around it."""
     lines = []
 
     def const(v):
@@ -95,23 +115,26 @@ def program_lines(steps, consts, prefix, leaf, leaves="leaves", indent="    "):
             continue
         _, opcode, engine, ops, nw, cost, flops, pre, dma = step
         w("occ = core.occupancy")
-        w("ranges = occ.ranges")
         w("s = occ.seq")
         w("cols = core.columns")
         used = sorted({i for i, _, _ in ops})
         for i in used:
             w(f"t{i} = {leaf(i)}")
-            w(f"b{i} = t{i}.buf.id")
+            w(f"o{i} = t{i}.buf")
+            w(f"b{i} = o{i}.id")
+        if any(oc == 1 for _, oc, _ in ops):
+            w("sb = core.sbuf")
+            w("ps = core.psum")
         touched = set()
         for i, oc, _ in ops:        # the occupancy, operand by operand (NeuronCore.replay's first half)
             if oc == 1:
                 if i in touched:    # the same tile again in this instruction: its range already ends here
                     continue
                 touched.add(i)
-                w(f"k = (b{i}, -1)")
-                w("rg = ranges.get(k)")
-                w("if rg is None:")
-                w(f"    occ.first(k, t{i}.buf, loc)")
+                # (the tile's entry kept on it, Buffer.live, when this core's space holds it: touch_plain)
+                w(f"rg = o{i}.live")
+                w(f"if rg is None or (o{i}.space is not sb and o{i}.space is not ps):")
+                w(f"    _touch_plain(occ, o{i}, loc, sb, ps)")
                 w("else:")
                 w("    rg[1] = s")
                 w("    rg[3] = loc")

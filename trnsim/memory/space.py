@@ -286,7 +286,7 @@ class Buffer:
 
     __slots__ = ("id", "space", "kind", "dtype", "shape", "nelem", "pfree", "addr", "bytes_pp", "_data", "fresh",
                  "written", "all_written", "name", "block", "block_shape", "placement", "layout_key", "_release",
-                 "native", "storage", "borrowed", "_claimed", "__weakref__")
+                 "native", "storage", "borrowed", "_claimed", "live", "__weakref__")
 
     def __init__(self, space: MemorySpace | None, dtype: DType, shape: tuple, *, name: str = "",
                  data: np.ndarray | None = None, execute: bool = True, track_written: bool = False,
@@ -339,6 +339,9 @@ class Buffer:
         self.block_shape = tuple(block_shape) if block_shape else None
         self.placement = None
         self.layout_key = None     # the buffer's part of an operand layout (kernels/issue_cache.py), made on use
+        # the tile's live-range entry in the occupancy of the core whose space holds it (capacity.Occupancy.ranges'
+        # list for key (id, -1)), kept here by the issue paths at its first touch so later touches need no lookup
+        self.live = None
         self._release = None       # (space, addr, bytes): returned to the space when the buffer goes (__del__)
         if space is not None:
             what = f"tensor {name!r}" if name else "a tensor"
@@ -417,6 +420,7 @@ class Buffer:
         self.block_shape = None
         self.placement = None
         self.layout_key = None
+        self.live = None
         self._release = None
         self.native = False
         self.storage = None
