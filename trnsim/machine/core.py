@@ -135,11 +135,10 @@ class NeuronCore:
         buffer held in its dtype's own encoding (``Buffer``)."""
         track = kind == PSUM or self.strict
         if address is None and not block and (kind == SBUF or kind == PSUM) and type(shape) is tuple:
-            # a plain tile (the common case, every iteration of a loop body): Buffer.tile makes the same buffer
-            buf = Buffer.tile(self.sbuf if kind == SBUF else self.psum, dtype, shape, name, self.execute, track)
-            shp = buf.shape        # (the entry below, without the partitions property's call)
-            self.buffers[buf.id] = (buf.kind, buf.bytes_pp, shp[0] if shp else 0, dtype.itemsize)
-            return buf
+            # a plain tile (the common case, every iteration of a loop body): Buffer.tile makes the same buffer and
+            # its entry below
+            return Buffer.tile(self.sbuf if kind == SBUF else self.psum, dtype, shape, name, self.execute, track,
+                               self.buffers)
         else:
             buf = Buffer(self.space(kind), dtype, shape, name=name, execute=self.execute, track_written=track,
                          address=address, block=block, block_shape=block_shape, native=native)
