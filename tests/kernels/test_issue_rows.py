@@ -85,6 +85,38 @@ def test_pending_rows_become_the_columns_in_order_with_a_writer_appending_itself
     assert len(c) == 5 and c.pend == []
 
 
+def test_records_read_from_pending_rows_equal_records_read_after_the_rows_are_columns():
+    from trnsim.machine.record_cols import Records
+    dma = (512, 128, 0, (2, 1, 5.0))
+    rows = [("vector", 10.0, 0.0, "a", 1, 1, 2, None), ("dma", 99.0, 0.0, "dma_copy", 0, 1, 1, dma),
+            ("tensor", 3.0, 2.0, "nc_matmul", 8, 1, 2, None), ("dma", 7.0, 0.0, "dma_copy", 0, 1, 1, dma)]
+    ops = [(1, 0, 8, "v1"), (2, 0, 8, "v2"), (3, 0, 4, "v3"), (4, 0, 4, "v4"), (5, 0, 2, "v5"), (6, 0, 2, "v6"),
+           (7, 1, 3, "v7"), (8, 1, 3, "v8"), (9, 0, 1, "v9"), (10, 0, 1, "v10")]
+
+    def fill(c, k):          # row k and its operands
+        c.pend.append(rows[k % 4])
+        c.loc.append(("f.py", k))
+        for b, lo, hi, v in ops[:rows[k % 4][6]]:
+            c.b.append(b + 10 * k)
+            c.lo.append(lo)
+            c.hi.append(hi)
+            c.v.append(v)
+
+    a, b = RecordColumns(), RecordColumns()
+    ra = Records(a)
+    for k in range(12):
+        fill(a, k)
+        fill(b, k)
+        if k % 3 == 0:
+            ra[-1]                  # read with rows pending (as a multi-program launch reads each record)
+        if k % 5 == 4:
+            a.flush()               # some rows made columns between the reads
+    got = [tuple(getattr(r, f) for f in type(r).__slots__) for r in ra]
+    want = [tuple(getattr(r, f) for f in type(r).__slots__) for r in Records(b)]
+    assert got == want and len(got) == 12
+    assert [r.dge for r in ra if r.engine == "dma"] == [dma[3]] * 6 and [r.nbytes for r in ra][:2] == [0, 512]
+
+
 def _stream(x, n, peek_at=-1):
     """Load, three engine instructions, store per tile; at iteration ``peek_at`` the record's columns are read
     (the pending rows made columns in the middle of the run) and each tile's kept live-range entry is checked to
@@ -241,3 +273,51 @@ def test_a_kernel_run_again_finds_its_new_cores_layouts(runs, monkeypatch):
     for _ in range(runs):
         monkeypatch.setattr(space, "_ids", itertools.count(1))
         assert _state(_run(_alias_flips, (x,), {"n": 60})) == want
+
+
+# -- the scheduler reading the rows ------------------------------------------------------------------------------
+
+def _kernels():
+    import os
+
+    from suite_files import load_file
+    from trnsim.kernels.library import normalization
+    from trnsim.kernels.library.matmul import tiled_matmul
+    r = np.random.default_rng(4)
+    f32 = lambda *s: r.standard_normal(s).astype(np.float32)  # noqa: E731
+    prog = load_file("_tp_for_rows", os.path.join(os.path.dirname(__file__), "..", "machine", "test_programs.py"))
+    import ml_dtypes
+    bf = lambda *s: r.standard_normal(s).astype(ml_dtypes.bfloat16)  # noqa: E731
+    return {
+        "stream": (_stream, (f32(128, 64),), {"n": 60}, (1,)),
+        "alias_flips": (_alias_flips, (f32(128, 64),), {"n": 60}, (1,)),
+        "tiled_matmul": (tiled_matmul, (bf(256, 256), bf(256, 512)), {}, (1,)),
+        "layer_norm": (normalization.layer_norm, (f32(1024, 256), f32(1024, 256), f32(1024, 256)), {}, (1,)),
+        "barrier, two programs": (prog.exchange.fn, (f32(128, 16), True), {}, (2,)),
+    }
+
+
+@pytest.mark.parametrize("impl", ["numba", "python"])
+@pytest.mark.parametrize("which", list(_kernels()))
+def test_the_scheduler_reading_pending_rows_gives_the_timeline_of_the_columns(which, impl):
+    """``sched_fast`` reads the rows still pending as arrays per distinct row (``_row_columns``); the same record
+    made columns first (``RecordColumns.flush``) gives the identical timeline, with the cache on and off."""
+    from trnsim.machine import schedule
+    fn, args, kw, grid = _kernels()[which]
+    for cached in (True, False):
+        prev = issue_cache.set_enabled(cached)
+        prev_rep = loop_replay.set_enabled(False)
+        try:
+            res = run_kernel(fn, args, kw, grid, "trn2", execute=False)
+        finally:
+            issue_cache.set_enabled(prev)
+            loop_replay.set_enabled(prev_rep)
+        assert all(len(c.columns.pend) == len(c.columns.loc) > 0 for c in res.cores)     # every row pending
+        rows = schedule(res.cores, impl=impl)
+        assert all(len(c.columns.pend) == len(c.columns.loc) for c in res.cores)         # (read, not flushed)
+        for c in res.cores:
+            c.columns.flush()
+        cols = schedule(res.cores, impl=impl)
+        assert rows == cols and rows.total_ns > 0
+        assert [list(getattr(rows, f)) for f in ("engine", "opcode", "flops", "loc", "nbytes", "start", "end")] \
+            == [list(getattr(cols, f)) for f in ("engine", "opcode", "flops", "loc", "nbytes", "start", "end")]

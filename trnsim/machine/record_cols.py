@@ -137,36 +137,53 @@ class Records(Sequence):
         return len(self._c)
 
     def _sync(self) -> list:
-        """The records of every row, making the rows recorded since the last read."""
+        """The records of every row, making the rows recorded since the last read (from the columns, and from the
+        rows still pending without making them columns: a multi-program launch reads each record as it is made)."""
         c = self._c
         m = self._m
         i = len(m)
-        n = len(c.eng)
+        n = len(c)
         if i == n:
             return m
-        eng, cost, pre, opcode, flops, loc, nw, nops = c.eng, c.cost, c.pre, c.opcode, c.flops, c.loc, c.nw, c.nops
-        dma, rows, part0, nbytes, dge = c.dma, c.rows, c.part0, c.nbytes, c.dge
+        nc = len(c._eng)                    # rows already made columns; the rest are in ``pend``
+        loc = c.loc
         bar = c.bar
         p = self._op
         # the operands as one tuple, so that a row's writes and reads are slices of it (one object each)
         ops = tuple(zip(c.b, c.lo, c.hi, c.v)) if p == 0 else \
             tuple(zip(c.b[p:], c.lo[p:], c.hi[p:], c.v[p:]))
         o = 0
-        di = self._di
-        nd = len(dma)
-        nxt = dma[di] if di < nd else n
+        di = self._di                       # DMA rows among the rows made: the next one's place in ``dma``
         rec = InstrRecord
         add = m.append
-        for k in range(i, n):
-            a = o + nw[k]
-            e = o + nops[k]
-            if k == nxt:
-                add(rec(k, opcode[k], eng[k], ops[o:a], ops[a:e], None, cost[k], loc[k], flops[k], nbytes[di],
-                        rows[di], part0[di], pre[k], None, dge[di]))
+        if i < nc:
+            eng, cost, pre, opcode, flops, nw, nops = c._eng, c._cost, c._pre, c._opcode, c._flops, c._nw, c._nops
+            dma, rows, part0, nbytes, dge = c._dma, c._rows, c._part0, c._nbytes, c._dge
+            nd = len(dma)
+            nxt = dma[di] if di < nd else nc
+            for k in range(i, nc):
+                a = o + nw[k]
+                e = o + nops[k]
+                if k == nxt:
+                    add(rec(k, opcode[k], eng[k], ops[o:a], ops[a:e], None, cost[k], loc[k], flops[k], nbytes[di],
+                            rows[di], part0[di], pre[k], None, dge[di]))
+                    di += 1
+                    nxt = dma[di] if di < nd else nc
+                else:
+                    add(rec(k, opcode[k], eng[k], ops[o:a], ops[a:e], cost[k], None, loc[k], flops[k], 0, 0, 0,
+                            pre[k], bar.get(k) if bar else None))
+                o = e
+        pend = c.pend
+        for k in range(max(i, nc), n):
+            eng, cost, pre, opcode, flops, nw, nops, dma = pend[k - nc]
+            a = o + nw
+            e = o + nops
+            if dma is not None:
+                add(rec(k, opcode, eng, ops[o:a], ops[a:e], None, cost, loc[k], flops, dma[0], dma[1], dma[2], pre,
+                        None, dma[3]))
                 di += 1
-                nxt = dma[di] if di < nd else n
             else:
-                add(rec(k, opcode[k], eng[k], ops[o:a], ops[a:e], cost[k], None, loc[k], flops[k], 0, 0, 0, pre[k],
+                add(rec(k, opcode, eng, ops[o:a], ops[a:e], cost, None, loc[k], flops, 0, 0, 0, pre,
                         bar.get(k) if bar else None))
             o = e
         self._op += o
