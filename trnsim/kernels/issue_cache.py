@@ -52,7 +52,7 @@ import numpy as np
 
 from .. import config
 from ..memory import HBM, PSUM, Tensor
-from ..machine.replay_gen import compile_program, compiled_source, program_lines, touch_plain
+from ..machine.replay_gen import compile_program, compiled_source, program_lines
 from ..memory.dtypes import DType
 
 __all__ = ["enabled", "set_enabled", "issue", "MAX_ENTRIES"]
@@ -513,7 +513,7 @@ def _site_function(fn, args, kwargs, hbm_off, prog=None, site=None, remakes=(0, 
     layout is replayed by its ``run`` (and counted, :func:`_site_missed`).  The source holds only the structure
     (names ``C0``, ``N0``... for the classes and keyword names, ``R..`` for the replay's constants), so it is
     compiled once per structure."""
-    ns = {"FN": fn, "_view_key": _view_key, "_MISSING": _MISSING, "_touch_plain": touch_plain}
+    ns = {"FN": fn, "_view_key": _view_key, "_MISSING": _MISSING}
     ki = 0 if hbm_off else 1
     n = len(args)
     lines = ["def replay(core, loc, args, kwargs):",

@@ -17,6 +17,7 @@ from ..memory import HBM, ON_CHIP, PSUM, SBUF, Buffer, MemorySpace
 from ..targets import Target, get_target
 from .capacity import Occupancy
 from .record_cols import InstrRecord, RecordColumns, Records
+from .replay_gen import touch_plain
 
 __all__ = ["NeuronCore", "Chip", "InstrRecord"]
 
@@ -251,19 +252,19 @@ class NeuronCore:
                 self.record_dma(opcode, writes, reads, dma[0], dma[1], cost, loc, dma[2], dma[3])
             return
         occ = self.occupancy
-        ranges = occ.ranges
         s = occ.seq
         cols = self.columns
         cb, clo, chi, cv = cols.b, cols.lo, cols.hi, cols.v
+        sb, ps = self.sbuf, self.psum
         for lst in (wl, rl):
             for i, oc, tm in lst:
                 t = leaves[i]
-                bid = t.buf.id
+                buf = t.buf
+                bid = buf.id
                 if oc == 1:
-                    k = (bid, -1)
-                    rg = ranges.get(k)
-                    if rg is None:
-                        occ.first(k, t.buf, loc)
+                    rg = buf.live           # (the tile's entry kept on it: replay_gen.touch_plain)
+                    if rg is None or (buf.space is not sb and buf.space is not ps):
+                        touch_plain(occ, buf, loc, sb, ps)
                     else:
                         rg[1] = s
                         rg[3] = loc

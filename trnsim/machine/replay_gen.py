@@ -39,7 +39,9 @@ def touch_plain(occ, buf, loc, sb, ps):
     """Instruction ``occ.seq`` touches plain tile ``buf`` (not a block tensor) through its occupancy table: its
     live range begun (``Occupancy.first``) or extended; the entry is then kept on the buffer (``buf.live``) when
     ``buf`` is in this core's SBUF ``sb`` or PSUM ``ps``, so the next touch updates it without a lookup (the same
-    list object as the table's: ``Occupancy`` never replaces an entry, it updates it in place)."""
+    list object as the table's: ``Occupancy`` never replaces an entry, it updates it in place).  The replay's
+    touch of a plain tile: ``NeuronCore.replay`` calls it when the buffer keeps no entry of this core, and the
+    generated replay (:func:`program_lines`) writes the same steps inline."""
     k = (buf.id, -1)
     ranges = occ.ranges
     rg = ranges.get(k)
@@ -64,7 +66,7 @@ def compile_program(steps, slow):
       them), ``dma`` None or ``(nbytes, rows, part0, dge)``.
 
     ``slow(core, loc, leaves)`` runs instead when ``core._record`` is off or ``core.programs`` is set."""
-    consts = {"_slow": slow, "_touch_plain": touch_plain}
+    consts = {"_slow": slow}
     lines = ["def run(core, loc, leaves):",
              "    if not core._record or core.programs is not None:",
              "        return _slow(core, loc, leaves)"]
@@ -83,9 +85,9 @@ def program_lines(steps, consts, prefix, leaf, leaves="leaves", indent="    "):
     """The body of :func:`compile_program`'s ``run`` for ``steps`` (after its hand-over test), as source lines
     indented by ``indent``: the code reads ``core`` and ``loc``, operand ``i`` as the expression ``leaf(i)`` and the
     list of all operands as ``leaves`` (only for a ``("expr", f)`` argument); each constant is put in ``consts``
-    under a new name starting with ``prefix``, and ``consts`` must hold ``_touch_plain`` (:func:`touch_plain`).
-    The code's own names (``occ``, ``s``, ``cols``, ``sb``, ``ps``, ``rg``, ``t<i>``, ``o<i>``, ``b<i>``, ``v<j>``,
-    ``lo<j>``, ``hi<j>``) must not be used by the code around it."""
+    under a new name starting with ``prefix``.  A plain tile's touch is :func:`touch_plain`, written inline.  The
+    code's own names (``occ``, ``s``, ``cols``, ``sb``, ``ps``, ``k``, ``rg``, ``t<i>``, ``o<i>``, ``b<i>``,
+    ``v<j>``, ``lo<j>``, ``hi<j>``) must not be used by the code around it."""
     lines = []
 
     def const(v):
@@ -131,10 +133,19 @@ def program_lines(steps, consts, prefix, leaf, leaves="leaves", indent="    "):
                 if i in touched:    # the same tile again in this instruction: its range already ends here
                     continue
                 touched.add(i)
-                # (the tile's entry kept on it, Buffer.live, when this core's space holds it: touch_plain)
+                # (the tile's entry kept on it, Buffer.live, when this core's space holds it: touch_plain, inline)
                 w(f"rg = o{i}.live")
                 w(f"if rg is None or (o{i}.space is not sb and o{i}.space is not ps):")
-                w(f"    _touch_plain(occ, o{i}, loc, sb, ps)")
+                w(f"    k = (b{i}, -1)")
+                w("    rg = occ.ranges.get(k)")
+                w("    if rg is None:")
+                w(f"        occ.first(k, o{i}, loc)")
+                w("        rg = occ.ranges[k]")
+                w("    else:")
+                w("        rg[1] = s")
+                w("        rg[3] = loc")
+                w(f"    if o{i}.space is sb or o{i}.space is ps:")
+                w(f"        o{i}.live = rg")
                 w("else:")
                 w("    rg[1] = s")
                 w("    rg[3] = loc")
