@@ -63,11 +63,20 @@ class RecordColumns:
             return
         self.pend = []
         n0 = len(self._eng)
-        # one C pass per field (``zip(*p)`` over a million rows is several times slower: a million iterators)
-        for k, col in enumerate((self._eng, self._cost, self._pre, self._opcode, self._flops, self._nw,
-                                 self._nops)):
-            col += map(itemgetter(k), p)
-        dma = list(map(itemgetter(7), p))
+        if len(p) <= 256:           # a few rows (a loop being watched by the loop replay reads them): transposed
+            eng, cost, pre, opcode, flops, nw, nops, dma = zip(*p)
+            self._eng += eng
+            self._cost += cost
+            self._pre += pre
+            self._opcode += opcode
+            self._flops += flops
+            self._nw += nw
+            self._nops += nops
+        else:                       # one C pass per field (``zip(*p)`` of a million rows makes a million iterators)
+            for k, col in enumerate((self._eng, self._cost, self._pre, self._opcode, self._flops, self._nw,
+                                     self._nops)):
+                col += map(itemgetter(k), p)
+            dma = list(map(itemgetter(7), p))
         if dma.count(None) != len(dma):
             sel = list(map(is_not, dma, repeat(None)))
             self._dma += compress(range(n0, n0 + len(dma)), sel)
