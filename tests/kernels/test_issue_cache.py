@@ -67,7 +67,9 @@ def _columns(res):
     for c in res.cores:
         cols = c.columns
         ids = _canon(c)
-        d = {f: list(getattr(cols, f)) if f != "barrier" else cols.barrier for f in cols.__slots__}
+        # (every column as read: rows still pending are made columns first, record_cols.RecordColumns.flush)
+        names = [f.lstrip("_") for f in cols.__slots__ if f != "pend"]
+        d = {f: list(getattr(cols, f)) if f != "barrier" else cols.barrier for f in names}
         d["b"] = [ids[b] for b in d["b"]]
         out.append(d)
     return out

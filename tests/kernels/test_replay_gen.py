@@ -154,7 +154,9 @@ def _state(res):
                 row.append(_typed(v))
             recs.append(tuple(row))
         cols = c.columns
-        colv = {f: _typed(getattr(cols, f)) for f in cols.__slots__ if f not in ("b", "bar", "barrier")}
+        # (every column as read: rows still pending are made columns first, record_cols.RecordColumns.flush)
+        names = [f.lstrip("_") for f in cols.__slots__ if f != "pend"]
+        colv = {f: _typed(getattr(cols, f)) for f in names if f not in ("b", "bar", "barrier")}
         colv["b"] = [ids[b] for b in cols.b]
         colv["bar"] = sorted(cols.bar.items())
         occ = c.occupancy

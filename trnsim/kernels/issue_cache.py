@@ -44,6 +44,7 @@ from __future__ import annotations
 import enum
 import itertools
 import os
+import re
 import types
 import weakref
 
@@ -526,6 +527,7 @@ def _site_function(fn, args, kwargs, hbm_off, prog=None, site=None, remakes=(0, 
     else:
         lines += ["    if args:", "        return False"]
     checks, parts, tens = [], ["FN"], []
+    same = ["cache is M0"]          # the last key found at this site, compared by identity (below)
     for i, a in enumerate(args):
         t = type(a)
         ns[f"C{i}"] = t
@@ -534,9 +536,13 @@ def _site_function(fn, args, kwargs, hbm_off, prog=None, site=None, remakes=(0, 
             j = len(tens)
             tens.append(i)
             alias = " else ".join(f"{m} if buf{j} is buf{m}" for m in range(j)) + " else -1" if j else "-1"
-            parts += [f"l{j}[{ki}]", alias if j == 0 else f"({alias})"]
+            parts += [f"l{j}[{ki}]", alias if j == 0 else f"al{j}"]
+            same.append(f"l{j} is ML{j}")
+            if j:
+                same.append(f"al{j} == MA{j}")
         elif t in _PLAIN:
             parts += [f"C{i}", f"a{i}"]
+            same.append(f"a{i} is MP{i}")
         else:
             return None
     names = sorted(kwargs) if len(kwargs) > 1 else list(kwargs)
@@ -549,6 +555,7 @@ def _site_function(fn, args, kwargs, hbm_off, prog=None, site=None, remakes=(0, 
         lines.append(f"    kw{i} = kwargs.get(N{i}, _MISSING)")
         checks.append(f"type(kw{i}) is not D{i}")
         parts += [f"N{i}", f"D{i}", f"kw{i}"]
+        same.append(f"kw{i} is MK{i}")
     if checks:
         lines += [f"    if {' or '.join(checks)}:", "        return False"]
     for j, i in enumerate(tens):
@@ -558,7 +565,26 @@ def _site_function(fn, args, kwargs, hbm_off, prog=None, site=None, remakes=(0, 
                   f"        l{j} = a{i}._lk or _view_key(a{i})",
                   "    except AttributeError:      # a view made without the slot set",
                   f"        l{j} = _view_key(a{i})"]
-    lines.append(f"    prog = core.issue_cache.get(({', '.join(parts)},))")
+        if j:
+            alias = " else ".join(f"{m} if buf{j} is buf{m}" for m in range(j)) + " else -1"
+            lines.append(f"    al{j} = {alias}")
+    # the key's parts the same objects as at the last call that found a layout (the same core's cache, the views'
+    # layout numbers the same tuples, the plain values the same objects, the same aliasing): the same key, so the
+    # same layout, without building and hashing the key (a site in a loop body meets the same key call after call)
+    memo = re.findall(r"\b(M[A-Z]*\d+)\b", " ".join(same))
+    rhs = {"M0": "cache"} | {f"ML{j}": f"l{j}" for j in range(len(tens))} | \
+        {f"MA{j}": f"al{j}" for j in range(1, len(tens))} | {f"MP{i}": f"a{i}" for i in range(n)} | \
+        {f"MK{i}": f"kw{i}" for i in range(len(names))}
+    for m in memo:
+        ns[m] = _MISSING
+    lines.insert(1, f"    global MPROG, {', '.join(memo)}")
+    lines += ["    cache = core.issue_cache",
+              f"    if {' and '.join(same)}:",
+              "        prog = MPROG",
+              "    else:",
+              f"        prog = cache.get(({', '.join(parts)},))",
+              "        if prog is not None and prog is not False:      # (None: not cached yet; False: not cacheable)",
+              f"            MPROG, {', '.join(memo)} = prog, {', '.join(rhs[m] for m in memo)}"]
     leaves = f"[{', '.join(f'a{i}' for i in tens)}]"
     steps = _inline_steps(prog) if site is not None else None
     if steps is not None:

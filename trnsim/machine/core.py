@@ -17,6 +17,7 @@ from ..memory import HBM, ON_CHIP, PSUM, SBUF, Buffer, MemorySpace
 from ..targets import Target, get_target
 from .capacity import Occupancy
 from .record_cols import InstrRecord, RecordColumns, Records
+from .replay_gen import touch_plain
 
 __all__ = ["NeuronCore", "Chip", "InstrRecord"]
 
@@ -43,15 +44,10 @@ def _ranges(tensors, views, cols=None):
     return tuple(out)
 
 
-def _cols_add(c, engine, cost, pre, opcode, flops, loc, nw, nr):
-    c.eng.append(engine)
-    c.cost.append(cost)
-    c.pre.append(pre)
-    c.opcode.append(opcode)
-    c.flops.append(flops)
+def _cols_add(c, engine, cost, pre, opcode, flops, loc, nw, nr, dma=None):
+    """An instruction's row (``record_cols.ROW_FIELDS``; ``dma`` None or ``(nbytes, rows, part0, dge)``) and line."""
+    c.pend.append((engine, cost, pre, opcode, flops, nw, nw + nr, dma))
     c.loc.append(loc)
-    c.nw.append(nw)
-    c.nops.append(nw + nr)
 
 
 _LIVE: "weakref.WeakSet[NeuronCore]" = weakref.WeakSet()   # cores alive, for progress reporting
@@ -140,11 +136,10 @@ class NeuronCore:
         buffer held in its dtype's own encoding (``Buffer``)."""
         track = kind == PSUM or self.strict
         if address is None and not block and (kind == SBUF or kind == PSUM) and type(shape) is tuple:
-            # a plain tile (the common case, every iteration of a loop body): Buffer.tile makes the same buffer
-            buf = Buffer.tile(self.sbuf if kind == SBUF else self.psum, dtype, shape, name, self.execute, track)
-            shp = buf.shape        # (the entry below, without the partitions property's call)
-            self.buffers[buf.id] = (buf.kind, buf.bytes_pp, shp[0] if shp else 0, dtype.itemsize)
-            return buf
+            # a plain tile (the common case, every iteration of a loop body): Buffer.tile makes the same buffer and
+            # its entry below
+            return Buffer.tile(self.sbuf if kind == SBUF else self.psum, dtype, shape, name, self.execute, track,
+                               self.buffers)
         else:
             buf = Buffer(self.space(kind), dtype, shape, name=name, execute=self.execute, track_written=track,
                          address=address, block=block, block_shape=block_shape, native=native)
@@ -195,14 +190,8 @@ class NeuronCore:
                 clo.append(lo)
                 chi.append(hi)
                 cv.append(v)
-            cols.eng.append(engine)
-            cols.cost.append(cycles)
-            cols.pre.append(pre)
-            cols.opcode.append(opcode)
-            cols.flops.append(flops)
+            cols.pend.append((engine, cycles, pre, opcode, flops, nw, len(cb) - n0, None))   # (its row)
             cols.loc.append(loc)
-            cols.nw.append(nw)
-            cols.nops.append(len(cb) - n0)
             if self.programs is not None:
                 self.programs.issued(self, self.instructions[-1], writes, reads)
         elif self.programs is not None:
@@ -219,17 +208,11 @@ class NeuronCore:
         if self._record:
             cols = self.columns
             views = self._views
-            rid = len(cols.eng)
             nw = len(_ranges(writes, views, cols))
             nr = len(_ranges(reads, views, cols))
             if dge is not None and dge[0] == 0 and dge[1] < 0:
                 dge = None
-            _cols_add(cols, "dma", ns, 0.0, opcode, 0, loc, nw, nr)
-            cols.dma.append(rid)
-            cols.rows.append(rows)
-            cols.part0.append(part0)
-            cols.nbytes.append(nbytes)
-            cols.dge.append(dge)
+            _cols_add(cols, "dma", ns, 0.0, opcode, 0, loc, nw, nr, (nbytes, rows, part0, dge))
             if self.programs is not None:
                 self.programs.issued(self, self.instructions[-1], writes, reads)
         elif self.programs is not None:
@@ -269,19 +252,19 @@ class NeuronCore:
                 self.record_dma(opcode, writes, reads, dma[0], dma[1], cost, loc, dma[2], dma[3])
             return
         occ = self.occupancy
-        ranges = occ.ranges
         s = occ.seq
         cols = self.columns
         cb, clo, chi, cv = cols.b, cols.lo, cols.hi, cols.v
+        sb, ps = self.sbuf, self.psum
         for lst in (wl, rl):
             for i, oc, tm in lst:
                 t = leaves[i]
-                bid = t.buf.id
+                buf = t.buf
+                bid = buf.id
                 if oc == 1:
-                    k = (bid, -1)
-                    rg = ranges.get(k)
-                    if rg is None:
-                        occ.first(k, t.buf, loc)
+                    rg = buf.live           # (the tile's entry kept on it: replay_gen.touch_plain)
+                    if rg is None or (buf.space is not sb and buf.space is not ps):
+                        touch_plain(occ, buf, loc, sb, ps)
                     else:
                         rg[1] = s
                         rg[3] = loc
@@ -298,25 +281,13 @@ class NeuronCore:
                 chi.append(hi)
                 cv.append(v)
         occ.seq = s + 1
-        eng = cols.eng
         if dma is not None:
             dge = dma[3]
             if dge is not None and dge[0] == 0 and dge[1] < 0:
-                dge = None
-            cols.dma.append(len(eng))
-            cols.dge.append(dge)
-            cols.rows.append(dma[1])
-            cols.part0.append(dma[2])
-            cols.nbytes.append(dma[0])
-        eng.append(engine)
-        cols.cost.append(cost)
-        cols.pre.append(pre)
-        cols.opcode.append(opcode)
-        cols.flops.append(flops)
-        cols.loc.append(loc)
+                dma = (dma[0], dma[1], dma[2], None)
         nw = len(wl)
-        cols.nw.append(nw)
-        cols.nops.append(nw + len(rl))
+        cols.pend.append((engine, cost, pre, opcode, flops, nw, nw + len(rl), dma))   # (its row)
+        cols.loc.append(loc)
 
     def _occupy(self, writes, reads, loc):
         """The instruction touches its on-chip operands (their live ranges, ``capacity.Occupancy``); a plain
@@ -374,7 +345,7 @@ class NeuronCore:
         self.occupancy.fence(loc, "core_barrier")
         if self._record:
             cols = self.columns
-            cols.bar[len(cols.eng)] = tuple(parts)
+            cols.bar[len(cols)] = tuple(parts)
             w = _ranges(writes, self._views, cols)
             _cols_add(cols, engine, float(self.target.min_ii_cycles), 0.0, "core_barrier", 0, loc, len(w), 0)
             cols.barrier = True

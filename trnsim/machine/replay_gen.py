@@ -6,14 +6,14 @@ does a record generically (a loop over operand triples, a branch per operand); h
 generated per layout, with the constants of every step (engine, cost, opcode, the operands' extents and access
 patterns when the layout fixes them, the occupancy code of each operand) written into it.  It does exactly what
 ``NeuronCore.replay`` does, in the same order for each structure it changes (occupancy live ranges, then the
-operand columns, then the per-instruction columns), so records, columns and live ranges are the same objects
+operand columns, then the instruction's row), so records, columns and live ranges are the same objects
 with the same values.  When the core keeps no record columns, or a multi-program launch is running, the generated
 function hands over to ``slow`` (the generic replay), as ``NeuronCore.replay`` does.
 """
 
 from __future__ import annotations
 
-__all__ = ["compile_program", "compiled_source", "program_lines"]
+__all__ = ["compile_program", "compiled_source", "program_lines", "touch_plain"]
 
 _CODE: dict = {}     # source -> its compiled module code (compile_program)
 
@@ -33,6 +33,27 @@ def _dge_norm(dge):
     if dge is not None and dge[0] == 0 and dge[1] < 0:
         return None
     return dge
+
+
+def touch_plain(occ, buf, loc, sb, ps):
+    """Instruction ``occ.seq`` touches plain tile ``buf`` (not a block tensor) through its occupancy table: its
+    live range begun (``Occupancy.first``) or extended; the entry is then kept on the buffer (``buf.live``) when
+    ``buf`` is in this core's SBUF ``sb`` or PSUM ``ps``, so the next touch updates it without a lookup (the same
+    list object as the table's: ``Occupancy`` never replaces an entry, it updates it in place).  The replay's
+    touch of a plain tile: ``NeuronCore.replay`` calls it when the buffer keeps no entry of this core, and the
+    generated replay (:func:`program_lines`) writes the same steps inline."""
+    k = (buf.id, -1)
+    ranges = occ.ranges
+    rg = ranges.get(k)
+    if rg is None:
+        occ.first(k, buf, loc)
+        rg = ranges[k]
+    else:
+        rg[1] = occ.seq
+        rg[3] = loc
+    sp = buf.space
+    if sp is sb or sp is ps:
+        buf.live = rg
 
 
 def compile_program(steps, slow):
@@ -64,8 +85,9 @@ def program_lines(steps, consts, prefix, leaf, leaves="leaves", indent="    "):
     """The body of :func:`compile_program`'s ``run`` for ``steps`` (after its hand-over test), as source lines
     indented by ``indent``: the code reads ``core`` and ``loc``, operand ``i`` as the expression ``leaf(i)`` and the
     list of all operands as ``leaves`` (only for a ``("expr", f)`` argument); each constant is put in ``consts``
-    under a new name starting with ``prefix``.  The code's own names (``occ``, ``ranges``, ``s``, ``cols``, ``k``,
-    ``rg``, ``t<i>``, ``b<i>``, ``v<j>``, ``lo<j>``, ``hi<j>``) must not be used by the code around it."""
+    under a new name starting with ``prefix``.  A plain tile's touch is :func:`touch_plain`, written inline.  The
+    code's own names (``occ``, ``s``, ``cols``, ``sb``, ``ps``, ``k``, ``rg``, ``t<i>``, ``o<i>``, ``b<i>``,
+    ``v<j>``, ``lo<j>``, ``hi<j>``) must not be used by the code around it."""
     lines = []
 
     def const(v):
@@ -95,23 +117,35 @@ def program_lines(steps, consts, prefix, leaf, leaves="leaves", indent="    "):
             continue
         _, opcode, engine, ops, nw, cost, flops, pre, dma = step
         w("occ = core.occupancy")
-        w("ranges = occ.ranges")
         w("s = occ.seq")
         w("cols = core.columns")
         used = sorted({i for i, _, _ in ops})
         for i in used:
             w(f"t{i} = {leaf(i)}")
-            w(f"b{i} = t{i}.buf.id")
+            w(f"o{i} = t{i}.buf")
+            w(f"b{i} = o{i}.id")
+        if any(oc == 1 for _, oc, _ in ops):
+            w("sb = core.sbuf")
+            w("ps = core.psum")
         touched = set()
         for i, oc, _ in ops:        # the occupancy, operand by operand (NeuronCore.replay's first half)
             if oc == 1:
                 if i in touched:    # the same tile again in this instruction: its range already ends here
                     continue
                 touched.add(i)
-                w(f"k = (b{i}, -1)")
-                w("rg = ranges.get(k)")
-                w("if rg is None:")
-                w(f"    occ.first(k, t{i}.buf, loc)")
+                # (the tile's entry kept on it, Buffer.live, when this core's space holds it: touch_plain, inline)
+                w(f"rg = o{i}.live")
+                w(f"if rg is None or (o{i}.space is not sb and o{i}.space is not ps):")
+                w(f"    k = (b{i}, -1)")
+                w("    rg = occ.ranges.get(k)")
+                w("    if rg is None:")
+                w(f"        occ.first(k, o{i}, loc)")
+                w("        rg = occ.ranges[k]")
+                w("    else:")
+                w("        rg[1] = s")
+                w("        rg[3] = loc")
+                w(f"    if o{i}.space is sb or o{i}.space is ps:")
+                w(f"        o{i}.live = rg")
                 w("else:")
                 w("    rg[1] = s")
                 w("    rg[3] = loc")
@@ -143,18 +177,10 @@ def program_lines(steps, consts, prefix, leaf, leaves="leaves", indent="    "):
                 w(f"cols.hi += {tup(his)}")
                 w(f"cols.v += {tup(vs)}")
         w("occ.seq = s + 1")
-        if dma is not None:
-            w("cols.dma.append(len(cols.eng))")
-            w(f"cols.dge.append({const(_dge_norm(dma[3]))})")
-            w(f"cols.rows.append({const(dma[1])})")
-            w(f"cols.part0.append({const(dma[2])})")
-            w(f"cols.nbytes.append({const(dma[0])})")
-        w(f"cols.eng.append({const(engine)})")
-        w(f"cols.cost.append({const(cost)})")
-        w(f"cols.pre.append({const(pre)})")
-        w(f"cols.opcode.append({const(opcode)})")
-        w(f"cols.flops.append({const(flops)})")
+        # the instruction's row (record_cols.ROW_FIELDS): one constant tuple of the layout, the same object at
+        # every replay
+        row = (engine, cost, pre, opcode, flops, nw, len(ops),
+               None if dma is None else (dma[0], dma[1], dma[2], _dge_norm(dma[3])))
+        w(f"cols.pend.append({const(row)})")
         w("cols.loc.append(loc)")
-        w(f"cols.nw.append({const(nw)})")
-        w(f"cols.nops.append({const(len(ops))})")
     return lines

@@ -93,12 +93,49 @@ def choose(force=None, rows=0) -> str:
     return m
 
 
-def _columns(core):
+def _row_columns(rows, py=False):
+    """The per-instruction columns of record rows (``record_cols.ROW_FIELDS`` tuples, ``RecordColumns.pend``) as
+    arrays, made per distinct row object (a cached layout appends the same row object at every replay) and spread
+    by each row's distinct number: numbers as int64/float64 arrays, the engine, opcode and FLOPs as object arrays
+    (their own objects), the DMA rows' fields as arrays (``dge`` a list)."""
+    first, inv = _distinct(rows, py)
+    dis = [rows[i] for i in first]
+    nd = len(dis)
+
+    def obj(vals):
+        a = np.empty(len(vals), object)
+        for i, x in enumerate(vals):        # (one by one: tuples and strings stay objects)
+            a[i] = x
+        return a
+
+    def col(k, dt=None):
+        vals = [r[k] for r in dis]
+        return (obj(vals) if dt is None else np.array(vals, dt))[inv]
+
+    out = dict(eng=col(0), cost=col(1, np.float64), pre=col(2, np.float64), opcode=col(3), flops=col(4),
+               nw=col(5, np.int64), nops=col(6, np.int64))
+    is_dma = np.fromiter((r[7] is not None for r in dis), np.bool_, nd)
+    dma = np.flatnonzero(is_dma[inv])
+    di = inv[dma]
+    dd = [r[7] or (0, 0, 0, None) for r in dis]
+    out.update(dma=dma, nbytes=np.array([d[0] for d in dd], np.int64)[di], rows=np.array([d[1] for d in dd],
+               np.int64)[di], part0=np.array([d[2] for d in dd], np.int64)[di],
+               dge=obj([d[3] for d in dd])[di].tolist())
+    return out
+
+
+def _columns(core, py=False):
     """The core's record as columns (``record_cols.RecordColumns`` lists): the ones appended while recording when
-    they cover the record, else gathered from the ``InstrRecord`` objects.  Returns a dict of sequences."""
+    they cover the record (the per-instruction ones from its rows while every row is still pending:
+    :func:`_row_columns`), else gathered from the ``InstrRecord`` objects.  Returns a dict of sequences."""
     recs = core.instructions
     n = len(recs)
     c = getattr(core, "columns", None)
+    pend = getattr(c, "pend", None)
+    if pend and len(pend) == n and len(c) == n and n:
+        out = _row_columns(pend, py)
+        out.update(loc=c.loc, b=c.b, lo=c.lo, hi=c.hi, v=c.v, bar=c.bar if c.barrier else {}, id=None)
+        return out
     if c is not None and len(c) == n and len(c.nops) == n:
         return dict(eng=c.eng, cost=c.cost, pre=c.pre, opcode=c.opcode, flops=c.flops, loc=c.loc, nw=c.nw,
                     nops=c.nops, dma=c.dma, rows=c.rows, part0=c.part0, nbytes=c.nbytes, dge=c.dge, b=c.b, lo=c.lo,
@@ -129,7 +166,10 @@ def _distinct(seq, py=False):
 
 
 def _ints(seq, dtype=np.int64):
-    """A list of numbers as an array (``np.fromiter`` with the length known: no pass to find the type)."""
+    """A list of numbers as an array (``np.fromiter`` with the length known: no pass to find the type); an array
+    as it is (in ``dtype``)."""
+    if isinstance(seq, np.ndarray):
+        return seq.astype(dtype, copy=False)
     return np.fromiter(seq, dtype, len(seq))
 
 
@@ -137,7 +177,7 @@ def encode(core, py=False):
     """``(arrays, engine codes, record columns)``: the arrays the loop reads (``sched_events``' docstring)
     and the record's own columns for the Timeline.  ``py``: with the loop's helpers uncompiled (``choose``)."""
     n = len(core.instructions)
-    c = _columns(core)
+    c = _columns(core, py)
     eng_s = c["eng"]
     first, inv = _distinct(eng_s, py)
     names = [eng_s[i] for i in first]

@@ -202,14 +202,15 @@ class MemorySpace:
     def release(self, addr: int, size: int) -> None:
         self.live -= size
         free = self._free
+        if free:
+            start, fsize = free[0]
+            if addr + size == start:        # just below the first free range (a loop's tiles): joined to it
+                free[0] = (addr, size + fsize)
+                return
+            lo = 0 if addr < start else bisect.bisect_left(free, (addr,))    # (the first range from addr on)
+        else:
+            lo = 0
         # insert and merge neighbours
-        lo, hi = 0, len(free)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if free[mid][0] < addr:
-                lo = mid + 1
-            else:
-                hi = mid
         free.insert(lo, (addr, size))
         if lo + 1 < len(free) and free[lo][0] + free[lo][1] == free[lo + 1][0]:
             free[lo] = (free[lo][0], free[lo][1] + free[lo + 1][1])
@@ -286,7 +287,7 @@ class Buffer:
 
     __slots__ = ("id", "space", "kind", "dtype", "shape", "nelem", "pfree", "addr", "bytes_pp", "_data", "fresh",
                  "written", "all_written", "name", "block", "block_shape", "placement", "layout_key", "_release",
-                 "native", "storage", "borrowed", "_claimed", "__weakref__")
+                 "native", "storage", "borrowed", "_claimed", "live", "__weakref__")
 
     def __init__(self, space: MemorySpace | None, dtype: DType, shape: tuple, *, name: str = "",
                  data: np.ndarray | None = None, execute: bool = True, track_written: bool = False,
@@ -330,7 +331,10 @@ class Buffer:
         if on_chip and sn is not None and type(shape) is tuple and len(_TILE_GEOM) < 4096:
             # what Buffer.tile needs to make the next buffer of this shape, dtype and kind (the dtype object kept,
             # so its id is not reused while the entry lives; a hit checks it)
-            _TILE_GEOM.setdefault((shape, id(dtype), self.kind), (dtype, self.shape, n, self.pfree, self.bytes_pp))
+            # (and the entry a core's buffer table keeps for it, one tuple shared by every tile of the geometry)
+            _TILE_GEOM.setdefault((shape, id(dtype), self.kind), (
+                dtype, self.shape, n, self.pfree, self.bytes_pp,
+                (self.kind, self.bytes_pp, self.shape[0] if self.shape else 0, dtype.itemsize)))
         self.addr = 0
         # block tensors ([B, par_dim(P), F] laid out as P partitions of B blocks): elements per partition of one
         # block (0: not a block tensor) and the block dims; set by the front end.  placement: an explicit
@@ -339,6 +343,9 @@ class Buffer:
         self.block_shape = tuple(block_shape) if block_shape else None
         self.placement = None
         self.layout_key = None     # the buffer's part of an operand layout (kernels/issue_cache.py), made on use
+        # the tile's live-range entry in the occupancy of the core whose space holds it (capacity.Occupancy.ranges'
+        # list for key (id, -1)), kept here by the issue paths at its first touch so later touches need no lookup
+        self.live = None
         self._release = None       # (space, addr, bytes): returned to the space when the buffer goes (__del__)
         if space is not None:
             what = f"tensor {name!r}" if name else "a tensor"
@@ -387,10 +394,13 @@ class Buffer:
                                 else np.zeros(n, dtype=np.bool_))
 
     @classmethod
-    def tile(cls, space: MemorySpace, dtype: DType, shape: tuple, name: str, execute: bool, track_written: bool):
+    def tile(cls, space: MemorySpace, dtype: DType, shape: tuple, name: str, execute: bool, track_written: bool,
+             table: dict | None = None):
         """``Buffer(space, dtype, shape, name=name, execute=execute, track_written=track_written)`` for an on-chip
         ``space`` (no data, no explicit address, not a block tensor): the same buffer, made without the general
-        constructor's branches (a loop body allocates its tiles through here every iteration)."""
+        constructor's branches (a loop body allocates its tiles through here every iteration).  Its entry in the
+        core's buffer table ``table`` (if given) is made here: ``id -> (kind, bytes per partition, partitions,
+        itemsize)``."""
         global _TILE_LAST
         last = _TILE_LAST
         kind = space.kind
@@ -399,11 +409,17 @@ class Buffer:
         else:
             g = _TILE_GEOM.get((shape, id(dtype), kind))
             if g is None or g[0] is not dtype:
-                return cls(space, dtype, shape, name=name, execute=execute, track_written=track_written)
+                self = cls(space, dtype, shape, name=name, execute=execute, track_written=track_written)
+                if table is not None:
+                    shp = self.shape
+                    table[self.id] = (self.kind, self.bytes_pp, shp[0] if shp else 0, dtype.itemsize)
+                return self
             _TILE_LAST = (shape, dtype, kind, g)
-        _, shp, n, pfree, bpp = g
+        _, shp, n, pfree, bpp, entry = g
         self = object.__new__(cls)
-        self.id = next(_ids)
+        self.id = i = next(_ids)
+        if table is not None:
+            table[i] = entry
         self.space = space
         self.kind = kind
         self.dtype = dtype
@@ -417,6 +433,7 @@ class Buffer:
         self.block_shape = None
         self.placement = None
         self.layout_key = None
+        self.live = None
         self._release = None
         self.native = False
         self.storage = None
