@@ -108,8 +108,8 @@ def _gather(src, indices):
 
 
 def _payload_op(fn):
-    """The callable a step of mode 0 (as traced) runs: ``_gather`` for ``aten.index.Tensor``, else the op (an
-    OpOverload's ``_op``: its ``__call__`` is only ``self._op(*args, **kwargs)``)."""
+    """The callable a generated step of mode 0 (as traced) calls: ``_gather`` for ``aten.index.Tensor``, else the
+    op (an OpOverload's ``_op``: its ``__call__`` is only ``self._op(*args, **kwargs)``)."""
     if fn is _INDEX:
         return _gather
     return fn._op if fn.__class__ is torch._ops.OpOverload else fn
@@ -220,7 +220,8 @@ class CompiledGraph:
 
     def _interpret(self, env, wrappers):
         """The steps run by walking their argument templates (``_resolve``) on every call: the reference that the
-        generated function (``_generate``) is tested against."""
+        generated function (``_generate``) is tested against, so it takes none of its shortcuts (``_gather``,
+        ``_direct_steps``)."""
         for i, fn, a, kw, mode, v in self.steps:
             if mode == 3:
                 env[i] = a
@@ -232,7 +233,7 @@ class CompiledGraph:
             elif mode:
                 env[i] = _compute(fn, ra, rk, mode, v, self.casts.get(i))
             else:
-                env[i] = _payload_op(fn)(*ra, **rk)
+                env[i] = fn(*ra, **rk)
         return _resolve(self.output, env)
 
     @staticmethod
