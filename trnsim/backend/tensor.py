@@ -119,6 +119,12 @@ class NeuronTensor(torch.Tensor):
                 if ns:
                     charging.advance(name, ns, kind, flops, nbytes, ua, out)
                 return _rewrap_flat(out, args, ua)
+            if not kwargs and FAST_PATH and not MULTI and not STATE.profilers:
+                view = _VIEWS.get(id(func))
+                if view is not None:
+                    out = _view(view, args)
+                    if out is not None:
+                        return out
             return dispatch(func, args, kwargs or {})
         except Exception as e:
             if not _on_autograd_worker():
@@ -546,7 +552,33 @@ def _info(func):
     impl = _native_dropout if name == "native_dropout" else NATIVE_IMPLS.get(name)
     r = _INFO[id(func)] = (name, cat, name in TRANSFER, name in ACCUMULATING, check, _written(func), gen, impl,
                            runner)
+    if cat == "view" and name[-1] != "_" and check is None and not r[5]:
+        _VIEWS[id(func)] = runner
     return r
+
+
+# id(OpOverload) -> its callable, for the view ops ``_view`` may run (not in-place, no argument written or checked;
+# filled by ``_info`` on an op's first dispatch)
+_VIEWS = {}
+
+
+def _view(call, args):
+    """A view op (``t``, ``view``, ``detach``, ``expand``...) of one wrapper with sizes, dims or scalars, as
+    ``_dispatch`` runs it without its generality: the op on the payload, no charge (a view moves no data:
+    ``charging.op_time`` gives 0 for the category) and the result wrapped (the input's own wrapper if the op returned
+    the payload).  None when another argument is not a scalar or a list of ints (``_dispatch`` then runs it)."""
+    a0 = args[0]
+    if a0.__class__ is not NeuronTensor:
+        return None
+    for a in args[1:]:
+        c = a.__class__
+        if c not in _SCALARS and not ((c is list or c is tuple) and _all_ints(a)):
+            return None
+    p = a0._p
+    out = call(p, *args[1:])
+    if out.__class__ is _TENSOR:
+        return a0 if out is p else wrap(out)
+    return _rewrap_flat(out, args, (p,) + tuple(args[1:]))
 
 
 _SPARSE_GRAD_OPS = ("embedding", "_embedding_bag", "_embedding_bag_forward_only")
