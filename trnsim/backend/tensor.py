@@ -119,12 +119,21 @@ class NeuronTensor(torch.Tensor):
                 if ns:
                     charging.advance(name, ns, kind, flops, nbytes, ua, out)
                 return _rewrap_flat(out, args, ua)
-            if not kwargs and FAST_PATH and not MULTI and not STATE.profilers:
-                view = _VIEWS.get(id(func))
-                if view is not None:
-                    out = _view(view, args)
-                    if out is not None:
-                        return out
+            if FAST_PATH and not MULTI and not STATE.profilers:
+                if not kwargs:
+                    view = _VIEWS.get(id(func))
+                    if view is not None:
+                        out = _view(view, args)
+                        if out is not None:
+                            return out
+                elif func is _TO_COPY and len(kwargs) == 1 and "dtype" in kwargs and len(args) == 1 \
+                        and args[0].__class__ is NeuronTensor:
+                    # a dtype conversion on the device (x.float(), x.to(torch.bfloat16)): dispatch()'s charge (the
+                    # elementwise memo of the "copy" category) and a fresh wrapper, without its generality
+                    p = args[0]._p
+                    out = _TO_COPY._op(p, dtype=kwargs["dtype"])
+                    STATE.now_ns += _fast_charge("_to_copy", (p,), out)
+                    return wrap(out)
             return dispatch(func, args, kwargs or {})
         except Exception as e:
             if not _on_autograd_worker():
@@ -501,6 +510,7 @@ def _ew_entry(func):
 
 
 _tf_modes = torch._C._len_torch_function_stack
+_TO_COPY = torch.ops.aten._to_copy.default
 # The elementwise fast path of __torch_dispatch__; False sends every op through dispatch() (tests that plant a wrong
 # kernel there, and comparisons of the two paths, turn it off).
 FAST_PATH = True
