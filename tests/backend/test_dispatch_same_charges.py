@@ -4,8 +4,8 @@ a charge.
 * A mixed program (elementwise ops through Python's operators, kwargs, reductions, matmuls in fp32 and bf16 (fp32
   accumulation), views, in-place and ``out=`` ops, dtype conversions, lists of tensors, random ops, a factory with
   ``device=``, autograd's backward) takes the same simulated time after every statement with every shortcut on
-  (the dispatcher-free operators, ``__torch_dispatch__``'s elementwise path, the per-op dispatch plan, the charge
-  memos) as with all of them off and a profiler recording (the path on which every op is costed by
+  (the dispatcher-free operators, ``__torch_dispatch__``'s elementwise and view paths, the per-op dispatch plan,
+  the charge memos) as with all of them off and a profiler recording (the path on which every op is costed by
   ``charging.op_time`` from scratch).
 * Each op's charge, seen from a TorchDispatchMode around the device, is ``charging.op_time`` of that op's payloads.
 """
@@ -35,6 +35,8 @@ def _program(x, y, w, idx, record):
         lambda: torch.nn.functional.embedding(idx, w.t().contiguous()), lambda: x.index_select(0, idx),
         lambda: x.max(dim=1), lambda: x.abs().amax(), lambda: x.clone().add_(y).mul_(2),
         lambda: torch.add(x, y, out=torch.empty_like(x)), lambda: x.to(torch.int8).to(torch.float32),
+        lambda: x.detach(), lambda: x.unsqueeze(0).expand(2, 6, 8), lambda: x.split(4, dim=1),
+        lambda: x.t().reshape(-1),
     ]
     outs = []
     for s in steps:
@@ -82,6 +84,8 @@ def _run(lean, monkeypatch):
 
 def test_every_shortcut_on_or_off_gives_the_same_timeline(monkeypatch):
     lean_times, lean_vals = _run(True, monkeypatch)
+    # the view ops took tensor._view (their entry is made on first dispatch)
+    assert {id(torch.ops.aten.t.default), id(torch.ops.aten.split.Tensor)} <= set(bt._VIEWS)
     ref_times, ref_vals = _run(False, monkeypatch)
     assert lean_times[-1] > 0
     assert len(lean_times) == len(ref_times)

@@ -27,85 +27,20 @@ import torch
 import torch.autograd.forward_ad as _fwad
 
 from . import charge_memo, charging
+from .accumulate import _accumulate_fp32, _is_low, _written
 from .device_state import STATE
 from .errors import NeuronFallbackError, NeuronFallbackWarning
 from .memory import MEMORY
 from .native_impls import IMPLS as NATIVE_IMPLS
 from .op_table import ACCUMULATING, TABLE, TRANSFER
 from .rng import generator_overload, native_dropout
+from .tensor_attrs import _HIDDEN, _REAL_DICT, _Attrs, _get_dict, _set_dict  # noqa: F401  (_HIDDEN, _Attrs: params.py)
 
 DEVICE = torch.device("privateuseone", 0)   # replaced by torch.device("neuron", 0) at registration
 CURRENT = DEVICE    # the current device (torch.neuron.set_device); the home device while MULTI is False
 MULTI = False       # some tensor is on an index other than the home device (see the module text)
 dispatch_multi = None   # device_index.dispatch_multi (the slow path's device rules while MULTI), set at registration
 _make = torch.Tensor._make_wrapper_subclass
-_LOW = (torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.float8_e5m2)
-
-
-_REAL_DICT = torch.Tensor.__dict__["__dict__"]      # the instance-dictionary descriptor of tensor objects
-# the wrapper's own attributes, which a tensor on CUDA does not have: its payload, its device index, and torch's
-# flag for a Parameter made of a non-Tensor type (``nn.Parameter(t)`` sets it on a wrapper, never on a CUDA tensor)
-_HIDDEN = frozenset(("_p", "_dev", "_is_param"))
-
-
-class _Attrs(dict):
-    """A neuron tensor's ``__dict__`` as Python code sees it: its attributes without the wrapper's own (``_HIDDEN``),
-    so that ``vars(t)``, ``t.__dict__.copy()``, pickling and deep copies of tensor subclasses (bitsandbytes'
-    ``Params4bit.__getstate__``) see what they see on CUDA.  A snapshot for reading; every write goes through to the
-    real dictionary too."""
-
-    __slots__ = ("_real",)
-
-    def __init__(self, real):
-        super().__init__((k, v) for k, v in real.items() if k not in _HIDDEN)
-        self._real = real
-
-    def __setitem__(self, k, v):
-        self._real[k] = v
-        super().__setitem__(k, v)
-
-    def __delitem__(self, k):
-        del self._real[k]
-        super().__delitem__(k)
-
-    def update(self, *args, **kwargs):
-        for k, v in dict(*args, **kwargs).items():
-            self[k] = v
-
-    def __ior__(self, other):
-        self.update(other)
-        return self
-
-    def setdefault(self, k, default=None):
-        if k not in self:
-            self[k] = default
-        return self[k]
-
-    _MISSING = object()
-
-    def pop(self, k, default=_MISSING):
-        if k in self:
-            self._real.pop(k)
-        return super().pop(k) if default is _Attrs._MISSING else super().pop(k, default)
-
-    def popitem(self):
-        k, v = super().popitem()
-        self._real.pop(k)
-        return k, v
-
-    def clear(self):
-        for k in list(self):
-            self._real.pop(k)
-        super().clear()
-
-
-def _get_dict(self):
-    return _Attrs(_REAL_DICT.__get__(self))
-
-
-def _set_dict(self, value):
-    # torch.utils.swap_tensors exchanges two tensors' dictionaries through ``__dict__``: the real ones move
-    _REAL_DICT.__set__(self, value._real if type(value) is _Attrs else value)
 
 
 class NeuronTensor(torch.Tensor):
@@ -184,6 +119,21 @@ class NeuronTensor(torch.Tensor):
                 if ns:
                     charging.advance(name, ns, kind, flops, nbytes, ua, out)
                 return _rewrap_flat(out, args, ua)
+            if FAST_PATH and not MULTI and not STATE.profilers:
+                if not kwargs:
+                    view = _VIEWS.get(id(func))
+                    if view is not None:
+                        out = _view(view, args)
+                        if out is not None:
+                            return out
+                elif func is _TO_COPY and len(kwargs) == 1 and "dtype" in kwargs and len(args) == 1 \
+                        and args[0].__class__ is NeuronTensor:
+                    # a dtype conversion on the device (x.float(), x.to(torch.bfloat16)): dispatch()'s charge (the
+                    # elementwise memo of the "copy" category) and a fresh wrapper, without its generality
+                    p = args[0]._p
+                    out = _TO_COPY._op(p, dtype=kwargs["dtype"])
+                    STATE.now_ns += _fast_charge("_to_copy", (p,), out)
+                    return wrap(out)
             return dispatch(func, args, kwargs or {})
         except Exception as e:
             if not _on_autograd_worker():
@@ -442,95 +392,6 @@ def _device_kw(kwargs):
     return True
 
 
-def _is_low(x):
-    return isinstance(x, torch.Tensor) and x.dtype in _LOW
-
-
-def _up(x):
-    if isinstance(x, torch.Tensor) and x.dtype in _LOW:
-        return x.float()
-    if isinstance(x, torch.dtype) and x in _LOW:     # e.g. _softmax_backward_data's input_dtype, sum's dtype=
-        return torch.float32
-    if isinstance(x, (list, tuple)):
-        return type(x)(_up(y) for y in x)
-    return x
-
-
-_OUT_DTYPES = {}
-
-
-def _accumulate_fp32(func, uargs, ukw):
-    """Run ``func`` with low-precision float inputs upcast to fp32 and round each output once to the dtype the op
-    produces (looked up once per op and input dtypes on the meta device)."""
-    sig = [func]
-    for a in uargs:
-        sig.append(a.dtype if isinstance(a, torch.Tensor) else None)
-    key = tuple(sig)
-    dts = _OUT_DTYPES.get(key)
-    if dts is None:
-        try:
-            meta = func(*[a.to("meta") if isinstance(a, torch.Tensor) else a for a in uargs],
-                        **{k: (v.to("meta") if isinstance(v, torch.Tensor) else v) for k, v in ukw.items()})
-            ms = meta if isinstance(meta, (list, tuple)) else (meta,)
-            dts = tuple(m.dtype if isinstance(m, torch.Tensor) else None for m in ms)
-        except Exception:
-            low = next(a.dtype for a in uargs if _is_low(a))
-            dts = (low,)
-        _OUT_DTYPES[key] = dts
-    up = []
-    for a in uargs:
-        if a.__class__ is _TENSOR:
-            up.append(a.float() if a.dtype in _LOW else a)
-        else:
-            up.append(_up(a))
-    up_args = tuple(up)
-    up_kw = {k: _up(v) for k, v in ukw.items()} if ukw else ukw
-    out = func._op(*up_args, **up_kw)
-    written = _written(func)
-    if not written:
-        return _round_outputs(out, dts, {})
-    # arguments the op writes (out=, an in-place self) were upcast copies: round the result once into the caller's
-    # tensors, and hand those back where the op returned the copy
-    back = {}
-    for i, name, kwarg_only in written:
-        if name in ukw:
-            orig, up = ukw[name], up_kw[name]
-        elif not kwarg_only and i < len(uargs):
-            orig, up = uargs[i], up_args[i]
-        else:
-            continue
-        if isinstance(orig, torch.Tensor) and up is not orig:
-            if orig.shape != up.shape:
-                orig.resize_(up.shape)
-            orig.copy_(up)
-            back[id(up)] = orig
-    return _round_outputs(out, dts, back)
-
-
-def _round_outputs(out, dts, back):
-    """``_accumulate_fp32``'s results: each output rounded to its dtype ``dts``, or the caller's tensor (``back``)
-    that an upcast written argument stood for."""
-    if isinstance(out, (list, tuple)):
-        return type(out)(back[id(o)] if id(o) in back else
-                         o.to(d) if isinstance(o, torch.Tensor) and d is not None and o.dtype != d else o
-                         for o, d in zip(out, dts + (None,) * (len(out) - len(dts))))
-    if id(out) in back:
-        return back[id(out)]
-    d = dts[0]
-    return out.to(d) if isinstance(out, torch.Tensor) and d is not None and out.dtype != d else out
-
-
-_WRITES = {}   # id(OpOverload) -> ((position, name, keyword-only), ...) of the arguments the op writes
-
-
-def _written(func):
-    r = _WRITES.get(id(func))
-    if r is None:
-        r = _WRITES[id(func)] = tuple((i, a.name, a.kwarg_only) for i, a in enumerate(func._schema.arguments)
-                                      if a.alias_info is not None and a.alias_info.is_write)
-    return r
-
-
 def _sync_written(func, args, kwargs):
     """An op that wrote an argument may have resized it (``out=`` of the wrong size): give its wrapper the payload's
     sizes and strides, and account the storage's new size."""
@@ -649,6 +510,7 @@ def _ew_entry(func):
 
 
 _tf_modes = torch._C._len_torch_function_stack
+_TO_COPY = torch.ops.aten._to_copy.default
 # The elementwise fast path of __torch_dispatch__; False sends every op through dispatch() (tests that plant a wrong
 # kernel there, and comparisons of the two paths, turn it off).
 FAST_PATH = True
@@ -700,7 +562,33 @@ def _info(func):
     impl = _native_dropout if name == "native_dropout" else NATIVE_IMPLS.get(name)
     r = _INFO[id(func)] = (name, cat, name in TRANSFER, name in ACCUMULATING, check, _written(func), gen, impl,
                            runner)
+    if cat == "view" and name[-1] != "_" and check is None and not r[5]:
+        _VIEWS[id(func)] = runner
     return r
+
+
+# id(OpOverload) -> its callable, for the view ops ``_view`` may run (not in-place, no argument written or checked;
+# filled by ``_info`` on an op's first dispatch)
+_VIEWS = {}
+
+
+def _view(call, args):
+    """A view op (``t``, ``view``, ``detach``, ``expand``...) of one wrapper with sizes, dims or scalars, as
+    ``_dispatch`` runs it without its generality: the op on the payload, no charge (a view moves no data:
+    ``charging.op_time`` gives 0 for the category) and the result wrapped (the input's own wrapper if the op returned
+    the payload).  None when another argument is not a scalar or a list of ints (``_dispatch`` then runs it)."""
+    a0 = args[0]
+    if a0.__class__ is not NeuronTensor:
+        return None
+    for a in args[1:]:
+        c = a.__class__
+        if c not in _SCALARS and not ((c is list or c is tuple) and _all_ints(a)):
+            return None
+    p = a0._p
+    out = call(p, *args[1:])
+    if out.__class__ is _TENSOR:
+        return a0 if out is p else wrap(out)
+    return _rewrap_flat(out, args, (p,) + tuple(args[1:]))
 
 
 _SPARSE_GRAD_OPS = ("embedding", "_embedding_bag", "_embedding_bag_forward_only")
