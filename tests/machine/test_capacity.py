@@ -79,13 +79,15 @@ def test_overlapping_live_ranges_over_capacity_are_refused_with_line_live_set_an
 
 @nki.jit
 def psum_tiles(x, live_together):
-    """Nine 2 KiB-per-partition PSUM tiles (a bank each; PSUM holds eight)."""
+    """Nine 2 KiB-per-partition PSUM tiles (a bank each; PSUM holds eight).  Each is set from ``acc`` (acc * 0 + 1)
+    rather than by a memset: a memset depends on nothing, so the compiler may schedule it right before its tile's
+    first read (the capacity check's sunk order), while a read of ``acc`` must come before the sums that write it."""
     out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
     acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
     nisa.memset(acc, 0.0)
     ps = [nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum, name=f"ps{i}") for i in range(9)]
     for p in ps:
-        nisa.memset(p, 1.0)                                                  # <ps-set>
+        nisa.tensor_scalar(p, acc, nl.multiply, 0.0, op1=nl.add, operand1=1.0)   # <ps-set>
         if not live_together:
             nisa.tensor_tensor(acc, acc, p, op=nl.add)
     if live_together:               # read in reverse: the first read waits for the last tile, so all are live
@@ -221,13 +223,14 @@ def test_modulo_placement_formula():
 @nki.jit
 def narrow_tiles(x, n):
     """``n`` tiles of 13 partitions x 7 KiB, summed into one tile in the reverse order of their making: the first
-    sum waits for the last tile, so every one is live then, in any order the dependencies allow."""
+    sum waits for the last tile, so every one is live then, in any order the dependencies allow (each is set from
+    ``acc``, which the sums then write: a memset, depending on nothing, could wait for its tile's first read)."""
     out = nl.ndarray((13, 512), dtype=nl.float32, buffer=nl.shared_hbm)
     acc = nl.ndarray((13, 512), dtype=nl.float32, buffer=nl.sbuf, name="acc")
     nisa.memset(acc, 0.0)
     ws = [nl.ndarray((13, 7 * KiB // 2), dtype=nl.bfloat16, buffer=nl.sbuf, name=f"w{i}") for i in range(n)]
     for w in ws:
-        nisa.memset(w, 1.0)
+        nisa.tensor_scalar(w[:, 0:512], acc, nl.multiply, 0.0, op1=nl.add, operand1=1.0)
     for w in reversed(ws):
         nisa.tensor_tensor(acc, acc, w[:, 0:512], op=nl.add)
     nisa.dma_copy(out, acc)

@@ -92,7 +92,7 @@ def _random_ops(rnd, n, nbuf=6):
             ops.append((((t, lo, hi, view),), ((h, lo, hi, view),), ("k.py", i)))
         elif kind < 0.55:      # store
             ops.append((((h, lo, hi, view),), ((t, lo, hi, view),), ("k.py", i)))
-        elif kind < 0.65:      # memset (not moved)
+        elif kind < 0.65:      # memset (sunk as loads are)
             ops.append((((t, lo, hi, view),), (), ("k.py", i)))
         else:                  # engine op: t2 = f(t)
             t2 = rnd.randint(1, nbuf)

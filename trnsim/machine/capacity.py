@@ -12,12 +12,13 @@ core records instructions. When the kernel has run, :meth:`Occupancy.check` swee
 If some point needs more bytes per partition than the memory holds, it builds the reordering of ``reorder.py`` (each
 instruction that is a tile's only read after its last write moved up to right after what it depends on, never across a
 fence: a runtime loop, a register read at runtime, a barrier, a collective) and sweeps again, and if that overflows,
-once more with every read of a tile after its last write moved, and once more with each load (an instruction that
-fills tiles from off-chip memory) moved down to right before its first use: neuronx-cc's default
-flow ("By default, neuronx-cc makes both decisions [where each tensor goes, the order in which the engines run the
-instructions] after NKI traces the kernel", Deep dive: NKI compile configuration, Overview) schedules instructions
-before it allocates (Allocation.COLORING), so the kernel is refused with :class:`CapacityError` only if those orders
-overflow too, naming the line, the live set there (in the first reordering) and the limit. (With
+once more with every read of a tile after its last write moved, and once more with each load or memset (an
+instruction that fills tiles from off-chip memory or from nothing) moved down to right before its first use:
+neuronx-cc's default flow ("By default, neuronx-cc makes both decisions [where each tensor goes, the order in which
+the engines run the instructions] after NKI traces the kernel", Deep dive: NKI compile configuration, Overview)
+schedules instructions before it allocates (Allocation.COLORING), so the kernel is refused with
+:class:`CapacityError` only if those orders overflow too, naming the line, the live set there (in the first
+reordering) and the limit. (With
 ``CompileConfig(allocation=Allocation.LINEAR)`` NKI allocates in program order, but falls back to the default flow
 when that runs out of memory, ``nki_alloc_fallback``.) Tiles placed at explicit addresses
 (``ncc.sbuf.mod_alloc(base_addr=...)``, ``nl.ndarray(..., address=...)``) are checked for overlap in program order
@@ -289,7 +290,8 @@ class Occupancy:
                     "program order with each instruction that is a tile's only read after its last write "
                     "moved up to right after the instructions it depends on (same-buffer reads and writes that may "
                     "overlap; trnsim also tried moving every read of a tile after its last write, and moving each "
-                    "load of a tile from off-chip memory down to right before its first use, which overflow "
+                    "instruction that fills a tile from off-chip memory or from nothing (a load, a memset) down to "
+                    "right before its first use, which overflow "
                     "too), never across a runtime loop (nl.dynamic_range), a register read at runtime, a "
                     "barrier or a collective, and never for instructions on explicitly placed tiles (in program "
                     f"order {pk.upper()} already overflows at {_where(self.ranges[pkey][2])}, {plive} bytes per "

@@ -14,10 +14,16 @@ Nothing moves across a fence (:meth:`Occupancy.fence`): a runtime loop's iterati
 runtime, a barrier between cores, a collective.  Instructions touching an explicitly placed tile (``address=``,
 ``mod_alloc``) keep their place: the placement was made for program order.
 
-A third order sinks loads instead (:func:`sunk_positions`): each instruction that only fills on-chip tiles from
-off-chip memory (a DMA load) is moved down to right before the first later instruction that
-may conflict with it, so a tile loaded early in program order (an expert's weights loaded before the matmuls of
-the ones loaded with it) holds its bytes only from just before its first use.
+A third order sinks loads instead (:func:`sunk_positions`): each instruction that fills on-chip tiles and reads no
+on-chip tile (a DMA load from off-chip memory, a memset, an iota) is moved down to right before the first later
+instruction that may conflict with it, so a tile loaded or set early in program order (an expert's weights loaded
+before the matmuls of the ones loaded with it, an accumulator zeroed at the top of a block and first read after the
+block's matmuls) holds its bytes only from just before its first use.  Such an instruction depends on nothing
+earlier but the accesses of the tiles it writes; the scheduler's only constraints are dependency edges ("The extra
+dependency edges constrain the reordering that the automatic scheduler will do", NKI guide: How to Use the NKI
+Scheduling APIs), so a memset may wait for its first use as a load may.  (Hidden engine state, such as a random
+number generator's, is not an operand: instructions drawing random numbers without operands may be sunk past one
+another in this order, as no other order here tracks that state either.)
 
 Each instruction gets a sort key: ``(i,)`` for one kept in place, ``key(d) + (i,)`` for one moved right after ``d``
 (its dependency with the largest key), or ``(f - 0.5, i)`` when its dependencies all precede the fence at ``f``.
@@ -199,8 +205,8 @@ def reordered_positions(ops, tiles, blocks, fences, every_read=False):
 
 def sunk_positions(ops, tiles, blocks, fences):
     """The order of ``ops`` with loads sunk (module docstring), as :func:`reordered_positions` returns it.  A
-    candidate writes only on-chip tiles placed by the compiler and reads only off-chip memory (a DMA load; a memset,
-    which reads nothing, keeps its place); it moves to just before
+    candidate writes only on-chip tiles placed by the compiler and reads only off-chip memory or nothing (a DMA
+    load, a memset); it moves to just before
     the later instruction with the smallest sort key among those that may conflict with it (conservatively: any
     later access of a buffer it writes, any later write of a buffer it reads) and the next fence, in a pass in
     reverse program order (so a candidate sinks below the ones sunk after it only as far as they allow)."""
@@ -214,7 +220,7 @@ def sunk_positions(ops, tiles, blocks, fences):
     for i in range(n):
         w, r, _ = ops[i]
         ks = []
-        ok = bool(w) and bool(r)
+        ok = bool(w)              # (no reads at all: a memset, an iota)
         for op in w:
             kk = keys_of(op)
             if not kk or any(tiles[k][3] is not None for k in kk):
