@@ -19,7 +19,7 @@ from ..memory.dtypes import _bf16_round, round_to
 from ..memory.tensor import _ROW_MAJOR       # Tensor.whole's strides (a view with them is a whole buffer)
 from .errors import NkiValidationError, fail
 
-__all__ = ["ENGINES", "pick_engine", "require_space", "part", "free_size", "check_same_partitions",
+__all__ = ["ENGINES", "pick_engine", "require_space", "part", "one_partition", "partitions_of", "free_size", "check_same_partitions",
            "check_free_match", "read", "write", "scalar_or_vector", "as_f32", "number", "flag", "int_tuple"]
 
 ENGINES = ("tensor", "vector", "scalar", "gpsimd", "sync", "dma")
@@ -67,6 +67,8 @@ def part(instr, name, t, loc, pmax):
         fail(instr, name, f"(tensor `{t.name}`) has shape {list(t.shape)}, no elements; an instruction operand "
              "needs at least one element in every dimension", list(t.shape), ">= 1", loc)
     info = t.partition_info()
+    if info is None and one_partition(t):
+        info = (t.extent()[0] // t.buf.pfree, 1, 1)
     if info is None:
         fail(instr, name, f"(tensor `{t.name}`) has a first dimension that does not map to partitions "
              f"(pattern {t.get_pattern()}, {t.buf.pfree} elements per partition)", t.get_pattern(), None, loc)
@@ -93,6 +95,40 @@ def part(instr, name, t, loc, pmax):
         fail(instr, name, f"(tensor `{t.name}`) of {n} partitions starts at partition {start}; a tile of "
              f"{n} partitions must start at {rule}", start, rule, loc)
     return start, n
+
+
+def one_partition(t: Tensor) -> bool:
+    """Whether on-chip view ``t`` is a one-partition operand although its first dimension does not map to
+    partitions: every element it reaches lies on a single partition.  This is what an integer index on the
+    partition dimension gives (``t[0, :]``, ``t[k]`` of an SBUF/PSUM tile): NumPy's rule drops the indexed dimension,
+    so the view's first dimension is a free one (its stride is not a multiple of the partition's elements), and on
+    the hardware the access is partition ``k`` alone with the view's whole pattern along the free dimension.  The
+    NKI docs describe integer indexing as giving a view with the indexed dimension removed ("Tensor Indexing on NKI",
+    awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/about/indexing-overview.html) and say on-chip tensors keep
+    their partition dimension at dim 0 (nki.language.NkiTensor); AWS's kernels pass such a view where a one-partition
+    tile is expected (nki-library d2ad3a5, moe_tkg/all_expert_mx_impl.py: ``tensor_copy(dst=t_sb[0, :], src=[1, T])``).
+    Such an operand counts as 1 partition of ``t.size`` elements (:func:`free_size`, :func:`check_same_partitions`).
+    A view that reaches several partitions through a dimension other than its first still does not map."""
+    shape = t.shape
+    if not shape or shape[0] == 1 or t.buf.kind not in (SBUF, PSUM):
+        return False
+    pf = t.buf.pfree
+    if not pf:
+        return False
+    if t._rv is None and t.strides[0] % pf == 0:
+        return False                 # (the usual case) the first dimension steps over whole partitions
+    if t.partition_info() is not None:
+        return False
+    lo, hi = t.extent()              # buffer elements, as pfree counts them
+    return hi > lo and lo // pf == (hi - 1) // pf
+
+
+def partitions_of(t: Tensor) -> int:
+    """How many partitions operand ``t`` spans in the instruction's view: its first dimension, 1 for a 0-d view
+    or a one-partition view (:func:`one_partition`)."""
+    if not t.shape:
+        return 1
+    return 1 if one_partition(t) else t.shape[0]
 
 
 def number(instr, name, v, loc, integer=False, finite=False, lo=None, hi=None):
@@ -150,16 +186,20 @@ def int_tuple(instr, name, v, loc, length=None):
 
 
 def free_size(t: Tensor) -> int:
+    """Elements per partition of operand ``t``: all but its first dimension (all of a one-partition view,
+    :func:`one_partition`)."""
     n = 1
     for s in t.shape[1:]:
         n *= s
+    if n != t.size and one_partition(t):
+        return t.size
     return n
 
 
 def check_same_partitions(instr, names_tensors, loc):
     first = None
     for name, t in names_tensors:
-        p = t.shape[0] if t.shape else 1
+        p = partitions_of(t)
         if first is None:
             first = (name, p)
         elif p != first[1]:
