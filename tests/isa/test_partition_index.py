@@ -119,3 +119,70 @@ def test_view_across_partitions_through_a_free_dimension_still_refused():
     x = RNG.standard_normal((P, F)).astype(np.float32)
     with pytest.raises(NkiValidationError, match="does not map to partitions"):
         nki.simulate(_transposed)(x)
+
+
+@nki.jit
+def _shapes(x):
+    t = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+    t3 = nl.ndarray((x.shape[0], 4, x.shape[1] // 4), x.dtype, buffer=nl.psum)
+    assert tuple(t[2, :].shape) == (1, x.shape[1])            # the partition dimension kept, size 1
+    assert tuple(t[2].shape) == (1, x.shape[1])
+    assert tuple(t[2, 8:16].shape) == (1, 8)
+    assert tuple(t3[5].shape) == (1, 4, x.shape[1] // 4)
+    assert tuple(t3[5, 1].shape) == (1, x.shape[1] // 4)
+    assert tuple(t[:, 3].shape) == (x.shape[0],)              # an index on a free dimension: NumPy's rule
+    assert tuple(t[1, 3].shape) == ()                         # one element (0-d, as before)
+    assert tuple(x[2, :].shape) == (x.shape[1],)              # HBM: NumPy's rule
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(t, x)
+    nisa.dma_copy(out, t)
+    return out
+
+
+def test_integer_partition_index_keeps_a_one_partition_dimension():
+    x = RNG.standard_normal((P, F)).astype(np.float32)
+    assert np.array_equal(nki.simulate(_shapes)(x), x)
+
+
+@nki.jit
+def _transpose_row(x, k: int):
+    """Partition ``k`` of a [P, F] tile read as ``t[k, nl.ds(0, F)]`` (a [1, F] operand) by ``nc_transpose`` into
+    a [F, 1] PSUM column (as moe_tkg's all_expert_mx_impl.py:582 does)."""
+    out = nl.ndarray((x.shape[1], 1), nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, nl.float32, buffer=nl.sbuf)
+    ps = nl.ndarray((x.shape[1], 2), nl.float32, buffer=nl.psum)
+    col = nl.ndarray((x.shape[1], 1), nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(t, x)
+    nisa.nc_transpose(dst=ps[:, 1:2], data=t[k, nl.ds(0, x.shape[1])])
+    nisa.tensor_copy(dst=col, src=ps[:, 1:2])
+    nisa.dma_copy(out, col)
+    return out
+
+
+def test_transpose_reads_an_integer_indexed_partition():
+    x = RNG.standard_normal((P, F)).astype(np.float32)
+    out = nki.simulate(_transpose_row)(x, 6)
+    assert np.array_equal(out[:, 0].astype(np.float64), x[6].astype(np.float64))
+
+
+@nki.jit
+def _copy_into_ap_row(a, base):
+    """A one-partition view formed by an access pattern: ``[[1, F]]`` at partition 5's first element (a 1-D view
+    whose only dimension is a free one)."""
+    out = nl.ndarray(base.shape, base.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(base.shape, nl.float32, buffer=nl.sbuf)
+    a_sb = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(t, base)
+    nisa.dma_copy(a_sb, a)
+    nisa.tensor_copy(dst=t.ap([[1, base.shape[1]]], offset=5 * base.shape[1]), src=a_sb)
+    nisa.dma_copy(out, t)
+    return out
+
+
+def test_access_pattern_within_one_partition_is_a_one_partition_operand():
+    base = RNG.standard_normal((P, F)).astype(np.float32)
+    a = RNG.standard_normal((1, F)).astype(np.float32)
+    out = nki.simulate(_copy_into_ap_row)(a, base)
+    want = base.astype(np.float64)
+    want[5] = a[0]
+    assert np.array_equal(out.astype(np.float64), want)

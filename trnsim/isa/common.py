@@ -99,16 +99,15 @@ def part(instr, name, t, loc, pmax):
 
 def one_partition(t: Tensor) -> bool:
     """Whether on-chip view ``t`` is a one-partition operand although its first dimension does not map to
-    partitions: every element it reaches lies on a single partition.  This is what an integer index on the
-    partition dimension gives (``t[0, :]``, ``t[k]`` of an SBUF/PSUM tile): NumPy's rule drops the indexed dimension,
-    so the view's first dimension is a free one (its stride is not a multiple of the partition's elements), and on
-    the hardware the access is partition ``k`` alone with the view's whole pattern along the free dimension.  The
-    NKI docs describe integer indexing as giving a view with the indexed dimension removed ("Tensor Indexing on NKI",
-    awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/about/indexing-overview.html) and say on-chip tensors keep
-    their partition dimension at dim 0 (nki.language.NkiTensor); AWS's kernels pass such a view where a one-partition
-    tile is expected (nki-library d2ad3a5, moe_tkg/all_expert_mx_impl.py: ``tensor_copy(dst=t_sb[0, :], src=[1, T])``).
-    Such an operand counts as 1 partition of ``t.size`` elements (:func:`free_size`, :func:`check_same_partitions`).
-    A view that reaches several partitions through a dimension other than its first still does not map."""
+    partitions: every element it reaches lies on a single partition, so the hardware accesses that partition alone
+    with the view's whole pattern along the free dimension.  An integer index on the partition dimension of a kernel's
+    tile already gives a ``[1, ...]`` view (``NkiTensor.__getitem__``, trnsim/kernels/tensor.py); this covers the
+    other ways to form such a view: an access pattern within one partition (``t.ap([[1, F]], offset=k * F)``), a
+    plain :class:`~trnsim.memory.Tensor` indexed with NumPy's rule (``t[k, :]`` drops the partition dimension, its
+    first dimension then steps by elements, not partitions).  Such an operand counts as 1 partition of ``t.size``
+    elements (:func:`part`, :func:`free_size`, :func:`check_same_partitions`; instructions that read ``shape[0]``
+    themselves see its first dimension).  A view reaching several partitions through a dimension other than its
+    first still does not map, and is refused."""
     shape = t.shape
     if not shape or shape[0] == 1 or t.buf.kind not in (SBUF, PSUM):
         return False
