@@ -468,6 +468,31 @@ def test_register_load_refuses_a_tile_of_many_elements():
         k(A)
 
 
+def test_register_alloc_takes_its_value_from_a_one_element_tensor():
+    # nki-library's moe_tkg kernels: nisa.register_alloc(decision_sb[0, 0])
+    flags = np.array([[5, 9]], dtype=np.int32)
+
+    @nki.jit
+    def k(flags):
+        sb = nl.ndarray((1, 2), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=sb, src=flags)
+        reg = nisa.register_alloc(sb[0, 1])
+        out = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.register_store(out, reg)
+        o = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=out)
+        return o
+    assert k(flags).tolist() == [[9]]
+
+    @nki.jit
+    def many(flags):
+        sb = nl.ndarray((1, 2), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=sb, src=flags)
+        nisa.register_alloc(sb)
+    with pytest.raises(NkiValidationError, match="register_alloc: x.*one-element"):
+        many(flags)
+
+
 def test_nl_range_and_tensor_names():
     assert list(nl.range(2, 8, 3)) == [2, 5] and list(nl.range(3)) == [0, 1, 2]
     assert nl.tensor is nl.NkiTensor

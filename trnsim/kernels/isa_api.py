@@ -369,8 +369,14 @@ def _int_value(x, what, loc):
 
 
 def register_alloc(x=None):
-    """A new register, holding ``x`` (an int or another register's value) or 0."""
+    """A new register, holding ``x`` or 0: ``x`` is an int, another register (its value) or a one-element tensor
+    (its value, read as :func:`register_load` reads it; NKI's register_alloc reference, Neuron 2.29, lists the
+    tensor form, and nki-library's moe_tkg kernels allocate a register from an SBUF element)."""
     loc = caller_location()
+    if isinstance(x, Tensor):
+        reg = Register(0)
+        _load_into(reg, x, "register_alloc: x", loc)
+        return reg
     return Register(0 if x is None else _int_value(x, "register_alloc: x", loc))
 
 
@@ -396,10 +402,14 @@ def register_load(dst, src):
     if not isinstance(dst, Register):
         raise NkiValidationError(f"register_load: dst must be a register, got {type(dst).__name__}",
                                  "register_load", "dst", type(dst).__name__, None, loc)
-    _one_element(src, "register_load: src", loc)
+    _load_into(dst, src, "register_load: src", loc)
+
+
+def _load_into(reg, src, what, loc):
+    _one_element(src, what, loc)
     if src.buf.data is None:
-        raise NotImplementedError("register_load: a shape-only run does not compute the tensor's value")
-    dst.value = int(np.asarray(src.np).reshape(-1)[0])
+        raise NotImplementedError(f"{what.split(':')[0]}: a shape-only run does not compute the tensor's value")
+    reg.value = int(np.asarray(src.np).reshape(-1)[0])
 
 
 def register_store(dst, src):
