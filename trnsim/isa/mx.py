@@ -5,6 +5,17 @@ Layout (NKI reference, quantize_mx / nc_matmul_mx): a scale covers a group of 32
 values of one packed element.  A scale tile has the data tile's shape; the scale of the group of partitions
 ``[8g, 8g + 8)`` sits on partition ``32 * (g // 4) + g % 4`` (four scale rows at the start of each 32-partition
 quadrant), at the free position of the packed element.
+
+Padding a kernel never wrote: data whose contraction size is not a multiple of 32 partitions is padded by the
+kernel, and what the padding holds is the kernel's business.  nki-library's fp4 MoE kernels at d2ad3a5 quantize and
+contract partitions they never wrote and rely on zero-padded weights cancelling them
+(``moe_tkg/gate_up_projection_mx.py``: "Extra zero-padded partitions are harmless: downstream weight is
+zero-padded"; ``mlp_tkg/down_projection_mx_shard_H.py``: "the final I512 tile of inter_sb will contain garbage ...
+we memset the last tile of weight_qtz and weight_qtz_scale so the garbage does not matter").  That holds for finite
+leftovers only: never-written memory reads as the sentinel (NaN; the packed fp8 sentinel is each byte's NaN code),
+as in AWS's CPU simulator (aws-neuron-sdk ``nki/guides/nki_simulator.rst``, "Uninitialized Memory Detection", which
+says hardware memory holds arbitrary leftover values), and NaN x 0 is NaN.  ``TRNSIM_STRICT_UNINIT=1`` names the
+first such read; tests/isa/test_mx_unwritten_padding.py checks both readings against float64.
 """
 
 from __future__ import annotations
