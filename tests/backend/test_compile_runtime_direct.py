@@ -12,7 +12,6 @@ import torch
 
 from trnsim import backend
 from trnsim.backend.compile import runtime
-from trnsim.backend.device_state import STATE
 
 _index = torch.ops.aten.index.Tensor
 
@@ -56,14 +55,7 @@ def _mixed_precision(x, w, b):
     return z.to(torch.bfloat16), z.sum()
 
 
-def _charged(call):
-    before = STATE.now_ns
-    STATE.now_ns = 0.0
-    try:
-        out = call()
-        return out, STATE.now_ns
-    finally:
-        STATE.now_ns = before + STATE.now_ns
+from test_compile_runtime_generated import _charged  # noqa: E402  (tests/backend on sys.path)
 
 
 @pytest.fixture(autouse=True)

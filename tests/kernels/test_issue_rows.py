@@ -23,14 +23,7 @@ import nki.language as nl  # noqa: E402
 KEY_AFTER = issue_cache.KEY_AFTER      # (the default, before any test sets it)
 
 
-def _run(fn, args, kw, cached=True, execute=False):
-    prev = issue_cache.set_enabled(cached)
-    prev_rep = loop_replay.set_enabled(False)       # the general path: every call issued
-    try:
-        return run_kernel(fn, args, kw, (1,), "trn2", execute=execute)
-    finally:
-        issue_cache.set_enabled(prev)
-        loop_replay.set_enabled(prev_rep)
+from test_issue_sites import _run  # noqa: E402  (the general path: every call issued; tests/kernels on sys.path)
 
 
 def _state(res):

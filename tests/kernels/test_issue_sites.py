@@ -17,7 +17,7 @@ import nki.isa as nisa  # noqa: E402
 import nki.language as nl  # noqa: E402
 
 
-def _run(fn, args, kw, cached, execute=False):
+def _run(fn, args, kw, cached=True, execute=False):
     prev = issue_cache.set_enabled(cached)
     prev_rep = loop_replay.set_enabled(False)       # the general path: every call issued
     try:
