@@ -112,6 +112,30 @@ def test_while_loop_checks_before_each_iteration(n):
     assert nki.simulate(_count_down)(np.array([[n]], np.int32))[0, 0] == 2.5 * n
 
 
+@nki.jit
+def _bare_while(n):
+    # the VirtualRegister reference's form: a bare ``while reg:`` re-loaded at the end of each iteration
+    out = nl.ndarray((1, 1), nl.float32, buffer=nl.shared_hbm)
+    acc = nl.zeros((1, 1), nl.float32, buffer=nl.sbuf)
+    cnt = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=cnt, src=n)
+    r = nisa.register_alloc(cnt)
+    while r:
+        nisa.tensor_scalar(dst=acc, data=acc, op0=nl.add, operand0=1.5)
+        nisa.tensor_scalar(dst=cnt, data=cnt, op0=nl.subtract, operand0=1)
+        nisa.register_load(r, cnt)
+    nisa.dma_copy(dst=out, src=acc)
+    return out
+
+
+@pytest.mark.parametrize("n", [0, 1, 5])
+def test_bare_while_on_a_register_stops_at_zero(n):
+    # a register is true while nonzero; before this, ``while r:`` never stopped (moe_tkg_dynamic ran past its
+    # last block into an out-of-range DMA)
+    assert nki.simulate(_bare_while)(np.array([[n]], np.int32))[0, 0] == 1.5 * n
+    assert not nisa.register_alloc(0) and nisa.register_alloc(-3)
+
+
 def test_legacy_rms_norm_and_gather_flattened():
     import neuronxcc.nki as nki1
     import neuronxcc.nki.language as nl1

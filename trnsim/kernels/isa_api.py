@@ -355,6 +355,12 @@ class Register:
 
     __int__ = __index__
 
+    def __bool__(self):
+        # ``while reg:`` / ``if reg:`` test the value (nonzero), as the NKI VirtualRegister reference's bare
+        # ``while reg:`` loop does (Neuron 2.32).  Without this, Python takes any object as true and such a loop
+        # never stops on its register.
+        return self.__index__() != 0
+
     def __repr__(self):
         return f"Register({self.value})"
 
