@@ -154,6 +154,44 @@ def test_record_killed_names_the_capped_test_and_the_oom_killed_one(tmp_path):
     assert runner.record_killed(str(res), 9) == []      # recorded once
 
 
+def test_a_killed_test_says_where_it_was_relative_to_the_simulate_call(tmp_path):
+    # the plugin's <results>.simcalls: no line (set-up), last "simulate" (inside trnsim), last "simulated" (golden)
+    res = tmp_path / "results.jsonl"
+    res.write_text("")
+    (tmp_path / "results.jsonl.started").write_text("s\ni\no\n")
+    (tmp_path / "results.jsonl.killed").write_text("".join(f"{n}\t{7 * GiB}\t{6 * GiB}\n" for n in "sio"))
+    ev = [{"nodeid": "i", "event": "simulate", "rss_bytes": 3 * GiB, "input_bytes": 2 * GiB},
+          {"nodeid": "o", "event": "simulate", "rss_bytes": 3 * GiB, "input_bytes": 2 * GiB},
+          {"nodeid": "o", "event": "simulated", "rss_bytes": 3 * GiB, "sim_peak_bytes": 4 * GiB}]
+    (tmp_path / "results.jsonl.simcalls").write_text("".join(json.dumps(e) + "\n" for e in ev) + '{"nodeid": "o", "ev')
+    assert runner.record_killed(str(res), 9) == ["s", "i", "o"]
+    recs = {r["nodeid"]: r for r in map(json.loads, res.read_text().splitlines())}
+    assert recs["s"]["killed_in"] == "harness set-up" and "before the simulate call" in recs["s"]["message"]
+    assert recs["i"]["killed_in"] == "simulate call"
+    assert "3.00 GiB resident at the call, the harness's inputs 2.00 GiB" in recs["i"]["message"]
+    assert recs["o"]["killed_in"] == "harness after the call" and "peak 4.00 GiB" in recs["o"]["message"]
+    over = {t["nodeid"]: t["peak_in"] for t in runner.rss_summary(list(recs.values()))["over_limit"]}
+    assert over == {"s": "harness (harness set-up)", "i": "simulate call", "o": "harness (harness after the call)"}
+
+
+def test_the_plugin_writes_where_each_test_is_around_its_simulate_call(tmp_path, monkeypatch):
+    # the plugin imports the harness's simulator aliases when loaded, so its two small functions are taken out
+    # of its source and run alone, with the globals they use
+    import ast
+    src = (SUPPORT / "trnsim_nkilib_plugin.py").read_text()
+    tree = ast.parse(src)
+    fns = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in ("_nbytes", "_sim_call_event")]
+    assert len(fns) == 2 and 'event("simulate", input_bytes=' in src and 'event("simulated", ' in src
+    ns = {"peak_rss": peak_rss, "_RESULTS": str(tmp_path / "r.jsonl"), "json": json, "os": os}
+    exec(compile(ast.Module(body=fns, type_ignores=[]), "trnsim_nkilib_plugin.py", "exec"), ns)
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "t.py::x (call)")
+    assert ns["_nbytes"]({"a": np.zeros(10, np.float32), "b": 3}) == 40 and ns["_nbytes"](None) is None
+    ns["_sim_call_event"]("simulate", input_bytes=40)
+    line = json.loads((tmp_path / "r.jsonl.simcalls").read_text())
+    assert (line["nodeid"], line["event"], line["input_bytes"]) == ("t.py::x", "simulate", 40)
+    assert line["rss_bytes"] is None or line["rss_bytes"] > 0
+
+
 # -- the report -------------------------------------------------------------------------------------------------
 F = "integration/nkilib/core/{}/test_x.py::T::test[{}]"
 

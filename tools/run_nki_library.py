@@ -36,6 +36,21 @@ DEFAULT_SNAPSHOT = os.environ.get("NKI_LIBRARY_PATH", "")
 DEFAULT_OUT = os.path.join(REPO, "conformance", "reports", "nki-library")
 GOLDEN_DEFECTS = os.path.join(SUPPORT, "golden_defects.json")
 
+def _load_sibling(name):
+    # tools/ is not a package: the split-out part is loaded by path, as the tests load this file
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, name + ".py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+_mem = _load_sibling("nkilib_memory")
+family, GIB, RSS_LIMIT_GIB = _mem.family, _mem.GIB, _mem.RSS_LIMIT_GIB
+rss_summary, render_rss, capped_tests, killed_where, record_killed = (
+    _mem.rss_summary, _mem.render_rss, _mem.capped_tests, _mem.killed_where, _mem.record_killed)
+
+
 
 def phase_times():
     """tests/support/nki_library/phase_times.py (the plugin's timing of a test's phases, and their summary)."""
@@ -102,16 +117,6 @@ def standin_path(tmp):
     return d, used
 
 
-def family(nodeid):
-    parts = nodeid.split("::")[0].split("/")
-    try:
-        i = parts.index("nkilib")
-    except ValueError:
-        return parts[0] if parts else "?"
-    rest = parts[i + 1:-1]
-    return "/".join(rest[:2]) if rest else parts[-1]
-
-
 _NUM = re.compile(r"(?<![A-Za-z_])[-+]?\d+(\.\d+)?(e[-+]?\d+)?")
 _PATH = re.compile(r"/[\w./-]+/([\w.-]+\.py)")
 
@@ -161,57 +166,6 @@ def not_simulated(r):
             return "the test's golden reference failed (outside the simulator)"
         return "the test failed before its kernel ran (snapshot test code)"
     return None
-
-
-GIB = 2 ** 30
-RSS_LIMIT_GIB = 6.0   # issue 31: one test under 6 GB resident, so two workers fit in a 24 GB machine
-
-
-def rss_summary(recs, limit_gib=RSS_LIMIT_GIB):
-    """Per-test peak resident memory (the plugin's ``peak_rss_bytes``) -> the tests above ``limit_gib`` and the
-    peak per family.  ``how`` names what was measured: ``VmHWM`` (each test's own peak) or ``ru_maxrss`` (a
-    worker's lifetime peak, an upper bound)."""
-    peaks, hows, rec_of = {}, collections.Counter(), {}
-    for r in recs:
-        b = r.get("peak_rss_bytes")
-        if b is None or r.get("when") == "collect":
-            continue
-        hows[r.get("peak_rss_how") or "?"] += 1
-        if b >= peaks.get(r["nodeid"], -1):
-            peaks[r["nodeid"]] = int(b)
-            rec_of[r["nodeid"]] = r
-
-    def added(r):           # what the simulate call added on top of the process (None: not bracketed)
-        if r.get("sim_peak_bytes") is None or r.get("sim_rss_before_bytes") is None:
-            return None
-        return max(0, int(r["sim_peak_bytes"]) - int(r["sim_rss_before_bytes"]))
-    fam = {}
-    for nid, b in peaks.items():
-        f = fam.setdefault(family(nid), {"tests": 0, "max_bytes": 0, "max_test": None, "over_limit": 0,
-                                         "max_sim_added_bytes": None})
-        f["tests"] += 1
-        if b > f["max_bytes"]:
-            f["max_bytes"], f["max_test"] = b, nid
-        if b > limit_gib * GIB:
-            f["over_limit"] += 1
-        a = added(rec_of[nid])
-        if a is not None and (f["max_sim_added_bytes"] is None or a > f["max_sim_added_bytes"]):
-            f["max_sim_added_bytes"] = a
-    def where(r, b):        # where the test's peak was: in the simulate call, or in the harness around it
-        sp = r.get("sim_peak_bytes")
-        if sp is None:
-            return "harness (no simulate call reached)" if r.get("outcome") != "passed" else "unknown"
-        return "simulate call" if sp >= b else "harness (before or after the call)"
-    over = sorted(((b, nid) for nid, b in peaks.items() if b > limit_gib * GIB), reverse=True)
-    vals = sorted(peaks.values())
-    return {"measured": len(peaks), "how": dict(hows), "limit_gib": limit_gib,
-            "max_bytes": vals[-1] if vals else None, "median_bytes": vals[len(vals) // 2] if vals else None,
-            "over_limit": [{"nodeid": n, "peak_bytes": b, "outcome": rec_of[n].get("outcome"),
-                            "sim_rss_before_bytes": rec_of[n].get("sim_rss_before_bytes"),
-                            "sim_peak_bytes": rec_of[n].get("sim_peak_bytes"), "sim_added_bytes": added(rec_of[n]),
-                            "peak_in": where(rec_of[n], b)}
-                           for b, n in over],
-            "families": dict(sorted(fam.items()))}
 
 
 def classify(recs, golden=None):
@@ -396,50 +350,6 @@ def render_md(rep):
     return "\n".join(out) + "\n"
 
 
-def _gib(b):
-    return f"{b / GIB:.2f} GiB" if b is not None else "n/a"
-
-
-def render_rss(m):
-    """The report's memory section: tests above the limit, and the peak per family."""
-    if not m or not m.get("measured"):
-        return ["", "## Peak resident memory per test", "", "Not recorded (a report from before the runner "
-                "measured it, or no test ran)."]
-    how = m["how"]
-    what = ("each test's own peak resident set size (VmHWM of the process that ran it, reset before the test's "
-            "setup via /proc/self/clear_refs; the test's inputs, goldens and trnsim's state all count)")
-    if how.get("ru_maxrss"):
-        what += (f"; for {how['ru_maxrss']} record(s) only the worker's lifetime peak (ru_maxrss) could be read, an "
-                 "upper bound of the test's own")
-    killed = sum(n for k, n in how.items() if k.startswith("VmRSS"))
-    if killed:
-        what += f"; for {killed} test(s) ended by the cap, the resident size when it ended them"
-    out = ["", "## Peak resident memory per test", "",
-           f"Measured for {m['measured']} tests: {what}. Largest {_gib(m['max_bytes'])}, median "
-           f"{_gib(m['median_bytes'])}; {len(m['over_limit'])} above {m['limit_gib']:g} GiB.", ""]
-    out += ["The simulate call is bracketed too: *resident at the call* is what the process held when the harness "
-            "called `nki.cpu_simulate` (the test's inputs, any golden computed before, the interpreter and "
-            "libraries); *added by the simulate call* is the call's own peak less that (trnsim's simulated "
-            "memories, copies and records, and the outputs it returns). The rest of a peak is the harness's "
-            "(its golden, its output conversion and comparison).", ""]
-    if m["over_limit"]:
-        ins = collections.Counter(t.get("peak_in", "unknown") for t in m["over_limit"])
-        out += [f"Tests above {m['limit_gib']:g} GiB (the peak was in: "
-                + ", ".join(f"{k} {n}" for k, n in ins.most_common()) + "):", "",
-                "| peak | resident at the call | added by the simulate call | peak in | test | outcome |",
-                "|---|---|---|---|---|---|"]
-        out += [f"| {_gib(t['peak_bytes'])} | {_gib(t.get('sim_rss_before_bytes'))} | "
-                f"{_gib(t.get('sim_added_bytes'))} | {t.get('peak_in', 'unknown')} | `{t['nodeid']}` | {t['outcome']} |"
-                for t in m["over_limit"]]
-        out.append("")
-    out += ["| family | tests measured | peak | test at the peak | above the limit | most added by a simulate call |",
-            "|---|---|---|---|---|---|"]
-    for f, c in m["families"].items():
-        out.append(f"| {f} | {c['tests']} | {_gib(c['max_bytes'])} | `{c['max_test']}` | {c['over_limit']} | "
-                   f"{_gib(c.get('max_sim_added_bytes'))} |")
-    return out
-
-
 def _count_lines(path):
     if not os.path.exists(path):
         return 0
@@ -449,53 +359,6 @@ def _count_lines(path):
 
 XDIST_MAX_RESTARTS = 2000   # workers xdist may start again in one run (-j > 1) after the memory cap ended one
 MAX_RESTARTS = 50      # pytest started again at most this many times in one run after a test ended it
-
-
-def capped_tests(recs):
-    """Node ids, sorted, of the tests whose last record says the memory cap (or a kill: most often the
-    out-of-memory killer) stopped them: what ``--retry-memory`` runs again."""
-    last = {}
-    for r in recs:
-        if r.get("when") == "call":
-            last[r["nodeid"]] = r
-    return sorted(nid for nid, r in last.items() if r.get("type") in ("Killed", "ResidentMemoryExceeded"))
-
-
-def record_killed(results, signum):
-    """Append a record for each test that started and never reported (it was running when pytest was ended by
-    ``signum``) to ``results``; the memory cap's ``<results>.killed`` names the ones it ended, with their resident
-    size.  Returns the node ids recorded."""
-    seen = set()
-    if os.path.exists(results):
-        with open(results) as f:
-            seen = {json.loads(ln)["nodeid"] for ln in f if ln.strip()}
-    capped = {}
-    if os.path.exists(results + ".killed"):
-        with open(results + ".killed") as f:
-            for ln in f:
-                nid, rss, cap = ln.rstrip("\n").split("\t")
-                capped[nid] = (int(rss), int(cap))
-    new = []
-    if os.path.exists(results + ".started"):
-        with open(results + ".started") as f:
-            for nid in dict.fromkeys(ln.strip() for ln in f if ln.strip()):
-                if nid in seen:
-                    continue
-                if nid in capped:
-                    rss, cap = capped[nid]
-                    msg = (f"ended by the runner's resident-memory cap: {rss / GIB:.2f} GiB resident, above "
-                           f"--max-memory {cap / GIB:g} GiB plus the 1 GiB margin within which a test is interrupted")
-                    rec = {"peak_rss_bytes": rss, "peak_rss_how": "VmRSS at the kill"}
-                else:
-                    msg = (f"pytest was ended by signal {signum} while this test ran (9: most often the "
-                           "out-of-memory killer)")
-                    rec = {}
-                new.append({"nodeid": nid, "when": "call", "outcome": "failed", "negative": False,
-                            "chain": ["Killed"], "type": "Killed", "message": msg, **rec})
-    if new:
-        with open(results, "a") as f:
-            f.write("".join(json.dumps(r) + "\n" for r in new))
-    return [r["nodeid"] for r in new]
 
 
 def build_parser():

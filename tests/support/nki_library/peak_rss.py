@@ -67,6 +67,11 @@ def _vmhwm_bytes(status=STATUS, field="VmHWM"):
     return None
 
 
+def rss_now(status=STATUS):
+    """The process's resident size now (``VmRSS``, bytes), or None where it cannot be read."""
+    return _vmhwm_bytes(status, "VmRSS")
+
+
 def peak(was_reset: bool, status=STATUS):
     """``(bytes, how)``: the peak RSS since :func:`reset` (``how`` = ``"VmHWM"``) when the reset worked and
     ``VmHWM`` is readable, else the process's lifetime peak (``how`` = ``"ru_maxrss"``), else ``(None, None)``."""

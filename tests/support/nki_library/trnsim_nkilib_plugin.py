@@ -14,6 +14,8 @@ It does two things and changes nothing else in the harness:
 - a resident-memory cap (``TRNSIM_NKILIB_MAX_RSS`` bytes, the runner's ``--max-memory``): ``rss_cap``;
 - time (with ``TRNSIM_NKILIB_PHASES=1``): each test's wall time split into the harness's phases and trnsim's
   simulate call (``phase_times``), written as JSON lines to ``<results>.phases`` by the process that ran the test;
+- where a test ended by the memory cap was (``<results>.simcalls``: before, inside or after the simulate call, with
+  the resident size and the harness's input bytes at the call);
 - memory: each test's peak resident set size (``peak_rss_bytes``, from setup to the end of its call), measured in
   the process that ran it by ``peak_rss`` (``peak_rss_how``: ``VmHWM`` for the test's own peak, ``ru_maxrss`` when
   only the worker's lifetime peak can be read).
@@ -101,10 +103,36 @@ def _measure_simulate_calls():
         return
 
     def simulate_kernel(*args, **kwargs):
+        kernel_input = kwargs.get("kernel_input", args[1] if len(args) > 1 else None)
+        _sim_call_event("simulate", input_bytes=_nbytes(kernel_input))
         with peak_rss.around_simulate():
-            return inner(*args, **kwargs)
+            out = inner(*args, **kwargs)
+        sim = getattr(peak_rss.CURRENT, "sim", None) or {}
+        _sim_call_event("simulated", sim_peak_bytes=sim.get("peak"))
+        return out
     simulate_kernel._trnsim_measured = True
     simulation_setup.simulate_kernel = simulate_kernel
+
+
+def _nbytes(kernel_input):
+    """Bytes of the arrays the harness hands the simulate call (its generated inputs)."""
+    if not isinstance(kernel_input, dict):
+        return None
+    return sum(int(getattr(v, "nbytes", 0) or 0) for v in kernel_input.values())
+
+
+def _sim_call_event(event, **fields):
+    """Where a test is relative to its simulate call, appended (and flushed) to ``<results>.simcalls`` as it
+    happens: a test the memory cap or the out-of-memory killer ends leaves no record of its own, and the runner
+    reads these lines to say whether it was ended in the harness's set-up (no line), inside trnsim's simulate call
+    (last line ``simulate``) or after it, in the harness's golden and comparison (last line ``simulated``), with
+    the resident size at each point."""
+    if not _RESULTS:
+        return
+    nodeid = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
+    rec = {"nodeid": nodeid, "event": event, "rss_bytes": peak_rss.rss_now(), **fields}
+    with open(_RESULTS + ".simcalls", "a") as f:
+        f.write(json.dumps(rec) + "\n")
 
 _RESULTS = os.environ.get("TRNSIM_NKILIB_RESULTS")
 
