@@ -38,7 +38,8 @@ def test_deferred_parallel_kernel_simulations_give_the_same_layer_costs(jobs):
     _fresh()
     n = step.prepare([("layer", spec, dict(kind="dense", tp=2, seq=SEQ)), ("head", spec, dict(tp=2, seq=SEQ))],
                      jobs=jobs)
-    assert n > 0                                   # kernel costs were missing, and were simulated by prepare
+    # kernel costs were missing: simulated by prepare, in parallel (counted) or in this process as the run met them
+    assert n > 0 if jobs > 1 else n == 0
     sims = []
     orig = costs._sim
     costs._sim = lambda *a, **k: sims.append(a) or orig(*a, **k)

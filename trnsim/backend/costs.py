@@ -39,7 +39,49 @@ def _inp(shape, dtype_name):
     return np.empty(shape, dtype=_np_dtype(dtype_name))
 
 
+# One shape-only launch's (ns, flops, bytes) per (kernel, input shapes and dtypes, options, target): the costs of
+# different ops share launches (every head count past two groups extrapolates from the same one- and two-group
+# attention runs; a layer's weight gradients share their blocked-matmul block runs), so each is simulated once
+# per process.  A shape-only launch reads no values, so its result depends on nothing else.
+_SIMS = {}
+_PLAIN = (int, float, str, bool, type(None))
+
+
+def _plain(v):
+    if isinstance(v, _PLAIN):
+        return True
+    if isinstance(v, (tuple, list)):
+        return all(_plain(x) for x in v)
+    return False
+
+
+def _sim_key(fn, args, kwargs, target):
+    """The memo key of a launch, or None when an argument is not a plain value or a shape-only array (then the
+    launch is not memoised: an object's repr could name a reused address)."""
+    ins = []
+    for a in args:
+        if isinstance(a, np.ndarray):
+            ins.append((a.shape, a.dtype.str, a.dtype.name))
+        elif _plain(a):
+            ins.append(("v", repr(a)))
+        else:
+            return None
+    if not all(_plain(v) for v in kwargs.values()):
+        return None
+    return (fn, tuple(ins), repr(sorted(kwargs.items())), target.name)      # fn itself: kept alive by the key
+
+
 def _sim(fn, args, kwargs, target):
+    key = _sim_key(fn, args, kwargs, target)
+    r = _SIMS.get(key) if key is not None else None
+    if r is None:
+        r = _simulate(fn, args, kwargs, target)
+        if key is not None:
+            _SIMS[key] = r
+    return r
+
+
+def _simulate(fn, args, kwargs, target):
     res = run_kernel(fn, args, kwargs, target=target, execute=False)
     # from the record's columns (machine/record_cols.py), in record order, without making record objects;
     # nbytes: only DMA rows carry bytes (the others' records say 0)
@@ -437,6 +479,7 @@ def host_transfer_ns(target, nbytes):
 def clear_memo():
     _MEMO.clear()
     _BLOCK_SIMS.clear()
+    _SIMS.clear()
 
 
 def deferring(pending):

@@ -94,7 +94,7 @@ def build_parser():
     p.add_argument("--counts", type=lambda t: _ints(t, "--counts"), default=None, help="instance counts to search")
     p.add_argument("--micro-batches", type=lambda t: _ints(t, "--micro-batches"), default=[1, 2])
     p.add_argument("-j", "--jobs", type=_positive, default=None,
-                   help="processes for the kernel simulations (default: the usable cores)")
+                   help="processes for the kernel simulations (default 1: in this process, the least CPU)")
     return p
 
 

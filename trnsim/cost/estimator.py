@@ -29,9 +29,10 @@ How a step is put together (each piece from the simulator, never from a fitted c
   priced too.  Layer runs are kept by the layer-cost cache (:mod:`trnsim.cost.layer_cache`): a layer is compiled
   once, not once per estimate.  The optimizer step is compiled too (:func:`optimizer_s`: one fused kernel,
   parameters and moments updated in place).
-* speed: the kernel simulations a configuration needs are collected first (a run with them deferred) and
-  simulated over the machine's cores (:func:`trnsim.cost.step.prepare`); they are memoised per process and kept
-  on disk by the op-cost cache (``trnsim.backend.cost_cache``).
+* speed: each distinct kernel launch is simulated once per process (``costs._sim``), each op cost kept on disk
+  by the op-cost cache (``trnsim.backend.cost_cache``); with ``jobs`` > 1 the kernel simulations a configuration
+  needs are collected first (a run with them deferred) and simulated over that many processes
+  (:func:`trnsim.cost.step.prepare`).
 
 Everything is deterministic: the same arguments give the same result.
 """

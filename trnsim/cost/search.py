@@ -7,7 +7,7 @@ How 200 configurations stay within a couple of minutes on a laptop:
    known before any layer runs; a configuration that cannot hold it is rejected without running anything;
 2. layer shapes once: the layers of a configuration depend only on (TP, EP, micro-batch, sequence / CP); every
    distinct shape of the survivors is run once (:func:`trnsim.cost.step.prepare`), its missing kernel simulations
-   collected and simulated over the machine's cores (``jobs``), longest first;
+   simulated once (in this process, or collected and simulated over ``jobs`` processes, longest first);
 3. then every configuration is composed from those memoised layer costs and the collectives of its topology,
    in this process (a few milliseconds each).
 """
@@ -103,9 +103,9 @@ def search(model, instance, counts=(1,), micro_batches=(1, 2), seq=None, global_
            checkpointing=(False, True), progress=None, jobs=None, compile_top=None, **kw):
     """Every candidate that fits in memory, estimated; returns ``(feasible, front, rejected)``.  Memory is
     checked first (the training state, then with activations: a configuration that does not fit is retried
-    with activation checkpointing, then dropped).  ``jobs``: processes for the kernel simulations (default: the
-    usable cores).  ``compile_top=k`` with ``compiled=True``: every candidate is estimated eagerly (its layers run
-    op by op, the kernel simulations in parallel), and only the ``k`` fastest are compiled and estimated
+    with activation checkpointing, then dropped).  ``jobs``: processes for the kernel simulations (default 1:
+    this one).  ``compile_top=k`` with ``compiled=True``: every candidate is estimated eagerly (its layers run
+    op by op), and only the ``k`` fastest are compiled and estimated
     compiled (a layer's ``torch.compile`` costs seconds of CPU per shape; compilation changes a configuration's
     step time by a few percent, not its rank among configurations seconds apart); ``feasible`` then holds those
     ``k`` compiled estimates.  ``global_batch`` defaults to :func:`search_global_batch` (one value for every

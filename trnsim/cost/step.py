@@ -244,11 +244,13 @@ def head_cost(spec, *, tp=1, micro_batch=1, seq=2048, dtype=torch.bfloat16, targ
 # -- many layer shapes at once: collect their missing kernel simulations, run those in parallel -------------
 def prepare(requests, jobs=None):
     """Make ``layer_cost``/``head_cost`` of every request cheap: ``requests`` are ``("layer", spec, kwargs)`` or
-    ``("head", spec, kwargs)``.  Each not yet memoised is run once with its kernel simulations deferred (charged
-    zero; the result is kept when none was missing) to learn which op costs are missing; those are simulated
-    over ``jobs`` worker processes (default: the usable cores), longest first, and memoised (and cached on
-    disk).  Afterwards a layer run finds every op cost memoised.  Returns the number of kernel costs simulated."""
+    ``("head", spec, kwargs)``.  With ``jobs`` 1 (the default) each not yet memoised is run once, simulating
+    its missing kernels as it meets them.  With more, each is run once with its kernel simulations deferred
+    (charged zero; the result is kept when none was missing) to learn which op costs are missing; those are
+    simulated over ``jobs`` worker processes, longest first, and memoised (and cached on disk), and a layer run
+    afterwards finds every op cost memoised.  Returns the number of kernel costs simulated in parallel."""
     from ..backend import costs
+    jobs = _jobs(jobs)
     pending = {}
     for what, spec, kw in requests:
         key, job = _key_job(what, spec, **kw)
@@ -260,6 +262,9 @@ def prepare(requests, jobs=None):
             continue
         if kw.get("compiled"):
             continue            # a compiled graph's plan keeps its kernel costs (and is cached): never deferred
+        if jobs <= 1:
+            _cached(key, job)       # one process: simulate what is missing as the run meets it (no second run)
+            continue
         _SEEN.add(key)
         mine = {}
         with costs.deferring(mine):
@@ -296,12 +301,19 @@ def _compute_one(i):
     return tuple(float(x) for x in _WORK[i]())
 
 
+def _jobs(jobs):
+    """``jobs``, default 1: one process.  Over 2 cores, forked workers cost more CPU than they save (a cold
+    compiled Qwen3-32B estimate: 16.3 s of CPU with 2 workers, 13.4 s in one process, before the launches were
+    deduplicated): every layer runs twice (deferred, then real), and workers repeat the launches their closures
+    share (``costs._sim``'s memo is per process)."""
+    return 1 if jobs is None else int(jobs)
+
+
 def _compute_all(computes, jobs=None):
     """Run the kernel simulations ``computes`` (closures): in this process, or over ``jobs`` forked workers (they
     inherit the closures; each returns three floats)."""
     import os
-    if jobs is None:
-        jobs = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    jobs = _jobs(jobs)
     if jobs <= 1 or len(computes) < 2 or not hasattr(os, "fork"):
         return [tuple(c()) for c in computes]
     import multiprocessing as mp

@@ -32,7 +32,7 @@ def _inp(shape, dtype):
     return np.empty(shape, dtype=costs._np_dtype(dtype))
 
 
-def _sim(key, fn, args, kwargs):
+def _sim(key, fn, args, kwargs, compute=None):
     """(ns, flops, bytes) of one fused kernel's shape-only simulation, memoised per ``key`` (the kernel, target,
     shapes, dtypes and options: everything ``args``/``kwargs`` carry) in this process and in the op-cost cache
     (``backend.cost_cache``: keyed under the fingerprint of the library kernels and the machine, which are all
@@ -43,10 +43,41 @@ def _sim(key, fn, args, kwargs):
         ck = ("fused",) + key
         r = cost_cache.lookup(ck)
         if r is None:
-            r = costs._sim(fn, args, kwargs, STATE.target)
+            r = costs._sim(fn, args, kwargs, STATE.target) if compute is None else compute()
             cost_cache.store(ck, r)
         _MEMO[key] = r
     return r
+
+
+_PW_WHOLE_CHUNKS = 8       # up to this many column chunks a pointwise kernel is simulated whole (as elementwise)
+
+
+def _pointwise(key, R, C, full, small, kw):
+    """(ns, flops, bytes) of ``library.fused.pointwise`` over ``(R, C)`` (R <= 128 rows, as ``costs._rows_cols``
+    makes them) with inputs of dtypes ``full`` (of the whole shape) and ``small`` (broadcast, one tile each).  Its
+    column chunks of ``FREE_TILE`` are identical steps, so past ``_PW_WHOLE_CHUNKS`` of them the time is
+    extrapolated from the simulations at 4 and 8 chunks, and a last partial chunk adds what it adds to one chunk
+    (``costs._linear``, the rule of the eager elementwise kernels; a test compares it with the whole simulation).
+    A compiled optimizer step over a rank's parameters is one such kernel of millions of columns: simulated whole
+    it took about a second of CPU."""
+    ft = fused.FREE_TILE
+    P = STATE.target.pmax
+
+    def run(c):
+        args = [_inp((R, c), d) for d in full] + [_inp((min(P, R), min(c, ft)), d) for d in small]
+        return costs._sim(fused.pointwise, args, dict(kw, shape=(R, c)), STATE.target)
+
+    if C <= _PW_WHOLE_CHUNKS * ft:
+        return _sim(key, None, None, None, compute=lambda: run(C))
+
+    def compute():
+        n, rest = divmod(C, ft)
+        t = costs._linear(lambda k: run(k * ft), n, 4, 8)
+        if rest:
+            t1, t0 = run(ft + rest), run(ft)
+            t = tuple(x + (y - z) for x, y, z in zip(t, t1, t0))
+        return t
+    return _sim(key + ("linear",), None, None, None, compute=compute)
 
 
 def _dtype(node):
@@ -196,13 +227,9 @@ def _fused_group_cost(fz, g):
         R, C = costs._rows_cols(ne)
         full, small, _ = _split_inputs(fz, g, ne)
         dt = _dtype(outs[0])
-        P = STATE.target.pmax
-        args = [_inp((R, C), _dtype(x)) for x in full] + \
-            [_inp((min(P, R), min(C, fused.FREE_TILE)), _dtype(x)) for x in small]
-        key = ("pw", STATE.target.name, R, C, dt, tuple(_dtype(x) for x in full), len(small), steps, len(outs)) + \
-            ((tuple(_dtype(x) for x in small),) if small else ())
-        ns, fl, nb = _sim(key, fused.pointwise, args,
-                          dict(shape=(R, C), dtype=dt, n_small=len(small), steps=steps, n_out=len(outs)))
+        fd, sd = tuple(_dtype(x) for x in full), tuple(_dtype(x) for x in small)
+        key = ("pw", STATE.target.name, R, C, dt, fd, len(small), steps, len(outs)) + ((sd,) if small else ())
+        ns, fl, nb = _pointwise(key, R, C, fd, sd, dict(dtype=dt, n_small=len(small), steps=steps, n_out=len(outs)))
         return ns, fl, nb, False, label
     if g.kind == "rows":
         R, C = g.R, g.C
@@ -254,9 +281,8 @@ def _matmul_cost(fz, g, outs, steps, label):
     ns, fl, nb = costs.auto_cast_matmul_cost(tg, M, K, N, dt, batch)
     if st:
         R, C = costs._rows_cols(M * N * batch)
-        e = _sim(("pw", tg.name, R, C, dt, (dt,) * (1 + len(full)), 0, st, len(outs)), fused.pointwise,
-                 [_inp((R, C), dt) for _ in range(1 + len(full))],
-                 dict(shape=(R, C), dtype=dt, steps=st, n_out=len(outs)))
+        e = _pointwise(("pw", tg.name, R, C, dt, (dt,) * (1 + len(full)), 0, st, len(outs)), R, C,
+                       (dt,) * (1 + len(full)), (), dict(dtype=dt, steps=st, n_out=len(outs)))
         ns, fl, nb = ns + e[0], fl + e[1], nb + e[2]
     if not fused.epilogue_fits(tg, mp, kp, np_, item, len(full)):
         return ns, fl, nb, False, label     # operands too large to stay resident: unfused
