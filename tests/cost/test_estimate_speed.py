@@ -4,6 +4,7 @@ chunks, extrapolated from 4 and 8 chunks, matches its whole simulation."""
 
 import dataclasses
 
+import numpy as np
 import pytest
 import torch
 
@@ -107,3 +108,19 @@ def test_a_long_pointwise_kernel_extrapolated_matches_its_whole_simulation(C, fu
     assert ext[1] == pytest.approx(whole[1], rel=1e-12)     # flops and bytes are linear in the chunks: exact
     assert ext[2] == pytest.approx(whole[2], rel=1e-12)
     assert ext[0] == pytest.approx(whole[0], rel=0.005)
+
+
+def test_the_launch_memo_and_the_cost_cache_file_follow_the_dma_round_robin_switch():
+    # a switch that changes simulated time must not be answered from results made under its other setting
+    from trnsim import config
+    from trnsim.backend import cost_cache
+    from trnsim.kernels.library import elementwise
+    from trnsim.targets import get_target
+    tg = get_target("trn2")
+    args = [np.empty((128, 2048), np.float32)] * 2
+    kw = dict(op="add")
+    k_on = costs._sim_key(elementwise.binary, args, kw, tg)
+    with config.override(dma_round_robin=False):
+        k_off = costs._sim_key(elementwise.binary, args, kw, tg)
+        f_off = cost_cache.path()
+    assert k_on != k_off and cost_cache.path() != f_off

@@ -46,7 +46,9 @@ def _fingerprint():
             with open(os.path.join(root, name), "rb") as f:
                 h.update(f.read())
         _state["fp"] = h.hexdigest()[:16]
-    return _state["fp"]
+    # the switches that change a simulation's time (config.py) name their own file: a run with the DMA round
+    # robin off never reads costs simulated with it on
+    return _state["fp"] + ("" if config.dma_round_robin else "-norr")
 
 
 def path():
