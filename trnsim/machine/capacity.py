@@ -161,7 +161,10 @@ class Occupancy:
         s = self.seq
         self.ranges[key] = rg = [s, s, loc, loc]
         size = buf.bytes_pp
-        self.tiles[key] = _entry(buf, -1, size)
+        e = None
+        if buf.placement is None and not buf.name:     # (_entry's shared entry, inline: every new tile)
+            e = _ANON.get((buf.kind, size))
+        self.tiles[key] = e or _entry(buf, -1, size)
         shape = buf.shape
         self.parts[key] = shape[0] if shape else 1
         return rg
