@@ -16,9 +16,6 @@ from trnsim.kernels.jit import run_kernel
 from trnsim.kernels.tensor import NkiTensor
 from trnsim.machine.capacity import CapacityError
 from trnsim.memory import dtype_of
-from trnsim.targets import get_target
-
-SBUF_CAP = get_target("trn2").sbuf_partition_bytes       # bytes per partition (targets.py)
 
 
 def _tile(shape, name="", **kw):
