@@ -83,7 +83,9 @@ class Occupancy:
         self.seq = 0
         # key (buf id, block or -1) -> [first seq, last seq, first loc, last loc]
         self.ranges: dict = {}
-        # key -> (kind, bytes per partition, name, (partition0, partitions, byte addr) or None)
+        # key -> (kind, bytes per partition, name, (partition0, partitions, byte addr) or None); an unnamed tile
+        # placed automatically has the name "" (shown as "tile#<buffer id>": _tile_name) and shares its entry with
+        # every such tile of its memory and size (_entry: no tuple and no name string kept per tile)
         self.tiles: dict = {}
         # key -> partitions of the tile (for the refusal's listing)
         self.parts: dict = {}
@@ -154,14 +156,18 @@ class Occupancy:
     def first(self, key, buf, loc):
         """Instruction ``self.seq`` is the first to touch plain tile ``buf`` (not a block tensor; ``key`` is
         ``(buf.id, -1)``, not yet in :attr:`ranges`): :meth:`touch`'s first-touch branch without its dispatch (the
-        issue paths call it for every new tile)."""
+        issue paths call it for every new tile).  Returns the tile's new range entry (the list in
+        :attr:`ranges`)."""
         s = self.seq
-        self.ranges[key] = [s, s, loc, loc]
+        self.ranges[key] = rg = [s, s, loc, loc]
         size = buf.bytes_pp
-        self.tiles[key] = (buf.kind, size, buf.name or f"tile#{buf.id}",
-                           None if buf.placement is None else _placement(buf, -1, size))
+        e = None
+        if buf.placement is None and not buf.name:     # (_entry's shared entry, inline: every new tile)
+            e = _ANON.get((buf.kind, size))
+        self.tiles[key] = e or _entry(buf, -1, size)
         shape = buf.shape
         self.parts[key] = shape[0] if shape else 1
+        return rg
 
     def _touch_key(self, key, buf, block, loc):
         r = self.ranges.get(key)
@@ -170,7 +176,7 @@ class Occupancy:
             self.ranges[key] = [s, s, loc, loc]
             isz = buf.dtype.itemsize
             size = buf.block * isz if block >= 0 else buf.bytes_pp
-            self.tiles[key] = (buf.kind, size, buf.name or f"tile#{buf.id}", _placement(buf, block, size))
+            self.tiles[key] = _entry(buf, block, size)
             self.parts[key] = buf.shape[0] if buf.shape else 1
         else:
             r[1] = s
@@ -245,9 +251,10 @@ class Occupancy:
 
     def _check_bounds(self, kind, cap, nparts, placed):
         for key in placed:
-            k, size, name, p = self.tiles[key]
+            k, size, _, p = self.tiles[key]
             if k != kind:
                 continue
+            name = _tile_name(self.tiles, key)
             p0, np_, addr, sz = p
             if addr < 0 or addr + sz > cap or p0 < 0 or p0 + np_ > nparts:
                 blk = f" block {key[1]}" if key[1] >= 0 else ""
@@ -259,7 +266,8 @@ class Occupancy:
     def _refuse(self, kind, cap, key, s, live, ranges, why):
         """Refuse at position ``s`` of ``ranges`` (program order when ``why`` is None, else the reordered order;
         ``why``: the program order's failure, each tile's last instruction, the instructions fences stopped)."""
-        k, size, name, _ = self.tiles[key]
+        k, size, _, _ = self.tiles[key]
+        name = _tile_name(self.tiles, key)
         r = ranges[key]
         here = [(self.tiles[q][1], q) for q, rr in ranges.items()
                 if self.tiles[q][0] == kind and rr[0] <= s <= rr[1]]
@@ -268,7 +276,7 @@ class Occupancy:
         for sz, q in here[:_SHOW]:
             rr = ranges[q]
             blk = f" block {q[1]}" if q[1] >= 0 else ""
-            items.append(f"`{self.tiles[q][2]}`{blk} {sz} B on {self.parts.get(q, '?')} partitions "
+            items.append(f"`{_tile_name(self.tiles, q)}`{blk} {sz} B on {self.parts.get(q, '?')} partitions "
                          f"({_where(rr[2])} .. {_where(rr[3])})")
         more = f", and {len(here) - _SHOW} more" if len(here) > _SHOW else ""
         blk = f" (block {key[1]})" if key[1] >= 0 else ""
@@ -329,8 +337,8 @@ class Occupancy:
                     continue                     # the same bytes, at different times: fine
                 first, second = (ka, kb) if ra[0] <= rb[0] else (kb, ka)
                 r1, r2 = self.ranges[first], self.ranges[second]
-                n1 = self.tiles[first][2] + (f" block {first[1]}" if first[1] >= 0 else "")
-                n2 = self.tiles[second][2] + (f" block {second[1]}" if second[1] >= 0 else "")
+                n1 = _tile_name(self.tiles, first) + (f" block {first[1]}" if first[1] >= 0 else "")
+                n2 = _tile_name(self.tiles, second) + (f" block {second[1]}" if second[1] >= 0 else "")
                 lo, hi = max(a0, a1), min(a0 + s0, a1 + s1)
                 raise CapacityError(
                     f"{kind.upper()} tensors `{n1}` and `{n2}` are placed on the same bytes [{lo}, {hi}) of "
@@ -682,6 +690,31 @@ def _reorder_hint(here, tiles, ranges, tried):
                 "the tiles are made, would free it early.")
     return (head + " (made in one loop, read in a later one?); reading each (e.g. copying it out) right after its "
             "last write would free it early.")
+
+
+_ANON: dict = {}     # (memory, bytes per partition) -> the entry of every unnamed, automatically placed tile
+
+
+def _entry(buf, block, size):
+    """Tile ``buf``'s (block ``block``'s; -1: the whole tile) entry in :attr:`Occupancy.tiles`: ``(kind, bytes per
+    partition, name, placement or None)``.  An unnamed tile placed automatically gets the one entry of its memory
+    and size, named "" (:func:`_tile_name` shows it as ``tile#<buffer id>``): a kernel of a million instructions
+    makes hundreds of thousands of tiles, and a tuple and a name string kept for each cost their making and, once
+    the cycle collector runs, a pass over each."""
+    name = buf.name
+    if not name and getattr(buf, "placement", None) is None:
+        kind = buf.kind
+        e = _ANON.get((kind, size))
+        if e is None:
+            e = _ANON[(kind, size)] = (kind, size, "", None)
+        return e
+    return (buf.kind, size, name or f"tile#{buf.id}", _placement(buf, block, size))
+
+
+def _tile_name(tiles, key):
+    """The name of the tile (or block tensor) of ``key`` as a refusal shows it: its own, else ``tile#<buffer
+    id>``."""
+    return tiles[key][2] or f"tile#{key[0]}"
 
 
 def _placement(buf, block, size):

@@ -46,8 +46,7 @@ def touch_plain(occ, buf, loc, sb, ps):
     ranges = occ.ranges
     rg = ranges.get(k)
     if rg is None:
-        occ.first(k, buf, loc)
-        rg = ranges[k]
+        rg = occ.first(k, buf, loc)
     else:
         rg[1] = occ.seq
         rg[3] = loc
@@ -139,8 +138,7 @@ def program_lines(steps, consts, prefix, leaf, leaves="leaves", indent="    "):
                 w(f"    k = (b{i}, -1)")
                 w("    rg = occ.ranges.get(k)")
                 w("    if rg is None:")
-                w(f"        occ.first(k, o{i}, loc)")
-                w("        rg = occ.ranges[k]")
+                w(f"        rg = occ.first(k, o{i}, loc)")
                 w("    else:")
                 w("        rg[1] = s")
                 w("        rg[3] = loc")

@@ -114,6 +114,9 @@ def _row_columns(rows, py=False):
 
     out = dict(eng=col(0), cost=col(1, np.float64), pre=col(2, np.float64), opcode=col(3), flops=col(4),
                nw=col(5, np.int64), nops=col(6, np.int64))
+    # the engines as the distinct rows' engines and each row's distinct number: encode numbers the engines from
+    # them without factorizing the million-entry engine column again
+    out["eng_rows"] = ([r[0] for r in dis], inv)
     is_dma = np.fromiter((r[7] is not None for r in dis), np.bool_, nd)
     dma = np.flatnonzero(is_dma[inv])
     di = inv[dma]
@@ -179,8 +182,11 @@ def encode(core, py=False):
     n = len(core.instructions)
     c = _columns(core, py)
     eng_s = c["eng"]
-    first, inv = _distinct(eng_s, py)
-    names = [eng_s[i] for i in first]
+    if c.get("eng_rows") is not None:       # (_row_columns: engines per distinct row; names may repeat)
+        names, inv = c["eng_rows"]
+    else:
+        first, inv = _distinct(eng_s, py)
+        names = [eng_s[i] for i in first]
     emap = {e: k for k, e in enumerate(_ENG_FIXED)}
     for e in sorted(set(names)):
         if e not in emap and e != "dma":
