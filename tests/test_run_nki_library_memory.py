@@ -170,6 +170,9 @@ def test_a_killed_test_says_where_it_was_relative_to_the_simulate_call(tmp_path)
     assert recs["i"]["killed_in"] == "simulate call"
     assert "3.00 GiB resident at the call, the harness's inputs 2.00 GiB" in recs["i"]["message"]
     assert recs["o"]["killed_in"] == "harness after the call" and "peak 4.00 GiB" in recs["o"]["message"]
+    assert (recs["o"]["sim_rss_before_bytes"], recs["o"]["sim_peak_bytes"], recs["o"]["harness_input_bytes"]) == (
+        3 * GiB, 4 * GiB, 2 * GiB)
+    assert "sim_peak_bytes" not in recs["i"] and "sim_rss_before_bytes" not in recs["s"]
     over = {t["nodeid"]: t["peak_in"] for t in runner.rss_summary(list(recs.values()))["over_limit"]}
     assert over == {"s": "harness (harness set-up)", "i": "simulate call", "o": "harness (harness after the call)"}
 

@@ -157,14 +157,17 @@ def killed_where(results):
                 if call.get("rss_bytes") is not None else "resident size at the call unknown")
         if call.get("input_bytes") is not None:
             held += f", the harness's inputs {call['input_bytes'] / GIB:.2f} GiB"
+        fields = {"sim_rss_before_bytes": call.get("rss_bytes"), "harness_input_bytes": call.get("input_bytes")}
         if last[nid].get("event") == "simulated":
             pk = last[nid].get("sim_peak_bytes")
+            fields["sim_peak_bytes"] = pk
             out[nid] = {"phase": "harness after the call",
                         "text": f"stopped after trnsim's simulate call returned, in the harness's golden or comparison "
                                 f"({held}; the call's own peak "
-                                f"{'unknown' if pk is None else f'{pk / GIB:.2f} GiB'})"}
+                                f"{'unknown' if pk is None else f'{pk / GIB:.2f} GiB'})", "fields": fields}
         else:
-            out[nid] = {"phase": "simulate call", "text": f"stopped inside trnsim's simulate call ({held})"}
+            out[nid] = {"phase": "simulate call", "text": f"stopped inside trnsim's simulate call ({held})",
+                        "fields": fields}
     return out
 
 
@@ -201,6 +204,7 @@ def record_killed(results, signum):
                 if nid in where:
                     msg += "; " + where[nid]["text"]
                     rec["killed_in"] = where[nid]["phase"]
+                    rec.update({k: v for k, v in where[nid].get("fields", {}).items() if v is not None})
                 new.append({"nodeid": nid, "when": "call", "outcome": "failed", "negative": False,
                             "chain": ["Killed"], "type": "Killed", "message": msg, **rec})
     if new:
