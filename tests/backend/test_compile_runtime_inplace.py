@@ -1,0 +1,208 @@
+"""The generated function's shortcuts for functionalised writes (``runtime._copy_fresh``, ``runtime._slice_scatter_into``,
+chosen by ``runtime._shortcuts``):
+bit-identical to the ops they stand for, applied only where the overwritten value is never read again, and charging
+the same simulated time as the reference walk (``CompiledGraph._interpret``), which runs the ops as traced."""
+
+import pytest
+import torch
+
+from trnsim import backend
+from trnsim.backend.compile import runtime
+from trnsim.backend.device_state import STATE
+
+
+def _bits(t):
+    """A tensor's values as raw bits (so NaN payloads and negative zero compare exactly)."""
+    t = t.contiguous()
+    if t.dtype.is_floating_point:
+        return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+    return t
+
+
+def _same(a, b):
+    assert a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride()
+    assert a.storage_offset() == b.storage_offset()
+    assert torch.equal(_bits(a), _bits(b))
+
+
+def _specials(n, dtype, gen):
+    x = torch.randn(n, generator=gen, dtype=torch.float64) * 1e3
+    x[::7] = float("nan")
+    x[1::7] = float("inf")
+    x[2::7] = -float("inf")
+    x[3::7] = -0.0
+    x[4::7] = 3.0e38
+    return x.to(dtype)
+
+
+def _values(n, dtype, gen):
+    if dtype.is_floating_point:
+        return _specials(n, dtype, gen)
+    return torch.randint(-2**31, 2**31 - 1, (n,), generator=gen).to(dtype)
+
+
+@pytest.mark.parametrize("dst_dtype", [torch.int32, torch.uint8, torch.int8, torch.float32, torch.bfloat16,
+                                       torch.float16])
+@pytest.mark.parametrize("src_dtype", [torch.uint8, torch.int64, torch.float32, torch.bfloat16])
+def test_copy_fresh_is_the_functional_copy(dst_dtype, src_dtype):
+    gen = torch.Generator().manual_seed(3)
+    if src_dtype.is_floating_point:
+        src = _specials(24, src_dtype, gen)
+        if not dst_dtype.is_floating_point:      # float -> int of NaN/inf is undefined in C: finite values only
+            src = torch.nan_to_num(src.float(), nan=0.0, posinf=100.0, neginf=-100.0).clamp(-100, 100).to(src_dtype)
+    else:
+        src = torch.randint(0, 120, (24,), generator=gen).to(src_dtype)
+    base = torch.randint(0, 5, (48,), generator=gen).to(dst_dtype)
+    for dst, s in [(base[1::2], src),                       # a strided view (bitsandbytes' out[1::2])
+                   (base[:24], src),                        # dense
+                   (base.view(6, 8)[:, ::2], src.view(6, 4)),
+                   (base[:4].view(4, 1).expand(4, 6), src[:6]),   # an expanded dst, a broadcast src
+                   (base[:0], src[:0])]:
+        _same(runtime._copy_fresh(dst, s), torch.ops.aten.copy.default(dst, s))
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.float32, torch.bfloat16])
+def test_slice_scatter_into_is_slice_scatter(dtype):
+    gen = torch.Generator().manual_seed(5)
+    for shape, dim, start, end, step in [((20,), 0, 1, None, 2), ((20,), 0, None, None, 2), ((4, 10), 1, -7, -1, 3),
+                                         ((4, 10), 0, 1, 3, 1), ((6, 5), 1, 0, 9223372036854775807, 2),
+                                         ((6, 5), 0, 2, 2, 1)]:
+        base = _values(torch.Size(shape).numel(), dtype, gen).view(shape)
+        view = torch.ops.aten.slice.Tensor(base, dim, start, end, step)
+        src = _values(view.numel(), dtype, gen).view(view.shape)
+        want = torch.ops.aten.slice_scatter.default(base, src, dim, start, end, step)
+        got = runtime._slice_scatter_into(base.clone(), src, dim, start, end, step)
+        _same(got, want)
+
+
+def test_slice_scatter_into_runs_the_op_for_another_dtype_or_shape():
+    base = torch.zeros(8, dtype=torch.int32)
+    # another dtype: the op's own behaviour (copy_ would convert silently)
+    src = torch.ones(4, dtype=torch.float32)
+    try:
+        want = torch.ops.aten.slice_scatter.default(base, src, 0, 0, None, 2)
+    except RuntimeError as e:
+        with pytest.raises(RuntimeError, match=str(e)[:30]):
+            runtime._slice_scatter_into(base.clone(), src, 0, 0, None, 2)
+    else:
+        _same(runtime._slice_scatter_into(base.clone(), src, 0, 0, None, 2), want)
+    # a src that copy_ would broadcast: slice_scatter refuses it, and so must the shortcut
+    with pytest.raises(RuntimeError):
+        torch.ops.aten.slice_scatter.default(base, torch.ones(1, dtype=torch.int32), 0, 0, None, 2)
+    with pytest.raises(RuntimeError):
+        runtime._slice_scatter_into(base.clone(), torch.ones(1, dtype=torch.int32), 0, 0, None, 2)
+
+
+# -- graphs: which scatters run in place, and the same results and charges as the reference walk --------------------
+
+def _dequant(a, code, absmax):
+    """bitsandbytes' 4-bit dequantisation with a remainder block (two writes into an ``empty``, then two more)."""
+    out = torch.empty(a.numel() * 2, dtype=torch.int32, device=a.device)
+    out[1::2] = a & 0xF
+    out[::2] = a >> 4
+    vals = code[out]
+    full = torch.empty(vals.numel(), dtype=torch.float32, device=a.device)
+    full[:16] = (vals[:16].view(-1, 8) * absmax[:2].view(-1, 1)).reshape(-1)
+    full[16:] = vals[16:] * absmax[2]
+    return full.to(torch.bfloat16)
+
+
+def _reread(x, s):
+    """The scattered base is read again after the write (its old value): must not run in place."""
+    base = torch.zeros(8, device=x.device) + x
+    twice = base * 2
+    base[::2] = s
+    return base + twice
+
+
+def _returned(x, s):
+    """The base of a scatter is itself an output: must not run in place (a clone's scatter may)."""
+    base = torch.full((8,), 1.5, device=x.device)
+    y = base.clone()
+    y[1::2] = s
+    return base, y + x, torch.slice_scatter(base, s, 0, 0, None, 2)
+
+
+def _input_base(x, s):
+    """A write into a graph input (functionalised into a scatter of the input and a copy back)."""
+    x[::2] = s
+    return x * 3
+
+
+def _cases():
+    g = torch.Generator().manual_seed(0)
+    a = torch.randint(0, 256, (10,), dtype=torch.uint8, generator=g)
+    code = torch.linspace(-1, 1, 16)
+    code[3] = -0.0
+    absmax = torch.rand(3, generator=g) + 0.5
+    x = torch.randn(8, generator=g)
+    s = torch.randn(4, generator=g)
+    s[0] = float("nan")
+    return {"dequant": (_dequant, (a, code, absmax)), "reread": (_reread, (x, s)), "returned": (_returned, (x, s)),
+            "input_base": (_input_base, (x, s))}
+
+
+def _charged(call):
+    before = STATE.now_ns
+    STATE.now_ns = 0.0
+    try:
+        out = call()
+        return out, STATE.now_ns
+    finally:
+        STATE.now_ns = before + STATE.now_ns
+
+
+def _run(fn, inputs, generated, monkeypatch, graphs):
+    torch._dynamo.reset()
+    monkeypatch.setattr(runtime.CompiledGraph, "GENERATED", generated)
+    real = runtime._generate
+
+    def keep(graph):
+        graphs.append(graph)
+        return real(graph)
+    monkeypatch.setattr(runtime, "_generate", keep)
+    cfn = torch.compile(fn, backend="neuron")
+    cfn(*[t.to("neuron") for t in inputs])
+    dev = [t.to("neuron") for t in inputs]
+    outs, charges = [], []
+    for _ in range(3):          # a fixed sequence of calls: the clock after each
+        out, ns = _charged(lambda: cfn(*dev))
+        out = out if isinstance(out, tuple) else (out,)
+        outs.append([o.cpu() for o in out] + [d.cpu() for d in dev])
+        charges.append(ns)
+    return outs, charges
+
+
+@pytest.fixture(autouse=True)
+def _device():
+    backend.register()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("case,in_place,copies", [("dequant", 4, 4), ("reread", 0, 1), ("returned", 1, 1),
+                                                  ("input_base", 0, 1)])
+def test_shortcuts_only_where_unobservable(case, in_place, copies, monkeypatch):
+    fn, inputs = _cases()[case]
+    ref, ref_ns = _run(fn, inputs, False, monkeypatch, [])
+    graphs = []
+    got, got_ns = _run(fn, inputs, True, monkeypatch, graphs)
+    assert got_ns == ref_ns and all(ns > 0 for ns in ref_ns)
+    for r_call, g_call in zip(ref, got, strict=True):
+        for r, o in zip(r_call, g_call, strict=True):
+            assert r.dtype == o.dtype and r.shape == o.shape
+            assert torch.equal(_bits(r), _bits(o))
+    found = [runtime._shortcuts(g, runtime._direct_steps(g)) for g in graphs]
+    assert sum(len(sc) for sc, _ in found) == in_place
+    assert sum(len(cp) for _, cp in found) == copies
+
+
+def test_dequant_in_place_against_float64():
+    fn, (a, code, absmax) = _cases()["dequant"]
+    torch._dynamo.reset()
+    out = torch.compile(fn, backend="neuron")(a.to("neuron"), code.to("neuron"), absmax.to("neuron")).cpu()
+    idx = torch.stack([a.long() >> 4, a.long() & 0xF], dim=1).reshape(-1)
+    vals = code.double()[idx]
+    ref = torch.cat([(vals[:16].view(-1, 8) * absmax.double()[:2].view(-1, 1)).reshape(-1), vals[16:] * absmax[2]])
+    assert out.dtype == torch.bfloat16
+    assert torch.all((out.double() - ref).abs() <= ref.abs() * 2.0 ** -8 + 1e-30)
