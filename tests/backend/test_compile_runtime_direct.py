@@ -65,7 +65,9 @@ def _device():
     torch._dynamo.reset()
 
 
-def _compiled(fn, inputs, generated, monkeypatch, graphs):
+def compile_recording(fn, generated, monkeypatch, graphs):
+    """``fn`` compiled afresh for neuron, with the generated runner on or off; each graph the runtime generates code
+    for is appended to ``graphs``."""
     torch._dynamo.reset()
     monkeypatch.setattr(runtime.CompiledGraph, "GENERATED", generated)
     real = runtime._generate
@@ -74,8 +76,12 @@ def _compiled(fn, inputs, generated, monkeypatch, graphs):
         graphs.append(graph)
         return real(graph)
     monkeypatch.setattr(runtime, "_generate", keep)
+    return torch.compile(fn, backend="neuron")
+
+
+def _compiled(fn, inputs, generated, monkeypatch, graphs):
+    cfn = compile_recording(fn, generated, monkeypatch, graphs)
     dev = [t.to("neuron") for t in inputs]
-    cfn = torch.compile(fn, backend="neuron")
     cfn(*dev)
     out, ns = _charged(lambda: cfn(*dev))
     return [o.cpu() for o in out], ns

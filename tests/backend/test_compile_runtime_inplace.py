@@ -8,7 +8,9 @@ import torch
 
 from trnsim import backend
 from trnsim.backend.compile import runtime
-from trnsim.backend.device_state import STATE
+
+from test_compile_runtime_direct import compile_recording  # noqa: E402  (tests/backend on sys.path)
+from test_compile_runtime_generated import _charged  # noqa: E402
 
 
 def _bits(t):
@@ -142,26 +144,8 @@ def _cases():
             "input_base": (_input_base, (x, s))}
 
 
-def _charged(call):
-    before = STATE.now_ns
-    STATE.now_ns = 0.0
-    try:
-        out = call()
-        return out, STATE.now_ns
-    finally:
-        STATE.now_ns = before + STATE.now_ns
-
-
 def _run(fn, inputs, generated, monkeypatch, graphs):
-    torch._dynamo.reset()
-    monkeypatch.setattr(runtime.CompiledGraph, "GENERATED", generated)
-    real = runtime._generate
-
-    def keep(graph):
-        graphs.append(graph)
-        return real(graph)
-    monkeypatch.setattr(runtime, "_generate", keep)
-    cfn = torch.compile(fn, backend="neuron")
+    cfn = compile_recording(fn, generated, monkeypatch, graphs)
     cfn(*[t.to("neuron") for t in inputs])
     dev = [t.to("neuron") for t in inputs]
     outs, charges = [], []
