@@ -113,7 +113,6 @@ _SLICE_SCATTER = torch.ops.aten.slice_scatter.default
 _SLICE_SCATTER_OP = _SLICE_SCATTER._op
 _SLICE = torch.ops.aten.slice.Tensor
 _SLICE_OP = _SLICE._op
-_PRESERVE = torch.preserve_format
 
 
 def _copy_fresh(dst, src, non_blocking=False):
@@ -133,7 +132,7 @@ def _copy_fresh(dst, src, non_blocking=False):
 
 def _slice_scatter_into(base, src, dim=0, start=None, end=None, step=1):
     """``aten.slice_scatter(base, src, ...)`` written into ``base`` itself, for a ``base`` that nothing else reads
-    (``_inplace_scatters`` proves it): the graph never sees ``base``'s old value again, so writing ``src`` into the
+    (``_shortcuts`` proves it): the graph never sees ``base``'s old value again, so writing ``src`` into the
     slice of it gives the tensor ``slice_scatter`` would return, without copying the whole of ``base`` (bitsandbytes'
     ``out[1::2] = q & 0xF`` on 2^20 int32: 3.9 -> 0.55 ms).  ``src`` of another dtype or shape than the slice
     (which ``copy_`` would convert or broadcast where ``slice_scatter`` refuses) runs the op."""
@@ -387,7 +386,7 @@ def _refs(a, out):
 
 
 # ops whose result is a tensor of its own (no view of an input or of another value): a ``slice_scatter`` may write
-# into such a result when nothing else reads it (``_inplace_scatters``)
+# into such a result when nothing else reads it (``_shortcuts``)
 _FRESH = frozenset((torch.ops.aten.empty.memory_format, torch.ops.aten.zeros.default, torch.ops.aten.full.default,
                     torch.ops.aten.empty_like.default, torch.ops.aten.zeros_like.default,
                     torch.ops.aten.full_like.default, torch.ops.aten.clone.default, _SLICE_SCATTER))
