@@ -267,6 +267,18 @@ def test_max_memory_must_not_be_negative(tmp_path, capsys):
     assert "--max-memory" in capsys.readouterr().err
 
 
+def test_runner_refuses_a_test_path_the_snapshot_does_not_have(tmp_path, capsys):
+    snap = tmp_path / "snap"
+    (snap / "test" / "integration" / "nkilib" / "core").mkdir(parents=True)
+    (snap / "test" / "conftest.py").write_text("")
+    argv = ["--snapshot", str(snap), "--out", str(tmp_path / "r")]
+    assert runner.main(argv + ["test/integration/nkilib/core", "test/integration/core/topk"]) == 2
+    err = capsys.readouterr().err
+    assert "test/integration/core/topk" in err and "no such test path" in err
+    assert "nkilib/core," not in err          # the path that exists is not named
+    assert not (tmp_path / "r.md").exists()
+
+
 def test_report_command_shows_no_machine_paths(tmp_path):
     snap = tmp_path / "snap"
     (snap / "test").mkdir(parents=True)

@@ -416,6 +416,11 @@ def run(args, argv):
     if not os.path.isfile(os.path.join(snap, "test", "conftest.py")):
         print(f"run_nki_library: {snap} is not an nki-library checkout (no test/conftest.py)", file=sys.stderr)
         return 2
+    missing = [q for q in args.paths if not os.path.exists(os.path.join(snap, q.split("::")[0]))]
+    if missing:
+        print(f"run_nki_library: no such test path in {snap}: {', '.join(missing)} (paths are relative to the "
+              f"snapshot, e.g. test/integration/nkilib/core/topk)", file=sys.stderr)
+        return 2
     if args.resume and not os.path.isfile(args.resume):
         print(f"run_nki_library: --resume {args.resume}: no such file", file=sys.stderr)
         return 2
@@ -537,7 +542,7 @@ def run(args, argv):
         if not args.results:
             output, partial, crashed, restarts = drive(
                 cmd, env, results, {r["nodeid"] for r in earlier if r.get("when") != "collect"})
-            if args.retry_memory and not partial:
+            if args.retry_memory and not partial and os.path.isfile(results):
                 with open(results) as f:
                     retried = capped_tests(earlier + [json.loads(ln) for ln in f if ln.strip()])
             if retried:
