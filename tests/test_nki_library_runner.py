@@ -291,3 +291,27 @@ def test_report_command_shows_no_machine_paths(tmp_path):
     assert str(tmp_path) not in rep["command"] and str(tmp_path) not in out.with_suffix(".md").read_text()
     assert "--results <outside>/results.jsonl" in rep["command"] and "--out <outside>/rep" in rep["command"]
     assert runner._shown(os.path.join(runner.REPO, "conformance", "x")) == os.path.join("conformance", "x")
+
+
+def test_a_module_that_does_not_parse_is_named_with_its_line(tmp_path):
+    """A test file that imports a module with a syntax error (as nki-library@d2ad3a5's own core/mlp/mlp.py has: a
+    docstring pasted twice): the record names that module and line, not only the error."""
+    import subprocess
+    snap = tmp_path / "snap"
+    (snap / "src" / "pkg").mkdir(parents=True)
+    (snap / "src" / "pkg" / "__init__.py").write_text("")
+    (snap / "src" / "pkg" / "broken.py").write_text('def f():\n    """doc"""\n        more\n')
+    (snap / "test").mkdir()
+    (snap / "test" / "test_a.py").write_text("import pkg.broken\n\ndef test_x():\n    pass\n")
+    results = tmp_path / "results.jsonl"
+    support = REPO / "tests" / "support" / "nki_library"
+    env = dict(os.environ, TRNSIM_NKILIB_RESULTS=str(results),
+               PYTHONPATH=os.pathsep.join([str(support), str(snap / "src"), str(REPO)]))
+    env.pop("PYTEST_XDIST_WORKER", None)
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "trnsim_nkilib_plugin", "-p", "no:cacheprovider",
+                        "--continue-on-collection-errors", str(snap / "test")],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    recs = [json.loads(ln) for ln in results.read_text().splitlines() if ln.strip()]
+    assert [x["when"] for x in recs] == ["collect"], r.stdout[-2000:] + r.stderr[-2000:]
+    assert recs[0]["message"].startswith("IndentationError")
+    assert recs[0]["message"].endswith("(src/pkg/broken.py:3)")

@@ -24,6 +24,7 @@ It does two things and changes nothing else in the harness:
 from __future__ import annotations
 
 import json
+import re
 import os
 import traceback
 
@@ -352,6 +353,23 @@ def pytest_collectreport(report):
         return
     text = str(report.longrepr)
     last = [ln for ln in text.splitlines() if ln.startswith("E ")]
+    message = last[-1][1:].strip() if last else text[-300:]
+    where = _syntax_error_site(last)
+    if where:
+        message += f" ({where})"
     with open(_RESULTS, "a") as f:
         f.write(json.dumps({"nodeid": report.nodeid, "when": "collect", "outcome": "error",
-                            "message": (last[-1][1:].strip() if last else text[-300:])[:600]}) + "\n")
+                            "message": message[:600]}) + "\n")
+
+
+def _syntax_error_site(lines):
+    """For a file that does not parse (a SyntaxError or IndentationError, which Python reports with a ``File "...",
+    line N`` line of its own): that file and line, relative to the snapshot (from its ``src/`` or ``test/``), so the
+    report names the module at fault, which is often not the test file pytest was importing."""
+    for ln in reversed(lines):
+        m = re.search(r'File "([^"]+)", line (\d+)', ln)
+        if m:
+            path = m.group(1).replace(os.sep, "/")
+            cut = max(path.rfind("/src/"), path.rfind("/test/"))
+            return f"{path[cut + 1:] if cut >= 0 else os.path.basename(path)}:{m.group(2)}"
+    return None
