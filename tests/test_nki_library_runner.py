@@ -236,6 +236,36 @@ def test_report_from_recorded_results(tmp_path):
     assert runner.main(["--snapshot", str(snap), "--results", str(tmp_path / "none"), "--out", str(out)]) == 2
 
 
+def test_records_file_carries_a_run_to_another_machine(tmp_path):
+    """--records writes every record gzip-compressed with the machine's paths replaced; --results (and --resume)
+    read it back, so a committed records file lets a later run on a fresh machine count or go on from it."""
+    import gzip
+    snap = tmp_path / "snap"
+    (snap / "test").mkdir(parents=True)
+    (snap / "test" / "conftest.py").write_text("")
+    res = tmp_path / "results.jsonl"
+    res.write_text("\n".join(json.dumps(r) for r in [
+        rec("cumsum", 0, "passed"),
+        rec("cumsum", 1, "failed", chain=["InferenceException", "ValueError"], type="ValueError",
+            message=f"bad shape in {snap}/src/k.py:3")]) + "\n")
+    gz = tmp_path / "saved" / "records.jsonl.gz"
+    assert runner.main(["--snapshot", str(snap), "--results", str(res), "--records", str(gz),
+                        "--out", str(tmp_path / "a"), "--snapshot-commit", "c0ffee1"]) == 0
+    saved = [json.loads(ln) for ln in gzip.decompress(gz.read_bytes()).decode().splitlines()]
+    assert [r["outcome"] for r in saved] == ["passed", "failed"]
+    assert saved[1]["message"] == "bad shape in <snapshot>/src/k.py:3"
+    assert str(tmp_path) not in gzip.decompress(gz.read_bytes()).decode()
+    assert json.loads((tmp_path / "a.json").read_text())["records"] == "<outside>/records.jsonl.gz"
+    assert runner.main(["--snapshot", str(snap), "--results", str(gz), "--out", str(tmp_path / "b"),
+                        "--snapshot-commit", "c0ffee1"]) == 0
+    a, b = (json.loads((tmp_path / f"{n}.json").read_text())["summary"] for n in "ab")
+    assert (a["runnable"], a["passed"]) == (b["runnable"], b["passed"]) == (2, 1)
+    first = gz.read_bytes()
+    assert runner.main(["--snapshot", str(snap), "--results", str(gz), "--records", str(gz),
+                        "--out", str(tmp_path / "c"), "--snapshot-commit", "c0ffee1"]) == 0
+    assert gz.read_bytes() == first            # the same records, the same bytes
+
+
 def test_plugin_sampling_offset_and_resume(tmp_path):
     """Every N-th test from an offset (disjoint samples for different offsets), and the tests an earlier run
     recorded (the runner's --resume) left out."""

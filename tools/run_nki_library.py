@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import gzip
 import json
 import os
 import re
@@ -400,6 +401,10 @@ def build_parser():
     p.add_argument("--resume", default=None,
                    help="a results.jsonl of an earlier run of the same selection (kept with --keep-tmp): its tests "
                         "are not run again, its records are counted with this run's, and it is rewritten with both")
+    p.add_argument("--records", default=None, metavar="FILE",
+                   help="write every test's record (this run's and --resume's) to FILE, gzip-compressed when it ends "
+                        "in .gz, machine paths replaced: commit it beside the report, and a later run on another "
+                        "machine goes on from it with --resume FILE")
     p.add_argument("--results", default=None,
                    help="write the report from a results.jsonl of an earlier run (kept with --keep-tmp) instead of "
                         "running pytest")
@@ -415,11 +420,6 @@ def run(args, argv):
     snap = os.path.abspath(args.snapshot)
     if not os.path.isfile(os.path.join(snap, "test", "conftest.py")):
         print(f"run_nki_library: {snap} is not an nki-library checkout (no test/conftest.py)", file=sys.stderr)
-        return 2
-    missing = [q for q in args.paths if not os.path.exists(os.path.join(snap, q.split("::")[0]))]
-    if missing:
-        print(f"run_nki_library: no such test path in {snap}: {', '.join(missing)} (paths are relative to the "
-              f"snapshot, e.g. test/integration/nkilib/core/topk)", file=sys.stderr)
         return 2
     if args.resume and not os.path.isfile(args.resume):
         print(f"run_nki_library: --resume {args.resume}: no such file", file=sys.stderr)
@@ -440,6 +440,11 @@ def run(args, argv):
     if args.retry_memory and args.max_memory and args.retry_memory <= args.max_memory:
         print(f"run_nki_library: --retry-memory {args.retry_memory:g} must be above --max-memory "
               f"{args.max_memory:g} (the retry gives the stopped tests more room)", file=sys.stderr)
+        return 2
+    missing = [q for q in args.paths if not os.path.exists(os.path.join(snap, q.split("::")[0]))]
+    if missing and not args.results:
+        print(f"run_nki_library: no such test path in {snap}: {', '.join(missing)} (paths are relative to the "
+              f"snapshot, e.g. test/integration/nkilib/core/topk)", file=sys.stderr)
         return 2
     missing = missing_harness_requirements()
     if missing and not args.results:
@@ -494,8 +499,7 @@ def run(args, argv):
         restarts = 0
         earlier = []
         if args.resume:
-            with open(args.resume) as f:
-                earlier = [json.loads(ln) for ln in f if ln.strip()]
+            earlier = read_records(args.resume)
             done = os.path.join(tmp, "done.txt")
             with open(done, "w") as f:
                 f.write("\n".join(r["nodeid"] for r in earlier if r.get("when") != "collect"))
@@ -562,8 +566,7 @@ def run(args, argv):
         recs = list(earlier)
         for res in (results, retry_results):             # a retried test's records come after its first ones
             if os.path.exists(res):
-                with open(res) as f:
-                    recs += [json.loads(ln) for ln in f if ln.strip()]
+                recs += read_records(res)
         recs = list({(r["nodeid"], r.get("when")): r for r in recs}.values())   # a test (or file) once: the latest
         for r in recs:
             if r["nodeid"] in set(retried):
@@ -576,9 +579,9 @@ def run(args, argv):
         if phases:
             attach_phases(recs, phases)
         if args.resume and not args.results:
-            from trnsim.fileio import atomic_write
-            with atomic_write(args.resume) as f:            # the resumed file now holds both runs
-                f.write("".join(json.dumps(r) + "\n" for r in recs))
+            write_records(args.resume, recs, snap, tmp)      # the resumed file now holds both runs
+        if args.records:
+            write_records(args.records, recs, snap, tmp)
         if not recs:
             print(output[-4000:], file=sys.stderr)
             print("run_nki_library: pytest recorded no test", file=sys.stderr)
@@ -595,6 +598,7 @@ def run(args, argv):
                "standins": used, "max_memory_gib": args.max_memory or None, "wall_s": wall, "partial": partial,
                "crashed_signal": crashed, "restarts": 0 if args.results else restarts,
                "resumed_from": _shown(args.resume) if args.resume else args.resume, "summary": summary,
+               "records": _shown(args.records) if args.records else None,
                "retry_memory_gib": args.retry_memory or None, "retried": len(retried),
                "tail": output.strip().splitlines()[-1:] if output.strip() else []}
         from trnsim.fileio import atomic_write, atomic_write_json
@@ -614,6 +618,32 @@ def run(args, argv):
             print(f"run directory kept: {tmp}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def read_records(path):
+    """The records of a results file (JSON lines; gzip-compressed when its name ends in .gz)."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [json.loads(ln) for ln in f if ln.strip()]
+
+
+def write_records(path, recs, snap, tmp):
+    """``recs`` into ``path`` atomically (gzip when it ends in .gz; fixed header time, so the same records give the
+    same bytes), the snapshot's, the run directory's and the repository's paths in messages shown as ``<snapshot>``,
+    ``<run>`` and ``<trnsim>``."""
+    from trnsim.fileio import atomic_write
+    places = sorted(((snap, "<snapshot>"), (tmp, "<run>"), (REPO, "<trnsim>")), key=lambda p: -len(p[0]))
+
+    def clean(r):
+        m = r.get("message")
+        if isinstance(m, str):
+            for place, name in places:
+                m = m.replace(place, name)
+            r = dict(r, message=m)
+        return r
+    text = "".join(json.dumps(clean(r)) + "\n" for r in recs).encode("utf-8")
+    with atomic_write(path, "wb") as f:
+        f.write(gzip.compress(text, mtime=0) if path.endswith(".gz") else text)
 
 
 def _shown(arg):
