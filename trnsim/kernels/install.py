@@ -9,6 +9,7 @@ _ALIASES = {"nki": "trnsim.kernels.nki", "nki.language": "trnsim.kernels.nki.lan
             "nki.isa": "trnsim.kernels.nki.isa", "nki.typing": "trnsim.kernels.nki.typing",
             "nki.collectives": "trnsim.kernels.nki.collectives", "nki.isa.constants": "trnsim.kernels.nki.isa_constants",
             "nki.builtin": "trnsim.kernels.nki.builtin", "nki.compiler": "trnsim.kernels.nki.compiler",
+            "nki.compiler.frontend": "trnsim.kernels.nki.frontend",
             "nki.language.dtypes": "trnsim.kernels.nki.dtypes", "nki.tensor": "trnsim.kernels.nki.tensor",
             "neuronxcc": "trnsim.kernels.neuronxcc", "neuronxcc.nki": "trnsim.kernels.neuronxcc.nki",
             "neuronxcc.nki.language": "trnsim.kernels.neuronxcc.nki.language",
@@ -19,6 +20,7 @@ _SUBMODULES = {"nki": ("language", "isa", "typing"), "neuronxcc.nki": ("language
 _SUBMODULES.update({"nki": _SUBMODULES["nki"] + ("collectives",), "nki.isa": ("constants",)})  # issue 16
 _SUBMODULES.update({"nki": _SUBMODULES["nki"] + ("builtin", "compiler", "tensor"),            # issue 13
                     "nki.language": ("dtypes",)})
+_SUBMODULES.update({"nki.compiler": ("frontend",)})       # nki-library's trace-only tests (issue 31)
 
 
 def _is_real(name):
