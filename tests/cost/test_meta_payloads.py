@@ -133,3 +133,25 @@ def test_the_attention_kernel_choice_of_a_meta_payload_is_the_one_of_real_tensor
     # the meta device's own answer differs (the math path): the device's rule is what keeps the flash kernel
     assert choice(*[torch.empty(shape, dtype=torch.bfloat16, device="meta")] * 3, None, 0.0, True) != want
 
+
+
+@pytest.mark.parametrize("name", ["adamw", "lamb"])
+def test_an_eager_optimizer_step_costs_the_same_with_meta_and_fake_payloads(name):
+    from trnsim.targets import get_target
+    tg = get_target("trn2")
+    made = []
+    orig = shape_only._empty
+
+    def run(on):
+        E._OPT.clear()
+        with config.override(shape_only_meta=on):
+            return E.optimizer_s(1_000_003, tg, name)
+    fake = run(False)
+    shape_only._empty = lambda s, d: made.append(shape_only._META[0]) or orig(s, d)
+    try:
+        meta = run(True)
+    finally:
+        shape_only._empty = orig
+        E._OPT.clear()
+    assert made and all(made) and fake > 0
+    assert meta == pytest.approx(fake, rel=1e-12)
