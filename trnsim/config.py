@@ -181,6 +181,9 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     _k("loop_replay", "TRNSIM_LOOP_REPLAY", _bool, True,
        "Shape-only runs: append a straight-line loop's later iterations in bulk from the observed ones "
        "(same records and timeline)."),
+    _k("shape_only_meta", "TRNSIM_SHAPE_ONLY_META", _bool, True,
+       "The estimator's decoder-template layers and optimizer steps run eagerly on shape-only tensors with plain "
+       "meta payloads (off: fake-tensor payloads, the reference; the same costs)."),
     _k("scheduler", "TRNSIM_SCHEDULER", _choice("auto", "python", "numba"), "auto",
        "How the one scheduler loop runs: `numba` compiled; `python` uncompiled (for debugging: the same "
        "timelines, slower); `auto` compiled once a process has scheduled 10,000 instructions, uncompiled before "

@@ -13,6 +13,9 @@ payloads.  The dispatch (``tensor.py``) calls these instead of ``func`` for ops 
 * batch norm (``native_batch_norm``, ``_native_batch_norm_legit``, ``_batch_norm_with_update``): low-precision
   inputs in fp32 with one rounding, like the ops in ``op_table.ACCUMULATING``, but keeping the in-place update of
   the running statistics (the generic fp32 path would update a temporary copy).
+* ``_fused_sdp_choice`` of a shape-only payload on the ``meta`` device (:func:`trnsim.backend.shape_only.meta_payloads`):
+  answered as real CPU tensors of the same shapes and dtypes would answer it (the fused flash kernel), not as the
+  meta device does (the math path); the fake-tensor payload's mode does the same (``shape_only.ShapeOnlyMode``).
 """
 
 from __future__ import annotations
@@ -66,8 +69,17 @@ def _batch_norm_fp32(func, args, kwargs):
                  for o, m in zip(out, meta))
 
 
+def _sdp_choice(func, args, kwargs):
+    """The attention kernel real tensors of these shapes would get: a meta argument becomes one row of real memory
+    expanded to its shape (same shape, dtype and a contiguous last dimension); real arguments pass as they are."""
+    real = [torch.empty(a.shape[-1], dtype=a.dtype).expand(a.shape) if isinstance(a, torch.Tensor) and a.is_meta
+            else a for a in args]
+    return func(*real, **kwargs)
+
+
 IMPLS = {
     "histc": _histc,
+    "_fused_sdp_choice": _sdp_choice,
     "native_batch_norm": _batch_norm_fp32,
     "_native_batch_norm_legit": _batch_norm_fp32,
     "_batch_norm_with_update": _batch_norm_fp32,

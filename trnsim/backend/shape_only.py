@@ -10,6 +10,17 @@ values (``.item()``, ``nonzero``) raise, naming the op.
 ``materialize_shape_only(module)`` swaps a module's parameters and buffers for shape-only device tensors (ties
 kept); build the module on the ``meta`` device first (``with torch.device("meta"): model = make()``) so that no
 host memory is touched.
+
+``meta_payloads()``: inside it, new shape-only tensors carry a plain ``meta`` tensor instead of a fake one.  Each
+op then runs its meta kernel straight from the dispatcher, without the fake mode's bookkeeping (its dispatch
+cache, output wrapping and device tracking): a decoder layer's forward and backward on the device in about a
+third of the CPU time (benchmarks/speed-estim8.md).  The device dispatch is the same (the same native/fallback
+decisions and costs); two things differ and the device handles them: ``device=`` arguments of an op on meta
+payloads stay on the meta device (``tensor._device_kw``), and the attention kernel choice is answered as real
+tensors would answer it (``native_impls._sdp_choice``).  What a meta payload does not do that a fake one does:
+mix with real tensors (``allow_non_fake_inputs``), and turn factory ops inside compiled graphs shape-only; so
+the estimator uses it for its own decoder-template layers run eagerly (``trnsim.cost.step``), whose costs the
+tests compare with the fake payload's, and everything else keeps the fake payload.
 """
 
 from __future__ import annotations
@@ -20,10 +31,11 @@ import torch
 
 from .device_state import STATE
 
-__all__ = ["shape_only_tensor", "materialize_shape_only", "device_target", "is_shape_only"]
+__all__ = ["shape_only_tensor", "materialize_shape_only", "device_target", "is_shape_only", "meta_payloads"]
 
 
 _MODE = None
+_META = [False]         # inside meta_payloads(): new shape-only payloads are plain meta tensors
 
 
 def _fake_mode():
@@ -47,8 +59,22 @@ def _fake_mode():
 
 
 def _empty(shape, dtype):
+    if _META[0]:
+        return torch.empty(tuple(shape), dtype=dtype, device="meta")
     with _fake_mode():
         return torch.empty(tuple(shape), dtype=dtype)
+
+
+@contextlib.contextmanager
+def meta_payloads(on=True):
+    """New shape-only tensors inside the block carry plain ``meta`` payloads (``on``; see the module docstring).
+    Process-wide while it lasts (the autograd device thread runs the backward of what was made inside)."""
+    prev = _META[0]
+    _META[0] = bool(on)
+    try:
+        yield
+    finally:
+        _META[0] = prev
 
 
 def _wrap(p):
@@ -65,8 +91,11 @@ def shape_only_tensor(shape, dtype=torch.float32, requires_grad=False):
 
 
 def is_shape_only(t) -> bool:
+    p = getattr(t, "_p", None)
+    if isinstance(p, torch.Tensor) and p.is_meta:
+        return True
     from torch._subclasses.fake_tensor import FakeTensor
-    return isinstance(getattr(t, "_p", None), FakeTensor)
+    return isinstance(p, FakeTensor)
 
 
 def materialize_shape_only(module: torch.nn.Module, dtype=None):

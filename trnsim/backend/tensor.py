@@ -318,6 +318,7 @@ def _unwrap(x, ctx):
 
 
 _CPU = torch.device("cpu")
+_META = torch.device("meta")
 _SCALARS = {int, float, bool, type(None), str, torch.dtype, torch.memory_format, torch.layout}
 
 
@@ -380,14 +381,16 @@ def _cross_device(func, ctx):
                        f"a cpu tensor of shape {list(ctx.cpu.shape)})"))
 
 
-def _device_kw(kwargs):
-    """Rewrite a ``device=`` kwarg: neuron -> cpu (outputs wrapped); returns whether outputs stay on the host."""
+def _device_kw(kwargs, uargs=()):
+    """Rewrite a ``device=`` kwarg: neuron -> cpu (outputs wrapped), or -> meta when a payload among ``uargs`` is a
+    meta tensor (a shape-only run with meta payloads, ``shape_only.meta_payloads``); returns whether outputs stay
+    on the host."""
     d = kwargs.get("device")
     if d is None:
         return False
     d = torch.device(d) if not isinstance(d, torch.device) else d
     if d.type == DEVICE.type:
-        kwargs["device"] = _CPU
+        kwargs["device"] = _META if any(a.__class__ is _TENSOR and a.is_meta for a in uargs) else _CPU
         return False
     return True
 
@@ -667,7 +670,7 @@ def _dispatch(func, args, kwargs):
     uargs = tuple(ua)
     if kwargs:
         ukw = {k: _unwrap(v, ctx) for k, v in kwargs.items()}
-        host_out = _device_kw(ukw) if "device" in ukw else False
+        host_out = _device_kw(ukw, uargs) if "device" in ukw else False
     else:
         ukw = kwargs
         host_out = False

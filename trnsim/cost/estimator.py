@@ -318,9 +318,11 @@ def optimizer_s(numel, target, name="adamw", compiled=False):
     if hit is not None:
         _OPT[key] = hit
         return hit
+    from .. import config
     from ..backend.device_state import STATE
-    from ..backend.shape_only import device_target, shape_only_tensor
-    with device_target(target):
+    from ..backend.shape_only import device_target, meta_payloads, shape_only_tensor
+    # eager: plain meta payloads (the same costs, less CPU; shape_only.meta_payloads); compiled: fake ones
+    with device_target(target), meta_payloads(bool(config.shape_only_meta) and not compiled):
         p = torch.nn.Parameter(shape_only_tensor((int(numel),), torch.float32))
         p.grad = shape_only_tensor((int(numel),), torch.float32)
         if compiled:

@@ -84,13 +84,21 @@ def fp32_matmul_ns(target, m, k, n, batch=1):
     return costs.auto_cast_matmul_cost(target, m, k, n, "float32", batch)[0], 0.0
 
 
-def _run(build, inputs, target, loss_fn, precision="bf16", compiled=False):
+def _run(build, inputs, target, loss_fn, precision="bf16", compiled=False, meta=False):
     """Run ``loss_fn(module, *inputs)`` forward and backward on the shape-only device; returns a LayerCost.
     ``compiled``: the module runs through ``torch.compile(backend="neuron")`` (the compile backend's fused kernels
     and per-graph launch).  ``precision="fp8"``: every linear/expert matmul of the run (mm, addmm, bmm; attention
     stays bf16) is re-priced as its fp8 kernel (:func:`fp8_matmul_ns`); ``precision="fp32"``: every fp32 matmul
     (mm, addmm, bmm) of an eager run is re-priced as neuronx-cc's auto-cast runs it (:func:`fp32_matmul_ns`; a
-    compiled graph's matmul kernels are priced by the same rule when compiled)."""
+    compiled graph's matmul kernels are priced by the same rule when compiled).  ``meta`` (eager runs only): the
+    shape-only tensors carry plain meta payloads (``shape_only.meta_payloads``: the same costs, a third of the
+    dispatch CPU); the decoder templates use it, a model's own code (which may make real tensors) does not."""
+    from ..backend.shape_only import meta_payloads
+    with meta_payloads(meta and not compiled):
+        return _run_payloads(build, inputs, target, loss_fn, precision, compiled)
+
+
+def _run_payloads(build, inputs, target, loss_fn, precision, compiled):
     import trnsim
     from ..backend import costs
     from ..backend.device_state import STATE
@@ -178,7 +186,7 @@ def _layer_job(spec, kind, tp, ep, micro_batch, seq, dtype, tg, precision, compi
         cos = shape_only_tensor((seq, rope), dtype)
         return x, cos, cos
 
-    return build, inputs, tg, lambda m, x, c, s: m(x, c, s).float().sum(), precision, compiled
+    return build, inputs, tg, lambda m, x, c, s: m(x, c, s).float().sum(), precision, compiled, _meta()
 
 
 def _head_job(spec, tp, micro_batch, seq, dtype, tg, precision, compiled, sp=False):
@@ -194,7 +202,13 @@ def _head_job(spec, tp, micro_batch, seq, dtype, tg, precision, compiled, sp=Fal
         labels = shape_only_tensor((micro_batch, seq), torch.int64)
         return x, labels
 
-    return build, inputs, tg, lambda m, x, lab: m(x, lab), precision, compiled
+    return build, inputs, tg, lambda m, x, lab: m(x, lab), precision, compiled, _meta()
+
+
+def _meta():
+    """Whether the template layers' eager runs use meta payloads (``TRNSIM_SHAPE_ONLY_META``, default on)."""
+    from .. import config
+    return bool(config.shape_only_meta)
 
 
 def _key_job(what, spec, *, kind="dense", tp=1, ep=1, micro_batch=1, seq=2048, dtype=torch.bfloat16,
