@@ -175,3 +175,44 @@ def _bessel_without_device_kernel(monkeypatch):
     from trnsim.backend import op_table, tensor
     monkeypatch.delitem(op_table.TABLE, "special_bessel_j0", raising=False)
     monkeypatch.setattr(tensor, "_INFO", {})
+
+
+def test_stores_list_the_directory_only_when_due(tmp_path, monkeypatch):
+    """A store keeps the bound without listing the cache directory every time: once to learn its size, then when
+    the size it knows of (listed + written since) passes the bound, or every _RECOUNT_EVERY stores."""
+    from trnsim.backend.compile import cache as cache_mod
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TRNSIM_COMPILE_CACHE_MAX_BYTES", str(10 ** 9))
+    c = cache_mod.CompileCache()
+    listings = []
+    real = c.evict
+    monkeypatch.setattr(c, "evict", lambda *a, **k: listings.append(1) or real(*a, **k))
+    n = 2 * cache_mod._RECOUNT_EVERY + 1
+    for i in range(n):
+        c.store(f"{i:04d}" + "cd" * 30, {"kernels": [], "pad": "x" * 100})
+    assert len(listings) == 3                         # the first store, then every _RECOUNT_EVERY
+    assert len(_entries(tmp_path)) == n
+
+
+def test_size_bound_holds_after_every_store(tmp_path, monkeypatch):
+    """A process's own stores keep the bound after each one; entries other processes wrote meanwhile are counted at
+    its next listing, at most _RECOUNT_EVERY stores later."""
+    from trnsim.backend.compile import cache as cache_mod
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(cache_mod, "_RECOUNT_EVERY", 4)
+    c = cache_mod.CompileCache()
+    c.store("00" + "ef" * 31, {"kernels": [], "pad": "x" * 1000})
+    one = os.path.getsize(c.path("00" + "ef" * 31))
+    monkeypatch.setenv("TRNSIM_COMPILE_CACHE_MAX_BYTES", str(3 * one + 10))
+    for i in range(1, 6):
+        c.store(f"{i:02d}" + "ef" * 31, {"kernels": [], "pad": "x" * 1000})
+        assert sum(os.path.getsize(p) for p in _entries(tmp_path)) <= 3 * one + 10, i
+    other = cache_mod.CompileCache()                 # another process's entries, unseen by c until it lists again
+    for i in range(6, 9):
+        other.store(f"{i:02d}" + "ef" * 31, {"kernels": [], "pad": "x" * 1000})
+    over = []
+    for i in range(9, 20):
+        c.store(f"{i:02d}" + "ef" * 31, {"kernels": [], "pad": "x" * 1000})
+        over.append(sum(os.path.getsize(p) for p in _entries(tmp_path)) > 3 * one + 10)
+    assert not any(over[cache_mod._RECOUNT_EVERY:]), over
+    assert sorted(os.path.basename(p)[:2] for p in _entries(tmp_path)) == ["17", "18", "19"]

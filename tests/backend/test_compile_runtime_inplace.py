@@ -190,3 +190,69 @@ def test_dequant_in_place_against_float64():
     ref = torch.cat([(vals[:16].view(-1, 8) * absmax.double()[:2].view(-1, 1)).reshape(-1), vals[16:] * absmax[2]])
     assert out.dtype == torch.bfloat16
     assert torch.all((out.double() - ref).abs() <= ref.abs() * 2.0 ** -8 + 1e-30)
+
+
+# -- the host write (numpy on the same memory) and the overlap proof -------------------------------------------------
+
+@pytest.mark.parametrize("shape,stride,offset,want", [
+    ((8,), (2,), 1, True),                  # bitsandbytes' out[1::2]
+    ((4, 3), (1, 4), 0, True),              # a transpose
+    ((6, 4), (8, 2), 0, True),              # a strided slice of a 6x8
+    ((3, 5), (5, 1), 0, True),              # dense
+    ((4, 6), (1, 0), 0, False),             # an expanded dim: elements share memory
+    ((3, 3), (1, 2), 0, False),             # rows overlap
+    ((0, 5), (5, 1), 0, True),
+    ((1, 7), (100, 1), 0, True)])
+def test_no_self_overlap_proves_only_true_layouts(shape, stride, offset, want):
+    t = torch.zeros(64).as_strided(shape, stride, offset)
+    assert runtime._no_self_overlap(t) is want
+    if want:      # cross-check: every element's address is distinct
+        idx = torch.arange(64, dtype=torch.float64).as_strided(shape, stride, offset).reshape(-1)
+        assert idx.unique().numel() == idx.numel()
+
+
+@pytest.mark.parametrize("dst_dtype,src_dtype", [(torch.int32, torch.uint8), (torch.int64, torch.int8),
+                                                 (torch.int32, torch.int32), (torch.float32, torch.float32),
+                                                 (torch.bfloat16, torch.bfloat16), (torch.float16, torch.float16),
+                                                 (torch.bool, torch.bool), (torch.float64, torch.float64)])
+def test_host_write_writes_the_bytes_copy_does(dst_dtype, src_dtype):
+    """Above the size threshold (and below it, called directly), numpy writes what ``copy_`` writes: NaN payloads,
+    negative zero and integer signs included, into strided views; the bytes outside the view are untouched."""
+    gen = torch.Generator().manual_seed(11)
+    for n in (24, runtime._HOST_WRITE_MIN + 5):
+        src = _values(n, src_dtype, gen) if src_dtype != torch.bool else torch.rand(n, generator=gen) > 0.5
+        base = (_values(2 * n + 1, dst_dtype, gen) if dst_dtype != torch.bool
+                else torch.rand(2 * n + 1, generator=gen) > 0.5)
+        for view_of in (lambda b: b[1::2], lambda b: b[:2 * n].view(2, n)[1], lambda b: b[:n].flip(0).flip(0)):
+            want, got = base.clone(), base.clone()
+            view_of(want).copy_(src)
+            assert runtime._host_write(view_of(got), src) is True
+            _same(got, want)
+            got2 = base.clone()
+            runtime._write(view_of(got2), src)
+            _same(got2, want)
+
+
+def test_host_write_declines_what_it_cannot_copy_exactly():
+    a = torch.zeros(10, dtype=torch.int32)
+    assert runtime._host_write(a[::2], torch.ones(5, dtype=torch.float32)) is False      # a conversion
+    assert runtime._host_write(a[::2], torch.ones(5, dtype=torch.int64)) is False        # a narrowing
+    assert runtime._host_write(a[::2], torch.ones(1, dtype=torch.int32)) is False        # a broadcast
+    assert runtime._host_write(a[::2], a[1::2]) is False                                # shared storage
+    c = torch.zeros(4, dtype=torch.complex64)
+    assert runtime._host_write(c, torch.ones(4, dtype=torch.complex64)) is False
+    f = torch.zeros(4)
+    assert runtime._host_write(f, torch.ones(4, requires_grad=True)) is False
+    neg = torch.full((4,), 1 + 1j, dtype=torch.complex64).conj().imag                 # a lazily negated view
+    assert neg.is_neg() and runtime._host_write(f, neg) is False
+    assert torch.equal(a, torch.zeros(10, dtype=torch.int32)) and torch.equal(f, torch.zeros(4))
+
+
+def test_copy_fresh_takes_the_shortcut_for_a_strided_view(monkeypatch):
+    """A stride-2 view, which torch's overlap check calls too hard, is proven overlap-free: the functional copy is
+    not run (it clones the whole storage), and the result is the op's."""
+    base = torch.zeros(2 * 40000, dtype=torch.int32)
+    src = torch.randint(0, 255, (40000,), dtype=torch.uint8)
+    want = torch.ops.aten.copy.default(base[1::2], src)
+    monkeypatch.setattr(runtime, "_COPY_OP", lambda *a: pytest.fail("ran the functional copy"))
+    _same(runtime._copy_fresh(base[1::2], src), want)

@@ -12,7 +12,9 @@
 * Failures are stored too (``status: "failure"`` with the error); a later compile of the same graph fails at once
   with the remembered error, unless ``NEURON_CC_FLAGS`` contains ``--retry_failed_compilation``.
 * Size bound: ``TRNSIM_COMPILE_CACHE_MAX_BYTES`` (default 256 MiB); past it the least recently used entries (file
-  modification time, refreshed on every hit) are deleted.
+  modification time, refreshed on every hit) are deleted.  A store does not list the directory each time: the
+  process keeps the size it last counted plus what it has written since, and counts again (and evicts) when that
+  passes the bound or every ``_RECOUNT_EVERY`` stores, so other processes' entries are counted too.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from .errors import NeuronCacheWarning
 
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 _ENTRY_FORMAT = 1
+_RECOUNT_EVERY = 64          # stores between two listings of the cache directory when under the bound
 
 
 def _version():
@@ -108,6 +111,7 @@ def _retry_failed():
 class CompileCache:
     def __init__(self):
         self.memory = {}
+        self._counted = {}      # cache directory -> [bytes when last listed + bytes written since, stores since]
 
     # -- paths ------------------------------------------------------------------------------------------------
     @staticmethod
@@ -198,7 +202,23 @@ class CompileCache:
         data = json.dumps({"checksum": _checksum(payload), "payload": payload}, sort_keys=True).encode()
         with atomic_write(p, "wb") as f:
             f.write(data)
+        self._evict_if_due(len(data))
+
+    def _evict_if_due(self, written):
+        """After a store of ``written`` bytes: evict (listing the directory) when the size this process knows of
+        passes the bound, or when it has not listed the directory for ``_RECOUNT_EVERY`` stores."""
+        known = self._counted.get(cache_dir())
+        if known is not None:
+            known[0] += written
+            known[1] += 1
+            if known[0] <= self._max_bytes() and known[1] < _RECOUNT_EVERY:
+                return
         self.evict()
+
+    @staticmethod
+    def _max_bytes():
+        max_bytes = config.compile_cache_max_bytes
+        return DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
 
     def store(self, key, plan):
         self._write(key, {"status": "ok", "plan": plan})
@@ -210,8 +230,7 @@ class CompileCache:
         """Delete least recently used entries until the cache holds at most ``max_bytes``; returns the number
         deleted."""
         if max_bytes is None:
-            max_bytes = config.compile_cache_max_bytes
-            max_bytes = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
+            max_bytes = self._max_bytes()
         root = cache_dir()
         entries = []
         for dirpath, _, files in os.walk(root):
@@ -235,6 +254,7 @@ class CompileCache:
             except OSError:
                 pass
             self.memory.pop(os.path.basename(fp)[:-5], None)
+        self._counted[root] = [total, 0]
         return removed
 
     def clear_memory(self):

@@ -14,6 +14,7 @@ kernel's simulated duration, back to back on the device clock.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from .. import charging, costs
@@ -115,6 +116,63 @@ _SLICE = torch.ops.aten.slice.Tensor
 _SLICE_OP = _SLICE._op
 
 
+# torch splits a CPU elementwise loop over its thread pool only past at::internal::GRAIN_SIZE = 32768 elements
+# (torch 2.13, aten/src/ATen/Parallel.h); below it ``copy_`` is one thread already.
+_HOST_WRITE_MIN = 32768
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+# value-preserving integer widenings, as numpy's "safe" casts (the same values torch's copy_ writes)
+_INT_NP = {torch.uint8: "u1", torch.int8: "i1", torch.int16: "i2", torch.int32: "i4", torch.int64: "i8"}
+_WIDEN = {(a, b) for a in _INT_NP for b in _INT_NP
+          if a != b and np.can_cast(_INT_NP[a], _INT_NP[b], "safe")}
+
+
+def _host_write(view, src):
+    """``view.copy_(src)`` done by numpy on the same memory, or False where it does not apply.  The written bytes
+    are the same: a copy of one dtype is a copy of its bits (both sides viewed as an integer of the element's size),
+    and an integer widening (uint8 -> int32) writes the same values.  Why: a strided ``copy_`` of 2^19 elements
+    (bitsandbytes' ``out[1::2] = q & 0xF``) runs on torch's thread pool, whose threads spin-wait for each other; on
+    a loaded 2-core host one call took 8 ms of CPU against 0.3 ms on one thread, and numpy's loop is one thread.
+    Applies to plain CPU tensors of the same shape, not sharing storage, no conj/neg bit, no autograd."""
+    if view.__class__ is not torch.Tensor or src.__class__ is not torch.Tensor or view.shape != src.shape \
+            or view.device.type != "cpu" or src.device.type != "cpu" or view.requires_grad or src.requires_grad \
+            or view.is_conj() or view.is_neg() or src.is_conj() or src.is_neg():
+        return False
+    if view.untyped_storage().data_ptr() == src.untyped_storage().data_ptr():
+        return False
+    if view.dtype == src.dtype:
+        bits = _BITS.get(view.element_size())
+        if bits is None or view.is_complex():
+            return False
+        if view.dtype != bits:
+            view, src = view.view(bits), src.view(bits)
+    elif (src.dtype, view.dtype) not in _WIDEN:
+        return False
+    view.numpy()[...] = src.numpy()
+    return True
+
+
+def _write(view, src):
+    """``view.copy_(src)``; a large one on the host through numpy (``_host_write``) where that writes the same
+    bytes."""
+    if view.numel() < _HOST_WRITE_MIN or not _host_write(view, src):
+        view.copy_(src)
+    return view
+
+
+def _no_self_overlap(t):
+    """True when no two elements of ``t`` share memory.  torch's own check answers "too hard" for any non-contiguous
+    layout (a stride-2 view); this one proves it for layouts whose dims, taken by increasing stride, each step past
+    the whole extent of the dims before them (every strided slice of a dense tensor), and answers False otherwise."""
+    if torch._debug_has_internal_overlap(t) == 0:
+        return True
+    extent = 0
+    for stride, size in sorted((st, sz) for st, sz in zip(t.stride(), t.shape) if sz > 1):
+        if stride <= extent:
+            return False
+        extent += stride * (size - 1)
+    return True
+
+
 def _copy_fresh(dst, src, non_blocking=False):
     """The functional ``aten.copy(dst, src)`` for a result only ever read through its own view (``_shortcuts``), without
     reading ``dst``'s storage.  The op clones ``dst`` with its strides and offset (the whole storage under it:
@@ -123,11 +181,11 @@ def _copy_fresh(dst, src, non_blocking=False):
     the view, which ``_shortcuts`` proves no step reads, are left unwritten.  bitsandbytes' 4-bit dequantisation
     copies 2^19 nibbles into a stride-2 view of 2^20 int32: the op reads and writes all 2^20.  A ``dst`` that may
     overlap itself (the op clones it densely), or a conj or neg view, runs the op."""
-    if dst.is_conj() or dst.is_neg() or torch._debug_has_internal_overlap(dst) != 0:
+    if dst.is_conj() or dst.is_neg() or not _no_self_overlap(dst):
         return _COPY_OP(dst, src, non_blocking)
     n = dst.untyped_storage().nbytes() // dst.element_size()
     out = torch.empty(n, dtype=dst.dtype).as_strided(dst.shape, dst.stride(), dst.storage_offset())
-    return out.copy_(src, non_blocking)
+    return _write(out, src)
 
 
 def _slice_scatter_into(base, src, dim=0, start=None, end=None, step=1):
@@ -140,7 +198,7 @@ def _slice_scatter_into(base, src, dim=0, start=None, end=None, step=1):
     if src.__class__ is not torch.Tensor or src.dtype != base.dtype or view.shape != src.shape \
             or base.is_conj() or base.is_neg() or src.is_conj() or src.is_neg():
         return _SLICE_SCATTER_OP(base, src, dim, start, end, step)
-    view.copy_(src)
+    _write(view, src)
     return base
 
 
