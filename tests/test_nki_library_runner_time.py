@@ -282,7 +282,7 @@ def test_runner_passes_the_collection_seed_and_the_phase_switches(tmp_path, monk
     """The pytest child gets NEURON_PYTHONHASHSEED=0 (the harness's own seed for its random test shapes; it sets
     it only in xdist workers), TRNSIM_NKILIB_PHASES with --phases and TRNSIM_NKILIB_PROFILE with --profile."""
     snap = tmp_path / "nki-library"
-    (snap / "test").mkdir(parents=True)
+    (snap / "test" / "integration").mkdir(parents=True)     # the runner's default test path (checked to exist)
     (snap / "test" / "conftest.py").write_text("")
     seen = []
 
