@@ -34,8 +34,8 @@ def _attention(q, k, v):
     """Causal attention through the fused (flash) kernel the device implements natively, as a Trainium attention
     kernel is: torch's composite SDPA on a PrivateUse1 device takes the math path (materialised scores) instead.
     Value heads narrower than the query's (latent attention) are padded to the query's head size.  Under
-    ``torch.compile`` this stays that kernel, called between the compiled graphs (a graph break), as a compiled
-    Neuron model calls its attention kernel; the compiler would otherwise decompose it to the math path."""
+    ``torch.compile`` the op is traced into the layer's graph and the neuron backend keeps it one node, the same
+    kernel (``compile.backend._KEEP_WHOLE``), so a compiled layer is one graph with attention inside it."""
     dv = v.shape[-1]
     if dv != q.shape[-1]:
         v = F.pad(v, (0, q.shape[-1] - dv))
@@ -186,11 +186,12 @@ def _seq(x, factor):
 
 
 def enable_graph_breaks():
-    """Mark ``_attention`` and ``_seq`` as graph breaks for ``torch.compile`` (``torch.compiler.disable``).  Done
-    when a compiled estimate starts, not at import: the decorator imports torch._dynamo (about 1.7 s), which an
-    eager estimate never needs."""
+    """Mark ``_seq`` (a sequence-parallel collective) as a graph break for ``torch.compile``
+    (``torch.compiler.disable``).  Done when a compiled estimate starts, not at import: the decorator imports
+    torch._dynamo (about 1.7 s), which an eager estimate never needs.  Attention is not marked: it traces into the
+    layer's graph (``_attention``)."""
     g = globals()
-    for name in ("_attention", "_seq"):
+    for name in ("_seq",):
         if not getattr(g[name], "_trnsim_graph_break", False):
             fn = torch.compiler.disable(g[name])
             fn._trnsim_graph_break = True
