@@ -31,6 +31,20 @@ def rec(fam, i, outcome, **kw):
     return {"nodeid": F.format(fam, i), "when": "call", "outcome": outcome, **kw}
 
 
+def fake_snapshot(tmp_path):
+    """A directory the runner takes for an nki-library checkout (its test/conftest.py), with no tests in it."""
+    snap = tmp_path / "snap"
+    (snap / "test").mkdir(parents=True)
+    (snap / "test" / "conftest.py").write_text("")
+    return snap
+
+
+def results_file(tmp_path, *recs):
+    res = tmp_path / "results.jsonl"
+    res.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return res
+
+
 def test_classify_counts_mismatches_failures_outside_and_negatives():
     recs = [
         rec("mlp", 0, "passed"), rec("mlp", 1, "passed"),
@@ -218,14 +232,11 @@ def test_a_slice_of_nki_library_passes_through_the_runner(tmp_path):
 
 
 def test_report_from_recorded_results(tmp_path):
-    snap = tmp_path / "snap"
-    (snap / "test").mkdir(parents=True)
-    (snap / "test" / "conftest.py").write_text("")
-    res = tmp_path / "results.jsonl"
-    res.write_text("\n".join(json.dumps(r) for r in [
-        rec("cumsum", 0, "passed"),
-        rec("cumsum", 1, "failed", chain=["InferenceException", "NotImplementedError"], type="NotImplementedError",
-            message="nki.isa.rng is not supported by trnsim yet", trnsim_frame="kernels/stubs.py:13 fn")]) + "\n")
+    snap = fake_snapshot(tmp_path)
+    res = results_file(tmp_path, rec("cumsum", 0, "passed"),
+                       rec("cumsum", 1, "failed", chain=["InferenceException", "NotImplementedError"],
+                           type="NotImplementedError", message="nki.isa.rng is not supported by trnsim yet",
+                           trnsim_frame="kernels/stubs.py:13 fn"))
     out = tmp_path / "rep"
     assert runner.main(["--snapshot", str(snap), "--results", str(res), "--out", str(out),
                         "--snapshot-commit", "c0ffee1"]) == 0
@@ -240,14 +251,10 @@ def test_records_file_carries_a_run_to_another_machine(tmp_path):
     """--records writes every record gzip-compressed with the machine's paths replaced; --results (and --resume)
     read it back, so a committed records file lets a later run on a fresh machine count or go on from it."""
     import gzip
-    snap = tmp_path / "snap"
-    (snap / "test").mkdir(parents=True)
-    (snap / "test" / "conftest.py").write_text("")
-    res = tmp_path / "results.jsonl"
-    res.write_text("\n".join(json.dumps(r) for r in [
-        rec("cumsum", 0, "passed"),
-        rec("cumsum", 1, "failed", chain=["InferenceException", "ValueError"], type="ValueError",
-            message=f"bad shape in {snap}/src/k.py:3")]) + "\n")
+    snap = fake_snapshot(tmp_path)
+    res = results_file(tmp_path, rec("cumsum", 0, "passed"),
+                       rec("cumsum", 1, "failed", chain=["InferenceException", "ValueError"], type="ValueError",
+                           message=f"bad shape in {snap}/src/k.py:3"))
     gz = tmp_path / "saved" / "records.jsonl.gz"
     assert runner.main(["--snapshot", str(snap), "--results", str(res), "--records", str(gz),
                         "--out", str(tmp_path / "a"), "--snapshot-commit", "c0ffee1"]) == 0
@@ -290,9 +297,7 @@ def test_plugin_sampling_offset_and_resume(tmp_path):
 
 
 def test_max_memory_must_not_be_negative(tmp_path, capsys):
-    snap = tmp_path / "snap"
-    (snap / "test").mkdir(parents=True)
-    (snap / "test" / "conftest.py").write_text("")
+    snap = fake_snapshot(tmp_path)
     assert runner.main(["--snapshot", str(snap), "--max-memory", "-1", "--out", str(tmp_path / "r")]) == 2
     assert "--max-memory" in capsys.readouterr().err
 
@@ -310,9 +315,7 @@ def test_runner_refuses_a_test_path_the_snapshot_does_not_have(tmp_path, capsys)
 
 
 def test_report_command_shows_no_machine_paths(tmp_path):
-    snap = tmp_path / "snap"
-    (snap / "test").mkdir(parents=True)
-    (snap / "test" / "conftest.py").write_text("")
+    snap = fake_snapshot(tmp_path)
     res = tmp_path / "results.jsonl"
     res.write_text(json.dumps(rec("cumsum", 0, "passed")) + "\n")
     out = tmp_path / "rep"
