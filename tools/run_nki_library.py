@@ -535,8 +535,7 @@ def run(args, argv):
                     return output, True, crashed, restarts   # no progress to build on: the rest did not run
                 restarts += 1
                 done = os.path.join(tmp, "done.txt")
-                with open(res) as f:
-                    now = {json.loads(ln)["nodeid"] for ln in f if ln.strip()}
+                now = {r["nodeid"] for r in read_records(res)}
                 with open(done, "w") as f:
                     f.write("\n".join(sorted(now | skip)))
                 env["TRNSIM_NKILIB_DONE"] = done
@@ -547,8 +546,7 @@ def run(args, argv):
             output, partial, crashed, restarts = drive(
                 cmd, env, results, {r["nodeid"] for r in earlier if r.get("when") != "collect"})
             if args.retry_memory and not partial and os.path.isfile(results):
-                with open(results) as f:
-                    retried = capped_tests(earlier + [json.loads(ln) for ln in f if ln.strip()])
+                retried = capped_tests(earlier + read_records(results))
             if retried:
                 # the tests the cap stopped, once more: one process, one test at a time, the larger cap
                 only = os.path.join(tmp, "only.txt")
