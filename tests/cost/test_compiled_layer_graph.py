@@ -1,7 +1,7 @@
 """A compiled template layer of the estimator is one graph (issue 30): attention is traced into the layer's graph
 as the one flash-attention node the compile backend keeps whole (``backend._KEEP_WHOLE``), not called between
-graphs.  Only the sequence-parallel reshards (``layers._seq``, collectives) still break the graph.  The attention
-kernel inside a compiled graph computes what a float64 reference computes."""
+graphs (a sequence-parallel layer is one graph too: tests/cost/test_seq_reshard.py).  The attention kernel inside a
+compiled graph computes what a float64 reference computes."""
 
 import math
 
@@ -49,15 +49,6 @@ def test_a_compiled_layer_is_one_graph(spec, kind, graphs):
         "_scaled_dot_product_flash_attention_for_cpu_backward") == 1
 
 
-def test_sequence_parallel_breaks_only_at_its_collectives():
-    """TP2 with sequence parallelism: the four reshards (all-gather before attention and MLP, reduce-scatter
-    after) sit between graphs, as the collectives they stand for; attention does not break the graph."""
-    lc, unique, breaks = _compiled_layer(GQA, "dense", tp=2, sp=True)
-    assert breaks and all("_seq" in reason or "_Reshard" in reason for reason in breaks), list(breaks)
-    assert not any("_attention" in reason for reason in breaks)
-    assert unique == 5                                # norm | attention block | residual, norm | MLP | residual
-
-
 def _reference(attn, x, cos, sin):
     """The GQA block in float64 on the CPU, written out: projections, rotary, causal softmax(q k^T / sqrt(d)) v."""
     w = {n: p.detach().cpu().double() for n, p in attn.named_parameters()}
@@ -79,7 +70,6 @@ def _reference(attn, x, cos, sin):
 def test_compiled_attention_numerics_against_float64(graphs, monkeypatch):
     monkeypatch.setenv("NEURON_CC_FLAGS", "--auto-cast none")   # fp32 matmuls as fp32
     torch._dynamo.reset()
-    layers.enable_graph_breaks()                                # as a compiled estimate runs: attention not marked
     torch.manual_seed(0)
     spec = ModelSpec(name="tiny-num", hidden=64, layers=1, heads=4, kv_heads=2, head_dim=16, ffn=128, vocab=128)
     attn = layers.Attention(spec, 1)

@@ -22,9 +22,12 @@ How a step is put together (each piece from the simulator, never from a fitted c
 * precision fp8 (trn2 and later): the linear and expert matmuls of the layer runs are re-priced as fp8 double-row
   kernels (:func:`trnsim.cost.step.fp8_matmul_ns`), with the casts of their operands; the rest stays bf16.
 * compiled (``compiled=True``): every layer and the head run through ``torch.compile(backend="neuron")`` on the
-  shape-only device (the compile backend's fused kernels and one launch per graph; attention stays the flash
-  kernel between graphs; a group of ops costs the lesser of its fused kernel and its ops' eager kernels, so a
-  compiled layer is never slower than eager); the compile time before the first step is the compile backend's
+  shape-only device (the compile backend's fused kernels and one launch per graph; attention is the flash kernel
+  inside the layer's graph; a group of ops costs the lesser of its fused kernel and its ops' eager kernels, so a
+  compiled layer is never slower than eager; with sequence parallelism the all-gathers and reduce-scatters are
+  nodes of the layer's graph, ``trnsim_coll::seq_reshard``, timed by the same collectives model, of which only
+  what the graph's order and dependencies leave exposed is charged: ``backend/compile/collective.py``,
+  :class:`TpCollectives`); the compile time before the first step is the compile backend's
   neuronx-cc model (``trnsim.backend.compile.stats``, an assumption) on the stage's forward and backward graphs,
   priced too.  Layer runs are kept by the layer-cost cache (:mod:`trnsim.cost.layer_cache`): a layer is compiled
   once, not once per estimate.  The optimizer step is compiled too (:func:`optimizer_s`: one fused kernel,
@@ -241,11 +244,34 @@ def _topology(inst, count, lnc):
     return get_topology(INSTANCES[instance_name(inst)]["topology"], nodes=count, lnc=lnc)
 
 
-def _coll(op, nbytes, topo, group):
+def _coll_ns(op, nbytes, topo, group):
+    """ns of collective ``op`` of ``nbytes`` over ``group`` (ranks of ``topo``): :mod:`trnsim.collectives`' model."""
     from ..collectives import collective_time
     if len(group) <= 1 or nbytes <= 0:
         return 0.0
-    return collective_time(op, int(nbytes), topo, nranks=topo.ranks, group=group).time_ns * 1e-9
+    return collective_time(op, int(nbytes), topo, nranks=topo.ranks, group=group).time_ns
+
+
+def _coll(op, nbytes, topo, group):
+    return _coll_ns(op, nbytes, topo, group) * 1e-9
+
+
+class TpCollectives:
+    """The pricer of the collectives inside a compiled sequence-parallel layer's graphs
+    (``backend.compile.collective``): :func:`_coll_ns` on the estimate's topology and the rank's tensor-parallel
+    group, the model the eager estimate times them with.  ``compute_scale`` (1 / LNC): the graph's kernels are
+    simulated on one physical core and a logical core runs them in that fraction of the time, which is the window
+    a collective can overlap."""
+
+    def __init__(self, topo, group, where, lnc):
+        self.topo, self.group, self.compute_scale = topo, tuple(group), 1.0 / lnc
+        self.key = f"{where} lnc={lnc} tp group={list(self.group)}"
+
+    def ns(self, op, nbytes, group_size):
+        if group_size != len(self.group):
+            raise ValueError(f"a {op} over {group_size} ranks in a graph priced for the tensor-parallel group of "
+                             f"{len(self.group)} ranks {list(self.group)}")
+        return _coll_ns(op, nbytes, self.topo, self.group)
 
 
 def default_global_batch(ranks, micro_batches=(1,)):
@@ -433,8 +459,9 @@ def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, c
                      "stay bf16/fp32; MFU is against the bf16 peak")
     if compiled:
         notes.append("compiled: every layer runs through torch.compile(backend='neuron') on the shape-only device "
-                     "(fused kernels, each no slower than its ops run eagerly; one launch per graph; TP "
-                     "collectives stay exposed, as the runtime documents); compile time is the compile backend's "
+                     "(fused kernels, each no slower than its ops run eagerly; one launch per graph; sequence-"
+                     "parallel collectives inside the layer's graph, overlapping only the kernels after them that "
+                     "do not depend on them; other TP collectives exposed); compile time is the compile backend's "
                      "neuronx-cc model (an assumption: 20 s per graph + 0.05 s per aten op)")
     s_local = seq // cp
     split = 1.0 / lnc                 # the device simulates one physical core; a logical core has lnc of them
@@ -444,8 +471,10 @@ def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, c
     if sp and s_local % tp:
         raise ValueError(f"sequence parallelism needs the sequence per rank ({s_local}) divisible by tp={tp}: "
                          f"choose another --seq or --tp, or --no-sequence-parallel")
+    groups = rank_layout(par)
+    comm = TpCollectives(topo, groups["tp"][0], f"{instance} x{count}", lnc) if (compiled and sp) else None
     common = dict(micro_batch=micro_batch, seq=s_local, dtype=dtype, target=tg, precision=precision,
-                  compiled=compiled, sp=sp)
+                  compiled=compiled, sp=sp, comm=comm)
     prepare([("layer", spec, dict(kind=k, tp=tp, ep=ep, **common)) for k, _ in kinds] +
             [("head", spec, dict(tp=tp, **common))], jobs=jobs)
     per_kind = {}
@@ -459,35 +488,40 @@ def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, c
     layers_per_stage = {k: math.ceil(n / pp) for k, (n, _) in per_kind.items()}
     comp = {"tensor": 0.0, "other": 0.0, "fallback": 0.0, "launch": 0.0, "recompute": 0.0}
     fwd_stage = bwd_stage = 0.0
+    graph_comm_ns = 0.0     # compiled: the exposed time of the collectives inside the graphs (not split by LNC)
     for kind, (n, c) in per_kind.items():
         k = layers_per_stage[kind]
         comp["tensor"] += k * c.tensor_ns
         comp["other"] += k * (c.other_ns - c.launch_ns)
         comp["fallback"] += k * c.fallback_ns
         comp["launch"] += k * c.launch_ns
-        fwd_stage += k * c.fwd_ns
-        bwd_stage += k * c.bwd_ns
-        if checkpointing:
-            comp["recompute"] += k * c.fwd_ns
+        fwd_stage += k * (c.fwd_ns - c.comm_fwd_ns)
+        bwd_stage += k * (c.bwd_ns - c.comm_bwd_ns)
+        graph_comm_ns += k * (c.comm_fwd_ns + c.comm_bwd_ns)
+        if checkpointing:       # the forward recomputed; its collectives are not counted again (nor eagerly)
+            comp["recompute"] += k * (c.fwd_ns - c.comm_fwd_ns)
     # the LM head sits on the last stage: the bottleneck stage carries it (equal stages otherwise)
     comp["tensor"] += head.tensor_ns
     comp["other"] += head.other_ns - head.launch_ns
     comp["fallback"] += head.fallback_ns
     comp["launch"] += head.launch_ns
-    fwd_stage += head.fwd_ns
-    bwd_stage += head.bwd_ns
+    fwd_stage += head.fwd_ns - head.comm_fwd_ns
+    bwd_stage += head.bwd_ns - head.comm_bwd_ns
+    graph_comm_ns += head.comm_fwd_ns + head.comm_bwd_ns
     stage_ns = sum(comp.values())
     comp = {k: v * split * 1e-9 for k, v in comp.items()}
     stage_s = stage_ns * split * 1e-9
     bwd_s = bwd_stage * split * 1e-9
     # -- communication ------------------------------------------------------------------------------------
-    groups = rank_layout(par)
     act_bytes = micro_batch * s_local * spec.hidden * 2
     coll = {}
     nlayers_stage = sum(layers_per_stage.values())
     if tp > 1:
-        if sp:      # per layer: 2 all-gathers + 2 reduce-scatters forward, the same backward
-            coll["tp all_gather/reduce_scatter (sequence parallel)"] = 4 * nlayers_stage * (
+        if sp and comm is not None:     # compiled: inside the graphs, what they leave exposed (collective.py)
+            coll["tp all_gather/reduce_scatter (sequence parallel)"] = graph_comm_ns * 1e-9
+        elif sp:    # per layer: 2 all-gathers + 2 reduce-scatters forward, the same backward; the LM head on the
+            #         last stage: the all-gather of its normed input, and its reduce-scatter backward
+            coll["tp all_gather/reduce_scatter (sequence parallel)"] = (4 * nlayers_stage + 1) * (
                 _coll("all_gather", act_bytes, topo, groups["tp"][0]) +
                 _coll("reduce_scatter", act_bytes, topo, groups["tp"][0]))
         else:       # per layer: 2 all-reduces forward (attention and MLP outputs), 2 backward

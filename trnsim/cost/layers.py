@@ -161,41 +161,22 @@ class MoE(nn.Module):
         return out.reshape(b, s, h)
 
 
-class _Reshard(torch.autograd.Function):
-    """A sequence-parallel all-gather (or reduce-scatter) as one rank sees it: a shape-only tensor of the other
-    shape, and no device work; the estimator times the collective itself (on the instance's topology).  Its
-    backward is the opposite collective, again shape only."""
-
-    @staticmethod
-    def forward(ctx, x, shape):
-        from ..backend.shape_only import shape_only_tensor
-        ctx.in_shape, ctx.dtype = tuple(x.shape), x.dtype
-        return shape_only_tensor(shape, x.dtype)
-
-    @staticmethod
-    def backward(ctx, g):
-        from ..backend.shape_only import shape_only_tensor
-        return shape_only_tensor(ctx.in_shape, ctx.dtype), None
-
-
 def _seq(x, factor):
-    """``x`` [b, s, h] resharded along the sequence: ``factor`` > 1 gathers (s * factor), < 1 scatters.  Under
-    ``torch.compile`` a collective sits between graphs (a graph break), as a compiled model calls it."""
-    b, s, h = x.shape
-    return _Reshard.apply(x, (b, int(round(s * factor)), h))
+    """``x`` [b, s, h] resharded along the sequence over the tensor-parallel group: ``factor`` > 1 all-gathers
+    (s * factor), < 1 reduce-scatters (s / factor ranks).  One ``trnsim_coll::seq_reshard`` op
+    (``backend.seq_reshard``): no device work on the rank (its time is the collectives model's, charged by the
+    estimator eagerly and by the compile backend's graph plan when compiled), traced by ``torch.compile`` into the
+    layer's graph as one node, so a sequence-parallel layer is one graph too."""
+    from ..backend.seq_reshard import seq_reshard
+    if factor >= 1:
+        return seq_reshard(x, int(round(factor)), True)
+    return seq_reshard(x, int(round(1 / factor)), False)
 
 
-def enable_graph_breaks():
-    """Mark ``_seq`` (a sequence-parallel collective) as a graph break for ``torch.compile``
-    (``torch.compiler.disable``).  Done when a compiled estimate starts, not at import: the decorator imports
-    torch._dynamo (about 1.7 s), which an eager estimate never needs.  Attention is not marked: it traces into the
-    layer's graph (``_attention``)."""
-    g = globals()
-    for name in ("_seq",):
-        if not getattr(g[name], "_trnsim_graph_break", False):
-            fn = torch.compiler.disable(g[name])
-            fn._trnsim_graph_break = True
-            g[name] = fn
+def _define_reshard():
+    """The reshard op defined before any trace (so ``torch.compile`` never traces its definition)."""
+    from ..backend import seq_reshard
+    seq_reshard.op()
 
 
 class DecoderLayer(nn.Module):
@@ -210,6 +191,8 @@ class DecoderLayer(nn.Module):
         self.norm2 = RMSNorm(spec.hidden)
         self.mlp = MoE(spec, tp, ep) if kind == "moe" else MLP(spec.hidden, spec.ffn, tp)
         self.sp = tp if (sp and tp > 1) else 0
+        if self.sp:
+            _define_reshard()
 
     def forward(self, x, cos, sin):
         if not self.sp:
@@ -229,6 +212,8 @@ class LMHead(nn.Module):
         self.proj = nn.Linear(spec.hidden, _div(spec.vocab, tp, "vocabulary") if spec.vocab % tp == 0
                               else -(-spec.vocab // tp), bias=False)
         self.sp = tp if (sp and tp > 1) else 0
+        if self.sp:
+            _define_reshard()
 
     def forward(self, x, labels):
         h = self.norm(x)

@@ -34,20 +34,26 @@ class LayerCost:
     graphs: int = 0           # compiled: graphs compiled for this layer (forward, backward)
     graph_ops: int = 0        # compiled: aten ops in them (what the compile-time model prices)
     flops: float = 0.0        # matmul-family flops of the run, forward + backward (model flops when nothing recomputes)
+    comm_fwd_ns: float = 0.0  # compiled: the exposed time of the collectives inside the forward graphs (in fwd_ns)
+    comm_bwd_ns: float = 0.0  # ... and inside the backward graphs (in bwd_ns); neither is in tensor_ns/other_ns
 
     def scaled(self, k):
         return dataclasses.replace(self, fwd_ns=self.fwd_ns * k, bwd_ns=self.bwd_ns * k,
                                    tensor_ns=self.tensor_ns * k, other_ns=self.other_ns * k,
                                    fallback_ns=self.fallback_ns * k, launch_ns=self.launch_ns * k,
-                                   launches=int(self.launches * k), flops=self.flops * k)
+                                   launches=int(self.launches * k), flops=self.flops * k,
+                                   comm_fwd_ns=self.comm_fwd_ns * k, comm_bwd_ns=self.comm_bwd_ns * k)
 
 
 def classify(row):
-    """"tensor", "fallback" or "other" for a profile row (a compiled graph's fused kernel is "tensor" when its
-    group holds a matmul-family op)."""
+    """"tensor", "fallback", "comm" or "other" for a profile row (a compiled graph's fused kernel is "tensor" when
+    its group holds a matmul-family op; "comm": the exposed time of a collective inside a compiled graph,
+    ``backend/compile/collective.py``)."""
     if row.kind == "fallback":
         return "fallback"
     op = row.op.replace("aten::", "")
+    if op.startswith("fused::collective:"):
+        return "comm"
     if op.startswith("fused::"):
         ops = op[len("fused::"):].split("+")
         return "tensor" if any(o.startswith(p) for o in ops for p in _TENSOR_ENGINE_OPS) else "other"
@@ -84,7 +90,7 @@ def fp32_matmul_ns(target, m, k, n, batch=1):
     return costs.auto_cast_matmul_cost(target, m, k, n, "float32", batch)[0], 0.0
 
 
-def _run(build, inputs, target, loss_fn, precision="bf16", compiled=False, meta=False):
+def _run(build, inputs, target, loss_fn, precision="bf16", compiled=False, meta=False, comm=None):
     """Run ``loss_fn(module, *inputs)`` forward and backward on the shape-only device; returns a LayerCost.
     ``compiled``: the module runs through ``torch.compile(backend="neuron")`` (the compile backend's fused kernels
     and per-graph launch).  ``precision="fp8"``: every linear/expert matmul of the run (mm, addmm, bmm; attention
@@ -92,9 +98,17 @@ def _run(build, inputs, target, loss_fn, precision="bf16", compiled=False, meta=
     (mm, addmm, bmm) of an eager run is re-priced as neuronx-cc's auto-cast runs it (:func:`fp32_matmul_ns`; a
     compiled graph's matmul kernels are priced by the same rule when compiled).  ``meta`` (eager runs only): the
     shape-only tensors carry plain meta payloads (``shape_only.meta_payloads``: the same costs, a third of the
-    dispatch CPU); the decoder templates use it, a model's own code (which may make real tensors) does not."""
+    dispatch CPU); the decoder templates use it, a model's own code (which may make real tensors) does not.
+    ``comm`` (compiled runs): the pricer of the collectives inside the graphs (``backend.compile.collective``: the
+    collectives model on the estimate's topology and tensor-parallel group); their exposed time is in ``fwd_ns``/
+    ``bwd_ns`` and ``comm_fwd_ns``/``comm_bwd_ns``."""
+    import contextlib
     from ..backend.shape_only import meta_payloads
-    with meta_payloads(meta and not compiled):
+    pricing = contextlib.nullcontext()
+    if compiled and comm is not None:
+        from ..backend.compile import collective
+        pricing = collective.pricing(comm)
+    with meta_payloads(meta and not compiled), pricing:
         return _run_payloads(build, inputs, target, loss_fn, precision, compiled)
 
 
@@ -111,8 +125,6 @@ def _run_payloads(build, inputs, target, loss_fn, precision, compiled):
     if compiled:
         from ..backend.compile import compile_records
         records0 = len(compile_records())
-        from . import layers
-        layers.enable_graph_breaks()
         torch._dynamo.reset()            # a fresh module of the same code is compiled, not guarded out
         run_mod = torch.compile(mod, backend="neuron")
     else:
@@ -134,6 +146,7 @@ def _run_payloads(build, inputs, target, loss_fn, precision, compiled):
             loss.backward()
             t2 = STATE.now_ns
         parts = {"tensor": 0.0, "other": 0.0, "fallback": 0.0}
+        comm = [0.0, 0.0]
         fwd, bwd = t1 - t0, t2 - t1
         fb = set()
         flops = 0.0
@@ -156,6 +169,9 @@ def _run_payloads(build, inputs, target, loss_fn, precision, compiled):
                     bwd += delta
                 parts[c] += d_tensor
                 continue
+            if c == "comm":
+                comm[r.start_ns >= t1] += d
+                continue
             parts[c] += d
             if c == "fallback":
                 fb.add(r.op)
@@ -169,10 +185,10 @@ def _run_payloads(build, inputs, target, loss_fn, precision, compiled):
     else:
         n = len([r for r in prof.rows if r.kind != "fallback" and r.duration_ns > 0])
     return LayerCost(fwd, bwd, parts["tensor"], parts["other"], parts["fallback"], n * launch, n,
-                     int(sum(saved.values())), tuple(sorted(fb)), graphs, ops, flops)
+                     int(sum(saved.values())), tuple(sorted(fb)), graphs, ops, flops, comm[0], comm[1])
 
 
-def _layer_job(spec, kind, tp, ep, micro_batch, seq, dtype, tg, precision, compiled, sp=False):
+def _layer_job(spec, kind, tp, ep, micro_batch, seq, dtype, tg, precision, compiled, sp=False, comm=None):
     from ..backend.shape_only import shape_only_tensor
     from .layers import DecoderLayer
     rope = spec.qk_rope_dim if spec.mla else spec.head_dim
@@ -186,10 +202,10 @@ def _layer_job(spec, kind, tp, ep, micro_batch, seq, dtype, tg, precision, compi
         cos = shape_only_tensor((seq, rope), dtype)
         return x, cos, cos
 
-    return build, inputs, tg, lambda m, x, c, s: m(x, c, s).float().sum(), precision, compiled, _meta()
+    return build, inputs, tg, lambda m, x, c, s: m(x, c, s).float().sum(), precision, compiled, _meta(), comm
 
 
-def _head_job(spec, tp, micro_batch, seq, dtype, tg, precision, compiled, sp=False):
+def _head_job(spec, tp, micro_batch, seq, dtype, tg, precision, compiled, sp=False, comm=None):
     from ..backend.shape_only import shape_only_tensor
     from .layers import LMHead
 
@@ -202,7 +218,7 @@ def _head_job(spec, tp, micro_batch, seq, dtype, tg, precision, compiled, sp=Fal
         labels = shape_only_tensor((micro_batch, seq), torch.int64)
         return x, labels
 
-    return build, inputs, tg, lambda m, x, lab: m(x, lab), precision, compiled, _meta()
+    return build, inputs, tg, lambda m, x, lab: m(x, lab), precision, compiled, _meta(), comm
 
 
 def _meta():
@@ -212,25 +228,29 @@ def _meta():
 
 
 def _key_job(what, spec, *, kind="dense", tp=1, ep=1, micro_batch=1, seq=2048, dtype=torch.bfloat16,
-             target="trn2", precision="bf16", compiled=False, sp=False):
+             target="trn2", precision="bf16", compiled=False, sp=False, comm=None):
     from ..targets import get_target
     tg = get_target(target)
     sp = bool(sp and tp > 1)
+    # the collectives are priced inside compiled sequence-parallel graphs only (eagerly the estimator times them)
+    comm = comm if (compiled and sp) else None
+    ck = (comm.key,) if comm is not None else ()
     if sp and seq % tp:
         raise ValueError(f"sequence parallelism: the sequence ({seq} per rank) is not divisible by tp={tp}")
     if what == "layer":
-        return (("layer", spec, kind, tp, ep, micro_batch, seq, dtype, tg.name, precision, compiled, sp),
-                lambda: _layer_job(spec, kind, tp, ep, micro_batch, seq, dtype, tg, precision, compiled, sp))
-    return (("head", spec, tp, micro_batch, seq, dtype, tg.name, precision, compiled, sp),
-            lambda: _head_job(spec, tp, micro_batch, seq, dtype, tg, precision, compiled, sp))
+        return (("layer", spec, kind, tp, ep, micro_batch, seq, dtype, tg.name, precision, compiled, sp) + ck,
+                lambda: _layer_job(spec, kind, tp, ep, micro_batch, seq, dtype, tg, precision, compiled, sp, comm))
+    return (("head", spec, tp, micro_batch, seq, dtype, tg.name, precision, compiled, sp) + ck,
+            lambda: _head_job(spec, tp, micro_batch, seq, dtype, tg, precision, compiled, sp, comm))
 
 
 def layer_cost(spec, kind, *, tp=1, ep=1, micro_batch=1, seq=2048, dtype=torch.bfloat16, target="trn2",
-               precision="bf16", compiled=False, sp=False):
+               precision="bf16", compiled=False, sp=False, comm=None):
     """Forward + backward of one ``kind`` ("dense"/"moe") decoder layer of ``spec`` on one rank (``sp``:
-    sequence parallel, the layer's input is the rank's 1/tp of the sequence)."""
+    sequence parallel, the layer's input is the rank's 1/tp of the sequence; ``comm``: the pricer of the
+    collectives inside compiled sequence-parallel graphs, see :func:`_run`)."""
     key, job = _key_job("layer", spec, kind=kind, tp=tp, ep=ep, micro_batch=micro_batch, seq=seq, dtype=dtype,
-                        target=target, precision=precision, compiled=compiled, sp=sp)
+                        target=target, precision=precision, compiled=compiled, sp=sp, comm=comm)
     return _cached(key, job)
 
 
@@ -248,10 +268,10 @@ def _cached(key, job):
 
 
 def head_cost(spec, *, tp=1, micro_batch=1, seq=2048, dtype=torch.bfloat16, target="trn2", precision="bf16",
-              compiled=False, sp=False):
+              compiled=False, sp=False, comm=None):
     """The final norm, vocabulary projection and cross-entropy (forward + backward), plus the embedding lookup."""
     key, job = _key_job("head", spec, tp=tp, micro_batch=micro_batch, seq=seq, dtype=dtype, target=target,
-                        precision=precision, compiled=compiled, sp=sp)
+                        precision=precision, compiled=compiled, sp=sp, comm=comm)
     return _cached(key, job)
 
 

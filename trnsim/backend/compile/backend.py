@@ -135,13 +135,24 @@ class _PerShape:
         return fn(*args)
 
 
+def _collective_key(gm, opts_key):
+    """The options part of a graph's cache key, with the collectives pricer's key when the graph has a collective
+    (its plan holds their times: ``collective.py``)."""
+    from . import collective
+    from . import ops as O
+    ck = collective.key()
+    if ck is None or not any(n.op == "call_function" and O.kind(n.target) == "collective" for n in gm.graph.nodes):
+        return opts_key
+    return list(opts_key) + [("collectives", ck)]
+
+
 def _lower(gm, example_inputs, kind, fallback, opts_key):
     from torch._functorch.aot_autograd import make_boxed_func
     from .lower import plan_graph
     from .runtime import CompiledGraph
     name = f"{kind}_{next(_COUNTER)}"
     t0 = time.perf_counter()
-    key = _cache.graph_key(gm, example_inputs, kind, opts_key)
+    key = _cache.graph_key(gm, example_inputs, kind, _collective_key(gm, opts_key))
     rec = stats.CompileRecord(graph=name, key=key, n_ops=sum(1 for n in gm.graph.nodes if n.op == "call_function"))
     def compile_fn():
         try:

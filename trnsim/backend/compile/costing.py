@@ -22,6 +22,7 @@ from .. import charging, cost_cache, costs
 from ..device_state import STATE
 from ..op_table import TABLE
 from ...kernels.library import fused
+from . import collective
 from . import ops as O
 from .fusion import numel, tensor_inputs, val
 
@@ -205,6 +206,9 @@ def _fused_group_cost(fz, g):
     outs = fz.outputs(g)
     if g.kind == "custom":        # timed when it runs, by the kernels it calls (nki_bridge)
         return 0.0, 0.0, 0, False, O.op_name(g.anchor.target)
+    if g.kind == "collective":    # the collectives model's time (collective.py); the plan decides what is exposed
+        ns, nb = collective.cost(g.anchor)
+        return ns, 0.0, nb, False, collective.label(g.anchor)
     if g.kind == "opaque":
         if aliased_write_back(g.anchor, fz):
             return 0.0, 0.0, 0, False, "copy_ (aliased)"

@@ -253,8 +253,8 @@ class Fusion:
         if k == "matmul":
             self._join(n, self._new("matmul", numel=numel(n), anchor=n), producers)
             return
-        if k == "custom":       # runs on the device as itself (nki_bridge), never fused
-            self._join(n, self._new("custom", anchor=n), producers)
+        if k in ("custom", "collective"):    # runs as itself (nki_bridge; the collectives model), never fused
+            self._join(n, self._new(k, anchor=n), producers)
             return
         self._join(n, self._new("opaque", anchor=n), producers)
 
@@ -273,10 +273,10 @@ class Fusion:
             for a in tensor_inputs(n):
                 r = self._root(a)
                 pg = self.group_of.get(r)
-                if pg is not None and (pg is not g or g.kind in ("opaque", "custom")):
+                if pg is not None and (pg is not g or g.kind in ("opaque", "custom", "collective")):
                     mat.add(r)
         for g in self.groups:
-            if g.kind in ("opaque", "custom"):
+            if g.kind in ("opaque", "custom", "collective"):
                 mat.update(g.nodes)
         return mat
 

@@ -10,13 +10,14 @@ import re
 
 from .. import costs
 from ..device_state import STATE
-from . import costing
+from . import collective, costing
 from . import ops as O
 from .errors import NeuronCompileError
 from .fusion import Fusion
 
-PLAN_FORMAT = 4      # 2: custom ops (nki_op, NKI kernel calls) are lowerable (issue 21); 3: other libraries' ops,
-#                      aten.copy and host-side size checks too (issue 28); 4: fp32 matmuls auto-cast (issue 30)
+PLAN_FORMAT = 5      # 2: custom ops (nki_op, NKI kernel calls) are lowerable (issue 21); 3: other libraries' ops,
+#                      aten.copy and host-side size checks too (issue 28); 4: fp32 matmuls auto-cast (issue 30);
+#                      5: collectives in the graph, their exposed time (collective.py, issue 30)
 
 _TORCH_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
@@ -51,8 +52,10 @@ def plan_graph(gm, graph_name):
     compute = []
     casts = {}
     odt = None
+    durations = {}
     for g in fz.groups:
         ns, fl, nb, est, label = costing.group_cost(fz, g)
+        durations[g.id] = float(ns)
         kernels.append({"kind": g.kind, "label": label if len(label) <= 80 else label[:77] + "...",
                         "ns": float(ns), "flops": float(fl), "bytes": int(nb), "estimated": bool(est),
                         "nodes": len(g.nodes)})
@@ -62,6 +65,12 @@ def plan_graph(gm, graph_name):
             odt = odt or costs.compiler_auto_cast() or "float32"
             if odt != "float32":
                 casts[str(fz.index[g.anchor])] = odt
+    if any(g.kind == "collective" for g in fz.groups):
+        # a collective's kernel entry carries its whole time (comm_ns) and, as ns, what the graph leaves exposed
+        exposed = collective.schedule(fz, durations)
+        for g, k in zip(fz.groups, kernels):
+            if g.kind == "collective":
+                k["comm_ns"], k["ns"] = k["ns"], float(exposed.get(g.id, 0.0))
     n_ops = sum(1 for n in fz.nodes if n.op == "call_function")
     return {
         "format": PLAN_FORMAT,

@@ -16,6 +16,9 @@ Kinds:
   device when the graph reaches it, timed by the kernels it runs (``trnsim/backend/nki_bridge.py``); also an
   operator of another library's namespace with no lowering (``torch.library.define``: bitsandbytes' ops), which
   runs as eager runs it (its device kernel, or the CPU fallback charged its transfers)
+* ``collective`` -- a collective as one rank runs it (``trnsim_coll::seq_reshard``, ``backend/seq_reshard.py``): no
+  kernel on the rank's engines; the graph plan times it with the collectives model and lets it overlap the graph's
+  kernels that do not depend on it (``collective.py``)
 
 An op in none of these is not lowerable: compiling a graph with it fails (see ``backend.py``).
 """
@@ -66,6 +69,8 @@ def kind(target):
     """The kind of a ``call_function`` target (see the module docstring), or None when it cannot be lowered."""
     if target is operator.getitem:
         return "view"
+    if getattr(target, "namespace", None) == COLLECTIVE_NAMESPACE:
+        return "collective"
     if is_custom(target):
         return "custom"
     name = op_name(target)
@@ -109,6 +114,7 @@ def _library_op(target):
 
 
 _AUTO_FUNC = ("auto_functionalized", "auto_functionalized_v2")
+COLLECTIVE_NAMESPACE = "trnsim_coll"        # backend.seq_reshard.NAMESPACE (not imported: it defines a custom op)
 
 
 def is_custom(target):
