@@ -1,6 +1,6 @@
 """Planning a compiled graph prices the eager kernels of its ops (``costing.eager_kernel_cost``) on plain meta
 tensors made with the compile's fake-tensor mode set aside (issue 28: under the mode each one was a fake tensor made
-through its dispatch, half of a small graph's planning).  The plan, with every kernel's simulated time, is the
+through its dispatch, a third of a small graph's planning).  The plan, with every kernel's simulated time, is the
 one the fake-tensor arguments gave."""
 
 import contextlib
@@ -14,13 +14,7 @@ from trnsim.backend.compile import cache as compile_cache
 from trnsim.backend.compile import costing
 
 
-@pytest.fixture(autouse=True)
-def _fresh(tmp_path, monkeypatch):
-    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "cache"))
-    import torch._dynamo
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_compile")
 
 
 def _f(x, w, b, idx):
