@@ -13,6 +13,16 @@ def _neuron_device():
     backend.set_fallback_mode(prev)
 
 
+@pytest.fixture
+def fresh_compile(tmp_path, monkeypatch):
+    """A compile cache in the test's own directory and dynamo's caches reset before and after the test."""
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "cache"))
+    import torch._dynamo
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
 def tiny_decoder(vocab=64, dim=32, heads=4, layers=2, seq=16, seed=0):
     """A small decoder-only transformer: embedding, causal attention, SiLU MLP, RMSNorm, tied head."""
     import torch.nn as nn

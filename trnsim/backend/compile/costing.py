@@ -17,6 +17,7 @@ import math
 
 import numpy as np
 import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .. import charging, cost_cache, costs
 from ..device_state import STATE
@@ -103,11 +104,18 @@ def _meta(x):
 
 
 def eager_kernel_cost(node):
-    """(ns, flops, bytes, estimated) the eager device charges ``node`` minus its per-op launch."""
+    """(ns, flops, bytes, estimated) the eager device charges ``node`` minus its per-op launch.
+
+    Its arguments are priced as plain meta tensors of the node's shapes, dtypes and strides, made with the compile's
+    fake-tensor mode set aside: under that mode each ``torch.empty_strided`` becomes a fake tensor through the
+    mode's dispatch (about 0.3 ms each against 2 us: a third of the planning of bitsandbytes' small dequantize
+    graphs, benchmarks/bench_bnb_new_shape.py); the charge reads only the shapes, dtypes and strides, the same
+    either way."""
     name = O.op_name(node.target)
     cat = TABLE.get(name) or O._HOP_OPAQUE.get(name) or ("copy" if O.kind(node.target) in ("factory", "random", "pointwise") else "estimate")
-    args = tuple(_meta(a) for a in node.args)
-    out = _meta(node)
+    with unset_fake_temporarily():
+        args = tuple(_meta(a) for a in node.args)
+        out = _meta(node)
     if name in O._HOP_OPAQUE:
         args, out = args[:3], None          # q, k, v: the attention kernel's shapes
     ns, kind, fl, nb = charging.op_time(name, cat, args, out)
