@@ -291,7 +291,8 @@ def render_md(rep):
               if rep.get("retried") else ""),
            *(["", "**Kernels not simulated** (`--stub-kernels`): a stand-in returned the golden's values as each "
                "kernel's outputs (tests/support/nki_library/sim_stub.py). Only the memory figures of this report "
-               "mean something: they are the harness's own; its outcomes say nothing about trnsim.", ""]
+               "mean something: they are the harness's own; its outcomes say nothing about trnsim. A test stopped "
+               "\"inside trnsim's simulate call\" was stopped in the stand-in, which builds the golden.", ""]
              if rep.get("stub_kernels") else []),
            f"Stand-ins used (not installed here): {', '.join(rep['standins']) or 'none'} "
            f"(tests/support/nki_library/standins).",
