@@ -2,7 +2,8 @@
 
 With ``TRNSIM_NKILIB_STUB_KERNELS=1`` (the runner's ``--stub-kernels``) the plugin replaces the harness's
 ``simulation_setup.simulate_kernel`` (the function that calls ``nki.cpu_simulate``) by :func:`simulate_kernel`
-here: no kernel is traced or run.  It hands back what a kernel would, with the harness's memory as it is around a real call:
+here: no kernel is traced or run.  It hands back what a kernel would, with the harness's memory as it is around a
+real call:
 
 1. the test's golden (``LazyGoldenGenerator.golden``, which caches it), built first, before any output exists:
    in a real run the harness dumps the kernel's outputs to files and drops them before its validator builds the
