@@ -21,6 +21,7 @@ def family(nodeid):
 
 
 GIB = 2 ** 30
+PHASE_ROWS = 40        # tests shown in the report's per-phase table (the largest peaks)
 RSS_LIMIT_GIB = 6.0   # issue 31: one test under 6 GB resident, so two workers fit in a 24 GB machine
 
 
@@ -63,7 +64,10 @@ def rss_summary(recs, limit_gib=RSS_LIMIT_GIB):
         return "simulate call" if sp >= b else "harness (before or after the call)"
     over = sorted(((b, nid) for nid, b in peaks.items() if b > limit_gib * GIB), reverse=True)
     vals = sorted(peaks.values())
+    by_phase = sorted(((peaks[n], n) for n, r in rec_of.items() if r.get("peak_rss_phase_bytes")), reverse=True)
     return {"measured": len(peaks), "how": dict(hows), "limit_gib": limit_gib,
+            "phase_peaks": [{"nodeid": n, "peak_bytes": b, "phases": rec_of[n]["peak_rss_phase_bytes"]}
+                            for b, n in by_phase[:PHASE_ROWS]],
             "max_bytes": vals[-1] if vals else None, "median_bytes": vals[len(vals) // 2] if vals else None,
             "over_limit": [{"nodeid": n, "peak_bytes": b, "outcome": rec_of[n].get("outcome"),
                             "sim_rss_before_bytes": rec_of[n].get("sim_rss_before_bytes"),
@@ -109,12 +113,31 @@ def render_rss(m):
                 f"{_gib(t.get('sim_added_bytes'))} | {t.get('peak_in', 'unknown')} | `{t['nodeid']}` | {t['outcome']} |"
                 for t in m["over_limit"]]
         out.append("")
+    out += render_phase_peaks(m.get("phase_peaks"))
     out += ["| family | tests measured | peak | test at the peak | above the limit | most added by a simulate call |",
             "|---|---|---|---|---|---|"]
     for f, c in m["families"].items():
         out.append(f"| {f} | {c['tests']} | {_gib(c['max_bytes'])} | `{c['max_test']}` | {c['over_limit']} | "
                    f"{_gib(c.get('max_sim_added_bytes'))} |")
     return out
+
+
+PHASE_ORDER = ("setup", "inputs", "golden", "input_dump", "simulate", "outputs", "validate", "metrics", "teardown")
+
+
+def render_phase_peaks(rows):
+    """The per-phase table (``--phases``): the highest resident size while each harness phase was open."""
+    if not rows:
+        return []
+    cols = [p for p in PHASE_ORDER if any(p in r["phases"] for r in rows)]
+    out = ["Resident size per phase (`--phases`: the highest resident size while each phase of the test was open, "
+           "read from VmHWM at every phase boundary; *simulate* is trnsim's call, *golden* the harness's reference, "
+           "*inputs* the test's own code around the harness, chiefly its input generation):", "",
+           "| test | peak | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
+    for r in rows:
+        out.append(f"| `{r['nodeid']}` | {_gib(r['peak_bytes'])} | "
+                   + " | ".join(_gib(r["phases"].get(p)) for p in cols) + " |")
+    return out + [""]
 
 
 def capped_tests(recs):

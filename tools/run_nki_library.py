@@ -71,7 +71,8 @@ def attach_phases(recs, lines):
     for ln in lines:
         r = by_id.get(ln["nodeid"])
         if r is not None:
-            r.update({k: ln[k] for k in ("wall_s", "phase_s", "cpu_s", "before_first_test_s") if k in ln})
+            r.update({k: ln[k] for k in ("wall_s", "phase_s", "cpu_s", "before_first_test_s",
+                                         "peak_rss_phase_bytes") if k in ln})
 
 
 def time_summary(recs):
@@ -288,6 +289,11 @@ def render_md(rep):
            + (f" The {rep['retried']} test(s) the cap stopped ran once more afterwards, one at a time, capped at "
               f"{rep['retry_memory_gib']:g} GiB (`--retry-memory`); their records are the retry's."
               if rep.get("retried") else ""),
+           *(["", "**Kernels not simulated** (`--stub-kernels`): a stand-in returned the golden's values as each "
+               "kernel's outputs (tests/support/nki_library/sim_stub.py). Only the memory figures of this report "
+               "mean something: they are the harness's own; its outcomes say nothing about trnsim. A test stopped "
+               "\"inside trnsim's simulate call\" was stopped in the stand-in, which builds the golden.", ""]
+             if rep.get("stub_kernels") else []),
            f"Stand-ins used (not installed here): {', '.join(rep['standins']) or 'none'} "
            f"(tests/support/nki_library/standins).",
            "",
@@ -395,6 +401,10 @@ def build_parser():
                         "a two-worker cap allows still runs, alone, within the machine); 0: no retry")
     p.add_argument("--phases", action="store_true",
                    help="record where each test's time goes (harness phases, the simulate call) and report it")
+    p.add_argument("--stub-kernels", action="store_true",
+                   help="memory measurement only: no kernel is simulated; a stand-in returns the golden's values "
+                        "as the outputs (tests/support/nki_library/sim_stub.py), so each test's peak is the "
+                        "harness's own (its inputs, golden and comparison); outcomes say nothing about trnsim")
     p.add_argument("--profile", default=None, metavar="DIR",
                    help="run each simulate call under cProfile, statistics in DIR; the report ranks trnsim's "
                         "functions per family (slows the simulate calls)")
@@ -473,6 +483,8 @@ def run(args, argv):
             env["TRNSIM_NKILIB_PHASES"] = "1"
         if args.profile:
             env["TRNSIM_NKILIB_PROFILE"] = os.path.abspath(args.profile)
+        if args.stub_kernels:
+            env["TRNSIM_NKILIB_STUB_KERNELS"] = "1"
         if args.max_memory:
             env["TRNSIM_NKILIB_MAX_RSS"] = str(int(args.max_memory * GIB))
         env.update(PYTHONDONTWRITEBYTECODE="1", TRNSIM_NKILIB_RESULTS=results,
@@ -598,6 +610,7 @@ def run(args, argv):
                "resumed_from": _shown(args.resume) if args.resume else args.resume, "summary": summary,
                "records": _shown(args.records) if args.records else None,
                "retry_memory_gib": args.retry_memory or None, "retried": len(retried),
+               "stub_kernels": bool(args.stub_kernels),
                "tail": output.strip().splitlines()[-1:] if output.strip() else []}
         from trnsim.fileio import atomic_write, atomic_write_json
         os.makedirs(os.path.dirname(os.path.abspath(args.out)) or ".", exist_ok=True)

@@ -98,6 +98,22 @@ class TestMemory:
         self.ok = reset(clear_refs)
         self.earlier = 0            # the peak before the last reset (bytes)
         self.sim = None             # {"rss_before": .., "peak": ..} of the simulate call with the highest peak
+        self.phases = {}            # harness phase -> the highest resident size seen while it was open (bytes)
+
+    def checkpoint(self, phase):
+        """Charge the peak since the last reset to ``phase`` (the harness phase that was open, ``phase_times``)
+        and reset the peak: the per-phase peaks of the record (``peak_rss_phase_bytes``).  The test's own peak
+        keeps every checkpointed figure."""
+        if not self.ok:
+            return None
+        pk = _vmhwm_bytes(self.status)
+        if pk is None:
+            return None
+        self.earlier = max(self.earlier, pk)
+        if phase is not None:
+            self.phases[phase] = max(self.phases.get(phase, 0), pk)
+        self.ok = reset(self.clear_refs)
+        return pk
 
     @contextlib.contextmanager
     def simulate(self):
@@ -106,8 +122,7 @@ class TestMemory:
             yield
             return
         before = _vmhwm_bytes(self.status, "VmRSS")
-        self.earlier = max(self.earlier, _vmhwm_bytes(self.status) or 0)
-        self.ok = reset(self.clear_refs)
+        self.checkpoint(None)       # the phase that was open before the call was charged when it was entered
         tracer = _PeakSites() if os.environ.get("TRNSIM_NKILIB_TRACEMALLOC") else None
         try:
             yield
@@ -115,8 +130,7 @@ class TestMemory:
             if tracer is not None:
                 self.sites = tracer.stop()
             if self.ok:
-                pk = _vmhwm_bytes(self.status) or 0
-                self.earlier = max(self.earlier, pk)
+                pk = self.checkpoint("simulate") or 0
                 if self.sim is None or pk > self.sim["peak"]:
                     self.sim = {"rss_before": before, "peak": pk}
                 # what the launch freed goes back to the system before the harness builds its golden: tiles of
@@ -136,6 +150,8 @@ class TestMemory:
             out.update(sim_rss_before_bytes=self.sim["rss_before"], sim_peak_bytes=self.sim["peak"])
         if getattr(self, "sites", None):
             out["sim_alloc_sites"] = self.sites
+        if self.phases and how == HOW_TEST:
+            out["peak_rss_phase_bytes"] = dict(self.phases)
         return out
 
 

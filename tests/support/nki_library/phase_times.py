@@ -40,8 +40,11 @@ class TestPhases:
     """Exclusive wall time per phase of the running test: a stack of open phases; entering one charges the time so
     far to the phase below it."""
 
-    def __init__(self, clock=time.perf_counter, cpu_clock=time.process_time):
+    def __init__(self, clock=time.perf_counter, cpu_clock=time.process_time, on_boundary=None):
         self.clock = clock
+        # called with the phase that was open (None: none) at every phase boundary: the plugin charges the
+        # resident-memory peak since the last boundary to it (peak_rss.TestMemory.checkpoint)
+        self.on_boundary = on_boundary
         self.cpu_clock = cpu_clock
         self.cpu = {}                 # CPU time (every thread of the process) per phase, inclusive
         self._cpu_open = {}
@@ -55,6 +58,8 @@ class TestPhases:
         now = self.clock()
         if self.stack:
             self.totals[self.stack[-1]] += now - self.mark
+        if self.on_boundary is not None:
+            self.on_boundary(self.stack[-1] if self.stack else None)
         self.stack.append(phase)
         self.mark = now
 
@@ -63,6 +68,8 @@ class TestPhases:
             raise RuntimeError(f"phase_times: leaving {phase!r} but the open phases are {self.stack}")
         now = self.clock()
         self.totals[phase] += now - self.mark
+        if self.on_boundary is not None:
+            self.on_boundary(phase)
         self.stack.pop()
         self.mark = now
 

@@ -16,6 +16,8 @@ It does two things and changes nothing else in the harness:
   simulate call (``phase_times``), written as JSON lines to ``<results>.phases`` by the process that ran the test;
 - where a test ended by the memory cap was (``<results>.simcalls``: before, inside or after the simulate call, with
   the resident size and the harness's input bytes at the call);
+- a measurement mode (``TRNSIM_NKILIB_STUB_KERNELS=1``, the runner's ``--stub-kernels``): ``sim_stub`` stands in
+  for trnsim's simulate call, so a test's peak is the harness's alone;
 - memory: each test's peak resident set size (``peak_rss_bytes``, from setup to the end of its call), measured in
   the process that ran it by ``peak_rss`` (``peak_rss_how``: ``VmHWM`` for the test's own peak, ``ru_maxrss`` when
   only the worker's lifetime peak can be read).
@@ -39,6 +41,7 @@ import multirank  # noqa: E402  (this folder)
 import peak_rss  # noqa: E402  (this folder)
 import phase_times  # noqa: E402  (this folder)
 import rss_cap  # noqa: E402  (this folder)
+import sim_stub  # noqa: E402  (this folder)
 
 
 def _install_missing_harness_modules():
@@ -85,6 +88,9 @@ def pytest_sessionstart(session):
         return
     if not hasattr(Orchestrator, "_compiled_kernel"):
         Orchestrator._compiled_kernel = None
+    if sim_stub.enabled():              # before the measuring wrappers, so they bracket the stand-in
+        from test.utils import common_dataclasses, simulation_setup
+        sim_stub.install(simulation_setup, common_dataclasses)
     multirank.install(Orchestrator, InferenceException)
     _measure_simulate_calls()
     if phase_times.enabled():
@@ -241,7 +247,7 @@ def pytest_runtest_protocol(item, nextitem):
     since_start = None
     if _SESSION_T0 is not None:
         since_start, _SESSION_T0 = t0 - _SESSION_T0, None
-    phase_times.CURRENT = item._trnsim_phases = phase_times.TestPhases()
+    phase_times.CURRENT = item._trnsim_phases = phase_times.TestPhases(on_boundary=_charge_memory)
     item._trnsim_phases.enter("setup")
     prof, threads, hook = None, [], None
     if os.environ.get("TRNSIM_NKILIB_PROFILE") and phase_times.profile_whole_test():
@@ -261,8 +267,18 @@ def pytest_runtest_protocol(item, nextitem):
                "phase_s": item._trnsim_phases.record(), "cpu_s": item._trnsim_phases.record_cpu()}
         if since_start is not None:
             rec["before_first_test_s"] = round(since_start, 3)
+        mem = getattr(item, "_trnsim_memory", None)
+        if mem is not None and mem.phases:
+            rec["peak_rss_phase_bytes"] = dict(mem.phases)
         with open(_PHASES_FILE, "a") as f:
             f.write(json.dumps(rec) + "\n")
+
+
+def _charge_memory(phase):
+    """At each phase boundary: the resident peak since the last one, charged to the phase that was open."""
+    mem = peak_rss.CURRENT
+    if mem is not None:
+        mem.checkpoint(phase)
 
 
 @pytest.hookimpl(hookwrapper=True)
