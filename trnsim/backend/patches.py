@@ -6,10 +6,12 @@ written for.  Each has a test in tests/backend/test_device_ops.py
    exact-type allow-lists; without NeuronTensor in them AdamW and clip_grad_norm_ silently take the slow path.
 2. ``torch.accelerator.synchronize``: the C++ side behind a Python PrivateUse1 backend has no device to
    synchronise; replaced by ``torch.neuron.synchronize``.
-4. ``torch.autograd._engine_run_backward``: on torch 2.13 an exception raised from ``__torch_dispatch__`` on
-   autograd's device thread for a Python PrivateUse1 backend aborts the process ("terminate called without an
-   active exception").  The device records such errors instead (fallback errors, cross-device errors) and this
-   wrapper re-raises the first one on the calling thread when backward returns.
+4. ``torch.autograd._engine_run_backward``: on torch 2.13 an exception raised from ``__torch_dispatch__`` inside
+   autograd's engine for a Python PrivateUse1 backend aborts the process ("terminate called without an active
+   exception"), on the calling thread (where the device runs backward, registration.py) as on a device thread.
+   The device records such errors instead (fallback errors, cross-device errors) and this wrapper, which also
+   counts the backward calls running on its thread (``tensor.ENGINE``), re-raises the first one when backward
+   returns.
 2b. ``torch.accelerator.current_device_index`` / ``set_device_index`` (and their ``_idx`` aliases): C++ asks the
    Python device guard, which always answers device 0 and ignores a set; with the ``neuron`` accelerator they are
    ``torch.neuron.current_device`` / ``set_device``.
@@ -113,14 +115,16 @@ def _pin_memory():
 
 def _backward_errors():
     import torch.autograd as ag
-    from .tensor import PENDING
+    from .tensor import ENGINE, PENDING
     orig = ag._engine_run_backward
 
     def _engine_run_backward(*args, **kwargs):
         del PENDING[:]
+        ENGINE.depth = getattr(ENGINE, "depth", 0) + 1
         try:
             out = orig(*args, **kwargs)
         finally:
+            ENGINE.depth -= 1
             errs = list(PENDING)
             del PENDING[:]
         if errs:

@@ -58,6 +58,10 @@ def register(force=False):
         def type_(self):
             return torch._C._autograd.DeviceType.PrivateUse1
 
+    # backward over neuron tensors runs on the thread that calls it, as CPU backward does, not on an autograd device
+    # thread: none is left releasing a failed step's Python objects while the interpreter exits, which aborted
+    # the process (tests/backend/test_crash_safety.py).  Autograd's setting is per thread: this one's.
+    torch.autograd.set_multithreading_enabled(False)
     mod = device_module.build_module()
     _setup_privateuseone_for_python_backend("neuron", mod, _Hooks(), _Guard())
     sys.modules["torch.neuron"] = mod

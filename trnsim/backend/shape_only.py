@@ -68,7 +68,7 @@ def _empty(shape, dtype):
 @contextlib.contextmanager
 def meta_payloads(on=True):
     """New shape-only tensors inside the block carry plain ``meta`` payloads (``on``; see the module docstring).
-    Process-wide while it lasts (the autograd device thread runs the backward of what was made inside)."""
+    Process-wide while it lasts (a backward another thread starts runs on autograd's device thread)."""
     prev = _META[0]
     _META[0] = bool(on)
     try:

@@ -138,7 +138,7 @@ class NeuronTensor(torch.Tensor):
         except Exception as e:
             if not _on_autograd_worker():
                 raise
-            # on autograd's device thread an exception out of here aborts the process (torch 2.13): record it for
+            # inside autograd's engine an exception out of here aborts the process (torch 2.13): record it for
             # backward()/grad() to raise on the caller, and hand autograd a placeholder of the right shape
             PENDING.append(e)
             return _placeholder(func, args, kwargs or {}, e)
@@ -333,16 +333,21 @@ def _rewrap(o, ctx):
     return o
 
 
+ENGINE = threading.local()     # ENGINE.depth: backward()/grad() calls running on this thread (patches.py)
+
+
 def _on_autograd_worker():
-    return threading.current_thread().__class__ is threading._DummyThread
+    """True inside autograd's engine: on the thread that called backward()/grad() while it runs (the device's
+    backward runs there, patches.py), or on an autograd device thread of a backward another thread started."""
+    return getattr(ENGINE, "depth", 0) > 0 or threading.current_thread().__class__ is threading._DummyThread
 
 
-PENDING = []   # errors raised on autograd's device thread, re-raised when backward returns (see patches.py)
+PENDING = []   # errors raised inside autograd's engine, re-raised when backward returns (see patches.py)
 
 
 def _raise(exc):
-    """Raise ``exc``, or on autograd's neuron worker thread (where an exception out of __torch_dispatch__ aborts the
-    process on torch 2.13) record it for ``backward``/``grad`` to raise on the calling thread."""
+    """Raise ``exc``, or inside autograd's engine (where an exception out of __torch_dispatch__ aborts the process
+    on torch 2.13) record it for ``backward``/``grad`` to raise when they return."""
     if _on_autograd_worker():
         PENDING.append(exc)
         return
@@ -361,7 +366,7 @@ def _sync_meta(w):
 
 def _placeholder(func, args, kwargs, exc):
     """Zeros shaped like ``func``'s result (found by running it on the meta device), so that a backward whose op
-    failed on the worker thread unwinds normally; the recorded error is raised when backward returns."""
+    failed inside autograd's engine unwinds normally; the recorded error is raised when backward returns."""
     def to_meta(x):
         if isinstance(x, torch.Tensor):
             return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
@@ -599,8 +604,8 @@ _SPARSE_GRAD_OPS = ("embedding", "_embedding_bag", "_embedding_bag_forward_only"
 
 def _check_sparse_grad(func, name, args, kwargs):
     """``nn.Embedding(sparse=True)`` / ``EmbeddingBag(sparse=True)``: refused in the forward, on the calling thread.
-    Their backward makes a sparse COO gradient, which the device does not hold, and an error raised on autograd's
-    device thread would end the process (torch 2.13)."""
+    Their backward makes a sparse COO gradient, which the device does not hold, and an error raised inside
+    autograd's engine would end the process (torch 2.13)."""
     names = [a.name for a in func._schema.arguments]
     i = names.index("sparse")
     sparse = args[i] if len(args) > i else kwargs.get("sparse", False)

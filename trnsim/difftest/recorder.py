@@ -81,7 +81,7 @@ class _OpMode(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         rec = self.rec
         if not rec._quiet() and rec._failure is None:
-            try:       # never raise here: on autograd's device thread an exception would abort the process
+            try:       # never raise here: inside autograd's engine an exception would abort the process
                 rec._on_op(func, out)
             except BaseException as e:          # noqa: BLE001  (re-raised when the recording closes)
                 rec._failure = e
