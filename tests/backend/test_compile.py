@@ -121,9 +121,8 @@ def test_fused_chain_rounds_once_and_costs_its_kernel():
     per_op = torch.exp(x * 3.0) + 1.0                    # eager bf16: a rounding after each op
     assert not torch.equal(y, per_op)                    # (so the check above tells one rounding from several)
     # one launch plus one fused kernel: the shape-only simulation of library.fused.pointwise for these steps
-    import numpy as np
     R, C = costs._rows_cols(64 * 96)
-    ns, _, _ = costs._sim(fused.pointwise, [np.empty((R, C), dtype=costs._np_dtype("bfloat16"))],
+    ns, _, _ = costs._sim(fused.pointwise, [costs._inp((R, C), "bfloat16")],
                           dict(shape=(R, C), dtype="bfloat16", steps=("vs", "act", "vs"), n_out=1), STATE.target)
     assert dt == pytest.approx(costs.launch_ns(STATE.target) + ns)
     # eager pays a launch and an HBM round trip per op

@@ -6,6 +6,7 @@ gives the same layer cost."""
 import dataclasses
 import tracemalloc
 
+import ml_dtypes
 import numpy as np
 import pytest
 import torch
@@ -27,7 +28,7 @@ def _kernel_that_reads_nothing(a):
 def test_a_shape_only_launch_does_not_copy_its_narrow_float_inputs():
     # a 64 MiB bf16 input: converting it to its float32 storage type (what a value-computing run does) would take
     # 128 MiB more; a shape-only run keeps no values, so it must take next to nothing
-    a = np.empty((4096, 8192), dtype=costs._np_dtype("bfloat16"))
+    a = np.empty((4096, 8192), dtype=ml_dtypes.bfloat16)
     tracemalloc.start()
     try:
         run_kernel(_kernel_that_reads_nothing, (a,), {}, target="trn2", execute=False)

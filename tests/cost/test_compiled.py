@@ -62,14 +62,13 @@ def test_a_graphs_reduction_keeps_the_eager_kernel_choice():
 def test_fused_pointwise_kernel_has_no_conversion_copies():
     """One elementwise step fused alone costs what the eager device's kernel for it costs: the step reads the
     loaded tile and writes the output's dtype (no fp32 copy in, no copy out)."""
-    import numpy as np
     from trnsim.backend import costs
     from trnsim.kernels.library import fused
     from trnsim.targets import get_target
     tg = get_target("trn2")
     n = 128 * 8192
     R, C = costs._rows_cols(n)
-    x = [np.empty((R, C), dtype=costs._np_dtype("bfloat16")) for _ in range(2)]
+    x = [costs._inp((R, C), "bfloat16") for _ in range(2)]
     one = costs._sim(fused.pointwise, x, dict(shape=(R, C), dtype="bfloat16", steps=("vec",)), tg)[0]
     eager = costs.elementwise_cost(tg, n, "bfloat16", "binary", "add")[0]
     assert one == pytest.approx(eager, rel=0.02)

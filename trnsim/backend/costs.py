@@ -18,7 +18,7 @@ import numpy as np
 from .. import machine as _machine
 from .. import config
 from . import cost_cache
-from ..kernels.jit import run_kernel
+from ..kernels.jit import ShapeOnlyInput, run_kernel
 from ..kernels.library import (attention, elementwise, matmul, matmul_batched, matmul_blocked, matmul_resident,
                                normalization, reduction, softmax)
 
@@ -30,14 +30,14 @@ def kernel_duration_ns(result) -> float:
     return float(_machine.schedule(result.cores).total_ns)
 
 
-def _np_dtype(dtype_name):
+def _itemsize(dtype_name):
     from ..memory import dtype_of
-    return dtype_of(dtype_name).np
+    return dtype_of(dtype_name).itemsize
 
 
 def _inp(shape, dtype_name):
-    # Shape-only inputs: np.empty reserves address space only; the kernel never reads it (execute=False).
-    return np.empty(shape, dtype=_np_dtype(dtype_name))
+    # Shape-only inputs: a shape and a dtype, no array (the kernel never reads values: execute=False)
+    return ShapeOnlyInput(shape, dtype_name)
 
 
 # One shape-only launch's (ns, flops, bytes) per (kernel, input shapes and dtypes, options, target): the costs of
@@ -61,7 +61,9 @@ def _sim_key(fn, args, kwargs, target):
     launch is not memoised: an object's repr could name a reused address)."""
     ins = []
     for a in args:
-        if isinstance(a, np.ndarray):
+        if isinstance(a, ShapeOnlyInput):
+            ins.append((a.shape, a.dtype.name))
+        elif isinstance(a, np.ndarray):
             ins.append((a.shape, a.dtype.str, a.dtype.name))
         elif _plain(a):
             ins.append(("v", repr(a)))
@@ -146,7 +148,7 @@ def matmul_cost(target, m, k, n, dtype, batch=1, operand_dtype=None):
     kp = max(P, math.ceil(k / P) * P)
     tn = target.moving_fmax
     np_ = n if n <= tn else math.ceil(n / tn) * tn
-    item = np.dtype(_np_dtype(operand_dtype or dtype)).itemsize        # what SBUF holds
+    item = _itemsize(operand_dtype or dtype)        # what SBUF holds
     odt = {"operand_dtype": operand_dtype} if operand_dtype else {}
     if batch > 1 and matmul_resident.fits(target, mp, kp, np_, item):
         return _batched_cost(target, int(batch), m, k, n, mp, kp, np_, dtype, item, operand_dtype)
@@ -241,7 +243,7 @@ def blocked_matmul_ns(target, m, k, n, dtype, extrapolate=True, operand_dtype=No
     contraction (whole-K mode: its strips and matmuls; chunked mode: its chunks), so a long contraction is
     extrapolated from two shorter ones (8 and 16 tiles, or 2 and 3 chunks).  ``extrapolate=False`` simulates the
     whole product (tests compare the two).  ``operand_dtype``: as :func:`matmul_cost`'s."""
-    item = np.dtype(_np_dtype(operand_dtype or dtype)).itemsize
+    item = _itemsize(operand_dtype or dtype)
     mb, nb, kc = matmul_blocked.block_shape(target, m, n, k, item)
     if not extrapolate:     # (dimensions multiples of the block shape)
         return _sim(matmul_blocked.blocked_matmul, (_inp((k, m), dtype), _inp((k, n), dtype)),
@@ -328,7 +330,7 @@ def attention_cost(target, heads, L, S, D, dtype, dropout_p=0.0, batch=None):
     P = target.pmax
     Lp, Sp = math.ceil(L / P) * P, math.ceil(S / P) * P
     drop = float(dropout_p)
-    item = np.dtype(_np_dtype(dtype)).itemsize
+    item = _itemsize(dtype)
     if batch and heads % int(batch) == 0 and attention.rows_fit(Lp, Sp, heads // int(batch) * D, item, target):
         return _attention_rows_cost(target, int(batch), heads // int(batch), L, S, D, Lp, Sp, dtype, drop)
     G = attention.head_group(Lp, Sp, D, item, target.dma_knee_bytes_per_partition)

@@ -18,7 +18,25 @@ from ..targets import get_target
 from . import context, hooks, launch, loop_replay
 from .tensor import NkiTensor
 
-__all__ = ["jit", "simulate", "Kernel", "SimulationResult"]
+__all__ = ["jit", "simulate", "Kernel", "SimulationResult", "ShapeOnlyInput"]
+
+
+class ShapeOnlyInput:
+    """An input of a shape-only launch (``run_kernel(..., execute=False)``): a shape and a trnsim dtype (a name or
+    :class:`~trnsim.memory.DType`), no values, as an HBM tensor of them.  What an empty NumPy array of that shape
+    and dtype gives such a launch (the same tensor: only its shape and dtype are read), without making one: a
+    NumPy bfloat16 or fp8 array needs ml_dtypes' dtypes, whose import a shape-only run does not otherwise pay."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape, dtype):
+        self.shape = tuple(int(s) for s in shape)
+        if any(s < 0 for s in self.shape):
+            raise ValueError(f"ShapeOnlyInput: shape {self.shape} has a negative dimension")
+        self.dtype = dtype_of(dtype)
+
+    def __repr__(self):
+        return f"ShapeOnlyInput({self.shape}, {self.dtype.name})"
 
 
 def _shape_only_input(core, shape, dt, name, kind, x):
@@ -39,6 +57,11 @@ def _to_input(core, x, name):
             arr = arr.view(dt.np)      # a NumPy dtype standing for an MX format: its packed integers
         if not core.execute:
             return _shape_only_input(core, arr.shape, dt, name, kind, x)
+    elif isinstance(x, ShapeOnlyInput):
+        if core.execute:
+            raise ValueError(f"kernel argument {name!r} is a ShapeOnlyInput (no values): only a shape-only launch "
+                             f"(execute=False) takes one")
+        return _shape_only_input(core, x.shape, x.dtype, name, "numpy", x)
     elif type(x).__module__.startswith("torch") and hasattr(x, "detach"):
         import torch
         kind = "torch"

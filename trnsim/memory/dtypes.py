@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import sys
 
-import ml_dtypes
 import numpy as np
 
 from .fp8 import CHUNK, Fp8Tables
@@ -41,35 +40,74 @@ class UnsupportedDTypeError(TypeError):
 class DType:
     """A NeuronCore dtype: its NKI name, the real NumPy dtype, and how trnsim stores it."""
 
-    __slots__ = ("name", "np", "storage", "itemsize", "is_float", "is_int", "is_bool", "sentinel",
-                 "_round", "min", "max", "packed", "element")
+    __slots__ = ("name", "_np", "storage", "itemsize", "is_float", "is_int", "is_bool", "sentinel",
+                 "_round", "_min", "_max", "packed", "element")
 
     def __init__(self, name: str, npdtype, *, storage=None, rounder=None, packed=0, element=None, sentinel=None):
         self.name = name
-        self.np = np.dtype(npdtype)
-        self.itemsize = self.np.itemsize
-        self.is_bool = self.np == np.bool_
         self.is_float = name in _FLOAT_NAMES
-        # packed MX formats (float8_e4m3fn_x4 ...): ``packed`` values of format ``element`` per element, stored as
-        # their raw bits in an unsigned integer; neither float nor integer arithmetic applies to them
         self.packed = packed
         self.element = element
-        self.is_int = self.np.kind in "iu" and not packed
+        if npdtype is None:
+            # a format NumPy knows only through ml_dtypes (:data:`_ML_FORMATS`): a float of that size, stored as
+            # float32; its NumPy dtype and limits come from ml_dtypes when first asked for (:meth:`_resolve`)
+            self._np = None
+            self.itemsize = _ML_FORMATS[name]
+            self.is_bool = self.is_int = False
+            self.storage = np.dtype(np.float32)
+            self.sentinel = np.nan
+            self._round = rounder
+            return
+        self._np = np.dtype(npdtype)
+        self.itemsize = self._np.itemsize
+        self.is_bool = self._np == np.bool_
+        # packed MX formats (float8_e4m3fn_x4 ...): ``packed`` values of format ``element`` per element, stored as
+        # their raw bits in an unsigned integer; neither float nor integer arithmetic applies to them
+        self.is_int = self._np.kind in "iu" and not packed
         self.storage = np.dtype(storage) if storage is not None else (
-            np.dtype(np.float32) if self.is_float else self.np)
+            np.dtype(np.float32) if self.is_float else self._np)
         # new memory is filled with NaN (floats) or 4 (integers), as AWS's simulator does; packed formats with
         # the NaN bit pattern of each element (0 for fp4, which has no NaN)
         self.sentinel = sentinel if sentinel is not None else (
             np.nan if self.is_float else (True if self.is_bool else 4))
         self._round = rounder
+        self._limits()
+
+    def _limits(self):
         if self.is_float:
-            fi = ml_dtypes.finfo(self.np) if name not in ("float32", "tfloat32") else np.finfo(np.float32)
-            self.min, self.max = float(fi.min), float(fi.max)
-        elif self.is_int or packed:
-            ii = np.iinfo(self.np)
-            self.min, self.max = int(ii.min), int(ii.max)
+            # NumPy's own float kinds (float16, float32; tfloat32 stored as float32: its limits) by np.finfo
+            fi = np.finfo(self._np) if self._np.kind == "f" else ml_dtypes().finfo(self._np)
+            self._min, self._max = float(fi.min), float(fi.max)
+        elif self.is_int or self.packed:
+            ii = np.iinfo(self._np)
+            self._min, self._max = int(ii.min), int(ii.max)
         else:
-            self.min, self.max = 0, 1
+            self._min, self._max = 0, 1
+
+    def _resolve(self):
+        """The NumPy dtype of an ml_dtypes format, and its limits, on first use (imports ml_dtypes)."""
+        self._np = np.dtype(getattr(ml_dtypes(), self.name))
+        self._limits()
+        _BY_NP[self._np] = self
+        return self._np
+
+    @property
+    def np(self):
+        """The format's real NumPy dtype (an ml_dtypes one for bfloat16 and the fp8 formats)."""
+        npd = self._np
+        return npd if npd is not None else self._resolve()
+
+    @property
+    def min(self):
+        if self._np is None:
+            self._resolve()
+        return self._min
+
+    @property
+    def max(self):
+        if self._np is None:
+            self._resolve()
+        return self._max
 
     def __repr__(self):
         return f"trnsim.dtype({self.name})"
@@ -87,6 +125,20 @@ class DType:
 
     def __hash__(self):
         return hash(self.name)
+
+
+# the formats NumPy knows only through ml_dtypes, with their sizes in bytes (bfloat16: 1 sign, 8 exponent and 7
+# mantissa bits; the fp8 formats one byte, as their names say): their DTypes are made without importing ml_dtypes,
+# whose import costs about 0.8 s of CPU time (ml_dtypes 0.7.0, benchmarks/speed-estim11.md) that a shape-only run,
+# which needs only their names and sizes, does not pay.  ml_dtypes is imported at the first use of such a format's
+# NumPy dtype or limits (``DType.np``, ``.min``, ``.max``).
+_ML_FORMATS = {"bfloat16": 2, "float8_e4m3": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e8m0fnu": 1}
+
+
+def ml_dtypes():
+    """The ml_dtypes module, imported on first use (it registers bfloat16 and the fp8 formats with NumPy)."""
+    import ml_dtypes as m
+    return m
 
 
 _FLOAT_NAMES = {"bfloat16", "float16", "float32", "tfloat32", "float8_e4m3", "float8_e4m3fn", "float8_e5m2",
@@ -123,11 +175,16 @@ def _fp8_tables(name: str) -> Fp8Tables:
     return t
 
 
-def _table_rounder(name: str, npdtype):
+def _table_rounder(name: str):
     """The rounder of fp8 format ``name``: float32 input of :data:`TABLE_MIN` elements or more by table
     (``memory/fp8.py``, the same bits as :func:`_via`), anything else through the reference (a float64 value is
     rounded once, as ml_dtypes does).  ``out``: as for :func:`_bf16_round`."""
-    ref = _via(npdtype)
+    via = []            # _via of the format's ml_dtypes dtype, made at the first call (ml_dtypes imported then)
+
+    def ref(x):
+        if not via:
+            via.append(_via(DTYPES[name].np))
+        return via[0](x)
 
     def rounder(x, out=None):
         x = np.asarray(x)
@@ -213,19 +270,17 @@ def _build():
 
     add(DType("float32", np.float32))
     add(DType("tfloat32", np.float32, rounder=_tf32_round))
-    add(DType("bfloat16", ml_dtypes.bfloat16, rounder=_bf16_round))
+    add(DType("bfloat16", None, rounder=_bf16_round))
     add(DType("float16", np.float16, rounder=_via(np.float16)))
-    add(DType("float8_e4m3", ml_dtypes.float8_e4m3, rounder=_table_rounder("float8_e4m3", ml_dtypes.float8_e4m3)))
-    add(DType("float8_e4m3fn", ml_dtypes.float8_e4m3fn,
-              rounder=_table_rounder("float8_e4m3fn", ml_dtypes.float8_e4m3fn)))
-    add(DType("float8_e5m2", ml_dtypes.float8_e5m2, rounder=_table_rounder("float8_e5m2", ml_dtypes.float8_e5m2)))
+    add(DType("float8_e4m3", None, rounder=_table_rounder("float8_e4m3")))
+    add(DType("float8_e4m3fn", None, rounder=_table_rounder("float8_e4m3fn")))
+    add(DType("float8_e5m2", None, rounder=_table_rounder("float8_e5m2")))
     for n in ("int8", "int16", "int32", "uint8", "uint16", "uint32"):
         add(DType(n, getattr(np, n)))
     add(DType("bool", np.bool_, storage=np.uint8))
     # the OCP microscaling (MX) formats of NeuronCore-v4: the E8M0 block scale (a power of two, NaN at 0xFF) and
     # four FP8 (or FP4) values packed little-endian into one 32-bit (16-bit) element (NKI reference, quantize_mx)
-    add(DType("float8_e8m0fnu", ml_dtypes.float8_e8m0fnu,
-              rounder=_table_rounder("float8_e8m0fnu", ml_dtypes.float8_e8m0fnu)))
+    add(DType("float8_e8m0fnu", None, rounder=_table_rounder("float8_e8m0fnu")))
     add(DType("float8_e4m3fn_x4", np.uint32, packed=4, element="float8_e4m3fn", sentinel=0x7F7F7F7F))
     add(DType("float8_e5m2_x4", np.uint32, packed=4, element="float8_e5m2", sentinel=0x7F7F7F7F))
     add(DType("float4_e2m1fn_x4", np.uint16, packed=4, element="float4_e2m1fn", sentinel=0))
@@ -236,9 +291,13 @@ DTYPES = _build()
 _ALIASES = {"bool_": "bool", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16",
             "float": "float32", "tf32": "tfloat32", "float8e4": "float8_e4m3", "float8e5": "float8_e5m2",
             }
-_BY_NP = {dt.np: dt for dt in DTYPES.values() if dt.name != "tfloat32" and not dt.packed}
-_ELEMENT_NP = {"float8_e4m3fn": ml_dtypes.float8_e4m3fn, "float8_e5m2": ml_dtypes.float8_e5m2,
-               "float4_e2m1fn": ml_dtypes.float4_e2m1fn}
+# NumPy dtype -> DType; an ml_dtypes format joins when its NumPy dtype is first resolved (DType._resolve)
+_BY_NP = {dt._np: dt for dt in DTYPES.values() if dt.name != "tfloat32" and not dt.packed and dt._np is not None}
+
+
+def _element_np(element):
+    """The ml_dtypes NumPy dtype of a packed format's element ("float8_e4m3fn", "float8_e5m2", "float4_e2m1fn")."""
+    return np.dtype(getattr(ml_dtypes(), element))
 
 
 def unpack_x4(dt: DType, bits: np.ndarray) -> np.ndarray:
@@ -250,7 +309,7 @@ def unpack_x4(dt: DType, bits: np.ndarray) -> np.ndarray:
         b = b.view(dt.np)                      # the format's registered NumPy dtype (neuron_dtypes): same bytes
     b = b.astype(np.uint32)
     parts = np.stack([(b >> np.uint32(w * j)) & np.uint32((1 << w) - 1) for j in range(dt.packed)], axis=-1)
-    return parts.astype(np.uint8).view(_ELEMENT_NP[dt.element]).astype(np.float32)
+    return parts.astype(np.uint8).view(_element_np(dt.element)).astype(np.float32)
 
 
 def pack_x4(dt: DType, values: np.ndarray) -> np.ndarray:
@@ -258,7 +317,7 @@ def pack_x4(dt: DType, values: np.ndarray) -> np.ndarray:
     converts) and pack them into elements of ``dt``."""
     w = dt.itemsize * 8 // dt.packed
     v = np.asarray(values, dtype=np.float32)
-    codes = v.astype(_ELEMENT_NP[dt.element]).view(np.uint8).astype(np.uint32) & np.uint32((1 << w) - 1)
+    codes = v.astype(_element_np(dt.element)).view(np.uint8).astype(np.uint32) & np.uint32((1 << w) - 1)
     out = np.zeros(v.shape[:-1], dtype=np.uint32)
     for j in range(dt.packed):
         out |= codes[..., j] << np.uint32(w * j)
@@ -389,7 +448,7 @@ def round_to(dt: DType, values: np.ndarray, precise: bool = True) -> np.ndarray:
     if dt.packed:
         return np.asarray(values).astype(dt.np)      # packed elements are written as their bits
     v = np.asarray(values)
-    if v.dtype.kind == "f" or (v.dtype.kind == "V" and v.dtype in _BY_NP and _BY_NP[v.dtype].is_float):
+    if v.dtype.kind == "f" or (v.dtype.kind == "V" and v.dtype.name in DTYPES and DTYPES[v.dtype.name].is_float):
         return _float_to_int(dt, v)
     if v.dtype != dt.np:
         return v.astype(dt.np)   # integer to integer: wraps like a hardware narrowing

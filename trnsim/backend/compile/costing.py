@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
@@ -31,7 +30,7 @@ _MEMO = {}
 
 
 def _inp(shape, dtype):
-    return np.empty(shape, dtype=costs._np_dtype(dtype))
+    return costs._inp(shape, dtype)
 
 
 def _sim(key, fn, args, kwargs, compute=None):
@@ -288,7 +287,7 @@ def _matmul_cost(fz, g, outs, steps, label):
     full = [x for x in full if x is not a and x is not b]
     small = [x for x in small if x is not a and x is not b]
     st = (("vec",) if name == "addmm" else ()) + steps
-    item = np.dtype(costs._np_dtype(odt or dt)).itemsize        # what SBUF holds
+    item = costs._itemsize(odt or dt)        # what SBUF holds
     # unfused: the eager device's matmul kernel, then the epilogue (if any) as its own pointwise kernel
     ns, fl, nb = costs.auto_cast_matmul_cost(tg, M, K, N, dt, batch)
     if st:
