@@ -6,6 +6,7 @@ import itertools
 import json
 import os
 import sys
+import textwrap
 from pathlib import Path
 
 import ml_dtypes
@@ -379,3 +380,51 @@ def test_a_module_that_does_not_parse_is_named_with_its_line(tmp_path):
     assert [x["when"] for x in recs] == ["collect"], r.stdout[-2000:] + r.stderr[-2000:]
     assert recs[0]["message"].startswith("IndentationError")
     assert recs[0]["message"].endswith("(src/pkg/broken.py:3)")
+
+
+def test_the_compilers_host_static_cast_is_stood_in(tmp_path):
+    """nki-library's MX tests of test_qkv_cte.py import ``static_cast`` from the Neuron compiler's (non-public)
+    ``neuronxcc.starfish.support.dtype``; under the plugin it is the Neuron dtype stand-in's host cast, so those
+    tests make their inputs: fp32 to fp8 rounds to nearest even (against ml_dtypes), and fp8 packed four to an x4
+    element unpacks to the same values."""
+    import subprocess
+    snap = tmp_path / "snap"
+    (snap / "test").mkdir(parents=True)
+    (snap / "test" / "test_cast.py").write_text(textwrap.dedent("""
+        import ml_dtypes
+        import numpy as np
+        import nki.language as nl
+
+        def test_cast():
+            from neuronxcc.starfish.support.dtype import static_cast
+            import neuron_dtypes
+            assert static_cast is neuron_dtypes.static_cast
+            x = np.random.default_rng(0).normal(size=(8, 16)).astype(np.float32)
+            f8 = static_cast(x, nl.float8_e4m3fn)
+            assert np.array_equal(f8.astype(np.float32), x.astype(ml_dtypes.float8_e4m3fn).astype(np.float32))
+            packed = static_cast(f8, nl.float8_e4m3fn_x4)
+            assert packed.shape == (8, 4)
+            back = static_cast(packed, nl.float8_e4m3fn)
+            assert np.array_equal(back.astype(np.float32), f8.astype(np.float32))
+    """))
+    results = tmp_path / "results.jsonl"
+    support = REPO / "tests" / "support" / "nki_library"
+    env = dict(os.environ, TRNSIM_NKILIB_RESULTS=str(results),
+               PYTHONPATH=os.pathsep.join([str(support), str(STANDINS), str(REPO)]))
+    env.pop("PYTEST_XDIST_WORKER", None)
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "trnsim_nkilib_plugin", "-p", "no:cacheprovider",
+                        str(snap / "test")], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    recs = [json.loads(ln) for ln in results.read_text().splitlines() if ln.strip()]
+    assert [x["outcome"] for x in recs if x["when"] == "call"] == ["passed"], r.stdout[-3000:] + r.stderr[-2000:]
+
+
+def test_a_snapshot_kernel_defect_is_excused_only_at_its_own_line():
+    """nki-library@d2ad3a5's qkv_cte.py calls the module ``stream_shuffle_broadcast`` (its package __init__ defines
+    nothing) at line 1917: counted outside the simulator.  The same message raised anywhere else still counts."""
+    rec = {"nodeid": "t", "when": "call", "outcome": "failed", "type": "TypeError",
+           "message": "'module' object is not callable", "chain": ["InferenceException", "TypeError"],
+           "trnsim_frame": "kernels/launch.py:58 body", "kernel_frame": "nkilib/core/qkv/qkv_cte.py:1917 _qkv_cte_mx_impl"}
+    assert "calls a module" in runner.not_simulated(rec)
+    assert runner.not_simulated(dict(rec, kernel_frame="nkilib/core/qkv/qkv_cte.py:676 _qkv_cte_impl")) is None
+    assert runner.not_simulated(dict(rec, kernel_frame=None)) is None
+    assert runner.not_simulated(dict(rec, message="'module' object is not callable (other)")) is None

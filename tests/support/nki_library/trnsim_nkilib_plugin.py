@@ -45,27 +45,40 @@ import sim_stub  # noqa: E402  (this folder)
 
 
 def _install_missing_harness_modules():
-    """Two harness modules the snapshot's ``test/utils`` imports at start are not in the published snapshot:
+    """Modules the snapshot's tests import that are not in the published snapshot or not public: the harness's
     ``scripts/remote_lock_scripts.py`` (core locks on remote hosts) and ``perf_analysis_private.py`` (hardware trace
-    analysis).  Register the stand-ins of this folder under those names, unless the snapshot has them."""
+    analysis), imported by ``test/utils`` at start, and the Neuron compiler's ``neuronxcc.starfish.support.dtype``
+    (a host ``static_cast``), imported by the MX tests of ``test_qkv_cte.py``.  Register the stand-ins of this
+    folder under those names (with any missing parent packages), unless the name can be imported already."""
     import importlib
     import importlib.util
     import sys
     import types
     for name, standin in (("test.utils.scripts.remote_lock_scripts", "remote_lock_scripts"),
-                          ("test.utils.perf_analysis_private", "perf_analysis_private")):
+                          ("test.utils.perf_analysis_private", "perf_analysis_private"),
+                          ("neuronxcc.starfish.support.dtype", "neuronxcc_starfish_dtype")):
         try:
             if importlib.util.find_spec(name) is not None:
                 continue
         except ImportError:
             pass
-        mod = importlib.import_module(standin)
-        parent, _, leaf = name.rpartition(".")
-        if parent not in sys.modules:
-            pkg = types.ModuleType(parent)
-            pkg.__path__ = []
-            sys.modules[parent] = pkg
-        setattr(sys.modules[parent], leaf, mod)
+        try:
+            mod = importlib.import_module(standin)
+        except ImportError:     # the dtype stand-in needs ``neuron_dtypes`` (installed, or linked by the runner)
+            continue
+        parts = name.split(".")
+        for i in range(1, len(parts)):
+            parent = ".".join(parts[:i])
+            if parent not in sys.modules:
+                try:
+                    importlib.import_module(parent)
+                except ImportError:
+                    pkg = types.ModuleType(parent)
+                    pkg.__path__ = []
+                    sys.modules[parent] = pkg
+                    if i > 1:
+                        setattr(sys.modules[".".join(parts[:i - 1])], parts[i - 1], pkg)
+        setattr(sys.modules[".".join(parts[:-1])], parts[-1], mod)
         sys.modules[name] = mod
 
 
