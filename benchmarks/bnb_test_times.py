@@ -65,7 +65,8 @@ def _stride_of(family, default, per_family):
 def pytest_collection_modifyitems(config, items):
     stride = _positive(os.environ.get("BNB_TIMES_STRIDE", "1") or "1", "BNB_TIMES_STRIDE")
     per_family = _family_strides(os.environ.get("BNB_TIMES_FAMILY_STRIDE", ""))
-    if stride == 1 and not per_family:
+    first = os.environ.get("BNB_TIMES_FIRST")
+    if stride == 1 and not per_family and not first:
         return
     seen, keep, drop = {}, [], []
     for it in items:
@@ -73,7 +74,6 @@ def pytest_collection_modifyitems(config, items):
         n = seen.get(f, 0)
         seen[f] = n + 1
         (keep if n % _stride_of(f, stride, per_family) == 0 else drop).append(it)
-    first = os.environ.get("BNB_TIMES_FIRST")
     if first:
         passed = {k for k, r in _load(first, "cpu").items() if r["outcome"] == "passed"}
         dev = os.environ.get("BNB_TEST_DEVICE", "cpu")
