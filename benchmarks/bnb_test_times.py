@@ -7,9 +7,15 @@ Plugin switches (environment, read only by this benchmark tool):
                         teardown measured with ``time.process_time``).
   ``BNB_TIMES_STRIDE``  keep every N-th test of each family (test function), from the first: a bounded slice that
                         still covers every family and, within one, the parameter grid's spread.
+  ``BNB_TIMES_FAMILY_STRIDE``  per-family strides overriding it, ``family=N,...`` with a family named by its test
+                        function (``test_gemv_4bit``) or by file and function (``test_functional.py::test_gemv_4bit``):
+                        a wider stride for the slowest families so a whole slice fits a time budget.
+  ``BNB_TIMES_FIRST``   a JSON-lines file of an earlier run (``BNB_TIMES_OUT`` of the CPU run): the kept tests that
+                        passed there run first, in their order, then the rest (cases only the device runs), so a run
+                        cut short still covers every test the two devices share.
 
-Table: ``python -m benchmarks.bnb_test_times CPU.jsonl NEURON.jsonl [cpu neuron]`` prints, per family, the tests that
-passed in both runs (A, B), their CPU seconds in each, B/A, and B/A per iteration where the suite runs a family a
+Table: ``python -m benchmarks.bnb_test_times CPU.jsonl NEURON.jsonl [cpu neuron]`` prints, per file and family, the
+tests that passed in both runs (A, B), their CPU seconds in each, B/A, and B/A per iteration where the suite runs a family a
 different number of times per device (``ITERS``); ``A.jsonl B.jsonl neuron neuron`` compares two neuron runs."""
 
 import json
@@ -21,25 +27,57 @@ import pytest
 
 # Iterations a family's test body runs per device, where the suite makes them differ: bitsandbytes@95f9af3
 # tests/test_functional.py, test_gemv_4bit: ``iters = 10 if device == "cpu" else 100``.
-ITERS = {"test_gemv_4bit": {"cpu": 10, "neuron": 100}}
+ITERS = {"test_functional.py::test_gemv_4bit": {"cpu": 10, "neuron": 100}}
 
 
 def _family(nodeid):
-    return nodeid.split("[", 1)[0].rsplit("::", 1)[-1]
+    """``file::function`` of a test id (the class left out): test_ops and test_functional both have a
+    ``test_gemv_4bit``, with different bodies."""
+    head = nodeid.split("[", 1)[0]
+    parts = head.split("::")
+    return f"{parts[0].rsplit('/', 1)[-1]}::{parts[-1]}"
+
+
+def _positive(text, what):
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise pytest.UsageError(f"{what}={text!r}: must be a positive integer")
+    return n
+
+
+def _family_strides(spec):
+    out = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        name, sep, n = part.partition("=")
+        if not sep or not name.strip():
+            raise pytest.UsageError(f"BNB_TIMES_FAMILY_STRIDE: {part!r} is not family=N")
+        out[name.strip()] = _positive(n.strip(), f"BNB_TIMES_FAMILY_STRIDE {name.strip()}")
+    return out
+
+
+def _stride_of(family, default, per_family):
+    return per_family.get(family, per_family.get(family.rsplit("::", 1)[-1], default))
 
 
 def pytest_collection_modifyitems(config, items):
-    stride = int(os.environ.get("BNB_TIMES_STRIDE", "1") or 1)
-    if stride < 1:
-        raise pytest.UsageError(f"BNB_TIMES_STRIDE={stride}: must be a positive integer")
-    if stride == 1:
+    stride = _positive(os.environ.get("BNB_TIMES_STRIDE", "1") or "1", "BNB_TIMES_STRIDE")
+    per_family = _family_strides(os.environ.get("BNB_TIMES_FAMILY_STRIDE", ""))
+    first = os.environ.get("BNB_TIMES_FIRST")
+    if stride == 1 and not per_family and not first:
         return
     seen, keep, drop = {}, [], []
     for it in items:
         f = _family(it.nodeid)
         n = seen.get(f, 0)
         seen[f] = n + 1
-        (keep if n % stride == 0 else drop).append(it)
+        (keep if n % _stride_of(f, stride, per_family) == 0 else drop).append(it)
+    if first:
+        passed = {k for k, r in _load(first, "cpu").items() if r["outcome"] == "passed"}
+        dev = os.environ.get("BNB_TEST_DEVICE", "cpu")
+        keep.sort(key=lambda it: _key(it.nodeid, dev) not in passed)    # stable: shared tests first, in order
     items[:] = keep
     config.hook.pytest_deselected(items=drop)
 
@@ -78,41 +116,83 @@ def _key(nodeid, device):
 
 
 def _load(path, device):
-    with open(path, encoding="utf-8") as f:
-        return {_key(r["nodeid"], device): r for r in map(json.loads, f) if r}
+    """Records of one or more runs (paths joined by commas: a slice run in parts), keyed by ``_key``."""
+    out = {}
+    for one in path.split(","):
+        with open(one, encoding="utf-8") as f:
+            out.update((_key(r["nodeid"], device), r) for r in map(json.loads, f) if r)
+    return out
+
+
+def _file(family):
+    return family.split("::", 1)[0]
+
+
+def _counts(recs):
+    counts = {}
+    for r in recs:
+        counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+
+
+def _ratio(b, a):
+    return b / a if a else float("nan")
 
 
 def table(cpu_path, dev_path, device="neuron", base="cpu"):
-    """Per family: the tests that passed in both runs, their CPU seconds in each and the ratio.  ``base`` and
-    ``device`` name the two runs' devices (two runs on one device compare before and after a change)."""
+    """Per file and family: the tests that passed in both runs, their CPU seconds in each (A, B), B/A, and B/A per
+    iteration where the suite runs a family a different number of times per device (``ITERS``); per file the
+    outcomes of each run, and the tests only B passed (cases A skips) apart.  ``base`` and ``device`` name the two
+    runs' devices (two runs on one device compare before and after a change)."""
     cpu, dev = _load(cpu_path, base), _load(dev_path, device)
-    both = [n for n in cpu if n in dev and cpu[n]["outcome"] == dev[n]["outcome"] == "passed"]
-    fams = {}
-    for n in both:
-        row = fams.setdefault(cpu[n]["family"], [0, 0.0, 0.0])
-        row[0] += 1
-        row[1] += cpu[n]["cpu_s"]
-        row[2] += dev[n]["cpu_s"]
-    lines = [f"{'family':44s} {'tests':>5s} {'A s':>8s} {'B s':>9s} {'B/A':>6s} {'per iter':>8s}"]
-    tot = [0, 0.0, 0.0]
-    for f, (k, c, d) in sorted(fams.items(), key=lambda kv: -kv[1][2]):
-        it = ITERS.get(f)
-        per = (d / it[device]) / (c / it[base]) if it and c else None
-        lines.append(f"{f:44s} {k:5d} {c:8.2f} {d:9.2f} {d / c if c else float('nan'):6.2f} "
-                     f"{per if per is not None else d / c if c else float('nan'):8.2f}")
-        tot = [tot[0] + k, tot[1] + c, tot[2] + d]
-    lines.append(f"{'total':44s} {tot[0]:5d} {tot[1]:8.2f} {tot[2]:9.2f} "
-                 f"{tot[2] / tot[1] if tot[1] else float('nan'):6.2f}")
-    for name, d in (("A " + base, cpu), ("B " + device, dev)):
-        counts = {}
-        for r in d.values():
-            counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
-        lines.append(f"{name}: {counts}, {sum(r['cpu_s'] for r in d.values()):.1f} s CPU over all recorded tests")
+    fams, only, lost = {}, {}, []
+    for n, r in dev.items():
+        f = _family(r["nodeid"])
+        a = cpu.get(n)
+        if a is not None and a["outcome"] == r["outcome"] == "passed":
+            row = fams.setdefault(f, [0, 0.0, 0.0, 0.0])
+            it = ITERS.get(f)
+            row[0] += 1
+            row[1] += a["cpu_s"]
+            row[2] += r["cpu_s"]
+            row[3] += r["cpu_s"] * (it[base] / it[device] if it else 1.0)   # B's time at A's iteration count
+        elif r["outcome"] == "passed":
+            row = only.setdefault(_file(f), [0, 0.0])
+            row[0] += 1
+            row[1] += r["cpu_s"]
+        elif a is not None and a["outcome"] == "passed":
+            lost.append(f"{r['nodeid']}: {r['outcome']} on {device}, passed on {base}")
+    head = f"{'file / family':58s} {'tests':>5s} {'A s':>8s} {'B s':>9s} {'B/A':>6s} {'per iter':>8s}"
+    lines = [head]
+    tot = [0, 0.0, 0.0, 0.0]
+    for fname in sorted({_file(f) for f in fams} | {_file(_family(r["nodeid"])) for r in dev.values()}):
+        sub = [0, 0.0, 0.0, 0.0]
+        lines.append(f"{fname}   [{base}: {_counts(r for r in cpu.values() if _file(_family(r['nodeid'])) == fname)}]"
+                     f"   [{device}: {_counts(r for r in dev.values() if _file(_family(r['nodeid'])) == fname)}]")
+        for f, row in sorted(((f, v) for f, v in fams.items() if _file(f) == fname), key=lambda kv: -kv[1][2]):
+            lines.append(f"  {f.split('::', 1)[1]:56s} {row[0]:5d} {row[1]:8.2f} {row[2]:9.2f} "
+                         f"{_ratio(row[2], row[1]):6.2f} {_ratio(row[3], row[1]):8.2f}")
+            sub = [x + y for x, y in zip(sub, row)]
+        lines.append(f"  {'file total (passed on both)':56s} {sub[0]:5d} {sub[1]:8.2f} {sub[2]:9.2f} "
+                     f"{_ratio(sub[2], sub[1]):6.2f} {_ratio(sub[3], sub[1]):8.2f}")
+        if fname in only:
+            lines.append(f"  {'passed only on ' + device + ' (not in the ratio)':56s} {only[fname][0]:5d} "
+                         f"{'':8s} {only[fname][1]:9.2f}")
+        tot = [x + y for x, y in zip(tot, sub)]
+    lines.append(f"{'total (passed on both)':58s} {tot[0]:5d} {tot[1]:8.2f} {tot[2]:9.2f} "
+                 f"{_ratio(tot[2], tot[1]):6.2f} {_ratio(tot[3], tot[1]):8.2f}")
+    lines.append(f"passed only on {device}: {sum(v[0] for v in only.values())} tests, "
+                 f"{sum(v[1] for v in only.values()):.2f} s")
+    for name, d in ((base, cpu), (device, dev)):
+        lines.append(f"{name}: {_counts(d.values())}; {sum(r['cpu_s'] for r in d.values()):.1f} s CPU over all "
+                     f"recorded tests")
+    lines += lost
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
     if len(sys.argv) not in (3, 5):
-        sys.exit("usage: python -m benchmarks.bnb_test_times A.jsonl B.jsonl [A_DEVICE B_DEVICE]  (default cpu neuron)")
+        sys.exit("usage: python -m benchmarks.bnb_test_times A.jsonl[,A2.jsonl] B.jsonl[,B2.jsonl] "
+                 "[A_DEVICE B_DEVICE]  (default cpu neuron)")
     a_dev, b_dev = sys.argv[3:5] if len(sys.argv) == 5 else ("cpu", "neuron")
     print(table(sys.argv[1], sys.argv[2], device=b_dev, base=a_dev))

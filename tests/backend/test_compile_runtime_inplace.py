@@ -1,5 +1,5 @@
 """The generated function's shortcuts for functionalised writes (``runtime._copy_fresh``, ``runtime._slice_scatter_into``,
-chosen by ``runtime._shortcuts``):
+chosen by ``runtime._shortcuts``, and ``runtime._copy_into_slice`` for the pairs ``runtime._fused_writes`` joins):
 bit-identical to the ops they stand for, applied only where the overwritten value is never read again, and charging
 the same simulated time as the reference walk (``CompiledGraph._interpret``), which runs the ops as traced."""
 
@@ -131,6 +131,21 @@ def _input_base(x, s):
     return x * 3
 
 
+def _other_slice(x, s):
+    """The copy's ``dst`` is another slice of the base than the one scattered back: the two writes stay apart."""
+    base = torch.zeros(8, device=x.device)
+    c = torch.ops.aten.copy.default(torch.ops.aten.slice.Tensor(base, 0, 0, None, 2), s)
+    return torch.ops.aten.slice_scatter.default(base, c, 0, 1, None, 2) + x
+
+
+def _converted(a, s):
+    """Writes that convert (uint8 into int32, above the host-write size) and broadcast (one value into a slice)."""
+    out = torch.empty(a.numel() * 2, dtype=torch.int32, device=a.device)
+    out[1::2] = a & 0xF
+    out[::2] = s
+    return out * 3
+
+
 def _cases():
     g = torch.Generator().manual_seed(0)
     a = torch.randint(0, 256, (10,), dtype=torch.uint8, generator=g)
@@ -140,8 +155,10 @@ def _cases():
     x = torch.randn(8, generator=g)
     s = torch.randn(4, generator=g)
     s[0] = float("nan")
+    big = torch.randint(0, 256, (runtime._HOST_WRITE_MIN + 3,), dtype=torch.uint8, generator=g)
     return {"dequant": (_dequant, (a, code, absmax)), "reread": (_reread, (x, s)), "returned": (_returned, (x, s)),
-            "input_base": (_input_base, (x, s))}
+            "input_base": (_input_base, (x, s)), "other_slice": (_other_slice, (x, s)),
+            "converted": (_converted, (big, torch.tensor([-7], dtype=torch.int64)))}
 
 
 def _run(fn, inputs, generated, monkeypatch, graphs):
@@ -164,9 +181,10 @@ def _device():
     torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("case,in_place,copies", [("dequant", 4, 4), ("reread", 0, 1), ("returned", 1, 1),
-                                                  ("input_base", 0, 1)])
-def test_shortcuts_only_where_unobservable(case, in_place, copies, monkeypatch):
+@pytest.mark.parametrize("case,in_place,copies,fused", [("dequant", 4, 4, 4), ("reread", 0, 1, 0),
+                                                        ("returned", 1, 1, 1), ("input_base", 0, 1, 0),
+                                                        ("other_slice", 1, 1, 0), ("converted", 2, 2, 2)])
+def test_shortcuts_only_where_unobservable(case, in_place, copies, fused, monkeypatch):
     fn, inputs = _cases()[case]
     ref, ref_ns = _run(fn, inputs, False, monkeypatch, [])
     graphs = []
@@ -179,6 +197,31 @@ def test_shortcuts_only_where_unobservable(case, in_place, copies, monkeypatch):
     found = [runtime._shortcuts(g, runtime._direct_steps(g)) for g in graphs]
     assert sum(len(sc) for sc, _ in found) == in_place
     assert sum(len(cp) for _, cp in found) == copies
+    pairs = [runtime._fused_writes(g, *f) for g, f in zip(graphs, found)]
+    assert sum(map(len, pairs)) == fused
+    for g, p in zip(graphs, pairs):       # the generated function calls the joined write once per pair
+        names = [n for n in g._run.__globals__ if g._run.__globals__[n] is runtime._copy_into_slice]
+        assert sum(g._run.source.count(n + "(") for n in names) == len(p)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.float32, torch.bfloat16])
+def test_copy_into_slice_is_the_scattered_copy(dtype):
+    """The joined write gives the tensor the pair of ops gives: ``src`` of another dtype converted, a smaller one
+    broadcast, every slice form (negative bounds, an end past the size, an empty slice)."""
+    gen = torch.Generator().manual_seed(7)
+    for shape, dim, start, end, step in [((20,), 0, 1, None, 2), ((4, 10), 1, -7, -1, 3), ((4, 10), 0, 1, 3, 1),
+                                         ((6, 5), 1, 0, 9223372036854775807, 2), ((6, 5), 0, 2, 2, 1)]:
+        base = _values(torch.Size(shape).numel(), dtype, gen).view(shape)
+        view = torch.ops.aten.slice.Tensor(base, dim, start, end, step)
+        for src in (_values(view.numel(), torch.float32, gen).view(view.shape),
+                    torch.randint(0, 100, view.shape, generator=gen, dtype=torch.uint8),
+                    _values(1, dtype, gen)):
+            if not dtype.is_floating_point and src.dtype.is_floating_point:
+                src = torch.nan_to_num(src, nan=0.0, posinf=9.0, neginf=-9.0).clamp(-1e6, 1e6)
+            copied = torch.ops.aten.copy.default(view, src)
+            want = torch.ops.aten.slice_scatter.default(base, copied, dim, start, end, step)
+            got = runtime._copy_into_slice(base.clone(), src, dim, start, end, step)
+            _same(got, want)
 
 
 def test_dequant_in_place_against_float64():
