@@ -16,21 +16,60 @@ def fresh():
 
 def _whole(monkeypatch, f):
     monkeypatch.setattr(costs, "_linear", lambda run, n, n1, n2: run(n))
+    monkeypatch.setattr(costs, "_row_tiles", lambda run, rows, P: run(rows))
     costs.clear_memo()
     return f()
 
 
 @pytest.mark.parametrize("name, f", [
     ("elementwise", lambda: costs.elementwise_cost(TRN2, 128 * 2048 * 20 + 128 * 100, "bfloat16", "binary")),
-    ("reduction", lambda: costs.reduction_cost(TRN2, 128 * 9, 3000, "float32")),
-    ("softmax", lambda: costs.softmax_cost(TRN2, 128 * 9, 4096, "float32")),
-    ("rms_norm", lambda: costs.norm_cost(TRN2, 128 * 9, 4096, "bfloat16", "rms_norm")),
 ])
 def test_linear_extrapolation_matches_the_whole_kernel(fresh, monkeypatch, name, f):
     ext = f()
     whole = _whole(monkeypatch, f)
     assert ext[2] == pytest.approx(whole[2], rel=1e-9)            # bytes moved: exact
     assert ext[0] == pytest.approx(whole[0], rel=0.02)            # time: the steady state holds within 2%
+
+
+@pytest.mark.parametrize("name, f", [
+    ("reduction", lambda: costs.reduction_cost(TRN2, 128 * 30, 3000, "float32")),
+    ("softmax", lambda: costs.softmax_cost(TRN2, 128 * 17, 4096, "float32")),
+    ("rms_norm", lambda: costs.norm_cost(TRN2, 128 * 31, 4096, "bfloat16", "rms_norm")),
+    # 64-column rows: per-tile times repeat every third tile (852, 852, 3,409 ns on trn2), which an extrapolation
+    # from 2 and 4 tiles missed by 23% at 12 tiles
+    ("reduction, short rows", lambda: costs.reduction_cost(TRN2, 128 * 40, 64, "float16", "maximum")),
+    # a last, partial tile (rows not a multiple of 128): kept at the end of both runs
+    ("reduction, partial tile", lambda: costs.reduction_cost(TRN2, 128 * 30 + 37, 3000, "float32")),
+    ("reduction, short rows, partial tile", lambda: costs.reduction_cost(TRN2, 128 * 40 + 64, 64, "float16", "maximum")),
+    ("softmax, partial tile", lambda: costs.softmax_cost(TRN2, 128 * 30 + 69, 197, "float32")),
+    ("layer_norm, partial tile", lambda: costs.norm_cost(TRN2, 128 * 29 + 100, 768, "bfloat16")),
+])
+def test_row_kernel_extrapolation_equals_the_whole_kernel(fresh, monkeypatch, name, f):
+    """Two runs a whole number of periods apart follow the steady state's repeating per-tile times exactly."""
+    ext = f()
+    whole = _whole(monkeypatch, f)
+    assert ext[2] == pytest.approx(whole[2], rel=1e-9)
+    assert ext[0] == pytest.approx(whole[0], rel=1e-9)
+
+
+def test_row_kernels_simulate_few_tiles(fresh, monkeypatch):
+    """602,176 rows (bitsandbytes' quantize_4bit of a 6,208 x 6,208 identity: 4,704 full tiles and a half) are
+    charged from two runs of at most 26 tiles, not one simulation of 4,705 tiles; small kernels are simulated
+    whole."""
+    sizes = []
+    sim = costs._sim
+
+    def counting(fn, args, kw, target):
+        sizes.append(args[0].shape[0])
+        return sim(fn, args, kw, target)
+    monkeypatch.setattr(costs, "_sim", counting)
+    ns, _, nbytes = costs.reduction_cost(TRN2, 602176, 64, "float16", "maximum")
+    k1 = 2 + (4704 - 2) % costs.PERIOD
+    assert sorted(sizes) == [k1 * 128 + 64, (k1 + costs.PERIOD) * 128 + 64]
+    assert nbytes == pytest.approx(602176 * 64 * 2 + 602176 * 2, rel=1e-9)   # every input read, one value a row out
+    sizes.clear()
+    costs.reduction_cost(TRN2, 128 * 13 + 5, 64, "float16", "maximum")
+    assert sizes == [128 * 13 + 5]
 
 
 def test_blocked_matmul_extrapolation_matches_the_whole_kernel(fresh):
