@@ -146,12 +146,12 @@ HARNESS_LIMITS = (
 )
 
 
-# Errors in the snapshot's own kernel code, which fail the same way on any platform: (message, the kernel frame the
+# Errors in the snapshot's own kernel code, which fail the same way on any platform: (message, the kernel frames the
 # error is raised at, why).  Matched on both, so that no other error with the same message is excused.
 SNAPSHOT_KERNEL_DEFECTS = (
-    ("'module' object is not callable", "nkilib/core/qkv/qkv_cte.py:1917 ",
+    ("'module' object is not callable", tuple(f"nkilib/core/qkv/qkv_cte.py:{n} " for n in (676, 683, 1917, 1924)),
      "the snapshot's kernel calls a module: qkv_cte.py's `from ..utils import stream_shuffle_broadcast` binds the "
-     "submodule (core/utils/__init__.py defines nothing), and line 1917 calls it (any platform)"),
+     "submodule (core/utils/__init__.py defines nothing), and lines 676, 683, 1917 and 1924 call it (any platform)"),
 )
 
 
