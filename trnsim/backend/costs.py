@@ -120,8 +120,7 @@ def _row_tiles(run, rows, P):
     if full < 2 + PERIOD:
         return run(rows)
     k1 = 2 + (full - 2) % PERIOD
-    a, b = run(k1 * P + rem), run((k1 + PERIOD) * P + rem)
-    return tuple(x + (y - x) * (full - k1) / PERIOD for x, y in zip(a, b))
+    return _linear(lambda k: run(k * P + rem), full, k1, k1 + PERIOD)
 
 
 def _rows_cols(n):

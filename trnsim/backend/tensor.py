@@ -136,7 +136,7 @@ class NeuronTensor(torch.Tensor):
                     return wrap(out)
             return dispatch(func, args, kwargs or {})
         except Exception as e:
-            if not _on_autograd_worker():
+            if not _in_autograd_engine():
                 raise
             # inside autograd's engine an exception out of here aborts the process (torch 2.13): record it for
             # backward()/grad() to raise on the caller, and hand autograd a placeholder of the right shape
@@ -336,7 +336,7 @@ def _rewrap(o, ctx):
 ENGINE = threading.local()     # ENGINE.depth: backward()/grad() calls running on this thread (patches.py)
 
 
-def _on_autograd_worker():
+def _in_autograd_engine():
     """True inside autograd's engine: on the thread that called backward()/grad() while it runs (the device's
     backward runs there, patches.py), or on an autograd device thread of a backward another thread started."""
     return getattr(ENGINE, "depth", 0) > 0 or threading.current_thread().__class__ is threading._DummyThread
@@ -348,7 +348,7 @@ PENDING = []   # errors raised inside autograd's engine, re-raised when backward
 def _raise(exc):
     """Raise ``exc``, or inside autograd's engine (where an exception out of __torch_dispatch__ aborts the process
     on torch 2.13) record it for ``backward``/``grad`` to raise when they return."""
-    if _on_autograd_worker():
+    if _in_autograd_engine():
         PENDING.append(exc)
         return
     raise exc
