@@ -9,7 +9,8 @@ Cold by default: the op-cost and layer-cost caches (TRNSIM_CACHE_DIR) and the co
 cache (``__pycache__`` beside the scheduler's sources) is not touched: run once first so that it holds the
 compiled scheduler, as it does after any earlier run of the tree (a first run of a fresh tree compiles it: about
 60 s more).  Times are process CPU time (``time.process_time``), so a background load changes them little;
-the device's backward runs on autograd's device thread, which process CPU time includes.  Each part is timed
+it counts every thread (the device's backward runs on the thread that calls it, backend/registration.py, and
+any other thread's work is counted too).  Each part is timed
 around the function named in its row, the kernel simulations subtracted from the layer runs that call them.
 Never part of the test pass/fail.
 """
