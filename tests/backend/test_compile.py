@@ -175,6 +175,29 @@ def test_compile_time_in_profile_summary():
     assert "estimated Neuron compiler" in text and rec.graph in text
 
 
+def test_compiled_frames_have_no_device_guard_breaks():
+    """Dynamo's current-stream guard on a frame of neuron tensors asks the device guard's Python ``type_``; that
+    callback runs untraced (compile/patching.py ``untraced``), so compiling a function of neuron tensors compiles
+    exactly its own frames: no failed frame, no graph break."""
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+
+    def f(x, w):
+        return torch.relu(x @ w) + 1
+
+    fn = torch.compile(f, backend="neuron")
+    x, w = torch.randn(4, 8).to("neuron"), torch.randn(8, 8).to("neuron")
+    out = fn(x, w)
+    out2 = fn(x, w)                                   # the guards run again on the second call
+    ref = f(x.cpu().double(), w.cpu().double())
+    assert torch.allclose(out.cpu().double(), ref, atol=1e-5) and torch.equal(out.cpu(), out2.cpu())
+    assert counters["frames"]["total"] == counters["frames"]["ok"] == 1, dict(counters["frames"])
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    from trnsim.backend.compile import patching
+    assert any(n == "type_" for _, n in patching._UNTRACED)
+
+
 def test_compile_patches_each_applied():
     """The two private patches the compile backend adds to trnsim/backend/patches.py (torch 2.13), each checked for
     its effect."""

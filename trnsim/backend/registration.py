@@ -79,7 +79,9 @@ def register(force=False):
     from . import distributed; distributed.register()  # noqa: E702  torch.distributed backend "neuron"
     from . import nki_bridge; nki_bridge.install(mod)  # noqa: E702  NKI kernels on neuron tensors (issue 21)
     # dynamo sees neuron tensors as tensors from its first trace, whatever backend (or explain) ran first
-    from .compile import patching; patching.patch_when_dynamo_loads()  # noqa: E702
+    from .compile import patching
+    patching.untraced(_Guard, "type_")      # asked by dynamo's stream guards: run, never traced (patching.py)
+    patching.patch_when_dynamo_loads()
     _REGISTERED = True
 
 

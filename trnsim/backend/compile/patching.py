@@ -17,6 +17,28 @@ import sys
 import warnings
 
 _DONE = False
+# (class, method name): Python callbacks of the device that torch's C++ calls while dynamo's frame hook is active
+# (the device guard's ``type_``, asked by the current-stream guard dynamo installs on every compiled frame of neuron
+# tensors); dynamo would otherwise try to compile each such frame, fail ("Unexpected type in sourceless builder:
+# DeviceType") and report a graph break that is no break in the user's code.  Made ``torch.compiler.disable``d.
+_UNTRACED = []
+
+
+def untraced(cls, name):
+    """Have dynamo run ``cls.<name>`` without tracing it, from when dynamo loads (now if it is loaded and patched)."""
+    _UNTRACED.append((cls, name))
+    if _DONE:
+        _disable(cls, name)
+
+
+def _disable(cls, name):
+    fn = cls.__dict__[name]
+    if getattr(fn, "_trnsim_untraced", False):
+        return
+    import torch
+    off = torch.compiler.disable(fn)
+    off._trnsim_untraced = True
+    setattr(cls, name, off)
 
 
 def ensure_patched():
@@ -33,6 +55,8 @@ def ensure_patched():
     nki_bridge.auto_functionalized_on_device(NeuronTensor)      # mutating custom ops in graphs (issue 21)
     from . import flex
     flex.enable()
+    for cls, name in _UNTRACED:
+        _disable(cls, name)
     _DONE = True
 
 
