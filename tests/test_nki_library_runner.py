@@ -430,3 +430,18 @@ def test_a_snapshot_kernel_defect_is_excused_only_at_its_own_line():
     assert runner.not_simulated(dict(rec, kernel_frame="nkilib/core/qkv/qkv_cte.py:1918 _qkv_cte_mx_impl")) is None
     assert runner.not_simulated(dict(rec, kernel_frame=None)) is None
     assert runner.not_simulated(dict(rec, message="'module' object is not callable (other)")) is None
+
+
+def test_snapshot_call_defect_counted_outside():
+    """test_qkv_cte_mx_bf16_static_dequant passes qkv_cte's `is_input_swizzled` to the top-level `qkv` kernel, which
+    has no such parameter: the TypeError at the kernel's call is counted outside the simulator, for that test file
+    and message only, and only when no kernel line raised it."""
+    rec = {"nodeid": "integration/nkilib/core/qkv/test_qkv_cte.py::TestQkvCteKernel::test_qkv_cte_mx_bf16_static_"
+                     "dequant[1-128-512]", "when": "call", "outcome": "failed", "type": "TypeError",
+           "message": "qkv() got an unexpected keyword argument 'is_input_swizzled'",
+           "chain": ["InferenceException", "TypeError"], "trnsim_frame": "kernels/launch.py:58 body",
+           "kernel_frame": None}
+    assert "is_input_swizzled" in runner.not_simulated(rec)
+    assert runner.not_simulated(dict(rec, nodeid="integration/nkilib/core/qkv/test_qkv_tkg.py::t")) is None
+    assert runner.not_simulated(dict(rec, kernel_frame="nkilib/core/qkv/qkv.py:120 qkv")) is None
+    assert runner.not_simulated(dict(rec, message="qkv() got an unexpected keyword argument 'other'")) is None
