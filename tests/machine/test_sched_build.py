@@ -73,6 +73,21 @@ def test_auto_runs_uncompiled_within_the_budget_then_compiled(monkeypatch):
     assert sched_fast.choose(None, 5) == "numba"
 
 
+def test_expect_many_takes_the_compiled_loop_at_the_next_schedule(monkeypatch):
+    """``expect_many`` (said by a cost estimate's layer runs) spends the uncompiled budget: under ``auto`` the next
+    schedule takes the compiled loop, however few rows it has; an explicit build is still obeyed."""
+    monkeypatch.delenv("TRNSIM_SCHEDULER", raising=False)
+    monkeypatch.delenv("TRNSIM_NO_NUMBA", raising=False)
+    monkeypatch.setattr(sched_fast, "compiled", lambda: False)        # as in a process that has not loaded it yet
+    monkeypatch.setattr(sched_fast, "fast_available", lambda: True)
+    monkeypatch.setitem(sched_fast._STATE, "py_rows", 0)
+    assert sched_fast.choose(None, 10) == "python"
+    sched_fast.expect_many()
+    assert sched_fast.choose(None, 1) == "numba"
+    assert sched_fast.choose("python", 1) == "python"
+    assert sched_fast._STATE["py_rows"] == sched_fast.PY_ROWS
+
+
 def test_auto_uses_the_compiled_loop_once_it_is_loaded(monkeypatch):
     if not sched_fast.fast_available():
         pytest.skip("numba cannot be imported")

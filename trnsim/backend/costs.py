@@ -497,6 +497,13 @@ def clear_memo():
     _SIMS.clear()
 
 
+def expect_many():
+    """Say that many kernel simulations follow (a cost estimate's layer run on cold caches): the scheduler takes its
+    compiled loop at the next schedule (``machine.sched_fast.expect_many``; timelines identical)."""
+    from ..machine import sched_fast
+    sched_fast.expect_many()
+
+
 def deferring(pending):
     """Inside ``with deferring(d):`` missing kernel costs are recorded in ``d`` (key -> compute) and charged zero;
     :func:`fill` stores their computed values."""
