@@ -13,12 +13,15 @@ from trnsim.kernels.library import attention
 from trnsim.targets import get_target
 
 
-def _ref(q, k, v, scale):
-    s = np.einsum("hld,hsd->hls", q.astype(np.float64), k.astype(np.float64)) * scale
+def _ref(q, k, v, scale, causal=False):
+    s = np.einsum("...ld,...sd->...ls", q.astype(np.float64), k.astype(np.float64)) * scale
+    if causal:          # torch's is_causal: query i keeps keys j <= i (top-left aligned)
+        L, S = s.shape[-2:]
+        s = np.where(np.tril(np.ones((L, S), bool)), s, -np.inf)
     s -= s.max(-1, keepdims=True)
     p = np.exp(s)
     p /= p.sum(-1, keepdims=True)
-    return np.einsum("hls,hsd->hld", p, v.astype(np.float64))
+    return np.einsum("...ls,...sd->...ld", p, v.astype(np.float64))
 
 
 def _run(q, k, v, **kw):
@@ -35,6 +38,40 @@ def test_numerics_fp32_against_float64(H, L, S, D, group):
     o = _run(q, k, v, group=group)
     assert o.shape == (H, L, D)
     np.testing.assert_allclose(o, _ref(q, k, v, D ** -0.5), rtol=0, atol=2e-6)
+
+
+@pytest.mark.parametrize("H,L,S,D,group", [(2, 384, 384, 32, 2), (1, 256, 512, 16, 1), (2, 512, 256, 16, 1),
+                                           (1, 2048 + 256, 2048 + 256, 16, 1)])
+def test_causal_numerics_against_float64(H, L, S, D, group):
+    # square, more keys than queries, more queries than keys (rows past the last key see every key), and two key
+    # blocks (the diagonal in the second block of the last query tiles, the rescaling across blocks)
+    rng = np.random.default_rng(2)
+    q, k, v = (rng.standard_normal((H, n, D)).astype(np.float32) for n in (L, S, S))
+    o = _run(q, k, v, group=group, causal=True)
+    np.testing.assert_allclose(o, _ref(q, k, v, D ** -0.5, causal=True), rtol=0, atol=2e-6)
+    assert np.abs(o - _ref(q, k, v, D ** -0.5)).max() > 1e-2         # the mask is applied
+
+
+def test_causal_skips_the_key_tiles_above_the_diagonal():
+    """A causal launch runs the products of the key tiles up to each query tile's diagonal only: for L = S = 32
+    tiles (two key blocks), 528 of the 1,024 score tiles and as many P V products, in about two thirds of the time
+    of the full launch (the loads and the per-item softmax steps stay)."""
+    tg = get_target("trn2")
+    L = 4096
+    args = (costs._inp((1, 64, L), "bfloat16"), costs._inp((1, 64, L), "bfloat16"), costs._inp((1, L, 64), "bfloat16"))
+
+    def products(causal):
+        res = run_kernel(attention.flash_attention, args, {"causal": causal}, target=tg, execute=False)
+        ops = res.cores[0].columns.opcode
+        return (sum(1 for op in ops if op == "nc_matmul"), sum(1 for op in ops if op == "nc_transpose"),
+                costs.kernel_duration_ns(res))
+    (m_full, t_full, ns_full), (m_causal, t_causal, ns_causal) = products(False), products(True)
+    # full: 32 query tiles x (8 score matmuls of 512 columns + 32 P V products); causal: per query tile t (1..32),
+    # ceil(128 t / 512) score matmuls and t P V products, t transposes of P
+    assert (m_full, t_full) == (32 * (8 + 32), 32 * 32)
+    assert m_causal == sum(-(-128 * t // 512) + t for t in range(1, 33))
+    assert t_causal == sum(range(1, 33))
+    assert ns_causal < 0.75 * ns_full
 
 
 def test_numerics_bf16_and_scale():
@@ -254,3 +291,50 @@ def test_sdpa_charge_picks_the_row_kernel_for_token_rows():
         assert ns_rows == costs.launch_ns(tg) + costs.attention_cost(tg, B * H, L, L, D, "bfloat16", batch=B)[0]
         assert ns_dense == costs.launch_ns(tg) + costs.attention_cost(tg, B * H, L, L, D, "bfloat16")[0]
         assert ns_rows != ns_dense
+
+
+@pytest.mark.parametrize("B,H,L,S,D", [(2, 3, 384, 384, 64), (1, 2, 256, 640, 32), (1, 2, 640, 256, 32)])
+def test_rows_causal_numerics_against_float64(B, H, L, S, D):
+    # the diagonal in the first and in a later PSUM bank of scores (384, 640 keys), more keys than queries, and
+    # query tiles past the last key (every key kept)
+    rng = np.random.default_rng(4)
+    q = rng.standard_normal((B, H, L, D)).astype(np.float32)
+    k, v = (rng.standard_normal((B, H, S, D)).astype(np.float32) for _ in range(2))
+    o = _run_rows(q, k, v, H, causal=True).reshape(B * H, L, D)
+    qs, ks, vs = q.reshape(B * H, L, D), k.reshape(B * H, S, D), v.reshape(B * H, S, D)
+    np.testing.assert_allclose(o, _ref(qs, ks, vs, D ** -0.5, causal=True), rtol=0, atol=2e-6)
+    assert np.abs(o - _ref(qs, ks, vs, D ** -0.5)).max() > 1e-2
+
+
+def test_sdpa_causal_charge_forward_and_backward():
+    """``is_causal=True`` (the argument after the dropout probability, forward and backward) is charged the causal
+    kernels' simulation, both layouts; the flops count the kept scores only."""
+    costs.clear_memo()
+    B, H, L, D = 2, 4, 1024, 64
+    rows = torch.empty(B, L, H * D, dtype=torch.bfloat16).view(B, L, H, D).transpose(1, 2)
+    dense = torch.empty(B, H, L, D, dtype=torch.bfloat16)
+    with device_target("trn2") as tg:
+        for t, batch in ((dense, None), (rows, B)):
+            ns, _, fl, _ = charging.op_time("_scaled_dot_product_flash_attention_for_cpu", "sdpa",
+                                            (t, t, t, 0.0, True), None)
+            want = costs.attention_cost(tg, B * H, L, L, D, "bfloat16", batch=batch, causal=True)
+            full = costs.attention_cost(tg, B * H, L, L, D, "bfloat16", batch=batch)
+            assert (ns, fl) == (costs.launch_ns(tg) + want[0], want[1])
+            assert fl == B * H * (4.0 * D + 5.0) * (L * (L + 1) // 2)
+            assert want[0] < full[0]
+            # the memo key names causal: the full cost is its own entry, simulated from the full kernel
+            assert full[1] == B * H * (4.0 * L * L * D + 5.0 * L * L)
+            bns = charging.op_time("_scaled_dot_product_flash_attention_for_cpu_backward", "backward:sdpa",
+                                   (t, t, t, t, t, None, 0.0, True), None)[0]
+            assert bns == pytest.approx(costs.launch_ns(tg) + costs.ATTN_BWD_RATIO * want[0], rel=1e-12)
+        # the math op's is_causal follows its dropout probability too
+        m = charging.op_time("_scaled_dot_product_attention_math", "sdpa", (dense, dense, dense, None, 0.0, True),
+                             None)[0]
+        assert m == costs.launch_ns(tg) + costs.attention_cost(tg, B * H, L, L, D, "bfloat16", causal=True)[0]
+
+
+def test_kept_scores():
+    assert costs._kept_scores(4, 4, False) == 16
+    assert costs._kept_scores(4, 4, True) == 10           # 1 + 2 + 3 + 4
+    assert costs._kept_scores(2, 5, True) == 3            # 1 + 2
+    assert costs._kept_scores(5, 2, True) == 1 + 2 + 2 + 2 + 2

@@ -210,6 +210,7 @@ def _leading_dims(args, x):
 _SDPA_DROPOUT_ARG = {"_scaled_dot_product_flash_attention_for_cpu": 3,
                      "_scaled_dot_product_flash_attention_for_cpu_backward": 6,
                      "_scaled_dot_product_attention_math": 4}
+# is_causal follows the dropout probability in each of them (native_functions.yaml, torch 2.13)
 
 
 def _sdpa_time(name, args, launch, backward=False):
@@ -228,8 +229,9 @@ def _sdpa_time(name, args, launch, backward=False):
     heads = q.numel() // max(1, L * D)
     i = _SDPA_DROPOUT_ARG.get(name)
     drop = args[i] if i is not None and len(args) > i and isinstance(args[i], float) else 0.0
+    causal = i is not None and len(args) > i + 1 and args[i + 1] is True
     r = (costs.attention_backward_cost if backward else costs.attention_cost)(tg, heads, L, S, D, dt, drop,
-                                                                              _token_rows_batch(q, k))
+                                                                              _token_rows_batch(q, k), causal)
     kind = "estimated" if backward else "native"
     if r is None:       # a head dimension over 128: the two products as matmul kernels, the softmax as its kernel
         ns1, f1, b1 = costs.matmul_cost(tg, L, D, S, dt, heads)

@@ -326,15 +326,25 @@ _EMPTY = (0.0, 0.0, 0)      # an op on an empty tensor launches no kernel
 ATTN_BWD_RATIO = 2.5
 
 
-def attention_cost(target, heads, L, S, D, dtype, dropout_p=0.0, batch=None):
+def _kept_scores(L, S, causal):
+    """The (query, key) pairs attention keeps: all ``L x S``, or with ``causal`` those with key ``j <= i`` (torch's
+    top-left aligned mask)."""
+    if not causal:
+        return L * S
+    n = min(L, S)
+    return n * (n + 1) // 2 + max(0, L - S) * S
+
+
+def attention_cost(target, heads, L, S, D, dtype, dropout_p=0.0, batch=None, causal=False):
     """(ns, flops, bytes) of fused attention over ``heads`` (batch x heads) of ``[L, D]`` queries against ``[S, D]``
     keys and values: ``library.attention.flash_attention``, all heads in one launch, ``L`` and ``S`` padded to
     128.  Heads go by groups of ``attention.head_group`` per DMA; up to two groups are simulated whole, beyond that
     the time is the simulation of one group plus (heads / group - 1) times the increment from one group to two (the
     steady state: the next group's loads overlap this one's compute).  flops are the logical ones (two products of
-    2 L S D each, and 5 per score for the softmax).  ``None`` when ``D`` exceeds the 128 partitions of the
-    contraction (the caller prices the two products as matmuls).  Causal masking is not modelled (every block is
-    computed).
+    2 D per kept score each, and 5 per kept score for the softmax).  ``None`` when ``D`` exceeds the 128 partitions
+    of the contraction (the caller prices the two products as matmuls).  ``causal`` (torch's ``is_causal``): the
+    kernels skip the key tiles above each query tile's diagonal and mask the diagonal tile (library/attention.py);
+    only the kept scores count as flops.
 
     ``batch``: the ``heads`` are ``batch`` elements of ``heads / batch`` heads each, stored as the projections write
     them (token rows ``[batch, L, heads / batch x D]``).  Then, when one batch element's rows fit
@@ -350,13 +360,17 @@ def attention_cost(target, heads, L, S, D, dtype, dropout_p=0.0, batch=None):
     Lp, Sp = math.ceil(L / P) * P, math.ceil(S / P) * P
     drop = float(dropout_p)
     item = _itemsize(dtype)
+    causal = bool(causal)
+    kept = _kept_scores(L, S, causal)
+    ck = {"causal": True} if causal else {}         # (non-causal launches and memo keys as before causal existed)
     if batch and heads % int(batch) == 0 and attention.rows_fit(Lp, Sp, heads // int(batch) * D, item, target):
-        return _attention_rows_cost(target, int(batch), heads // int(batch), L, S, D, Lp, Sp, dtype, drop)
+        return _attention_rows_cost(target, int(batch), heads // int(batch), L, S, D, Lp, Sp, dtype, drop, ck, kept)
     G = attention.head_group(Lp, Sp, D, item, target.dma_knee_bytes_per_partition)
 
     def run(h):
         return _sim(attention.flash_attention, (_inp((h, D, Lp), dtype), _inp((h, D, Sp), dtype),
-                                                _inp((h, Sp, D), dtype)), {"group": G, "dropout_p": drop}, target)
+                                                _inp((h, Sp, D), dtype)), {"group": G, "dropout_p": drop, **ck},
+                    target)
 
     def compute():
         if heads <= 2 * G:
@@ -364,15 +378,15 @@ def attention_cost(target, heads, L, S, D, dtype, dropout_p=0.0, batch=None):
         else:
             a, b = run(G), run(2 * G)
             ns, nb = (x + (y - x) * (heads / G - 1) for x, y in ((a[0], b[0]), (a[2], b[2])))
-        return ns, heads * (4.0 * L * S * D + 5.0 * L * S), nb
-    return _memo(("attn", target.name, heads, L, S, D, dtype, drop), compute)
+        return ns, heads * (4.0 * D + 5.0) * kept, nb
+    return _memo(("attn", target.name, heads, L, S, D, dtype, drop) + (("causal",) if causal else ()), compute)
 
 
-def _attention_rows_cost(target, B, H, L, S, D, Lp, Sp, dtype, drop):
+def _attention_rows_cost(target, B, H, L, S, D, Lp, Sp, dtype, drop, ck, kept):
     def run(b):
         return _sim(attention.flash_attention_rows, (_inp((b, Lp, H * D), dtype), _inp((b, Sp, H * D), dtype),
-                                                     _inp((b, Sp, H * D), dtype)), {"heads": H, "dropout_p": drop},
-                    target)
+                                                     _inp((b, Sp, H * D), dtype)),
+                    {"heads": H, "dropout_p": drop, **ck}, target)
 
     def compute():
         if B <= 2:
@@ -380,14 +394,16 @@ def _attention_rows_cost(target, B, H, L, S, D, Lp, Sp, dtype, drop):
         else:
             a, b = run(1), run(2)
             ns, nb = (x + (y - x) * (B - 1) for x, y in ((a[0], b[0]), (a[2], b[2])))
-        return ns, B * H * (4.0 * L * S * D + 5.0 * L * S), nb
-    return _memo(("attn_rows", target.name, B, H, L, S, D, dtype, drop), compute)
+        return ns, B * H * (4.0 * D + 5.0) * kept, nb
+    return _memo(("attn_rows", target.name, B, H, L, S, D, dtype, drop) + (("causal",) if ck else ()), compute)
 
 
-def attention_backward_cost(target, heads, L, S, D, dtype, dropout_p=0.0, batch=None):
+def attention_backward_cost(target, heads, L, S, D, dtype, dropout_p=0.0, batch=None, causal=False):
     """The flash backward: ``ATTN_BWD_RATIO`` times the forward kernel's time, flops and bytes (no backward kernel
-    is simulated: its five products of the forward's sizes, each engine's work in the same proportion)."""
-    r = attention_cost(target, heads, L, S, D, dtype, dropout_p, batch)
+    is simulated: its five products of the forward's sizes, each engine's work in the same proportion).  A causal
+    backward skips the same tiles as its forward (nki-library ``attention_bwd.py``: "Tile-level early exit: Skip
+    tiles where no query token can attend to any key token"), so it is the ratio times the causal forward."""
+    r = attention_cost(target, heads, L, S, D, dtype, dropout_p, batch, causal)
     if r is None:
         return None
     return tuple(ATTN_BWD_RATIO * x for x in r)

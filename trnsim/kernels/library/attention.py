@@ -27,6 +27,14 @@ The (query tile, head, key block) items are software-pipelined by one: the next 
 are issued before this item's transposes and ``P V``, so the in-order engines overlap them, as a compiler
 schedules a flash kernel's loop.  The ``P^T`` copies out of PSUM alternate between the Vector and Scalar Engines.
 
+Causal attention (``causal=True``; torch's ``is_causal``: query ``i`` attends to keys ``j <= i``, aligned top-left)
+computes only what the mask leaves: a query tile's key range ends at its own last row, so the key tiles above the
+diagonal are never loaded into a product, and the one tile on the diagonal gets its upper triangle set to a large
+negative score (one Vector Engine add of a mask tile, made once per kernel by the GpSimd Engine's
+``affine_select``) before the softmax.  AWS's context-encoding attention kernel does the same ("Enables compute
+skipping: skip MM1/MM2 for upper triangle tiles", nki-library ``nkilib/core/attention/attention_cte.py``, module
+docstring; docs/hardware.md, "How AWS's kernels do their work").
+
 Dimensions: ``L`` and ``S`` multiples of 128 (the caller pads), ``D`` at most 128.  The backward pass has no kernel
 here; :func:`trnsim.backend.costs.attention_backward_cost` documents its model.
 """
@@ -35,8 +43,37 @@ from ..nki import isa as nisa
 from ..nki import language as nl
 
 KV_BLOCK = 2048      # keys per softmax block: NKI flash_fwd's default seq_tile_size (Neuron docs, FlashConfig)
+MASKED = -3.0e38     # the score of a masked (causal) position: exp(scale * (MASKED - max)) is 0 in fp32
 _STAGE_GAP = 2
 _STAGES = 5           # flash_attention_rows: pipeline stages (scores, exp, dropout + P^T, P V, output)
+
+
+def causal_keys(l0, P, S, causal):
+    """The keys the query tile from row ``l0`` (``P`` rows) computes: all ``S``, or with ``causal`` those up to its
+    last row (a multiple of 128 when ``l0`` is)."""
+    return min(S, l0 + P) if causal else S
+
+
+def _diagonal(masks, P, cw):
+    """The additive mask of a ``[P, cw]`` score chunk whose last ``P`` columns are the diagonal tile (query row
+    ``i`` keeps column ``j`` when ``j <= i + cw - P``): 0 where kept, :data:`MASKED` elsewhere; made once per width
+    (memset, then the GpSimd Engine's affine_select)."""
+    m = masks.get(cw)
+    if m is None:
+        z = nl.ndarray((P, cw), dtype=nl.float32, buffer=nl.sbuf, name="causal_zero")
+        nisa.memset(z, 0.0)
+        m = nl.ndarray((P, cw), dtype=nl.float32, buffer=nl.sbuf, name="causal_mask")
+        nisa.affine_select(m, [[-1, cw]], 1, z, MASKED, cmp_op="greater_equal", offset=cw - P)
+        masks[cw] = m
+    return m
+
+
+def _mask_last(sc, chunks, masks):
+    """The last score chunk (PSUM) plus the diagonal mask, into SBUF (Vector Engine): the chunk list's new last."""
+    P, cw = sc[-1].shape[0], chunks[-1][1]
+    t = nl.ndarray((P, cw), dtype=nl.float32, buffer=nl.sbuf, name="scores_masked")
+    nisa.tensor_tensor(t, sc[-1], _diagonal(masks, P, cw), op="add")
+    return sc[:-1] + [t]
 
 
 def _row_combine(tiles, op, name):
@@ -58,9 +95,10 @@ def head_group(L, S, D, itemsize, knee_bytes):
     return max(1, min(16, -(-int(knee_bytes) // (min(L, S) * itemsize))))
 
 
-def flash_attention(qT, kT, v, scale=None, dropout_p=0.0, group=1):
+def flash_attention(qT, kT, v, scale=None, dropout_p=0.0, group=1, causal=False):
     """``o[h] = softmax(scale * Q_h K_h^T) V_h`` for every head ``h`` of ``qT[H, D, L]``, ``kT[H, D, S]``,
-    ``v[H, S, D]``; ``group`` heads share each load and store DMA."""
+    ``v[H, S, D]``; ``group`` heads share each load and store DMA; ``causal``: query ``i`` attends to keys
+    ``j <= i`` only, the masked key tiles skipped (see the module docstring)."""
     H, D, L = qT.shape
     _, _, S = kT.shape
     P = nl.tile_size.pmax
@@ -81,6 +119,7 @@ def flash_attention(qT, kT, v, scale=None, dropout_p=0.0, group=1):
     out = nl.ndarray((H, L, D), dtype=v.dtype, buffer=nl.shared_hbm, name="o")
     ST = S // P
     G = int(group)
+    masks = {}
     for h0 in range(0, H, G):
         g = min(G, H - h0)
         # the group's loads: one DMA each for q, k and v (the heads side by side along the free axis)
@@ -93,7 +132,8 @@ def flash_attention(qT, kT, v, scale=None, dropout_p=0.0, group=1):
         # work items (query tile, head, key block), software-pipelined by one: the scores and exponentials of the
         # next item are issued before the transposes and P V of this one, so the Tensor Engine computes the next
         # scores while the Vector and Scalar Engines finish this item's softmax (engines run in program order)
-        items = [(l0, j, s0) for l0 in range(0, L, P) for j in range(g) for s0 in range(0, S, KV_BLOCK)]
+        items = [(l0, j, s0) for l0 in range(0, L, P) for j in range(g)
+                 for s0 in range(0, causal_keys(l0, P, S, causal), KV_BLOCK)]
         run = {}
         o_t = None
         pending = None
@@ -104,14 +144,16 @@ def flash_attention(qT, kT, v, scale=None, dropout_p=0.0, group=1):
                 if s0 == 0 and j == 0:
                     o_t = nl.ndarray((P, g * D), dtype=v.dtype, buffer=nl.sbuf, name="o_tile")
                 st = run.setdefault((l0, j), {"m": None, "l": None, "o": None, "o_t": o_t})
-                sc = _scores(q_s[:, j * L + l0:j * L + l0 + P], k_s[:, j * S:(j + 1) * S], s0, scale, v.dtype,
-                             st["m"], dropout_p)
+                se = causal_keys(l0, P, S, causal)
+                sc = _scores(q_s[:, j * L + l0:j * L + l0 + P], k_s[:, j * S:j * S + se], s0, scale, v.dtype,
+                             st["m"], dropout_p, masks if causal and se == l0 + P else None)
                 nxt = (it, st, sc, st["m"])         # (the running max before this block, for its rescaling)
                 st["m"] = sc[1]
             if pending is not None:
                 (l0, j, s0), st, sc, m_prev = pending
-                _pv_update(sc, v_s[:, j * ST * D:(j + 1) * ST * D], s0, S, st, m_prev, scale)
-                if s0 + KV_BLOCK >= S:          # the last key block: O / l into this head's columns of the tile
+                se = causal_keys(l0, P, S, causal)
+                _pv_update(sc, v_s[:, j * ST * D:(j + 1) * ST * D], s0, se, st, m_prev, scale, D=D)
+                if s0 + KV_BLOCK >= se:         # the last key block: O / l into this head's columns of the tile
                     rl = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf, name="inv_sum")
                     nisa.reciprocal(rl, st["l"])
                     nisa.tensor_scalar(st["o_t"][:, j * D:(j + 1) * D], st["o"], "multiply", rl, op1="multiply",
@@ -146,7 +188,7 @@ def rows_fit(L, S, HD, itemsize, target):
     return S <= KV_BLOCK and need <= target.sbuf_partition_bytes // 4 and scores <= target.psum_partition_bytes
 
 
-def flash_attention_rows(q, k, v, heads, scale=None, dropout_p=0.0):
+def flash_attention_rows(q, k, v, heads, scale=None, dropout_p=0.0, causal=False):
     """``o = softmax(scale * Q K^T) V`` per head on the layout the projections write: ``q[B, L, H x D]``,
     ``k[B, S, H x D]``, ``v[B, S, H x D]`` -> ``o[B, L, H x D]`` (token rows with the heads side by side, as a
     linear layer's output ``[B, L, hidden]`` is viewed as ``[B, L, H, D]`` by every Hugging Face attention).
@@ -160,6 +202,9 @@ def flash_attention_rows(q, k, v, heads, scale=None, dropout_p=0.0):
     its row sum, dropout, ``P^T`` through the Tensor Engine, ``P V``, online rescaling past ``KV_BLOCK`` keys),
     software-pipelined by one item in the same way; each query tile's output rows leave with one DMA.  Every
     tile is allocated inside the batch loop, so the next batch element's loads overlap this one's compute.
+
+    ``causal``: query ``i`` attends to keys ``j <= i`` only; each query tile's scores, softmax, ``P^T`` and ``P V``
+    stop at its diagonal tile, which is masked (see the module docstring).
 
     Dimensions: ``L`` and ``S`` multiples of 128 (the caller pads), ``D = H x D / heads`` at most 128, and one
     batch element's rows within :func:`rows_fit` (the caller uses :func:`flash_attention` otherwise)."""
@@ -189,6 +234,7 @@ def flash_attention_rows(q, k, v, heads, scale=None, dropout_p=0.0):
     LT, ST = L // P, S // P
     hp = heads_per_transpose(D)
     out = nl.ndarray((B, L, HD), dtype=v.dtype, buffer=nl.shared_hbm, name="o")
+    masks = {}
     for b in range(B):
         q_s = nl.ndarray((P, LT * HD), dtype=q.dtype, buffer=nl.sbuf, name="q_rows")
         k_s = nl.ndarray((P, ST * HD), dtype=k.dtype, buffer=nl.sbuf, name="k_rows")
@@ -213,7 +259,9 @@ def flash_attention_rows(q, k, v, heads, scale=None, dropout_p=0.0):
                 lt, j = items[i]
                 g, r = divmod(j, hp)
                 if stage == 0:
-                    st[i] = _stage_scores(q_t[g][r * D:(r + 1) * D, lt * P:(lt + 1) * P], k_t[g][r * D:(r + 1) * D, :])
+                    se = causal_keys(lt * P, P, S, causal)
+                    st[i] = _stage_scores(q_t[g][r * D:(r + 1) * D, lt * P:(lt + 1) * P], k_t[g][r * D:(r + 1) * D, :se],
+                                          masks if causal and se == (lt + 1) * P else None)
                 elif stage == 1:
                     _stage_exp(st[i], scale, mm_dt)
                 elif stage == 2:
@@ -242,9 +290,10 @@ def _transposed(rows, tiles, pitch, c0, w, name, turn=0):
     return dst
 
 
-def _stage_scores(q_t, k_h):
+def _stage_scores(q_t, k_h, masks=None):
     """Stage 0: the scores of 128 queries (``q_t[D, 128]``) against every key (``k_h[D, S]``, ``S`` at most
-    ``KV_BLOCK``) into PSUM, one bank per 512 columns, and their row maximum (Vector Engine)."""
+    ``KV_BLOCK``) into PSUM, one bank per 512 columns, and their row maximum (Vector Engine).  ``masks`` (causal):
+    the last 128 keys are the diagonal tile, masked."""
     P = q_t.shape[1]
     S = k_h.shape[1]
     TN = nl.tile_size.gemm_moving_fmax
@@ -252,6 +301,8 @@ def _stage_scores(q_t, k_h):
     sc = [nl.ndarray((P, cw), dtype=nl.float32, buffer=nl.psum, name="scores") for _, cw in chunks]
     for (c0, cw), sc_c in zip(chunks, sc):
         nisa.nc_matmul(sc_c, q_t, k_h[:, c0:c0 + cw])
+    if masks is not None:
+        sc = _mask_last(sc, chunks, masks)
     return {"chunks": chunks, "sc": sc, "mx": _row_combine(sc, "maximum", "mx")}
 
 
@@ -313,9 +364,10 @@ def _stage_out(it, dst, keep):
     nisa.tensor_scalar(dst, it["o"], "multiply", rl, op1="multiply", operand1=keep, engine="scalar")
 
 
-def _scores(q_t, k_h, s0, scale, mm_dt, m_prev, dropout_p):
+def _scores(q_t, k_h, s0, scale, mm_dt, m_prev, dropout_p, masks=None):
     """Scores of 128 queries (``q_t[D, 128]``) against the key block from ``s0`` of ``k_h[D, S]``, their (running)
-    row maximum and the probabilities ``exp(scale * s - scale * max)`` (``mm_dt``) with their row sum."""
+    row maximum and the probabilities ``exp(scale * s - scale * max)`` (``mm_dt``) with their row sum.  ``masks``
+    (causal, when ``k_h`` ends at the tile's diagonal): the block's last 128 keys are the diagonal tile, masked."""
     D, P = q_t.shape
     S = k_h.shape[1]
     TN = nl.tile_size.gemm_moving_fmax
@@ -325,6 +377,8 @@ def _scores(q_t, k_h, s0, scale, mm_dt, m_prev, dropout_p):
     sc = [nl.ndarray((P, cw), dtype=nl.float32, buffer=nl.psum, name="scores") for _, cw in chunks]
     for (c0, cw), sc_c in zip(chunks, sc):
         nisa.nc_matmul(sc_c, q_t, k_h[:, s0 + c0:s0 + c0 + cw])
+    if masks is not None and s0 + sb == S:
+        sc = _mask_last(sc, chunks, masks)
     mx = _row_combine(sc, "maximum", "mx")
     if m_prev is not None:
         m_new = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf, name="m_new")
