@@ -5,8 +5,10 @@ reduction over leading dims), what the eager device charges that op minus its la
 A group's kernel reads its external inputs from HBM once and writes its materialised outputs once; scalars
 (one-element tensors) are immediates.  The compiler keeps the faster plan: a group costs the lesser of its fused
 kernel and the eager device's kernels for its ops one by one (launches excluded), so fusion never makes a graph
-slower than the same ops run eagerly (the library's fused kernels are unblocked and simple; where the eager
-device's blocked matmul or elementwise kernels beat them, the group is taken as not fused).  Layout changes
+slower than the same ops run eagerly (where the eager device's matmul or elementwise kernels beat the fused
+kernel, the group is taken as not fused).  A matmul group's epilogue runs in the resident kernel
+(``fused.matmul_epilogue``) when its operands fit SBUF, else in the blocked kernel per block
+(``matmul_blocked.blocked_matmul`` with ``steps``).  Layout changes
 between kernels (a permute feeding a matmul) are taken to be free access patterns of the DMAs, an optimistic
 simplification.
 """
@@ -21,7 +23,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from .. import charging, cost_cache, costs
 from ..device_state import STATE
 from ..op_table import TABLE
-from ...kernels.library import fused
+from ...kernels.library import fused, matmul_blocked
 from . import collective
 from . import ops as O
 from .fusion import numel, tensor_inputs, val
@@ -296,7 +298,14 @@ def _matmul_cost(fz, g, outs, steps, label):
                        (dt,) * (1 + len(full)), (), dict(dtype=dt, steps=st, n_out=len(outs)))
         ns, fl, nb = ns + e[0], fl + e[1], nb + e[2]
     if not fused.epilogue_fits(tg, mp, kp, np_, item, len(full)):
-        return ns, fl, nb, False, label     # operands too large to stay resident: unfused
+        # operands too large to stay resident: the blocked product with the epilogue applied per block
+        if not st and len(outs) <= 1:
+            return ns, fl, nb, False, label     # no epilogue: the eager device's blocked kernel itself
+        fns, _, fnb = blocked_epilogue_cost(tg, mp, kp, np_, dt, odt, tuple(_dtype(x) for x in full),
+                                            tuple(_dtype(x) for x in small), st, max(1, len(outs)))
+        if fns * batch >= ns:
+            return ns, fl, nb, False, label
+        return fns * batch, 2.0 * M * K * N * batch, fnb * batch, False, label
     args = [_inp((kp, mp), dt), _inp((kp, np_), dt)] + [_inp((mp, np_), _dtype(x)) for x in full] + \
         [_inp((min(P, mp), np_), _dtype(x)) for x in small]
     key = ("mm", tg.name, mp, kp, np_, dt, tuple(_dtype(x) for x in full), len(small), st, len(outs)) + \
@@ -306,9 +315,42 @@ def _matmul_cost(fz, g, outs, steps, label):
                               **({"operand_dtype": odt} if odt else {})))
     if fns * batch >= ns:
         # the compiler keeps the faster plan: fusing the epilogue into the matmul kernel only when that beats
-        # the eager matmul kernel followed by the epilogue's own kernel (the fused kernel is unblocked)
+        # the eager matmul kernel followed by the epilogue's own kernel
         return ns, fl, nb, False, label
     return fns * batch, 2.0 * M * K * N * batch, fnb * batch, False, label
+
+
+def blocked_epilogue_cost(tg, m, k, n, dt, odt, full, small, steps, n_out, extrapolate=True):
+    """(ns, flops, bytes) of ``library.matmul_blocked.blocked_matmul`` with an epilogue on padded ``[m, k] x [k, n]``
+    of ``dt`` (operands held in ``odt`` when given), full inputs of dtypes ``full`` and small ones ``small``,
+    in the block plan ``block_shape`` chooses with the epilogue's SBUF (``matmul_blocked.epilogue_bytes``).  Its
+    blocks are identical steps and each block's work grows linearly with the contraction, so a large product is
+    extrapolated by ``costs._linear`` (the rule of every repeated-step kernel) in each of its three dimensions:
+    rows and columns from one and two blocks (a last partial block pro rata), the contraction from 8 and 16 tiles
+    (whole-K plan) or whole numbers of chunks of at least 8 and 16 tiles (chunked plan); up to those sizes it is
+    simulated whole.
+    ``extrapolate=False`` simulates the whole product (tests compare the two)."""
+    P = tg.pmax
+    item = costs._itemsize(odt or dt)
+    epi = matmul_blocked.epilogue_bytes(tuple(costs._itemsize(d) for d in full), costs._itemsize(dt), n_out,
+                                        bool(steps), tuple(costs._itemsize(d) for d in small))
+    mb, nb, kc = matmul_blocked.block_shape(tg, m, n, k, item, epi)
+    whole = kc >= k
+    kw = dict(mb=mb, nb=nb, n_small=len(small), steps=steps, n_out=n_out, **({"operand_dtype": odt} if odt else {}))
+    key = ("mmblk", tg.name, dt, odt, full, small, steps, n_out, mb, nb, None if whole else kc)
+
+    def run(mm, kk, nn):
+        args = [_inp((kk, mm), dt), _inp((kk, nn), dt)] + [_inp((mm, nn), d) for d in full] + \
+            [_inp((min(P, mm), nn), d) for d in small]
+        return _sim(key + (mm, kk, nn), None, None, None, compute=lambda: costs._sim(
+            matmul_blocked.blocked_matmul, args, dict(kw, kc=kk if whole else kc), tg))
+
+    if not extrapolate:
+        return run(m, k, n)
+    c = 1 if whole else -(-8 * P // kc)     # chunks: whole ones, at least 8 tiles, past the start-up
+    k1, k2 = (8 * P, 16 * P) if whole else (c * kc, 2 * c * kc)
+    return costs._linear(lambda kk: costs._linear(
+        lambda mm: costs._linear(lambda nn: run(mm, kk, nn), n, nb, 2 * nb), m, mb, 2 * mb), k, k1, k2)
 
 
 def clear_memo():
