@@ -28,7 +28,7 @@ _FT = 2048       # elementwise.FREE_TILE: columns a chunk (one tile of an elemen
 @pytest.mark.parametrize("name, f", [
     ("binary bf16, partial chunk", lambda t: costs.elementwise_cost(t, 128 * (_FT * 40 + 100), "bfloat16", "binary")),
     # per-chunk times repeat every second (trn2 fp32: 2,849 / 8,548 ns) or third chunk (trn2 bf16: 1,707, 1,707,
-    # 5,152 ns), which an extrapolation from 4 and 8 chunks missed by up to 5.8%
+    # 5,152 ns), which an extrapolation from 4 and 8 chunks missed by up to 9.3%
     ("unary fp32", lambda t: costs.elementwise_cost(t, 128 * _FT * 38, "float32", "unary", "exp")),
     ("unary bf16, partial chunk", lambda t: costs.elementwise_cost(t, 128 * (_FT * 45 + 1024), "bfloat16", "unary",
                                                                    "exp")),
