@@ -104,22 +104,26 @@ def _linear(run, n, n1, n2):
     return tuple(x + (y - x) * (n - n1) / (n2 - n1) for x, y in zip(a, b))
 
 
-PERIOD = 12     # tiles: a multiple of every period (1 to 4 tiles) the row kernels' per-tile times repeat with in
-               # their steady state (64-column rows: two tiles of 852 ns, then one of 3,409 ns, on trn2); trnsim's
-               # choice
+PERIOD = 12     # tiles: a multiple of every period (1 to 4 tiles) the library kernels' per-tile times repeat with
+               # in their steady state (64-column row reductions: two tiles of 852 ns, then one of 3,409 ns, on trn2;
+               # bf16 exp on trn2: 1,707, 1,707, 5,152 ns a 2,048-column chunk); trnsim's choice
+WARMUP = PERIOD  # tiles simulated before the first of the two runs an extrapolation compares: the pipeline's start-up
+                 # lasts up to 9 tiles in the library kernels (trn3 bf16 exp: 2,048-column chunks of 1,707 ns until
+                 # the 8th, then 1,990, 1,707, 1,707, 2,557 ns repeating); trnsim's choice, a whole period
 
 
-def _row_tiles(run, rows, P):
-    """(ns, flops, bytes) of a row kernel over ``rows`` rows (``run(n)``: its simulation on ``n`` rows), one step
-    per tile of ``P`` rows, the last tile partial when ``P`` does not divide ``rows``.  Up to ``1 + PERIOD`` full
-    tiles it is simulated whole; beyond, from two runs whose full tiles differ by :data:`PERIOD` and are congruent
-    with the kernel's modulo it (the first of 2 to ``1 + PERIOD`` tiles), each ending with the same partial tile:
-    their difference is whole periods of the steady state, so a repeating pattern of per-tile times is followed
-    exactly (tests/machine/test_kernel_cost_extrapolation.py compares with whole simulations)."""
-    full, rem = divmod(rows, P)
-    if full < 2 + PERIOD:
-        return run(rows)
-    k1 = 2 + (full - 2) % PERIOD
+def _tiles(run, n, P):
+    """(ns, flops, bytes) of a kernel over ``n`` units (rows of a row kernel, columns of an elementwise one;
+    ``run(m)``: its simulation on ``m`` units), one step per tile of ``P`` units, the last tile partial when ``P``
+    does not divide ``n``.  Below ``WARMUP + 2 PERIOD`` full tiles it is simulated whole; beyond, from two runs
+    past the start-up (``WARMUP`` to ``WARMUP + 2 PERIOD - 1`` full tiles) whose full tiles differ by
+    :data:`PERIOD` and are congruent with the kernel's modulo it, each ending with the same partial tile: their
+    difference is whole periods of the steady state, so a repeating pattern of per-tile times is followed exactly
+    (tests/machine/test_kernel_cost_extrapolation.py compares with whole simulations)."""
+    full, rem = divmod(n, P)
+    if full < WARMUP + 2 * PERIOD:
+        return run(n)
+    k1 = WARMUP + (full - WARMUP) % PERIOD
     return _linear(lambda k: run(k * P + rem), full, k1, k1 + PERIOD)
 
 
@@ -422,17 +426,7 @@ def elementwise_cost(target, numel, dtype, kind="binary", op="add"):
         return _sim(elementwise.copy, (_inp((R, C), dtype),), {}, target)
 
     def compute():
-        C = _rows_cols(numel)[1]
-        ft = elementwise.FREE_TILE
-        if C <= 8 * ft:
-            return run(C)
-        # whole column chunks are identical steps; a last partial chunk is simulated on its own
-        full, rest = divmod(C, ft)
-        t = _linear(lambda k: run(k * ft), full, 4, 8)
-        if rest:
-            t1, t0 = run(ft + rest), run(ft)
-            t = tuple(x + (y - z) for x, y, z in zip(t, t1, t0))
-        return t
+        return _tiles(run, _rows_cols(numel)[1], elementwise.FREE_TILE)
     return _memo(("ew", target.name, int(numel), dtype, kind, op), compute)
 
 
@@ -445,7 +439,7 @@ def reduction_cost(target, rows, cols, dtype, op="add"):
         if r < 128 and c >= 128 * 4:    # few long rows: split each row over partitions, then combine
             split = min(128 // r, c // 128) or 1
             r, c = r * split, math.ceil(c / split)
-        return _row_tiles(lambda n: _sim(reduction.row_reduce, (_inp((n, c), dtype),), {"op": op}, target),
+        return _tiles(lambda n: _sim(reduction.row_reduce, (_inp((n, c), dtype),), {"op": op}, target),
                           r, target.pmax)
     return _memo(("red", target.name, int(rows), int(cols), dtype, op), compute)
 
@@ -461,7 +455,7 @@ def softmax_cost(target, rows, cols, dtype, log=False):
         return _sim(softmax.row_softmax, (_inp((r, cols), dtype),), {"log": log}, target)
 
     def compute():
-        return _row_tiles(run, int(rows), P)
+        return _tiles(run, int(rows), P)
     return _memo(("sm", target.name, int(rows), int(cols), dtype, log), compute)
 
 
@@ -479,7 +473,7 @@ def norm_cost(target, rows, cols, dtype, kind="layer_norm"):
         return _sim(normalization.layer_norm, (x, w, _inp((wp, cols), dtype)), {}, target)
 
     def compute():
-        return _row_tiles(run, int(rows), target.pmax)
+        return _tiles(run, int(rows), target.pmax)
     return _memo(("norm", target.name, int(rows), int(cols), dtype, kind), compute)
 
 
