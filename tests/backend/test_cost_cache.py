@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 SCRIPT = """
 import time
 from trnsim.backend import costs
@@ -47,3 +49,27 @@ def test_corrupt_cache_is_ignored_with_a_warning_and_rewritten(tmp_path):
 def test_disabled_in_this_test_session():
     from trnsim.backend import cost_cache
     assert not cost_cache.enabled()
+
+
+@pytest.mark.parametrize("module", [("backend", "costs.py"), ("backend", "compile", "costing.py")])
+def test_fingerprint_changes_with_the_rules_that_combine_simulations(monkeypatch, module):
+    """Both modules whose extrapolation rules turn simulations into stored costs are part of the fingerprint: an
+    edit of either starts a fresh cache file."""
+    import builtins
+    import io
+    import os
+
+    from trnsim.backend import cost_cache
+    monkeypatch.setitem(cost_cache._state, "fp", None)
+    base = cost_cache._fingerprint()
+    real = builtins.open
+    suffix = os.path.join(*module)
+
+    def edited(path, mode="r", *a, **k):
+        if str(path).endswith(suffix) and "b" in mode:
+            with real(path, mode) as f:
+                return io.BytesIO(f.read() + b"\n# an edit\n")
+        return real(path, mode, *a, **k)
+    monkeypatch.setattr(builtins, "open", edited)
+    monkeypatch.setitem(cost_cache._state, "fp", None)
+    assert cost_cache._fingerprint() != base

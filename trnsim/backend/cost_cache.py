@@ -2,7 +2,8 @@
 so that the next process (the next ``trnsim estimate``, the next test session) does not simulate it again.
 
 * Key: the memo key (kernel kind, target, shapes, dtype, options) under a fingerprint of the cost model -- the
-  source of the library kernels, the ISA, the machine's scheduler and the targets, plus trnsim's version -- so a
+  source of the library kernels, the ISA, the machine and memory layers, the targets and the two modules that
+  combine simulations into stored costs (backend/costs.py, backend/compile/costing.py), plus trnsim's version -- so a
   change to any of them starts a fresh file instead of reusing stale costs.
 * Format: JSON (never pickle), one file per fingerprint under ``$TRNSIM_CACHE_DIR`` (default
   ``~/.cache/trnsim``), written atomically (temporary file + rename) when the process ends and every 200 new
@@ -42,7 +43,9 @@ def _fingerprint():
                 if name.endswith(".py"):
                     with open(os.path.join(d, name), "rb") as f:
                         h.update(name.encode() + f.read())
-        for name in ("targets.py", "backend/costs.py"):
+        # the two modules whose rules combine simulations into a stored cost (extrapolations): costs.py's and the
+        # compile backend's fused kernels' (compile/costing.py, whose pointwise extrapolation is stored too)
+        for name in ("targets.py", "backend/costs.py", "backend/compile/costing.py"):
             with open(os.path.join(root, name), "rb") as f:
                 h.update(f.read())
         _state["fp"] = h.hexdigest()[:16]
