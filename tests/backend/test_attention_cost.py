@@ -74,6 +74,46 @@ def test_causal_skips_the_key_tiles_above_the_diagonal():
     assert ns_causal < 0.75 * ns_full
 
 
+@pytest.mark.parametrize("H,L,S,D,causal", [(2, 128, 256, 192, False), (1, 256, 256, 192, True),
+                                            (1, 128, 128, 320, True), (1, 128, 128, 512, False)])
+def test_wide_heads_accumulate_the_contraction_in_chunks(H, L, S, D, causal):
+    """A head over the 128 partitions (DeepSeek's 192) is loaded in partition chunks whose score matmuls
+    accumulate in PSUM: the numerics hold against float64, one score matmul per chunk per 512 key columns."""
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((H, n, D)).astype(np.float32) for n in (L, S, S))
+    o = _run(q, k, v, causal=causal)
+    np.testing.assert_allclose(o, _ref(q, k, v, D ** -0.5, causal=causal), rtol=0, atol=2e-6)
+    args = tuple(costs._inp(s, "bfloat16") for s in ((H, D, L), (H, D, S), (H, S, D)))
+    ops = run_kernel(attention.flash_attention, args, {"causal": causal}, target="trn2",
+                     execute=False).cores[0].columns.opcode
+    chunks, tiles = -(-D // 128), L // 128
+    keys = [min(S, 128 * (t + 1)) if causal else S for t in range(tiles)]
+    score_mm = sum(chunks * -(-n // 512) for n in keys) * H
+    pv_mm = sum(n // 128 for n in keys) * H
+    assert sum(1 for op in ops if op == "nc_matmul") == score_mm + pv_mm
+
+
+def test_wide_head_charge_is_the_chunked_kernel():
+    """``attention_cost`` prices a 192-wide head as the chunked flash kernel (causal skip included) instead of two
+    matmuls and a softmax; only heads past one PSUM bank (512) fall back."""
+    costs.clear_memo()
+    tg = get_target("trn2")
+    L = 1024
+    full = costs.attention_cost(tg, 2, L, L, 192, "bfloat16")
+    causal = costs.attention_cost(tg, 2, L, L, 192, "bfloat16", causal=True)
+    G = attention.head_group(L, L, 192, 2, tg.dma_knee_bytes_per_partition)
+    assert full[0] == pytest.approx(_sim_heads(tg, 2, L, L, 192, G)[0], rel=1e-12)
+    assert causal[0] < full[0]
+    assert causal[1] == 2 * (4.0 * 192 + 5.0) * (L * (L + 1) // 2)
+    # token rows with a wide head: the row kernel (128 at most) does not apply, the chunked one does
+    assert costs.attention_cost(tg, 2, L, L, 192, "bfloat16", batch=1)[0] == full[0]
+    assert costs.attention_cost(tg, 2, L, L, 640, "bfloat16") is None
+    q = torch.empty(1, 2, L, 192, dtype=torch.bfloat16)
+    with device_target("trn2"):
+        ns = charging.op_time("_scaled_dot_product_flash_attention_for_cpu", "sdpa", (q, q, q, 0.0, True), None)[0]
+    assert ns == costs.launch_ns(tg) + causal[0]
+
+
 def test_numerics_bf16_and_scale():
     rng = np.random.default_rng(1)
     q, k, v = (rng.standard_normal((2, 128, 64)).astype(ml_dtypes.bfloat16) for _ in range(3))
@@ -85,9 +125,9 @@ def test_numerics_bf16_and_scale():
 
 def test_bad_shapes_are_refused():
     z = np.zeros
-    with pytest.raises(ValueError, match="head dimension 256"):
-        run_kernel(attention.flash_attention, (z((1, 256, 128), np.float32), z((1, 256, 128), np.float32),
-                                               z((1, 128, 256), np.float32)), {}, target="trn2", execute=False)
+    with pytest.raises(ValueError, match="head dimension 640 exceeds 512"):
+        run_kernel(attention.flash_attention, (z((1, 640, 128), np.float32), z((1, 640, 128), np.float32),
+                                               z((1, 128, 640), np.float32)), {}, target="trn2", execute=False)
     with pytest.raises(ValueError, match="multiples of 128"):
         run_kernel(attention.flash_attention, (z((1, 64, 100), np.float32), z((1, 64, 128), np.float32),
                                                z((1, 128, 64), np.float32)), {}, target="trn2", execute=False)

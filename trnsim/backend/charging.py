@@ -233,7 +233,7 @@ def _sdpa_time(name, args, launch, backward=False):
     r = (costs.attention_backward_cost if backward else costs.attention_cost)(tg, heads, L, S, D, dt, drop,
                                                                               _token_rows_batch(q, k), causal)
     kind = "estimated" if backward else "native"
-    if r is None:       # a head dimension over 128: the two products as matmul kernels, the softmax as its kernel
+    if r is None:       # a head wider than one PSUM bank: the two products as matmul kernels, the softmax as its own
         ns1, f1, b1 = costs.matmul_cost(tg, L, D, S, dt, heads)
         ns2, f2, b2 = costs.matmul_cost(tg, L, S, D, dt, heads)
         sm = costs.softmax_cost(tg, heads * L, S, "float32") or (costs.roofline_ns(tg, 5 * heads * L * S, 0), 0, 0)

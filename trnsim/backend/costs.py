@@ -345,8 +345,9 @@ def attention_cost(target, heads, L, S, D, dtype, dropout_p=0.0, batch=None, cau
     128.  Heads go by groups of ``attention.head_group`` per DMA; up to two groups are simulated whole, beyond that
     the time is the simulation of one group plus (heads / group - 1) times the increment from one group to two (the
     steady state: the next group's loads overlap this one's compute).  flops are the logical ones (two products of
-    2 D per kept score each, and 5 per kept score for the softmax).  ``None`` when ``D`` exceeds the 128 partitions
-    of the contraction (the caller prices the two products as matmuls).  ``causal`` (torch's ``is_causal``): the
+    2 D per kept score each, and 5 per kept score for the softmax).  A head over the 128 partitions of the
+    contraction (DeepSeek's 192) is loaded in partition chunks whose score matmuls accumulate in PSUM; ``None`` when
+    ``D`` exceeds ``attention.MAX_HEAD_DIM`` (the caller prices the two products as matmuls).  ``causal`` (torch's ``is_causal``): the
     kernels skip the key tiles above each query tile's diagonal and mask the diagonal tile (library/attention.py);
     only the kept scores count as flops.
 
@@ -358,7 +359,7 @@ def attention_cost(target, heads, L, S, D, dtype, dropout_p=0.0, batch=None, cau
     heads, L, S, D = int(heads), int(L), int(S), int(D)
     if heads == 0 or L == 0 or S == 0 or D == 0:
         return _EMPTY
-    if D > target.pmax:
+    if D > attention.MAX_HEAD_DIM:
         return None
     P = target.pmax
     Lp, Sp = math.ceil(L / P) * P, math.ceil(S / P) * P
@@ -367,7 +368,7 @@ def attention_cost(target, heads, L, S, D, dtype, dropout_p=0.0, batch=None, cau
     causal = bool(causal)
     kept = _kept_scores(L, S, causal)
     ck = {"causal": True} if causal else {}         # (non-causal launches and memo keys as before causal existed)
-    if batch and heads % int(batch) == 0 and attention.rows_fit(Lp, Sp, heads // int(batch) * D, item, target):
+    if batch and heads % int(batch) == 0 and D <= P and attention.rows_fit(Lp, Sp, heads // int(batch) * D, item, target):
         return _attention_rows_cost(target, int(batch), heads // int(batch), L, S, D, Lp, Sp, dtype, drop, ck, kept)
     G = attention.head_group(Lp, Sp, D, item, target.dma_knee_bytes_per_partition)
 

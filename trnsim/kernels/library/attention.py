@@ -4,7 +4,11 @@ device's ``scaled_dot_product_attention``.
 Layouts follow AWS's NKI ``flash_fwd`` (Neuron docs, nki.kernels.flash_fwd: q ``(bs, n_heads, d, seq_q)``, k
 ``(bs, nk_heads, d, seq_k)``, v ``(bs, nv_heads, seq_v, d)``, o ``(bs, n_heads, seq_q, d)``), with batch and heads
 flattened into one leading axis ``H``: ``qT[H, D, L]``, ``kT[H, D, S]``, ``v[H, S, D]`` -> ``o[H, L, D]``.  The head
-dimension ``D`` (at most 128) is the contraction of ``Q K^T`` and so lies on the partitions of ``qT`` and ``kT``.
+dimension ``D`` is the contraction of ``Q K^T`` and so lies on the partitions of ``qT`` and ``kT``.  A head
+dimension over the 128 partitions (DeepSeek's latent attention: 192) is loaded as chunks of at most 128 rows, and
+each score matmul accumulates its chunks in PSUM, as any contraction longer than the Tensor Engine's rows is done
+(NKI ISA ``nc_matmul``: the contraction is the partition axis, at most 128); ``D`` is at most ``MAX_HEAD_DIM``, the
+512 fp32 columns of one PSUM bank that ``O_blk = P V`` accumulates in.
 
 Per group of heads (a loop in the one launch; every tile is allocated inside the loop, so the next group's loads
 run while the engines work on this one, bounded by SBUF and PSUM capacity in schedule time):
@@ -35,7 +39,8 @@ negative score (one Vector Engine add of a mask tile, made once per kernel by th
 skipping: skip MM1/MM2 for upper triangle tiles", nki-library ``nkilib/core/attention/attention_cte.py``, module
 docstring; docs/hardware.md, "How AWS's kernels do their work").
 
-Dimensions: ``L`` and ``S`` multiples of 128 (the caller pads), ``D`` at most 128.  The backward pass has no kernel
+Dimensions: ``L`` and ``S`` multiples of 128 (the caller pads), ``D`` at most ``MAX_HEAD_DIM`` (``flash_attention``)
+or 128 (``flash_attention_rows``).  The backward pass has no kernel
 here; :func:`trnsim.backend.costs.attention_backward_cost` documents its model.
 """
 
@@ -43,6 +48,9 @@ from ..nki import isa as nisa
 from ..nki import language as nl
 
 KV_BLOCK = 2048      # keys per softmax block: NKI flash_fwd's default seq_tile_size (Neuron docs, FlashConfig)
+# the widest head: O_blk[128, D] accumulates in one PSUM bank of 2 KiB per partition, 512 fp32 columns (the Tensor
+# Engine's moving free size, nl.tile_size.gemm_moving_fmax; docs/hardware.md, PSUM)
+MAX_HEAD_DIM = 512
 MASKED = -3.0e38     # the score of a masked (causal) position: exp(scale * (MASKED - max)) is 0 in fp32
 _STAGE_GAP = 2
 _STAGES = 5           # flash_attention_rows: pipeline stages (scores, exp, dropout + P^T, P V, output)
@@ -54,26 +62,29 @@ def causal_keys(l0, P, S, causal):
     return min(S, l0 + P) if causal else S
 
 
-def _diagonal(masks, P, cw):
-    """The additive mask of a ``[P, cw]`` score chunk whose last ``P`` columns are the diagonal tile (query row
-    ``i`` keeps column ``j`` when ``j <= i + cw - P``): 0 where kept, :data:`MASKED` elsewhere; made once per width
-    (memset, then the GpSimd Engine's affine_select)."""
-    m = masks.get(cw)
+def _diagonal(masks, P):
+    """The additive mask of the ``[P, P]`` diagonal tile (query row ``i`` keeps key column ``j <= i``): 0 where kept,
+    :data:`MASKED` elsewhere; made once per kernel (memset, then the GpSimd Engine's affine_select)."""
+    m = masks.get(P)
     if m is None:
-        z = nl.ndarray((P, cw), dtype=nl.float32, buffer=nl.sbuf, name="causal_zero")
+        z = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.sbuf, name="causal_zero")
         nisa.memset(z, 0.0)
-        m = nl.ndarray((P, cw), dtype=nl.float32, buffer=nl.sbuf, name="causal_mask")
-        nisa.affine_select(m, [[-1, cw]], 1, z, MASKED, cmp_op="greater_equal", offset=cw - P)
-        masks[cw] = m
+        m = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.sbuf, name="causal_mask")
+        nisa.affine_select(m, [[-1, P]], 1, z, MASKED, cmp_op="greater_equal", offset=0)
+        masks[P] = m
     return m
 
 
 def _mask_last(sc, chunks, masks):
-    """The last score chunk (PSUM) plus the diagonal mask, into SBUF (Vector Engine): the chunk list's new last."""
-    P, cw = sc[-1].shape[0], chunks[-1][1]
-    t = nl.ndarray((P, cw), dtype=nl.float32, buffer=nl.sbuf, name="scores_masked")
-    nisa.tensor_tensor(t, sc[-1], _diagonal(masks, P, cw), op="add")
-    return sc[:-1] + [t]
+    """The diagonal tile (the last ``P`` columns of the last score chunk, in PSUM) plus the mask, into SBUF (Vector
+    Engine); the columns before it stay in PSUM, read there by the softmax.  Returns the new (chunks, tiles)."""
+    P, (c0, cw) = sc[-1].shape[0], chunks[-1]
+    t = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.sbuf, name="scores_masked")
+    nisa.tensor_tensor(t, sc[-1][:, cw - P:cw], _diagonal(masks, P), op="add")
+    if cw == P:
+        return chunks, sc[:-1] + [t]
+    return (chunks[:-1] + [(c0, cw - P), (c0 + cw - P, P)],
+            sc[:-1] + [sc[-1][:, :cw - P], t])
 
 
 def _row_combine(tiles, op, name):
@@ -102,8 +113,9 @@ def flash_attention(qT, kT, v, scale=None, dropout_p=0.0, group=1, causal=False)
     H, D, L = qT.shape
     _, _, S = kT.shape
     P = nl.tile_size.pmax
-    if D > P:
-        raise ValueError(f"flash_attention: head dimension {D} exceeds the {P} partitions of the contraction")
+    if D > MAX_HEAD_DIM:
+        raise ValueError(f"flash_attention: head dimension {D} exceeds {MAX_HEAD_DIM}, the fp32 columns of the one "
+                         "PSUM bank the output block accumulates in")
     if L % P or S % P:
         raise ValueError(f"flash_attention: query length {L} and key length {S} must be multiples of {P} "
                          "(the caller pads)")
@@ -119,15 +131,18 @@ def flash_attention(qT, kT, v, scale=None, dropout_p=0.0, group=1, causal=False)
     out = nl.ndarray((H, L, D), dtype=v.dtype, buffer=nl.shared_hbm, name="o")
     ST = S // P
     G = int(group)
+    # the contraction's partition chunks: one for D <= 128
+    dch = [(d0, min(P, D - d0)) for d0 in range(0, D, P)]
     masks = {}
     for h0 in range(0, H, G):
         g = min(G, H - h0)
-        # the group's loads: one DMA each for q, k and v (the heads side by side along the free axis)
-        q_s = nl.ndarray((D, g * L), dtype=qT.dtype, buffer=nl.sbuf, name="q")
-        k_s = nl.ndarray((D, g * S), dtype=kT.dtype, buffer=nl.sbuf, name="k")
+        # the group's loads: one DMA each for q, k (per chunk of D) and v (the heads side by side along the free axis)
+        q_s = [nl.ndarray((dw, g * L), dtype=qT.dtype, buffer=nl.sbuf, name="q") for _, dw in dch]
+        k_s = [nl.ndarray((dw, g * S), dtype=kT.dtype, buffer=nl.sbuf, name="k") for _, dw in dch]
         v_s = nl.ndarray((P, g * ST * D), dtype=v.dtype, buffer=nl.sbuf, name="v")
-        nisa.dma_copy(q_s, qT[h0:h0 + g].permute((1, 0, 2)))
-        nisa.dma_copy(k_s, kT[h0:h0 + g].permute((1, 0, 2)))
+        for (d0, dw), qc, kc in zip(dch, q_s, k_s):
+            nisa.dma_copy(qc, qT[h0:h0 + g, d0:d0 + dw].permute((1, 0, 2)))
+            nisa.dma_copy(kc, kT[h0:h0 + g, d0:d0 + dw].permute((1, 0, 2)))
         nisa.dma_copy(v_s, v[h0:h0 + g].reshape((g, ST, P, D)).permute((2, 0, 1, 3)))
         # work items (query tile, head, key block), software-pipelined by one: the scores and exponentials of the
         # next item are issued before the transposes and P V of this one, so the Tensor Engine computes the next
@@ -145,7 +160,8 @@ def flash_attention(qT, kT, v, scale=None, dropout_p=0.0, group=1, causal=False)
                     o_t = nl.ndarray((P, g * D), dtype=v.dtype, buffer=nl.sbuf, name="o_tile")
                 st = run.setdefault((l0, j), {"m": None, "l": None, "o": None, "o_t": o_t})
                 se = causal_keys(l0, P, S, causal)
-                sc = _scores(q_s[:, j * L + l0:j * L + l0 + P], k_s[:, j * S:j * S + se], s0, scale, v.dtype,
+                qj = [qc[:, j * L + l0:j * L + l0 + P] for qc in q_s]
+                sc = _scores(qj, [kc[:, j * S:j * S + se] for kc in k_s], s0, scale, v.dtype,
                              st["m"], dropout_p, masks if causal and se == l0 + P else None)
                 nxt = (it, st, sc, st["m"])         # (the running max before this block, for its rescaling)
                 st["m"] = sc[1]
@@ -302,7 +318,7 @@ def _stage_scores(q_t, k_h, masks=None):
     for (c0, cw), sc_c in zip(chunks, sc):
         nisa.nc_matmul(sc_c, q_t, k_h[:, c0:c0 + cw])
     if masks is not None:
-        sc = _mask_last(sc, chunks, masks)
+        chunks, sc = _mask_last(sc, chunks, masks)
     return {"chunks": chunks, "sc": sc, "mx": _row_combine(sc, "maximum", "mx")}
 
 
@@ -367,18 +383,23 @@ def _stage_out(it, dst, keep):
 def _scores(q_t, k_h, s0, scale, mm_dt, m_prev, dropout_p, masks=None):
     """Scores of 128 queries (``q_t[D, 128]``) against the key block from ``s0`` of ``k_h[D, S]``, their (running)
     row maximum and the probabilities ``exp(scale * s - scale * max)`` (``mm_dt``) with their row sum.  ``masks``
-    (causal, when ``k_h`` ends at the tile's diagonal): the block's last 128 keys are the diagonal tile, masked."""
-    D, P = q_t.shape
-    S = k_h.shape[1]
+    (causal, when ``k_h`` ends at the tile's diagonal): the block's last 128 keys are the diagonal tile, masked.
+    ``q_t`` and ``k_h`` may be lists of the contraction's partition chunks (a head over 128 wide): each score
+    matmul then accumulates over them in PSUM."""
+    q_t = q_t if isinstance(q_t, list) else [q_t]
+    k_h = k_h if isinstance(k_h, list) else [k_h]
+    P = q_t[0].shape[1]
+    S = k_h[0].shape[1]
     TN = nl.tile_size.gemm_moving_fmax
     sb = min(KV_BLOCK, S - s0)
     # one PSUM bank per 512 score columns (a matmul output never crosses a bank)
     chunks = [(c0, min(TN, sb - c0)) for c0 in range(0, sb, TN)]
     sc = [nl.ndarray((P, cw), dtype=nl.float32, buffer=nl.psum, name="scores") for _, cw in chunks]
     for (c0, cw), sc_c in zip(chunks, sc):
-        nisa.nc_matmul(sc_c, q_t, k_h[:, s0 + c0:s0 + c0 + cw])
+        for qc, kc in zip(q_t, k_h):
+            nisa.nc_matmul(sc_c, qc, kc[:, s0 + c0:s0 + c0 + cw])
     if masks is not None and s0 + sb == S:
-        sc = _mask_last(sc, chunks, masks)
+        chunks, sc = _mask_last(sc, chunks, masks)
     mx = _row_combine(sc, "maximum", "mx")
     if m_prev is not None:
         m_new = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf, name="m_new")
