@@ -200,6 +200,11 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
        "On: the queues of one DMA engine share it round robin (NeuronCore-v2/v3), modelled in simulated time; "
        "off: each engine serves the earliest transfer in program order of those ready on it, as on NeuronCore-v4 "
        "(a rule of the one scheduler loop; the timelines before the round robin, to compare with them)."),
+    _k("serial_host_ops", "TRNSIM_SERIAL_HOST_OPS", _bool, True,
+       "Run the host numerics of the device ops whose results cannot depend on the thread count (elementwise, "
+       "copies, gathers, max/min, sorts) on one host thread: torch's thread pool spin-waits, which on a loaded "
+       "host costs many times the CPU time (off: the caller's `torch.get_num_threads()`; the same values and "
+       "simulated times either way)."),
     # -- command line -----------------------------------------------------------------------------------------
     _k("progress", "TRNSIM_PROGRESS", _bool, True,
        "Off: the `trnsim` command shows no progress line (it shows one only on a terminal anyway)."),

@@ -30,6 +30,7 @@ from . import charge_memo, charging
 from .accumulate import _accumulate_fp32, _is_low, _written
 from .device_state import STATE
 from .errors import NeuronFallbackError, NeuronFallbackWarning
+from .host_threads import is_serial, serial
 from .memory import MEMORY
 from .native_impls import IMPLS as NATIVE_IMPLS
 from .op_table import ACCUMULATING, TABLE, TRANSFER
@@ -131,7 +132,7 @@ class NeuronTensor(torch.Tensor):
                     # a dtype conversion on the device (x.float(), x.to(torch.bfloat16)): dispatch()'s charge (the
                     # elementwise memo of the "copy" category) and a fresh wrapper, without its generality
                     p = args[0]._p
-                    out = _TO_COPY._op(p, dtype=kwargs["dtype"])
+                    out = _TO_COPY_SERIAL(p, dtype=kwargs["dtype"])
                     STATE.now_ns += _fast_charge("_to_copy", (p,), out)
                     return wrap(out)
             return dispatch(func, args, kwargs or {})
@@ -510,7 +511,7 @@ def _ew_entry(func):
             bound = getattr(torch._C._VariableFunctions, name, None) or getattr(torch._C.TensorBase, name, None)
             if bound is not None:
                 fn = bound
-        entry = (name, fn, {})
+        entry = (name, serial(fn) if is_serial(name, cat) else fn, {})   # (host_threads.py)
         _FAST_OPS.append(entry[2])
     _KEEP.append(func)
     _EWOPS[id(func)] = entry
@@ -519,6 +520,7 @@ def _ew_entry(func):
 
 _tf_modes = torch._C._len_torch_function_stack
 _TO_COPY = torch.ops.aten._to_copy.default
+_TO_COPY_SERIAL = serial(_TO_COPY._op)
 # The elementwise fast path of __torch_dispatch__; False sends every op through dispatch() (tests that plant a wrong
 # kernel there, and comparisons of the two paths, turn it off).
 FAST_PATH = True
@@ -567,6 +569,8 @@ def _info(func):
         twin = generator_overload(func)      # rand_like & co.: their twin taking the device generator (rng.py)
         if twin is not None:
             gen, runner = _generator_index(twin), twin._op
+    if is_serial(name, cat):
+        runner = serial(runner)             # its numerics on one host thread (host_threads.py)
     impl = _native_dropout if name == "native_dropout" else NATIVE_IMPLS.get(name)
     r = _INFO[id(func)] = (name, cat, name in TRANSFER, name in ACCUMULATING, check, _written(func), gen, impl,
                            runner)

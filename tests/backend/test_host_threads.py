@@ -1,0 +1,107 @@
+"""Device ops whose result bits cannot depend on the host's thread count run their numerics on one host thread
+(``backend/host_threads.py``, ``config.serial_host_ops``): the count is 1 inside such an op and the caller's after
+it (also after an error); the other ops keep the caller's count; values and simulated time are the same with the
+switch on and off."""
+
+import pytest
+import torch
+
+from trnsim import config
+from trnsim.backend import host_threads
+from trnsim.backend.device_state import STATE
+
+
+@pytest.fixture
+def two_threads():
+    prev = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(prev)
+
+
+def test_serial_runs_on_one_thread_and_puts_the_count_back(two_threads):
+    seen = host_threads.serial(lambda: torch.get_num_threads())
+    assert seen() == 1
+    assert torch.get_num_threads() == 2
+
+    def boom():
+        assert torch.get_num_threads() == 1
+        raise ValueError("inside")
+    with pytest.raises(ValueError, match="inside"):
+        host_threads.serial(boom)()
+    assert torch.get_num_threads() == 2
+    with config.override(serial_host_ops=False):
+        assert seen() == 2
+
+
+def test_which_ops_are_serial():
+    for name, cat in [("add", "binary"), ("mul", "binary"), ("abs", "unary"), ("_to_copy", "copy"),
+                      ("cat", "copy"), ("index_select", "gather"), ("index", "gather"), ("max", "reduce_max"),
+                      ("amax", "reduce_max"), ("sort", "sort"), ("bucketize", "roofline")]:
+        assert host_threads.is_serial(name, cat), name
+    for name, cat in [("sum", "reduce"), ("mean", "reduce"), ("mm", "mm"), ("addmm", "addmm"),
+                      ("index_put_", "gather"), ("scatter_add", "gather"), ("index_add_", "gather"),
+                      ("native_dropout", "binary"), ("normal_", "random"), ("_softmax", "softmax"),
+                      ("avg_pool2d_backward", "roofline")]:
+        assert not host_threads.is_serial(name, cat), name
+
+
+def _calls(monkeypatch, fn):
+    """The thread counts ``host_threads`` set while ``fn`` ran."""
+    seen = []
+    real = host_threads._set_threads
+
+    def spy(n):
+        seen.append(n)
+        real(n)
+    monkeypatch.setattr(host_threads, "_set_threads", spy)
+    try:
+        fn()
+    finally:
+        monkeypatch.setattr(host_threads, "_set_threads", real)
+    assert torch.get_num_threads() == 2
+    return seen
+
+
+def test_device_ops_set_one_thread_only_where_bits_cannot_change(two_threads, monkeypatch):
+    x = torch.randn(300, 257).to("neuron")
+    y = torch.randn(300, 257).to("neuron")
+    b = torch.linspace(-1, 1, 15).to("neuron")
+    a = x.abs()
+    i = torch.tensor([3, 1]).to("neuron")
+    for serial_op in (lambda: x + y, lambda: x * 2.0, lambda: x.abs(), lambda: x.to(torch.bfloat16),
+                      lambda: a.max(dim=-1), lambda: torch.bucketize(x, b, out_int32=True),
+                      lambda: x.index_select(0, i)):
+        assert _calls(monkeypatch, serial_op) == [1, 2]
+    for other in (lambda: x.sum(), lambda: x.mean(dim=0), lambda: x @ y.t(), lambda: x.t(), lambda: x.view(-1)):
+        assert _calls(monkeypatch, other) == []
+    with config.override(serial_host_ops=False):
+        assert _calls(monkeypatch, lambda: x + y) == []
+
+
+def _program(x, y, b, idx):
+    return [x + y, x * y, (x - y) / (y.abs() + 1), torch.exp(x), x.to(torch.bfloat16), x.abs().max(dim=-1)[0],
+            torch.bucketize(x, b, out_int32=True), x.reshape(-1)[idx], torch.cat([x, y]), torch.sort(x, dim=-1)[0],
+            torch.clamp(x, -0.5, 0.5), ((x.to(torch.int32) << 4) | 3)]
+
+
+def test_values_and_simulated_time_are_the_same_on_one_thread(two_threads):
+    torch.manual_seed(0)
+    xc, yc = torch.randn(512, 300), torch.randn(512, 300)       # past torch's 32,768-element grain: threaded
+    bc = torch.linspace(-2, 2, 255)
+    ic = torch.randint(0, xc.numel(), (70_000,))
+    args = [t.to("neuron") for t in (xc, yc, bc, ic)]
+    res, clock = {}, {}
+    for on in (True, False):
+        with config.override(serial_host_ops=on):
+            t0, STATE.now_ns = STATE.now_ns, 0.0        # each run's charges summed from 0: the same additions
+            res[on] = [o.cpu() for o in _program(*args)]
+            clock[on] = STATE.now_ns
+            STATE.now_ns += t0
+    assert clock[True] == clock[False] > 0
+    for a, b in zip(res[True], res[False]):
+        assert torch.equal(a, b)
+    # and against float64: one correctly rounded operation gives the float32 of the exact result
+    assert torch.equal(res[True][0], (xc.double() + yc.double()).float())
+    assert torch.equal(res[True][1], (xc.double() * yc.double()).float())
+    assert torch.equal(res[True][5], xc.double().abs().max(dim=-1)[0].float())
