@@ -52,15 +52,14 @@ def _sim(key, fn, args, kwargs, compute=None):
     return r
 
 
-_PW_WHOLE_CHUNKS = 8       # up to this many column chunks a pointwise kernel is simulated whole (as elementwise)
-
-
 def _pointwise(key, R, C, full, small, kw):
     """(ns, flops, bytes) of ``library.fused.pointwise`` over ``(R, C)`` (R <= 128 rows, as ``costs._rows_cols``
     makes them) with inputs of dtypes ``full`` (of the whole shape) and ``small`` (broadcast, one tile each).  Its
-    column chunks of ``FREE_TILE`` are identical steps, so past ``_PW_WHOLE_CHUNKS`` of them the time is
-    extrapolated from the simulations at 4 and 8 chunks, and a last partial chunk adds what it adds to one chunk
-    (``costs._linear``, the rule of the eager elementwise kernels; a test compares it with the whole simulation).
+    column chunks of ``FREE_TILE`` are identical steps, charged by ``costs._tiles``, the one rule of the kernels of
+    repeated tiles (the eager elementwise and row kernels): whole below ``WARMUP + 2 PERIOD`` chunks, beyond from
+    two runs past the start-up a whole period apart, each ending with the same partial chunk (exact where the
+    kernel's per-chunk times repeat with a period dividing ``PERIOD``; a DMA-bound kernel whose compute chain is a
+    little shorter than its transfers drifts against them with a longer period: tests/cost/test_estimate_speed.py).
     A compiled optimizer step over a rank's parameters is one such kernel of millions of columns: simulated whole
     it took about a second of CPU."""
     ft = fused.FREE_TILE
@@ -70,17 +69,7 @@ def _pointwise(key, R, C, full, small, kw):
         args = [_inp((R, c), d) for d in full] + [_inp((min(P, R), min(c, ft)), d) for d in small]
         return costs._sim(fused.pointwise, args, dict(kw, shape=(R, c)), STATE.target)
 
-    if C <= _PW_WHOLE_CHUNKS * ft:
-        return _sim(key, None, None, None, compute=lambda: run(C))
-
-    def compute():
-        n, rest = divmod(C, ft)
-        t = costs._linear(lambda k: run(k * ft), n, 4, 8)
-        if rest:
-            t1, t0 = run(ft + rest), run(ft)
-            t = tuple(x + (y - z) for x, y, z in zip(t, t1, t0))
-        return t
-    return _sim(key + ("linear",), None, None, None, compute=compute)
+    return _sim(key, None, None, None, compute=lambda: costs._tiles(run, C, ft))
 
 
 def _dtype(node):

@@ -11,6 +11,7 @@ registration never imports it: :func:`patch_when_dynamo_loads` puts a finder on 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.util
 import sys
@@ -58,6 +59,27 @@ def ensure_patched():
     for cls, name in _UNTRACED:
         _disable(cls, name)
     _DONE = True
+
+
+@contextlib.contextmanager
+def guard_latency_unmeasured():
+    """Inside, dynamo does not time the guards of each frame it compiles.  After building a frame's guards dynamo
+    flushes the CPU cache and evaluates them once to log their latency (``torch._dynamo.guards``: "We first do a
+    cache flush to measure the guard latency more accurately. This cache flush is expensive"), a figure it only
+    logs (``guard_latency_us``); it changes nothing that is compiled or run.  The cost estimator compiles its
+    template layers inside this (measured: 0.145 s of CPU over the 6 frames of a cold compiled Qwen3-32B
+    estimate, benchmarks/speed-estim13.md).  Restores torch's function on exit."""
+    import torch._dynamo.guards as guards
+    prev = guards.profile_guard_manager
+    guards.profile_guard_manager = _no_guard_profile
+    try:
+        yield
+    finally:
+        guards.profile_guard_manager = prev
+
+
+def _no_guard_profile(*args, **kwargs):
+    return 0.0
 
 
 class _AfterDynamoImport(importlib.abc.MetaPathFinder):
