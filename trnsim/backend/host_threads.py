@@ -14,7 +14,8 @@ So the ops whose result bits cannot depend on how many threads compute them run 
 changes nothing but the host time.  Ops whose result can change with the split stay on the caller's thread count,
 as the CPU runs them: sums and means (a full reduction's partial sums are per thread), matmuls (BLAS blocks by
 thread), accumulating scatters and index puts, random draws (MKL's streams are per thread) and anything not listed.
-With 1 thread (``torch.set_num_threads(1)``, ``OMP_NUM_THREADS=1``) nothing changes.
+With 1 thread (``torch.set_num_threads(1)``, ``OMP_NUM_THREADS=1``) nothing changes.  A compiled graph's steps
+follow the same rule step by step (``compile/runtime.py``, ``CompiledGraph.serial``).
 
 The count is set around the op and put back after it (``torch.set_num_threads`` twice: 0.3-0.5 us, measured as
 above); an op nested in another (a decomposition) finds it at 1 already and leaves it."""

@@ -19,6 +19,8 @@ import torch
 
 from .. import charging, costs
 from ..device_state import STATE
+from ..host_threads import is_serial, serial
+from ..op_table import category
 from ..rng import generator_overload, native_dropout
 from ..tensor import NeuronTensor, wrap
 from . import ops as O
@@ -220,6 +222,15 @@ def _payload_op(fn):
     return fn._op if fn.__class__ is torch._ops.OpOverload else fn
 
 
+def _serial_step(fn):
+    """Whether a graph step's op computes each output element from its inputs alone, so that its numerics run on
+    one host thread as the same op's do in eager (``host_threads.is_serial``)."""
+    if fn.__class__ is not torch._ops.OpOverload:
+        return False
+    return is_serial(fn._opname, category(fn._opname))
+
+
+
 def _gen_kw(target, kwargs):
     """Inject the device generator into a random op (as eager does), when the op takes one and none was given."""
     schema = getattr(target, "_schema", None)
@@ -240,6 +251,14 @@ def _compute(fn, args, kwargs, mode, v, cast):
         args = _cast_operands(fn, args, cast)
     out = fn(*args, **{k: _up(x) for k, x in kwargs.items()})
     return _round(out, v) if mode == 1 else _keep_fp32(out)
+
+
+_compute_serial = serial(_compute)
+
+
+@serial
+def _call_serial(fn, *args, **kwargs):
+    return fn(*args, **kwargs)
 
 
 class CompiledGraph:
@@ -293,6 +312,8 @@ class CompiledGraph:
                 self.output = _template(n.args[0], index)
         self.total_ns = float(sum(k["ns"] for k in plan["kernels"]))
         self.has_custom = any(st[4] == 4 for st in self.steps)
+        # the steps whose numerics run on one host thread (host_threads.py)
+        self.serial = {st[0] for st in self.steps if st[4] in (0, 1, 2) and _serial_step(st[1])}
         self.calls = 0
         self._run = None        # the steps as one generated function (``_generate``), made on the first call
 
@@ -339,12 +360,13 @@ class CompiledGraph:
                 continue
             ra = _resolve(a, env)
             rk = {k: _resolve(x, env) for k, x in kw.items()} if kw else {}
+            one = i in self.serial
             if mode == 4:
                 env[i] = _custom(fn, ra, rk, wrappers)
             elif mode:
-                env[i] = _compute(fn, ra, rk, mode, v, self.casts.get(i))
+                env[i] = (_compute_serial if one else _compute)(fn, ra, rk, mode, v, self.casts.get(i))
             else:
-                env[i] = fn(*ra, **rk)
+                env[i] = _call_serial(fn, *ra, **rk) if one else fn(*ra, **rk)
         return _resolve(self.output, env)
 
     @staticmethod
@@ -387,7 +409,7 @@ def _generate(graph):
     walk the argument templates again (``_resolve``).  bitsandbytes' 17-op 4-bit dequantisation graph: 148 -> 117 us
     of host CPU per call, the rest being the payload ops themselves (``aten.index`` alone 24 us).  The function does exactly what ``CompiledGraph._interpret`` does, step by step, through the same helpers; the
     names it uses (ops, constants, traced values) are bound in its own namespace, so no repr of a value is parsed."""
-    names = {"_compute": _compute, "_custom": _custom}
+    names = {"_compute": _compute, "_custom": _custom, "_compute_serial": _compute_serial}
     lines = ["def run(e, W):"]
     direct = _direct_steps(graph)
     inplace, fresh = _shortcuts(graph, direct)
@@ -426,13 +448,15 @@ def _generate(graph):
             lines.append(f"    e[{i}] = _custom({bind(fn)}, {expr(a)}, {kwexpr(kw or {})}, W)")
         elif mode and i not in direct:
             cast = graph.casts.get(i)
-            lines.append(f"    e[{i}] = _compute({bind(fn)}, {expr(a)}, {kwexpr(kw or {})}, {mode}, {bind(v)}, "
+            c = "_compute_serial" if i in graph.serial else "_compute"
+            lines.append(f"    e[{i}] = {c}({bind(fn)}, {expr(a)}, {kwexpr(kw or {})}, {mode}, {bind(v)}, "
                          f"{bind(cast)})")
         elif i in fused:        # the copy's only reader writes its source itself (_copy_into_slice)
             lines.append(f"    e[{i}] = {expr(a[1])}")
         else:
             f = bind(_copy_into_slice if i in into else _slice_scatter_into if i in inplace
-                     else _copy_fresh if i in fresh else _payload_op(fn))
+                     else _copy_fresh if i in fresh else serial(_payload_op(fn)) if i in graph.serial
+                     else _payload_op(fn))
             parts = [expr(b) for b in a] if a.__class__ is tuple else [f"*{expr(a)}"]
             if kw:
                 parts.append(f"**{kwexpr(kw)}")
