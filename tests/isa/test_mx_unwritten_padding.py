@@ -102,8 +102,11 @@ def test_never_written_padding_reads_the_nan_sentinel_through_the_chain():
 
 
 def test_strict_mode_names_the_first_read_of_never_written_partitions():
-    with pytest.raises(NkiValidationError, match="quantize_mx: operand 'src'.*never written"):
+    # the message counts the never-written elements of the operand and names the first: partitions VALID..QP
+    with pytest.raises(NkiValidationError, match="quantize_mx: operand 'src'.*never written") as e:
         _chain(NeuronCore("trn3", strict=True), _act(), None)
+    assert f"{(QP - VALID) * F} of {QP * F} elements of its [{QP}, {F}] view, the first at index [{VALID}, 0]" \
+        in str(e.value)
 
 
 def test_scale_rows_written_by_quantize_mx_match_the_layout():

@@ -223,9 +223,12 @@ def read(core, t: Tensor, name="operand", instr="", loc=None):
     if core.strict:
         w = t.written_view()
         if w is not None and not t.buf.all_written and not w.all():
+            bad = ~np.asarray(w, dtype=bool)
+            first = tuple(int(i) for i in np.argwhere(bad)[0])
             raise NkiValidationError(
                 f"{instr}: operand '{name}' reads tensor `{t.name}` ({t.buf.kind}) memory that was never "
-                f"written", instr, name, None, None, loc)
+                f"written: {int(bad.sum())} of {bad.size} elements of its {list(t.shape)} view, the first at "
+                f"index {list(first)}", instr, name, None, None, loc)
     return t.np
 
 
