@@ -432,6 +432,20 @@ def test_a_snapshot_kernel_defect_is_excused_only_at_its_own_line():
     assert runner.not_simulated(dict(rec, message="'module' object is not callable (other)")) is None
 
 
+def test_a_kernel_reading_the_dtype_of_an_absent_bias_is_a_snapshot_defect():
+    """nki-library@d2ad3a5's gate_up_projection_mx_shard_H.py reads ``gate_up_bias.dtype`` at line 325 also when the
+    test gives no bias: counted outside the simulator at that line only."""
+    rec = {"nodeid": "t", "when": "call", "outcome": "failed", "type": "AttributeError",
+           "message": "'NoneType' object has no attribute 'dtype'", "chain": ["InferenceException", "AttributeError"],
+           "trnsim_frame": "kernels/jit.py:189 run_kernel",
+           "kernel_frame": "nkilib/core/mlp/mlp_tkg/gate_up_projection_mx_shard_H.py:325 "
+                           "process_fused_gate_up_projection_mxfp4"}
+    assert "no bias" in runner.not_simulated(rec)
+    assert runner.not_simulated(dict(rec, kernel_frame="nkilib/core/mlp/mlp_tkg/gate_up_projection_mx_shard_H.py:326 "
+                                                       "process_fused_gate_up_projection_mxfp4")) is None
+    assert runner.not_simulated(dict(rec, message="'NoneType' object has no attribute 'shape'")) is None
+
+
 def test_snapshot_call_defect_counted_outside():
     """test_qkv_cte_mx_bf16_static_dequant passes qkv_cte's `is_input_swizzled` to the top-level `qkv` kernel, which
     has no such parameter: the TypeError at the kernel's call is counted outside the simulator, for that test file
