@@ -347,9 +347,9 @@ def attention_cost(target, heads, L, S, D, dtype, dropout_p=0.0, batch=None, cau
     steady state: the next group's loads overlap this one's compute).  flops are the logical ones (two products of
     2 D per kept score each, and 5 per kept score for the softmax).  A head over the 128 partitions of the
     contraction (DeepSeek's 192) is loaded in partition chunks whose score matmuls accumulate in PSUM; ``None`` when
-    ``D`` exceeds ``attention.MAX_HEAD_DIM`` (the caller prices the two products as matmuls).  ``causal`` (torch's ``is_causal``): the
-    kernels skip the key tiles above each query tile's diagonal and mask the diagonal tile (library/attention.py);
-    only the kept scores count as flops.
+    ``D`` exceeds ``attention.MAX_HEAD_DIM`` (the caller prices the two products as matmuls).  ``causal`` (torch's
+    ``is_causal``): the kernels skip the key tiles above each query tile's diagonal and mask the diagonal tile
+    (library/attention.py); only the kept scores count as flops.
 
     ``batch``: the ``heads`` are ``batch`` elements of ``heads / batch`` heads each, stored as the projections write
     them (token rows ``[batch, L, heads / batch x D]``).  Then, when one batch element's rows fit
@@ -368,7 +368,8 @@ def attention_cost(target, heads, L, S, D, dtype, dropout_p=0.0, batch=None, cau
     causal = bool(causal)
     kept = _kept_scores(L, S, causal)
     ck = {"causal": True} if causal else {}         # (non-causal launches and memo keys as before causal existed)
-    if batch and heads % int(batch) == 0 and D <= P and attention.rows_fit(Lp, Sp, heads // int(batch) * D, item, target):
+    rows_kernel = D <= P and batch and heads % int(batch) == 0
+    if rows_kernel and attention.rows_fit(Lp, Sp, heads // int(batch) * D, item, target):
         return _attention_rows_cost(target, int(batch), heads // int(batch), L, S, D, Lp, Sp, dtype, drop, ck, kept)
     G = attention.head_group(Lp, Sp, D, item, target.dma_knee_bytes_per_partition)
 

@@ -12,7 +12,8 @@ on the CPU as a fallback.  Categories:
 * ``mm`` / ``addmm`` -- ``library.matmul_resident`` when the operands fit SBUF, else ``library.matmul_blocked``
 * ``bmm`` / ``baddbmm`` -- one launch over the batch (``library.matmul_batched``; blocked products per element)
 * ``sdpa`` -- ``library.attention.flash_attention``, all heads in one launch (a head over 128 in partition chunks,
-  over 512 two matmuls and a softmax); its backward 2.5x the forward, marked ``estimated`` (``costs.attention_backward_cost``)
+  over 512 two matmuls and a softmax); its backward 2.5x the forward, marked ``estimated``
+  (``costs.attention_backward_cost``)
 * ``backward:<cat>`` -- twice the forward kernel of <cat>, marked ``estimated`` (no backward kernel yet)
 * ``gather`` / ``estimate`` -- roofline estimate, ``estimated``
 * ``sync`` -- a device-to-host read of a scalar

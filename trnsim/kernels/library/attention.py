@@ -276,7 +276,8 @@ def flash_attention_rows(q, k, v, heads, scale=None, dropout_p=0.0, causal=False
                 g, r = divmod(j, hp)
                 if stage == 0:
                     se = causal_keys(lt * P, P, S, causal)
-                    st[i] = _stage_scores(q_t[g][r * D:(r + 1) * D, lt * P:(lt + 1) * P], k_t[g][r * D:(r + 1) * D, :se],
+                    st[i] = _stage_scores(q_t[g][r * D:(r + 1) * D, lt * P:(lt + 1) * P],
+                                          k_t[g][r * D:(r + 1) * D, :se],
                                           masks if causal and se == (lt + 1) * P else None)
                 elif stage == 1:
                     _stage_exp(st[i], scale, mm_dt)

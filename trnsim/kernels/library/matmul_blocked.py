@@ -66,7 +66,8 @@ def block_shape(target, m, n, k, itemsize, epilogue=(0, 0)):
     for mt in (4, 8, 2, 1):
         mb = min(m, mt * P)
         for nb in (min(n, 2 * TN), min(n, TN)):
-            if -(-mb // P) * -(-nb // TN) > target.psum_banks or kt * (mb + 2 * nb) * itemsize + fixed + per_col * nb > budget:
+            held = kt * (mb + 2 * nb) * itemsize + fixed + per_col * nb
+            if -(-mb // P) * -(-nb // TN) > target.psum_banks or held > budget:
                 continue
             t = _strip_loads_ns(target, m, n, kt, mb, nb, itemsize)
             if best is None or t < best[0]:
