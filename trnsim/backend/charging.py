@@ -219,7 +219,7 @@ def _sdpa_time(name, args, launch, backward=False):
     arguments start with the output gradient, then q, k, v."""
     tg = STATE.target
     ts = _tensors(args, [])
-    if name.endswith("_for_cpu_backward"):
+    if name.endswith("_for_cpu_backward") or name.endswith("sliding_window_attention_backward"):
         ts = ts[1:]
     if len(ts) < 3 or not ts[0].is_floating_point() or ts[0].dim() < 2:
         return _estimate(args, None, launch, tensor_engine=True)
@@ -230,8 +230,11 @@ def _sdpa_time(name, args, launch, backward=False):
     i = _SDPA_DROPOUT_ARG.get(name)
     drop = args[i] if i is not None and len(args) > i and isinstance(args[i], float) else 0.0
     causal = i is not None and len(args) > i + 1 and args[i + 1] is True
+    window = None
+    if "sliding_window_attention" in name:     # trnsim_attn's (q, k, v, window), (grad, q, k, v, window): causal
+        causal, window = True, int(args[-1])
     r = (costs.attention_backward_cost if backward else costs.attention_cost)(tg, heads, L, S, D, dt, drop,
-                                                                              _token_rows_batch(q, k), causal)
+                                                                              _token_rows_batch(q, k), causal, window)
     kind = "estimated" if backward else "native"
     if r is None:       # a head wider than one PSUM bank: the two products as matmul kernels, the softmax as its own
         ns1, f1, b1 = costs.matmul_cost(tg, L, D, S, dt, heads)

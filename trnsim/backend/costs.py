@@ -330,16 +330,21 @@ _EMPTY = (0.0, 0.0, 0)      # an op on an empty tensor launches no kernel
 ATTN_BWD_RATIO = 2.5
 
 
-def _kept_scores(L, S, causal):
+def _kept_scores(L, S, causal, window=None):
     """The (query, key) pairs attention keeps: all ``L x S``, or with ``causal`` those with key ``j <= i`` (torch's
-    top-left aligned mask)."""
+    top-left aligned mask), and with a sliding ``window`` also ``j > i - window``."""
     if not causal:
         return L * S
+    if window:
+        w = int(window)
+        # query i keeps keys max(0, i - w + 1) .. min(i, S - 1)
+        i = np.arange(L, dtype=np.int64)
+        return int(np.maximum(0, np.minimum(i, S - 1) - np.maximum(0, i - w + 1) + 1).sum())
     n = min(L, S)
     return n * (n + 1) // 2 + max(0, L - S) * S
 
 
-def attention_cost(target, heads, L, S, D, dtype, dropout_p=0.0, batch=None, causal=False):
+def attention_cost(target, heads, L, S, D, dtype, dropout_p=0.0, batch=None, causal=False, window=None):
     """(ns, flops, bytes) of fused attention over ``heads`` (batch x heads) of ``[L, D]`` queries against ``[S, D]``
     keys and values: ``library.attention.flash_attention``, all heads in one launch, ``L`` and ``S`` padded to
     128.  Heads go by groups of ``attention.head_group`` per DMA; up to two groups are simulated whole, beyond that
@@ -349,7 +354,9 @@ def attention_cost(target, heads, L, S, D, dtype, dropout_p=0.0, batch=None, cau
     contraction (DeepSeek's 192) is loaded in partition chunks whose score matmuls accumulate in PSUM; ``None`` when
     ``D`` exceeds ``attention.MAX_HEAD_DIM`` (the caller prices the two products as matmuls).  ``causal`` (torch's
     ``is_causal``): the kernels skip the key tiles above each query tile's diagonal and mask the diagonal tile
-    (library/attention.py); only the kept scores count as flops.
+    (library/attention.py); only the kept scores count as flops.  ``window`` (with ``causal``; Hugging Face's
+    ``sliding_window``): the key tiles before each query tile's window are skipped as well and the tiles its start
+    crosses masked (head-major kernel only; the row kernel has no window).
 
     ``batch``: the ``heads`` are ``batch`` elements of ``heads / batch`` heads each, stored as the projections write
     them (token rows ``[batch, L, heads / batch x D]``).  Then, when one batch element's rows fit
@@ -366,9 +373,14 @@ def attention_cost(target, heads, L, S, D, dtype, dropout_p=0.0, batch=None, cau
     drop = float(dropout_p)
     item = _itemsize(dtype)
     causal = bool(causal)
-    kept = _kept_scores(L, S, causal)
+    if window is not None and (not causal or int(window) < 1):
+        raise ValueError(f"attention_cost: window {window}: a sliding window is at least 1 key and needs causal")
+    window = int(window) if window is not None and window < L else None     # no query reaches past it: none
+    kept = _kept_scores(L, S, causal, window)
     ck = {"causal": True} if causal else {}         # (non-causal launches and memo keys as before causal existed)
-    rows_kernel = D <= P and batch and heads % int(batch) == 0
+    if window:
+        ck["window"] = window
+    rows_kernel = D <= P and batch and heads % int(batch) == 0 and not window
     if rows_kernel and attention.rows_fit(Lp, Sp, heads // int(batch) * D, item, target):
         return _attention_rows_cost(target, int(batch), heads // int(batch), L, S, D, Lp, Sp, dtype, drop, ck, kept)
     G = attention.head_group(Lp, Sp, D, item, target.dma_knee_bytes_per_partition)
@@ -385,7 +397,8 @@ def attention_cost(target, heads, L, S, D, dtype, dropout_p=0.0, batch=None, cau
             a, b = run(G), run(2 * G)
             ns, nb = (x + (y - x) * (heads / G - 1) for x, y in ((a[0], b[0]), (a[2], b[2])))
         return ns, heads * (4.0 * D + 5.0) * kept, nb
-    return _memo(("attn", target.name, heads, L, S, D, dtype, drop) + (("causal",) if causal else ()), compute)
+    return _memo(("attn", target.name, heads, L, S, D, dtype, drop) + (("causal",) if causal else ())
+                 + (("window", window) if window else ()), compute)
 
 
 def _attention_rows_cost(target, B, H, L, S, D, Lp, Sp, dtype, drop, ck, kept):
@@ -404,12 +417,13 @@ def _attention_rows_cost(target, B, H, L, S, D, Lp, Sp, dtype, drop, ck, kept):
     return _memo(("attn_rows", target.name, B, H, L, S, D, dtype, drop) + (("causal",) if ck else ()), compute)
 
 
-def attention_backward_cost(target, heads, L, S, D, dtype, dropout_p=0.0, batch=None, causal=False):
+def attention_backward_cost(target, heads, L, S, D, dtype, dropout_p=0.0, batch=None, causal=False, window=None):
     """The flash backward: ``ATTN_BWD_RATIO`` times the forward kernel's time, flops and bytes (no backward kernel
     is simulated: its five products of the forward's sizes, each engine's work in the same proportion).  A causal
     backward skips the same tiles as its forward (nki-library ``attention_bwd.py``: "Tile-level early exit: Skip
-    tiles where no query token can attend to any key token"), so it is the ratio times the causal forward."""
-    r = attention_cost(target, heads, L, S, D, dtype, dropout_p, batch, causal)
+    tiles where no query token can attend to any key token"), so it is the ratio times the causal forward; so does
+    a sliding window (``attention_bwd.py`` computes the tiles "based on causal and sliding window masks")."""
+    r = attention_cost(target, heads, L, S, D, dtype, dropout_p, batch, causal, window)
     if r is None:
         return None
     return tuple(ATTN_BWD_RATIO * x for x in r)

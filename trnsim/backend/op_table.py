@@ -89,6 +89,8 @@ TABLE.update({
     "_scaled_dot_product_flash_attention_for_cpu_backward": "backward:sdpa",
     "_scaled_dot_product_attention_math": "sdpa",
     "_fused_sdp_choice": "view",
+    # trnsim's own attention with a sliding window (window_attention.py; namespace trnsim_attn)
+    "sliding_window_attention": "sdpa", "sliding_window_attention_backward": "backward:sdpa",
 })
 
 # -- added for models and the OpInfo sweep (issue 12) --------------------------------------------------------
@@ -180,7 +182,8 @@ ACCUMULATING = {"mm", "addmm", "bmm", "baddbmm", "dot", "mv", "addmv", "sum", "m
                 "_log_softmax", "_safe_softmax", "_softmax_backward_data", "_log_softmax_backward_data",
                 "native_layer_norm", "native_layer_norm_backward", "_fused_rms_norm", "_fused_rms_norm_backward",
                 "_scaled_dot_product_flash_attention_for_cpu",
-                "_scaled_dot_product_flash_attention_for_cpu_backward", "nll_loss_forward"}
+                "_scaled_dot_product_flash_attention_for_cpu_backward", "nll_loss_forward",
+                "sliding_window_attention", "sliding_window_attention_backward"}
 ACCUMULATING |= set("""convolution _convolution convolution_backward _grouped_mm cumprod logcumsumexp _logcumsumexp
     soft_margin_loss multi_margin_loss multilabel_margin_loss_forward _pdist_forward _cdist_forward
     _euclidean_dist dist trace renorm addr addbmm vdot _embedding_bag _embedding_bag_forward_only

@@ -108,7 +108,7 @@ class TorchProfile:
             if k is not None:       # an NKI kernel call: its own instructions, on their engines and DMA queues
                 _add_kernel_rows(cols, k, k.start_ns - t0, len(cols["start"]))
                 continue
-            mm = r.op in _TENSOR_OPS
+            mm = r.op.rpartition("::")[2] in _TENSOR_OPS       # rows name their op with its namespace
             eng = "dma" if r.kind == "fallback" else ("tensor" if mm else "vector")
             file, _, line = r.source.rpartition(":")
             n = len(cols["start"])
@@ -138,7 +138,8 @@ def _add_kernel_rows(cols, k, offset, base):
 
 
 _TENSOR_OPS = {"mm", "addmm", "bmm", "baddbmm", "_scaled_dot_product_flash_attention_for_cpu",
-               "_scaled_dot_product_flash_attention_for_cpu_backward"}
+               "_scaled_dot_product_flash_attention_for_cpu_backward", "sliding_window_attention",
+               "sliding_window_attention_backward"}
 
 
 @contextlib.contextmanager

@@ -481,9 +481,10 @@ def clear_charges():
 
 
 _INFO = {}   # OpOverload -> (name, category, is a transfer op, accumulates in fp32)
-# The namespaces whose op names the op table holds (aten, and the c10d functional collectives distributed.py adds);
-# an op of any other namespace (a library's torch.library op) runs as a CPU fallback named "namespace::op".
-_TABLE_NAMESPACES = frozenset(("aten", "_c10d_functional"))
+# The namespaces whose op names the op table holds (aten, the c10d functional collectives distributed.py adds, and
+# trnsim's own attention ops, window_attention.py); an op of any other namespace (a library's torch.library op) runs
+# as a CPU fallback named "namespace::op".
+_TABLE_NAMESPACES = frozenset(("aten", "_c10d_functional", "trnsim_attn"))
 _DEVICE_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse1)
 _KERNEL_FOR_DEVICE = set()   # ids of the library ops whose PrivateUse1 kernel the device runs (see _info)
 _DECOMPOSE = set()           # ids of the aten ops run as their CompositeImplicitAutograd decomposition (see _info)
@@ -572,7 +573,9 @@ def _info(func):
     if is_serial(name, cat):
         runner = serial(runner)             # its numerics on one host thread (host_threads.py)
     impl = _native_dropout if name == "native_dropout" else NATIVE_IMPLS.get(name)
-    r = _INFO[id(func)] = (name, cat, name in TRANSFER, name in ACCUMULATING, check, _written(func), gen, impl,
+    # the name charged and profiled: trnsim's own ops keep their namespace (an aten op's is added by the profiler)
+    shown = name if func.namespace != "trnsim_attn" else f"trnsim_attn::{name}"
+    r = _INFO[id(func)] = (shown, cat, name in TRANSFER, name in ACCUMULATING, check, _written(func), gen, impl,
                            runner)
     if cat == "view" and name[-1] != "_" and check is None and not r[5]:
         _VIEWS[id(func)] = runner

@@ -49,7 +49,7 @@ import os
 
 import torch
 
-from .models import BUILTIN, ModelSpec, load_model
+from .models import BUILTIN, ModelSpec, load_model, mlp_kind
 
 __all__ = ["Parallelism", "Estimate", "estimate", "INSTANCES", "instance_name", "load_prices", "rank_layout",
            "state_memory", "capacity_per_rank", "default_global_batch", "optimizer_s", "OPTIMIZERS",
@@ -485,7 +485,11 @@ def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, c
         fallbacks.update(c.fallbacks)
     head = head_cost(spec, tp=tp, **common)
     fallbacks.update(head.fallbacks)
-    layers_per_stage = {k: math.ceil(n / pp) for k, (n, _) in per_kind.items()}
+    # the slowest pipeline stage's layers (ceil(layers / pp) consecutive layers a stage; kinds mixed as the model
+    # orders them)
+    slowest = max(spec.stages(pp), key=lambda d: sum(n * (per_kind[k][1].fwd_ns + per_kind[k][1].bwd_ns)
+                                                      for k, n in d.items()))
+    layers_per_stage = {k: slowest.get(k, 0) for k in per_kind}
     comp = {"tensor": 0.0, "other": 0.0, "fallback": 0.0, "launch": 0.0, "recompute": 0.0}
     fwd_stage = bwd_stage = 0.0
     graph_comm_ns = 0.0     # compiled: the exposed time of the collectives inside the graphs (not split by LNC)
@@ -532,7 +536,7 @@ def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, c
                                                                           groups["cp"][0])
         coll["cp all_gather/reduce_scatter"] = nlayers_stage * t
     if ep > 1 and spec.moe:
-        moe_layers = layers_per_stage.get("moe", 0)
+        moe_layers = sum(n for k, n in layers_per_stage.items() if mlp_kind(k) == "moe")
         a2a = micro_batch * s_local * spec.top_k * spec.hidden * 2
         coll["ep all_to_all"] = 4 * moe_layers * _coll("all_to_all", a2a, topo, groups["ep"][0])
     per_mb_comm = sum(coll.values())
@@ -542,7 +546,8 @@ def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, c
     pipeline_s = steps * (stage_s + per_mb_comm + p2p)
     bubble_s = (pp - 1) * stage_s        # the collectives of the bubble steps are counted with the others
     # parameters held by one rank
-    dense_layer_local = {k: (spec.attention_params() / tp + spec.mlp_params(k) / (tp * (ep if k == "moe" else 1))
+    dense_layer_local = {k: (spec.attention_params() / tp + spec.mlp_params(k) / (tp * (ep if mlp_kind(k) == "moe"
+                                                                                   else 1))
                              + 2 * spec.hidden) for k, _ in kinds}
     layer_params_local = sum(layers_per_stage[k] * dense_layer_local[k] for k, _ in kinds)
     emb_local = spec.embedding_params() / tp
@@ -626,12 +631,13 @@ def state_memory(spec, par):
     """Bytes per rank of the training state alone (no activations): bf16 weights (with FSDP the rank's shard plus
     two gathered layers), bf16 gradients and the fp32 master weights and AdamW moments (sharded over the data-
     parallel group with FSDP).  Known before any layer runs: the search drops configurations it cannot hold."""
-    kinds = spec.layer_kinds()
-    per_stage = {k: math.ceil(n / par.pp) for k, n in kinds}
+    def local(k):
+        return (spec.attention_params() / par.tp + spec.mlp_params(k) / (par.tp * (par.ep if mlp_kind(k) == "moe"
+                                                                                    else 1)) + 2 * spec.hidden)
+    # the pipeline stage with the most parameters (ceil(layers / pp) consecutive layers a stage)
+    per_stage = max(spec.stages(par.pp), key=lambda d: sum(n * local(k) for k, n in d.items()))
     nl = sum(per_stage.values())
-    layer_local = sum(per_stage[k] * (spec.attention_params() / par.tp + spec.mlp_params(k) /
-                                      (par.tp * (par.ep if k == "moe" else 1)) + 2 * spec.hidden)
-                      for k, _ in kinds)
+    layer_local = sum(n * local(k) for k, n in per_stage.items())
     params_local = layer_local + spec.embedding_params() / par.tp
     shard = par.dp if (par.fsdp and par.dp > 1) else 1
     weights = params_local * 2 if shard == 1 else params_local * 2 / shard + 2 * layer_local / max(nl, 1) * 2

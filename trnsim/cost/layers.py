@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .models import is_windowed, mlp_kind
+
 __all__ = ["DecoderLayer", "LMHead"]
 
 
@@ -30,16 +32,22 @@ class RMSNorm(nn.Module):
         return F.rms_norm(x, (x.shape[-1],), self.weight, 1e-6)
 
 
-def _attention(q, k, v):
+def _attention(q, k, v, window=0):
     """Causal attention through the fused (flash) kernel the device implements natively, as a Trainium attention
     kernel is: torch's composite SDPA on a PrivateUse1 device takes the math path (materialised scores) instead.
+    ``window``: a sliding window of that many keys (``trnsim_attn::sliding_window_attention``, one fused kernel
+    that skips the key tiles outside the window; ``backend/window_attention.py``).
     Value heads narrower than the query's (latent attention) are padded to the query's head size.  Under
     ``torch.compile`` the op is traced into the layer's graph and the neuron backend keeps it one node, the same
     kernel (``compile.backend._KEEP_WHOLE``), so a compiled layer is one graph with attention inside it."""
     dv = v.shape[-1]
     if dv != q.shape[-1]:
         v = F.pad(v, (0, q.shape[-1] - dv))
-    o = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True)[0]
+    if window:
+        from ..backend.window_attention import sliding_window_attention
+        o = sliding_window_attention(q, k, v, window)
+    else:
+        o = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True)[0]
     return o[..., :dv] if dv != q.shape[-1] else o
 
 
@@ -50,10 +58,12 @@ def _rotate(x, cos, sin):
 
 
 class Attention(nn.Module):
-    """Grouped-query attention, heads sharded over ``tp`` ranks, causal SDPA."""
+    """Grouped-query attention, heads sharded over ``tp`` ranks, causal SDPA (with a sliding ``window`` of keys
+    when not 0)."""
 
-    def __init__(self, spec, tp):
+    def __init__(self, spec, tp, window=0):
         super().__init__()
+        self.window = int(window)
         self.h = _div(spec.heads, tp, "attention heads")
         self.kv = max(1, spec.kv_heads // tp) if spec.kv_heads >= tp else 1
         self.d = spec.head_dim
@@ -71,7 +81,7 @@ class Attention(nn.Module):
         if self.kv != self.h:
             k = k.repeat_interleave(self.h // self.kv, dim=1)
             v = v.repeat_interleave(self.h // self.kv, dim=1)
-        o = _attention(q, k, v)
+        o = _attention(q, k, v, self.window)
         return self.o(o.transpose(1, 2).reshape(b, s, self.h * self.d))
 
 
@@ -186,13 +196,19 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, spec, kind="dense", tp=1, ep=1, sp=False):
         super().__init__()
+        window = spec.sliding_window if is_windowed(kind) else 0
+        if window and spec.mla:
+            raise ValueError(f"{spec.name}: a sliding window on latent attention is not modelled")
         self.norm1 = RMSNorm(spec.hidden)
-        self.attn = LatentAttention(spec, tp) if spec.mla else Attention(spec, tp)
+        self.attn = LatentAttention(spec, tp) if spec.mla else Attention(spec, tp, window)
         self.norm2 = RMSNorm(spec.hidden)
-        self.mlp = MoE(spec, tp, ep) if kind == "moe" else MLP(spec.hidden, spec.ffn, tp)
+        self.mlp = MoE(spec, tp, ep) if mlp_kind(kind) == "moe" else MLP(spec.hidden, spec.ffn, tp)
         self.sp = tp if (sp and tp > 1) else 0
         if self.sp:
             _define_reshard()
+        if window:                      # defined before any trace, as the reshard
+            from ..backend import window_attention
+            window_attention.op()
 
     def forward(self, x, cos, sin):
         if not self.sp:

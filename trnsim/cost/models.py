@@ -1,8 +1,8 @@
 """Model descriptions for the estimator: a :class:`ModelSpec` from a Hugging Face config (dict, JSON file or
 ``transformers`` config object) or a built-in name, its parameter counts, and the model flops of a step.
 
-Only decoder-only transformers are described here (dense, grouped-query attention, mixture of experts,
-DeepSeek's multi-head latent attention); their layers are built by :mod:`trnsim.cost.layers` and run on the
+Only decoder-only transformers are described here (dense, grouped-query attention with an optional sliding
+window on some layers, mixture of experts, DeepSeek's multi-head latent attention); their layers are built by :mod:`trnsim.cost.layers` and run on the
 shape-only device.
 """
 
@@ -52,6 +52,8 @@ class ModelSpec:
     qk_rope_dim: int = 0
     v_head_dim: int = 0
     source: str = ""
+    sliding_window: int = 0       # keys a windowed layer's query sees (itself included); 0: none
+    windowed: tuple = ()          # the indices of the layers with a sliding window (Hugging Face's layer_types)
 
     # -- structure --------------------------------------------------------------------------------------
     @property
@@ -62,14 +64,31 @@ class ModelSpec:
     def moe(self) -> bool:
         return self.experts > 0
 
+    def layer_order(self):
+        """The kind of every decoder layer in order: "dense" or "moe" (its MLP), with ``WINDOW`` appended when its
+        attention has a sliding window."""
+        win = set(self.windowed) if self.sliding_window else set()
+        return [("dense" if (not self.moe or i < self.dense_layers) else "moe") + (WINDOW if i in win else "")
+                for i in range(self.layers)]
+
     def layer_kinds(self):
-        """``[(kind, count)]``: "dense" and "moe" decoder layers."""
-        if not self.moe:
-            return [("dense", self.layers)]
+        """``[(kind, count)]`` in order of first appearance: "dense" and "moe" decoder layers, each also as
+        "dense/window" and "moe/window" (a sliding window) when the model has windowed layers."""
+        out = {}
+        for k in self.layer_order():
+            out[k] = out.get(k, 0) + 1
+        return list(out.items())
+
+    def stages(self, pp):
+        """``[{kind: count}]``: the layers of each of ``pp`` pipeline stages, ``ceil(layers / pp)`` consecutive
+        layers each (the last may hold fewer)."""
+        order, per = self.layer_order(), -(-self.layers // int(pp))
         out = []
-        if self.dense_layers:
-            out.append(("dense", self.dense_layers))
-        out.append(("moe", self.layers - self.dense_layers))
+        for s0 in range(0, self.layers, per):
+            d = {}
+            for k in order[s0:s0 + per]:
+                d[k] = d.get(k, 0) + 1
+            out.append(d)
         return out
 
     # -- parameters -------------------------------------------------------------------------------------
@@ -87,13 +106,13 @@ class ModelSpec:
 
     def mlp_params(self, kind) -> int:
         h = self.hidden
-        if kind == "dense":
+        if mlp_kind(kind) == "dense":
             return 3 * h * self.ffn
         return self.experts * 3 * h * self.moe_ffn + self.shared_experts * 3 * h * self.moe_ffn + h * self.experts
 
     def mlp_active_params(self, kind) -> int:
         h = self.hidden
-        if kind == "dense":
+        if mlp_kind(kind) == "dense":
             return 3 * h * self.ffn
         return (self.top_k + self.shared_experts) * 3 * h * self.moe_ffn + h * self.experts
 
@@ -123,6 +142,37 @@ class ModelSpec:
         return 6.0 * n + 12.0 * self.layers * self.heads * qk * seq
 
 
+WINDOW = "/window"
+
+
+def mlp_kind(kind):
+    """The MLP of a layer kind: "dense" or "moe" (``"moe/window"`` -> ``"moe"``)."""
+    return kind.split("/", 1)[0]
+
+
+def is_windowed(kind):
+    """True when a layer kind's attention has a sliding window."""
+    return kind.endswith(WINDOW)
+
+
+def _windowed_layers(cfg, layers):
+    """``(window, indices)`` of the layers with a sliding window, read as ``transformers`` reads them: the config's
+    ``layer_types`` ("sliding_attention") when it has them; else, when ``sliding_window`` is set and
+    ``use_sliding_window`` is not false, the layers from ``max_window_layers`` (Qwen2/3) or every layer (Mistral)."""
+    w = _get(cfg, "sliding_window")
+    if not w or _get(cfg, "use_sliding_window") is False:
+        return 0, ()
+    types = _get(cfg, "layer_types")
+    if types is not None:
+        if len(types) != layers:
+            raise ValueError(f"layer_types has {len(types)} entries for {layers} layers")
+        idx = tuple(i for i, t in enumerate(types) if t == "sliding_attention")
+    else:
+        first = int(_get(cfg, "max_window_layers", default=0) or 0)
+        idx = tuple(range(first, layers))
+    return (int(w), idx) if idx else (0, ())
+
+
 def _get(cfg, *names, default=None):
     for n in names:
         v = cfg.get(n) if isinstance(cfg, dict) else getattr(cfg, n, None)
@@ -139,8 +189,10 @@ def spec_from_config(cfg, name="model") -> ModelSpec:
     experts = int(_get(cfg, "n_routed_experts", "num_local_experts", "num_experts", default=0) or 0)
     moe_ffn = int(_get(cfg, "moe_intermediate_size", default=0) or 0) or (int(_get(cfg, "intermediate_size"))
                                                                           if experts else 0)
+    layers = int(_get(cfg, "num_hidden_layers", "n_layer"))
+    window, windowed = _windowed_layers(cfg, layers)
     return ModelSpec(
-        name=name, hidden=h, layers=int(_get(cfg, "num_hidden_layers", "n_layer")), heads=heads,
+        name=name, hidden=h, layers=layers, heads=heads,
         kv_heads=int(_get(cfg, "num_key_value_heads", default=heads)), head_dim=int(hd) if hd else h // heads,
         ffn=int(_get(cfg, "intermediate_size", "n_inner", default=4 * h)), vocab=int(_get(cfg, "vocab_size")),
         tied=bool(_get(cfg, "tie_word_embeddings", default=False)), experts=experts,
@@ -152,7 +204,7 @@ def spec_from_config(cfg, name="model") -> ModelSpec:
         qk_nope_dim=int(_get(cfg, "qk_nope_head_dim", default=0) or 0),
         qk_rope_dim=int(_get(cfg, "qk_rope_head_dim", default=0) or 0),
         v_head_dim=int(_get(cfg, "v_head_dim", default=0) or 0),
-        source=str(_get(cfg, "source", default="") or ""))
+        source=str(_get(cfg, "source", default="") or ""), sliding_window=window, windowed=windowed)
 
 
 def load_model(model) -> ModelSpec:

@@ -17,7 +17,7 @@ from . import layer_cache
 __all__ = ["LayerCost", "layer_cost", "head_cost", "classify"]
 
 _TENSOR_ENGINE_OPS = ("mm", "addmm", "bmm", "baddbmm", "_scaled_dot_product", "convolution", "_grouped_mm",
-                      "linear")
+                      "linear", "sliding_window_attention", "trnsim_attn::sliding_window_attention")
 
 
 @dataclasses.dataclass(frozen=True)

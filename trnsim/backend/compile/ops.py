@@ -9,7 +9,8 @@ Kinds:
 * ``softmax`` / ``softmax_bw`` -- row ops over the last dim
 * ``matmul``    -- the Tensor Engine; elementwise consumers become its epilogue
 * ``opaque``    -- any other op the eager device runs natively (embedding, gather, index_put, cat, norms that keep
-  their aten op, SDPA, ...): one kernel each, charged what the eager device charges it minus the launch
+  their aten op, SDPA, trnsim's ``trnsim_attn::sliding_window_attention``, ...): one kernel each, charged what
+  the eager device charges it minus the launch
 * ``factory`` / ``random`` -- ops creating tensors (``arange``, ``full``, ``rand``...) on the device
 * ``custom``    -- a ``torch.library.custom_op`` operator (an ``nki_op``, an NKI kernel call traced as
   ``trnsim_nki::kernel_call``, or the ``auto_functionalized`` wrapper of a mutating one): not fused; it runs on the
@@ -71,6 +72,8 @@ def kind(target):
         return "view"
     if getattr(target, "namespace", None) == COLLECTIVE_NAMESPACE:
         return "collective"
+    if getattr(target, "namespace", None) == ATTENTION_NAMESPACE:
+        return "opaque"
     if is_custom(target):
         return "custom"
     name = op_name(target)
@@ -115,6 +118,7 @@ def _library_op(target):
 
 _AUTO_FUNC = ("auto_functionalized", "auto_functionalized_v2")
 COLLECTIVE_NAMESPACE = "trnsim_coll"        # backend.seq_reshard.NAMESPACE (not imported: it defines a custom op)
+ATTENTION_NAMESPACE = "trnsim_attn"         # backend.window_attention.NAMESPACE: the attention kernel, as eager
 
 
 def is_custom(target):

@@ -39,6 +39,12 @@ negative score (one Vector Engine add of a mask tile, made once per kernel by th
 skipping: skip MM1/MM2 for upper triangle tiles", nki-library ``nkilib/core/attention/attention_cte.py``, module
 docstring; docs/hardware.md, "How AWS's kernels do their work").
 
+A sliding window (``window=w`` with ``causal``, :func:`flash_attention` only; query ``i`` keeps keys
+``i - w < j <= i``, Hugging Face's sliding-window causal mask) also skips the key tiles before each query tile's
+window and masks the tiles the window's start crosses, one mask per distinct tile offset made once per kernel;
+nki-library's ``attention_cte`` does the same for its ``sliding_window`` ("Local attention: each query only attends
+to nearby keys within a window", "Currently only works with causal", module docstring).
+
 Dimensions: ``L`` and ``S`` multiples of 128 (the caller pads), ``D`` at most ``MAX_HEAD_DIM`` (``flash_attention``)
 or 128 (``flash_attention_rows``).  The backward pass has no kernel
 here; :func:`trnsim.backend.costs.attention_backward_cost` documents its model.
@@ -60,6 +66,75 @@ def causal_keys(l0, P, S, causal):
     """The keys the query tile from row ``l0`` (``P`` rows) computes: all ``S``, or with ``causal`` those up to its
     last row (a multiple of 128 when ``l0`` is)."""
     return min(S, l0 + P) if causal else S
+
+
+def key_range(l0, P, S, causal, window=None):
+    """``(first, end)``: the keys the query tile from row ``l0`` (``P`` rows) computes.  ``end`` is
+    :func:`causal_keys`; ``first`` is 0, or with a sliding ``window`` the start of the 128-key tile that holds the
+    first key the tile's first row keeps (``l0 - window + 1``): the key tiles before it are never loaded into a
+    product."""
+    end = causal_keys(l0, P, S, causal)
+    if not window:
+        return 0, end
+    return max(0, l0 - int(window) + 1) // P * P, end
+
+
+def band_tiles(l0, first, end, P, window):
+    """The key tiles (their first key) of the query tile from ``l0`` that a sliding ``window`` (with the causal
+    mask) masks in part: the diagonal tile, and every tile before ``l0 + P - window`` (where the last row's window
+    begins)."""
+    return [kt for kt in range(first, end, P) if kt == l0 or kt < l0 + P - int(window)]
+
+
+def _band(masks, P, t0, window):
+    """The additive mask of the key tile ``t0`` keys after the query tile's first row, for causal attention with a
+    sliding ``window`` (query ``i`` keeps key ``j`` when ``i - window < j <= i``, Hugging Face's
+    ``sliding_window_causal_mask_function``): 0 where kept, :data:`MASKED` elsewhere; one per distinct ``t0``,
+    made once per kernel (memset, then one GpSimd ``affine_select`` per bound the tile crosses)."""
+    key = ("band", t0, int(window))
+    m = masks.get(key)
+    if m is not None:
+        return m
+    w = int(window)
+    src = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.sbuf, name="band_zero")
+    nisa.memset(src, 0.0)
+    if t0 == 0:             # the diagonal: keep column c <= row r
+        d = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.sbuf, name="band_causal")
+        nisa.affine_select(d, [[-1, P]], 1, src, MASKED, cmp_op="greater_equal", offset=0)
+        src = d
+    if t0 < P - w:          # the window's start: keep t0 + c > r - w, i.e. c - r + w + t0 - 1 >= 0
+        d = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.sbuf, name="band_window")
+        nisa.affine_select(d, [[1, P]], -1, src, MASKED, cmp_op="greater_equal", offset=w + t0 - 1)
+        src = d
+    masks[key] = src
+    return src
+
+
+def _mask_tiles(sc, chunks, tiles):
+    """The score tiles of a key block listed in ``tiles`` (``[(column in the block, mask)]``, multiples of 128)
+    plus their masks, into SBUF (Vector Engine); every other column stays in PSUM, read there by the softmax.
+    Returns the new (chunks, tiles)."""
+    P = sc[0].shape[0]
+    at = dict(tiles)
+    out_c, out_t = [], []
+    for (c0, cw), t in zip(chunks, sc):
+        run = None          # the start of the current run of unmasked columns
+        for c in range(c0, c0 + cw, P):
+            if c in at:
+                if run is not None:
+                    out_c.append((run, c - run))
+                    out_t.append(t[:, run - c0:c - c0])
+                    run = None
+                m = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.sbuf, name="scores_masked")
+                nisa.tensor_tensor(m, t[:, c - c0:c - c0 + P], at[c], op="add")
+                out_c.append((c, P))
+                out_t.append(m)
+            elif run is None:
+                run = c
+        if run is not None:
+            out_c.append((run, c0 + cw - run))
+            out_t.append(t if run == c0 else t[:, run - c0:cw])
+    return out_c, out_t
 
 
 def _diagonal(masks, P):
@@ -106,10 +181,12 @@ def head_group(L, S, D, itemsize, knee_bytes):
     return max(1, min(16, -(-int(knee_bytes) // (min(L, S) * itemsize))))
 
 
-def flash_attention(qT, kT, v, scale=None, dropout_p=0.0, group=1, causal=False):
+def flash_attention(qT, kT, v, scale=None, dropout_p=0.0, group=1, causal=False, window=None):
     """``o[h] = softmax(scale * Q_h K_h^T) V_h`` for every head ``h`` of ``qT[H, D, L]``, ``kT[H, D, S]``,
     ``v[H, S, D]``; ``group`` heads share each load and store DMA; ``causal``: query ``i`` attends to keys
-    ``j <= i`` only, the masked key tiles skipped (see the module docstring)."""
+    ``j <= i`` only, the masked key tiles skipped (see the module docstring); ``window`` (with ``causal``): a
+    sliding window, query ``i`` attends to keys ``i - window < j <= i`` only, the key tiles before the window
+    skipped too and the tiles the window's start crosses masked (:func:`band_tiles`)."""
     H, D, L = qT.shape
     _, _, S = kT.shape
     P = nl.tile_size.pmax
@@ -126,6 +203,12 @@ def flash_attention(qT, kT, v, scale=None, dropout_p=0.0, group=1, causal=False)
         raise ValueError(f"flash_attention: dropout_p {dropout_p} is outside [0, 1)")
     if int(group) < 1:
         raise ValueError(f"flash_attention: group {group} must be at least 1")
+    if window is not None and (not causal or int(window) < 1):
+        raise ValueError(f"flash_attention: window {window}: a sliding window is at least 1 key and needs "
+                         "causal=True (as nki-library's attention_cte: \"SWA currently only supports causal attn\")")
+    if window is not None and L > S + int(window) - 1:
+        raise ValueError(f"flash_attention: query rows from {S + int(window) - 1} of {L} keep no key (keys end at "
+                         f"{S}, the window is {window}): their softmax is undefined")
     scale = float(D) ** -0.5 if scale is None else float(scale)
     keep = 1.0 / (1.0 - dropout_p)
     out = nl.ndarray((H, L, D), dtype=v.dtype, buffer=nl.shared_hbm, name="o")
@@ -148,7 +231,7 @@ def flash_attention(qT, kT, v, scale=None, dropout_p=0.0, group=1, causal=False)
         # next item are issued before the transposes and P V of this one, so the Tensor Engine computes the next
         # scores while the Vector and Scalar Engines finish this item's softmax (engines run in program order)
         items = [(l0, j, s0) for l0 in range(0, L, P) for j in range(g)
-                 for s0 in range(0, causal_keys(l0, P, S, causal), KV_BLOCK)]
+                 for s0 in range(*key_range(l0, P, S, causal, window)[:2], KV_BLOCK)]
         run = {}
         o_t = None
         pending = None
@@ -156,19 +239,24 @@ def flash_attention(qT, kT, v, scale=None, dropout_p=0.0, group=1, causal=False)
             nxt = None
             if it is not None:
                 l0, j, s0 = it
-                if s0 == 0 and j == 0:
+                ks, se = key_range(l0, P, S, causal, window)
+                if s0 == ks and j == 0:
                     o_t = nl.ndarray((P, g * D), dtype=v.dtype, buffer=nl.sbuf, name="o_tile")
                 st = run.setdefault((l0, j), {"m": None, "l": None, "o": None, "o_t": o_t})
-                se = causal_keys(l0, P, S, causal)
                 qj = [qc[:, j * L + l0:j * L + l0 + P] for qc in q_s]
+                band = None
+                if window is not None:
+                    band = [(kt - s0, _band(masks, P, kt - l0, window))
+                            for kt in band_tiles(l0, ks, se, P, window) if s0 <= kt < s0 + KV_BLOCK]
                 sc = _scores(qj, [kc[:, j * S:j * S + se] for kc in k_s], s0, scale, v.dtype,
-                             st["m"], dropout_p, masks if causal and se == l0 + P else None)
+                             st["m"], dropout_p, masks if causal and window is None and se == l0 + P else None,
+                             band)
                 nxt = (it, st, sc, st["m"])         # (the running max before this block, for its rescaling)
                 st["m"] = sc[1]
             if pending is not None:
                 (l0, j, s0), st, sc, m_prev = pending
-                se = causal_keys(l0, P, S, causal)
-                _pv_update(sc, v_s[:, j * ST * D:(j + 1) * ST * D], s0, se, st, m_prev, scale, D=D)
+                ks, se = key_range(l0, P, S, causal, window)
+                _pv_update(sc, v_s[:, j * ST * D:(j + 1) * ST * D], s0, se - ks, st, m_prev, scale, D=D)
                 if s0 + KV_BLOCK >= se:         # the last key block: O / l into this head's columns of the tile
                     rl = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf, name="inv_sum")
                     nisa.reciprocal(rl, st["l"])
@@ -381,12 +469,13 @@ def _stage_out(it, dst, keep):
     nisa.tensor_scalar(dst, it["o"], "multiply", rl, op1="multiply", operand1=keep, engine="scalar")
 
 
-def _scores(q_t, k_h, s0, scale, mm_dt, m_prev, dropout_p, masks=None):
+def _scores(q_t, k_h, s0, scale, mm_dt, m_prev, dropout_p, masks=None, band=None):
     """Scores of 128 queries (``q_t[D, 128]``) against the key block from ``s0`` of ``k_h[D, S]``, their (running)
     row maximum and the probabilities ``exp(scale * s - scale * max)`` (``mm_dt``) with their row sum.  ``masks``
     (causal, when ``k_h`` ends at the tile's diagonal): the block's last 128 keys are the diagonal tile, masked.
     ``q_t`` and ``k_h`` may be lists of the contraction's partition chunks (a head over 128 wide): each score
-    matmul then accumulates over them in PSUM."""
+    matmul then accumulates over them in PSUM.  ``band`` (a sliding window): ``[(column in the block, mask)]``,
+    the block's tiles to mask (:func:`_mask_tiles`)."""
     q_t = q_t if isinstance(q_t, list) else [q_t]
     k_h = k_h if isinstance(k_h, list) else [k_h]
     P = q_t[0].shape[1]
@@ -401,6 +490,8 @@ def _scores(q_t, k_h, s0, scale, mm_dt, m_prev, dropout_p, masks=None):
             nisa.nc_matmul(sc_c, qc, kc[:, s0 + c0:s0 + c0 + cw])
     if masks is not None and s0 + sb == S:
         chunks, sc = _mask_last(sc, chunks, masks)
+    if band:
+        chunks, sc = _mask_tiles(sc, chunks, band)
     mx = _row_combine(sc, "maximum", "mx")
     if m_prev is not None:
         m_new = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf, name="m_new")
