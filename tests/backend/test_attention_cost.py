@@ -13,11 +13,14 @@ from trnsim.kernels.library import attention
 from trnsim.targets import get_target
 
 
-def _ref(q, k, v, scale, causal=False):
+def _ref(q, k, v, scale, causal=False, window=None):
+    """float64 softmax attention; ``causal``: query i keeps keys j <= i (torch's is_causal, top-left aligned);
+    ``window`` (with causal): also j > i - window."""
     s = np.einsum("...ld,...sd->...ls", q.astype(np.float64), k.astype(np.float64)) * scale
-    if causal:          # torch's is_causal: query i keeps keys j <= i (top-left aligned)
+    if causal:
         L, S = s.shape[-2:]
-        s = np.where(np.tril(np.ones((L, S), bool)), s, -np.inf)
+        i, j = np.arange(L)[:, None], np.arange(S)[None, :]
+        s = np.where((j <= i) & (j > i - (window or L + S)), s, -np.inf)
     s -= s.max(-1, keepdims=True)
     p = np.exp(s)
     p /= p.sum(-1, keepdims=True)

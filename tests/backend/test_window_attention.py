@@ -6,23 +6,18 @@ import numpy as np
 import pytest
 import torch
 
-from trnsim.backend import charging, costs
+from trnsim.backend import costs
 from trnsim.backend.shape_only import device_target
 from trnsim.backend.window_attention import sliding_window_attention
 from trnsim.kernels.jit import run_kernel
 from trnsim.kernels.library import attention
 
+from test_attention_cost import _ref as _attention_ref  # noqa: E402  (tests/backend on sys.path)
+
 
 def _ref(q, k, v, scale, window):
     """float64 softmax attention where query i keeps keys i - window < j <= i."""
-    s = np.einsum("...ld,...sd->...ls", q.astype(np.float64), k.astype(np.float64)) * scale
-    L, S = s.shape[-2:]
-    i, j = np.arange(L)[:, None], np.arange(S)[None, :]
-    s = np.where((j <= i) & (j > i - window), s, -np.inf)
-    s -= s.max(-1, keepdims=True)
-    p = np.exp(s)
-    p /= p.sum(-1, keepdims=True)
-    return np.einsum("...ls,...sd->...ld", p, v.astype(np.float64))
+    return _attention_ref(q, k, v, scale, causal=True, window=window)
 
 
 def _run(q, k, v, **kw):
