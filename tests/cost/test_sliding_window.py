@@ -73,7 +73,6 @@ def test_the_pipeline_stage_is_the_slowest_run_of_consecutive_layers():
     compute is two full layers', not one of each."""
     seq = 1024
     e = E.estimate(TINY_W, "trn2.48xlarge", tp=1, pp=2, seq=seq, global_batch=64)
-    full = layer_cost(TINY_W, "dense", micro_batch=1, seq=seq, target="trn2")
     nowin = E.estimate(dataclasses.replace(TINY_W, sliding_window=0, windowed=()), "trn2.48xlarge", tp=1, pp=2,
                        seq=seq, global_batch=64)
     # the slowest stage holds the two full layers in both models: the same compute
@@ -82,5 +81,4 @@ def test_the_pipeline_stage_is_the_slowest_run_of_consecutive_layers():
     one = E.estimate(TINY_W, "trn2.48xlarge", tp=1, pp=1, seq=seq, global_batch=64)
     one_nowin = E.estimate(dataclasses.replace(TINY_W, sliding_window=0, windowed=()), "trn2.48xlarge", tp=1,
                            pp=1, seq=seq, global_batch=64)
-    assert one.step_time_s < one_nowin.step_time_s
-    assert full.fwd_ns > 0
+    assert one.step_time_s < one_nowin.step_time_s         # one stage: the windowed layers count
