@@ -307,9 +307,13 @@ def unpack_x4(dt: DType, bits: np.ndarray) -> np.ndarray:
     b = np.asarray(bits)
     if b.dtype.kind == "V" and b.dtype.itemsize == dt.itemsize:
         b = b.view(dt.np)                      # the format's registered NumPy dtype (neuron_dtypes): same bytes
-    b = b.astype(np.uint32)
-    parts = np.stack([(b >> np.uint32(w * j)) & np.uint32((1 << w) - 1) for j in range(dt.packed)], axis=-1)
-    return parts.astype(np.uint8).view(_element_np(dt.element)).astype(np.float32)
+    b = b.astype(dt.np, copy=False)
+    # one byte per value (the codes), filled field by field: no temporary wider than the packed array itself
+    parts = np.empty(b.shape + (dt.packed,), dtype=np.uint8)
+    mask = dt.np.type((1 << w) - 1)
+    for j in range(dt.packed):
+        parts[..., j] = (b >> dt.np.type(w * j)) & mask
+    return parts.view(_element_np(dt.element)).astype(np.float32)
 
 
 def pack_x4(dt: DType, values: np.ndarray) -> np.ndarray:
@@ -317,11 +321,15 @@ def pack_x4(dt: DType, values: np.ndarray) -> np.ndarray:
     converts) and pack them into elements of ``dt``."""
     w = dt.itemsize * 8 // dt.packed
     v = np.asarray(values, dtype=np.float32)
-    codes = v.astype(_element_np(dt.element)).view(np.uint8).astype(np.uint32) & np.uint32((1 << w) - 1)
-    out = np.zeros(v.shape[:-1], dtype=np.uint32)
-    for j in range(dt.packed):
-        out |= codes[..., j] << np.uint32(w * j)
-    return out.astype(dt.np)
+    # the codes one byte per value, then each field shifted into place in the packed dtype: the largest temporary
+    # is one packed-width array (large MX weights: a 4-byte-per-value uint32 copy of the codes cost GiBs)
+    codes = v.astype(_element_np(dt.element)).view(np.uint8)
+    if w < 8:
+        codes &= np.uint8((1 << w) - 1)
+    out = codes[..., 0].astype(dt.np)
+    for j in range(1, dt.packed):
+        out |= codes[..., j].astype(dt.np) << dt.np.type(w * j)
+    return out
 
 
 # mantissa bits of the fp8 formats with several NaN encodings, whose NaN payloads ml_dtypes' conversions to and from
