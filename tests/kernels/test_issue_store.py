@@ -166,3 +166,70 @@ def test_a_full_store_starts_again(empty_store, monkeypatch):
     got = _launch(_mm())
     assert all(len(st[1]) <= 3 for st in issue_cache._STORES.values())
     _same(got, _launch(_mm(), cached=False))
+
+
+def _moving(x, n, bad):
+    """Slices of one SBUF tile at moving offsets within its partitions (one layout class for dma_copy and
+    nc_matmul), then slices starting at other partitions; ``bad``: the last slice of 64 partitions starts at 32."""
+    P, F = x.shape
+    big = nl.ndarray((P, F * n), dtype=x.dtype, buffer=nl.sbuf)
+    for i in range(n):
+        nisa.dma_copy(big[:, i * F:(i + 1) * F], x)
+    acc = nl.ndarray((P, 512), dtype=nl.float32, buffer=nl.psum)
+    for i in range(n - 1):
+        nisa.nc_matmul(acc[0:F, 0:F], big[:, i * F:(i + 1) * F], big[:, (i + 1) * F:(i + 2) * F])
+    for p0 in (0, 32, 64, 96):
+        nisa.tensor_copy(big[p0:p0 + 32, 0:F], big[p0:p0 + 32, F:2 * F])
+    if bad:
+        nisa.tensor_copy(big[32:96, 0:F], big[32:96, F:2 * F])
+    return x
+
+
+def test_a_layout_class_gives_its_layouts_without_first_runs(empty_store):
+    probes = empty_store
+    x = ShapeOnlyInput((128, 64), "bfloat16")
+    case = (_moving, (x, 12, False), {})
+    on = _launch(case)
+    # one first run per class: the 12 dma_copy offsets, the 11 nc_matmul offsets, the 4 tensor_copy partitions
+    # (4 classes: the start partition is in the class)
+    assert len(probes) == 1 + 1 + 4
+    assert len(on.cores[0].issue_cache) == 12 + 11 + 4          # every layout in the core's cache, as before
+    off = _launch(case, cached=False)
+    _same(on, off)
+    _same(_launch(case), off)
+    assert len(probes) == 6
+
+
+def test_a_bad_start_partition_fails_as_without_the_cache(empty_store):
+    x = ShapeOnlyInput((128, 64), "bfloat16")
+    _launch((_moving, (x, 4, False), {}))
+    errs = []
+    for cached in (False, True):
+        with pytest.raises(NkiValidationError, match="start") as ei:
+            _launch((_moving, (x, 4, True), {}), cached=cached)
+        errs.append((str(ei.value), ei.value.location))
+    assert errs[0] == errs[1]
+
+
+def test_views_whose_offset_matters_keep_it_in_their_class():
+    from trnsim.kernels.jit import run_kernel as rk
+    got = {}
+
+    def k(x):
+        t = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.sbuf)
+        views = {"in partition": t[:, 64:128], "in partition 2": t[:, 128:192],
+                 "to the row's end": t[:, 192:256],
+                 "reversed": t[:, 127:63:-1],
+                 "as bf16": t.view(nl.bfloat16)[:, 128:256],
+                 "one element": t[5, 7]}
+        for name, v in views.items():
+            got[name] = (issue_cache._class_number(v), issue_cache._lk(v))
+        return x
+
+    rk(k, (ShapeOnlyInput((128, 64), "float32"),), {}, (1,), "trn2", execute=False)
+    # slices within the partitions share a class number; its layouts keep their offsets
+    assert got["in partition"][0] == got["in partition 2"][0] == got["to the row's end"][0]
+    assert got["in partition"][1] != got["in partition 2"][1]
+    # a negative stride, another dtype than the tile's, a 0-d view: the class is the layout itself
+    for name in ("reversed", "as bf16", "one element"):
+        assert got[name][0] == got[name][1][1], name

@@ -177,18 +177,25 @@ def _in_partition(a, pf):
     return a.offset % pf + span < pf
 
 
+def _leaf(a, leaves):
+    """Tensor ``a`` appended to the call's ``leaves``; returns its alias: the index of the first earlier leaf in the
+    same buffer, or -1."""
+    buf = a.buf
+    i = 0
+    for x in leaves:
+        if x.buf is buf:
+            break
+        i += 1
+    else:
+        i = -1
+    leaves.append(a)
+    return i
+
+
 def _arg_key(a, leaves, ki):
     if isinstance(a, Tensor):
         _TENSORS.add(type(a))
-        buf = a.buf
-        alias = -1
-        i = 0
-        for x in leaves:
-            if x.buf is buf:
-                alias = i
-                break
-            i += 1
-        leaves.append(a)
+        alias = _leaf(a, leaves)
         # (a tuple: no positional tensor's entry is one)
         return (type(a), _lk(a)[ki] if ki < 2 else _class_number(a), alias)
     t = type(a)
@@ -441,15 +448,7 @@ def _key(fn, args, kwargs, ki, leaves):
         if t in _TENSORS:
             # a positional tensor: its layout as the view's number (made once per view) and its alias, two
             # ints (no other argument adds an int to the key: the rest are (type, value) tuples)
-            buf = a.buf
-            alias = -1
-            i = 0
-            for x in leaves:
-                if x.buf is buf:
-                    alias = i
-                    break
-                i += 1
-            leaves.append(a)
+            alias = _leaf(a, leaves)
             if ki < 2:
                 try:
                     lk = a._lk or _view_key(a)
