@@ -17,8 +17,9 @@ part of any family), calls ``costs.expect_many()`` as the estimate does, then ru
 order: ``run_kernel(..., execute=False)`` (the issue: the kernel's Python, every instruction's rules, cost and
 record) and ``costs.kernel_duration_ns`` (the compiled scheduler), each timed in process CPU time.  Baseline in the
 same process: a bare Python loop making one call of a function that does nothing per recorded instruction of the
-set (the floor of any Python front end issuing them); the ratios divide by it, so a loaded machine moves them
-less than the seconds.  Figures: medians over the repeats.  Every simulation's (ns, flops, bytes) must be the
+set (the floor of any Python front end issuing them; 100,000 calls timed before and after the set, best of 5 each,
+scaled to the set's instruction count); the ratios divide by it, so a loaded machine moves them less than the
+seconds.  Figures: medians over the repeats.  Every simulation's (ns, flops, bytes) must be the
 same in every repeat; ``--save`` writes them with the figures, ``--compare`` checks them against a saved run (==,
 every simulation) and prints the before/after table.
 
@@ -122,9 +123,9 @@ def _noop(a, b, c):
 
 
 def _floor(n):
-    """CPU seconds of a bare loop making ``n`` calls of a function that does nothing (best of 3)."""
+    """CPU seconds of a bare loop making ``n`` calls of a function that does nothing (best of 5)."""
     best = None
-    for _ in range(3):
+    for _ in range(5):
         t = time.process_time()
         f = _noop
         for i in range(n):
@@ -153,6 +154,7 @@ def child(path):
     sched_fast.expect_many()
     costs.kernel_duration_ns(run_kernel(_warm_kernel, (ShapeOnlyInput((128, 64), "float32"),), {},
                                         target=sims[0][4], execute=False))
+    floor = _floor(100_000)
     fam = {}
     values = []
     n_instr = 0
@@ -176,8 +178,9 @@ def child(path):
         n_instr += n
     t_all = clock() - t_all
     import trnsim
+    floor = min(floor, _floor(100_000)) * n_instr / 100_000
     json.dump({"tree": trnsim.__file__, "families": fam, "values": values, "total": t_all, "instructions": n_instr,
-               "floor": _floor(n_instr)}, sys.stdout)
+               "floor": floor}, sys.stdout)
 
 
 # -- the parent: repeats, table, save and compare ------------------------------------------------------------
