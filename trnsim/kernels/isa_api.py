@@ -133,7 +133,7 @@ def _user_site(f, co):
 
 def _wrap(fn):
     issue = _ic.issue
-    ki = _ic.key_index(fn)
+    hbm_off = _ic.keeps_hbm_offsets(fn)
 
     @functools.wraps(fn, assigned=("__name__", "__qualname__"))
     def call(*args, name=None, **kwargs):
@@ -155,7 +155,7 @@ def _wrap(fn):
         sf = site[2]
         if sf and site[1] is fn and sf(core, site[0], args, kwargs):
             return None
-        return issue(fn, core, site[0], args, kwargs, ki, site)    # checked once per operand layout
+        return issue(fn, core, site[0], args, kwargs, hbm_off, site)    # checked once per operand layout
     call.__doc__ = fn.__doc__
     call.__module__ = __name__
     return call
@@ -166,7 +166,6 @@ for _n, _f in _isa.INSTRUCTIONS.items():
 del _n, _f
 
 _DMA_COPY = _isa.INSTRUCTIONS["dma_copy"]
-_DMA_COPY_KI = _ic.key_index(_DMA_COPY)
 _TENSOR_COPY = globals()["tensor_copy"]
 
 
@@ -209,7 +208,7 @@ def dma_copy(dst, src, *args, name=None, **kwargs):
             sf = site[2]
             if sf and site[1] is _DMA_COPY and sf(core, site[0], args, kwargs):
                 return None
-            return _ic.issue(_DMA_COPY, core, site[0], args, kwargs, _DMA_COPY_KI, site)
+            return _ic.issue(_DMA_COPY, core, site[0], args, kwargs, False, site)
         return _dma_copy_skip_oob(dst, src, *args, **kwargs)
     loc = caller_location()
     core = current().core

@@ -34,13 +34,6 @@ when its function was made has its replay written into the function (the code of
 replay, ``replay_gen.program_lines``); other layouts replay through their own code, and a site that keeps finding
 another one gets its function made again for it (``SITE_REMAKES``).
 
-A shape-only launch also keeps the layouts it validated in a store of its thread and core settings (target,
-``precise``, ``strict``) that outlives it: a later shape-only launch of the process (the cost model simulates
-hundreds of kernels, most of them sharing tile layouts) finds a layout there when its own core's cache does not
-hold it, and replays it without running the instruction's rules again (they were checked for that very layout);
-the entry then goes into its core's cache as a first run's would.  A launch that computes values validates every
-layout itself.
-
 Numerics are never cached: a replayed ``compute`` reads the new operands' values (strict mode's check of
 never-written memory runs there too).  ``TRNSIM_ISSUE_CACHE=0`` turns the cache off (the benchmarks measure
 both in one run).
@@ -59,10 +52,9 @@ from _thread import get_ident
 import numpy as np
 
 from .. import config
-from ..memory import HBM, PSUM, SBUF, Tensor
+from ..memory import HBM, PSUM, Tensor
 from ..machine.replay_gen import compile_program, compiled_source, program_lines
 from ..memory.dtypes import DType
-from .tensor import NkiTensor as _NKI
 
 __all__ = ["enabled", "set_enabled", "issue", "MAX_ENTRIES"]
 
@@ -70,15 +62,6 @@ MAX_ENTRIES = 4096          # layouts cached per core; past this, new layouts ar
 
 # instructions whose rules and cost do not read an HBM operand's offset (checked in trnsim/isa/dma.py)
 _HBM_OFFSET_FREE = frozenset(("dma_copy", "dma_transpose"))
-# instructions whose rules and cost read an SBUF operand's offset only through the partition it starts at when the
-# operand maps its first dimension to consecutive partitions (``_in_partition``): its element offset within the
-# partition is left out of their layouts too, and HBM offsets (checked: trnsim/isa/dma.py dma_copy, whose first
-# partition picks the DMA engines; trnsim/isa/tensor_engine.py nc_matmul and nc_transpose, whose PSUM bank rule reads
-# the PSUM operand's offset, which stays in the layout; trnsim/isa/vector.py and scalar.py, whose rules and costs read
-# operands through isa.common's part/free_size/check_same_partitions/check_free_match and their shapes, strides,
-# dtypes and memories)
-_SBUF_OFFSET_FREE = frozenset(("dma_copy", "nc_matmul", "nc_transpose", "activation", "tensor_copy",
-                               "tensor_tensor", "tensor_scalar", "tensor_reduce"))
 
 _TENSORS: set = set()        # classes of tensor views (Tensor and its subclasses), filled as they are met
 _PLAIN = frozenset((int, float, bool, str, type(None), complex, types.FunctionType, types.BuiltinFunctionType,
@@ -107,13 +90,12 @@ _BUF_IDS = itertools.count()
 
 
 def _buf_key(buf):
-    """A buffer's geometry as a layout sees it (its fields are fixed once the buffer is made), numbered:
-    ``(number, in HBM, elements per partition of a plain SBUF tile or 0)``."""
+    """A buffer's geometry as a layout sees it (its fields are fixed once the buffer is made), numbered."""
     kind = buf.kind
     g = (kind, buf.shape, buf.dtype.name, buf.pfree, buf.nelem, buf.block, buf.addr if kind == PSUM else None)
     k = _BUF_LAYOUTS.get(g)
     if k is None:
-        k = _BUF_LAYOUTS[g] = (next(_BUF_IDS), kind == HBM, buf.pfree if kind == SBUF and not buf.block else 0)
+        k = _BUF_LAYOUTS[g] = (next(_BUF_IDS), kind == HBM)
     buf.layout_key = k
     return k
 
@@ -132,9 +114,8 @@ def _view_id(k):
 
 
 def _view_key(a):
-    """The numbers of tensor view ``a``'s layout, kept on the view (``Tensor._lk``), one per key index
-    (:func:`key_index`): 0 with its offset; 1 without the offset of an HBM view (an on-chip view's offset is in
-    it)."""
+    """``(number with the offset, number without it)`` of tensor view ``a``'s layout (the same number for an
+    on-chip view, whose offset is always in the layout), kept on the view (``Tensor._lk``)."""
     buf = a.buf
     bk = buf.layout_key or _buf_key(buf)
     base = (type(a), bk[0], a.dtype.name, a.shape, a.strides)
@@ -143,66 +124,27 @@ def _view_key(a):
     return lk
 
 
-def _class_number(a):
-    """The number of view ``a``'s layout class (key index 2): as key index 1, except that an SBUF view mapping to
-    whole consecutive partitions (:func:`_in_partition`) has the partition it starts at in place of its offset.
-    Made when a class is looked up (a layout's first call), not kept."""
-    buf = a.buf
-    bk = buf.layout_key or _buf_key(buf)
-    if bk[2] and _in_partition(a, bk[2]):
-        return _view_id((type(a), bk[0], a.dtype.name, a.shape, a.strides, (a.offset // bk[2],)))
-    return _lk(a)[1]
-
-
-def _in_partition(a, pf):
-    """Whether view ``a`` of a plain SBUF tile of ``pf`` elements per partition maps its first dimension to whole
-    consecutive partitions (or is one partition) and keeps the rest of each row inside its partition, in the
-    buffer's own dtype, with no negative stride: then its start partition, partition count and step, free size,
-    extent start partition and one-partition test (``isa.common``: ``part``, ``partition_info``, ``free_size``,
-    ``one_partition``; ``isa.dma._part0``) follow from ``offset // pf`` with its shape and strides, whatever its
-    offset within the partition.  (Views of another dtype, out of range, or of the v1 front end's classes keep
-    their offset.)"""
-    shape = a.shape
-    if not shape or a._rv is not None or a._bad is not None or (type(a) is not _NKI and type(a) is not Tensor):
-        return False
-    st = a.strides
-    n0 = shape[0]
-    if n0 < 1 or st[0] % pf or (n0 > 1 and st[0] <= 0):
-        return False
-    span = 0
-    for s, t in zip(shape[1:], st[1:]):
-        if s < 1 or t < 0:
-            return False
-        span += (s - 1) * t
-    return a.offset % pf + span < pf
-
-
-def _leaf(a, leaves):
-    """Tensor ``a`` appended to the call's ``leaves``; returns its alias: the index of the first earlier leaf in the
-    same buffer, or -1."""
-    buf = a.buf
-    i = 0
-    for x in leaves:
-        if x.buf is buf:
-            break
-        i += 1
-    else:
-        i = -1
-    leaves.append(a)
-    return i
-
-
-def _arg_key(a, leaves, ki):
+def _arg_key(a, leaves, hbm_off):
     if isinstance(a, Tensor):
         _TENSORS.add(type(a))
-        alias = _leaf(a, leaves)
-        # (a tuple: no positional tensor's entry is one)
-        return (type(a), _lk(a)[ki] if ki < 2 else _class_number(a), alias)
+        buf = a.buf
+        alias = -1
+        i = 0
+        for x in leaves:
+            if x.buf is buf:
+                alias = i
+                break
+            i += 1
+        leaves.append(a)
+        bk = buf.layout_key or _buf_key(buf)
+        # dtypes by name (DType equality is by name; its Python __hash__ would cost more than the rest)
+        return (type(a), bk[0], a.dtype.name, a.shape, a.strides, a.offset if (hbm_off or not bk[1]) else None,
+                alias)
     t = type(a)
     if t in _PLAIN:
         return (t, a)
     if isinstance(a, (tuple, list)):
-        return (t, tuple(_arg_key(x, leaves, ki) for x in a))
+        return (t, tuple(_arg_key(x, leaves, hbm_off) for x in a))
     if isinstance(a, (enum.Enum, np.generic)):
         return (t, a)
     raise _Uncacheable
@@ -407,25 +349,15 @@ class _Prog(tuple):
         return gen
 
 
-_KEY_INDEX: dict = {}          # instruction function -> its key index
+_HBM_OFF: dict = {}          # instruction function -> whether HBM offsets are in its layouts
 
 
-def key_index(fn) -> int:
-    """Which of a view's layout numbers (:func:`_view_key`) instruction function ``fn``'s layouts hold: 0 (every
-    offset) or 1 (HBM offsets left out: ``_HBM_OFFSET_FREE``).  (2, in-partition SBUF offsets left out too, is the
-    index of the layout classes of ``_SBUF_OFFSET_FREE``'s instructions: :func:`_class_key`.)"""
-    ki = _KEY_INDEX.get(fn)
-    if ki is None:
-        ki = _KEY_INDEX[fn] = 1 if fn.__name__ in _HBM_OFFSET_FREE else 0
-    return ki
-
-
-def _lk(a):
-    """View ``a``'s layout numbers (made once per view)."""
-    try:
-        return a._lk or _view_key(a)
-    except AttributeError:      # a view made without the slot set
-        return _view_key(a)
+def keeps_hbm_offsets(fn) -> bool:
+    """Whether instruction function ``fn``'s layouts hold its HBM operands' offsets (all but ``_HBM_OFFSET_FREE``)."""
+    hbm_off = _HBM_OFF.get(fn)
+    if hbm_off is None:
+        hbm_off = _HBM_OFF[fn] = fn.__name__ not in _HBM_OFFSET_FREE
+    return hbm_off
 
 
 # call sites: the wrapper of an instruction (kernels/isa_api.py) keeps one list per call site of kernel source (a
@@ -439,81 +371,76 @@ def _lk(a):
 KEY_AFTER = 32
 
 
-def _key(fn, args, kwargs, ki, leaves):
-    """The layout key of a call of ``fn`` (view numbers of key index ``ki``); its tensors appended to ``leaves``.
-    Raises _Uncacheable (or TypeError for an unhashable value) when an argument cannot be part of a layout."""
-    parts = [fn]
-    for a in args:
-        t = type(a)
-        if t in _TENSORS:
-            # a positional tensor: its layout as the view's number (made once per view) and its alias, two
-            # ints (no other argument adds an int to the key: the rest are (type, value) tuples)
-            alias = _leaf(a, leaves)
-            if ki < 2:
+def issue(fn, core, loc, args, kwargs, hbm_off=None, site=None):
+    """Run instruction ``fn(core, loc, *args, **kwargs)`` through the cache (``hbm_off``: ``keeps_hbm_offsets(fn)``,
+    which the caller may pass, worked out once; ``site``: the call site's list, see KEY_AFTER, or None)."""
+    cache = core.issue_cache
+    leaves = []
+    if hbm_off is None:
+        hbm_off = keeps_hbm_offsets(fn)
+    try:
+        parts = [fn]
+        for a in args:
+            t = type(a)
+            if t in _TENSORS:
+                # a positional tensor: its layout as the view's number (made once per view) and its alias, two
+                # ints (no other argument adds an int to the key: the rest are (type, value) tuples)
+                buf = a.buf
+                alias = -1
+                i = 0
+                for x in leaves:
+                    if x.buf is buf:
+                        alias = i
+                        break
+                    i += 1
+                leaves.append(a)
                 try:
                     lk = a._lk or _view_key(a)
                 except AttributeError:      # a view made without the slot set
                     lk = _view_key(a)
-                parts.append(lk[ki])
-            else:
-                parts.append(_class_number(a))
-            parts.append(alias)
-        elif t in _PLAIN:
-            # a plain value as two entries, its type and itself (no tuple made and hashed per call): the key
-            # still reads one way, as each argument's first entry says what follows -- a view number (an
-            # int: its alias follows), a type (its value follows) or an _arg_key tuple (nothing follows)
-            parts.append(t)
-            parts.append(a)
-        else:
-            parts.append(_arg_key(a, leaves, ki))
-    if kwargs:
-        for k in (sorted(kwargs) if len(kwargs) > 1 else kwargs):
-            v = kwargs[k]
-            t = type(v)
-            parts.append(k)              # (a str: no argument's first entry is one)
-            if t in _PLAIN:
+                parts.append(lk[0] if hbm_off else lk[1])
+                parts.append(alias)
+            elif t in _PLAIN:
+                # a plain value as two entries, its type and itself (no tuple made and hashed per call): the key
+                # still reads one way, as each argument's first entry says what follows -- a view number (an
+                # int: its alias follows), a type (its value follows) or an _arg_key tuple (nothing follows)
                 parts.append(t)
-                parts.append(v)
+                parts.append(a)
             else:
-                parts.append(_arg_key(v, leaves, ki))
-    return tuple(parts)
-
-
-def issue(fn, core, loc, args, kwargs, ki=None, site=None):
-    """Run instruction ``fn(core, loc, *args, **kwargs)`` through the cache (``ki``: ``key_index(fn)``,
-    which the caller may pass, worked out once; ``site``: the call site's list, see KEY_AFTER, or None)."""
-    cache = core.issue_cache
-    leaves = []
-    if ki is None:
-        ki = key_index(fn)
-    try:
-        key = _key(fn, args, kwargs, ki, leaves)
+                parts.append(_arg_key(a, leaves, hbm_off))
+        if kwargs:
+            for k in (sorted(kwargs) if len(kwargs) > 1 else kwargs):
+                v = kwargs[k]
+                t = type(v)
+                parts.append(k)              # (a str: no argument's first entry is one)
+                if t in _PLAIN:
+                    parts.append(t)
+                    parts.append(v)
+                else:
+                    parts.append(_arg_key(v, leaves, hbm_off))
+        key = tuple(parts)
         prog = cache.get(key)
     except (_Uncacheable, TypeError):      # TypeError: an unhashable value inside an argument
         key = None
     if key is None:                        # run whole, outside the handler: its own errors carry no cache context
         return fn(core, loc, *args, **kwargs)
-    store = None
     if prog is None:
         # not yet in this core's cache: a shape-only launch takes what an earlier one of this process validated
-        # with the same settings (the layout's rules were checked then; its replay makes the same record), or
-        # made from the layout's class (:func:`_class_key`)
+        # with the same settings (the layout's rules were checked then; its replay makes the same record)
         store = None if core.execute else _store(core)
         if store is not None:
             prog = store.get(key)
             if prog is not None:
                 if prog is not False:
                     _adopt(prog, core)
-            elif fn.__name__ in _SBUF_OFFSET_FREE:
-                prog = _from_class(fn, args, kwargs, leaves, ki, core, store, key)
-            if prog is not None and len(cache) < MAX_ENTRIES:
-                cache[key] = prog
+                if len(cache) < MAX_ENTRIES:
+                    cache[key] = prog
     if prog is not None:
         if prog is False:                  # a layout the cache cannot replay: the function runs whole
             return fn(core, loc, *args, **kwargs)
         prog.run(core, loc, leaves)        # straight-line code made for this layout (_Prog)
         if site is not None and site[2] is None:
-            _count_site(site, fn, args, kwargs, ki, prog)
+            _count_site(site, fn, args, kwargs, hbm_off, prog)
         return None
     probe = _Probe(core)
     try:
@@ -523,19 +450,17 @@ def issue(fn, core, loc, args, kwargs, ki=None, site=None):
             if out is None and probe._ok:
                 try:
                     # an operand's offset is in the layout unless left out (HBM operands of offset-free
-                    # instructions): its extent and pattern are then made at each replay
-                    fixed = [_lk(x)[ki] == _lk(x)[0] for x in leaves]
+                    # instructions)
+                    fixed = [hbm_off or not x.buf.layout_key[1] for x in leaves]
                     prog = _Prog(_compile(probe._calls, leaves, loc, probe, fixed))
                 except _Uncacheable:
                     pass
             if len(cache) < MAX_ENTRIES:
                 cache[key] = prog
             if store is not None:
-                _keep(store, key, prog)
-                if fn.__name__ in _SBUF_OFFSET_FREE:
-                    ck = _class_key(fn, args, kwargs)
-                    if ck is not None and ck[1:] != key:
-                        _keep(store, ck, prog and _unfixed(prog, leaves, ki))
+                if len(store) >= STORE_ENTRIES:
+                    store.clear()
+                store[key] = prog
     finally:
         # the probe's notes hold the probe itself (each compute's core argument) and the call's tensors: a cycle
         # that would keep the core and its buffers (HBM data included) alive until the cyclic collector runs
@@ -563,64 +488,6 @@ def _store(core):
     return st[1]
 
 
-def _keep(store, key, prog):
-    if len(store) >= STORE_ENTRIES:
-        store.clear()
-    store[key] = prog
-
-
-def _class_key(fn, args, kwargs):
-    """The key of the call's layout class: its layout with the in-partition offsets of its SBUF operands left out
-    (view numbers of key index 2, ``_view_key``), for an instruction of ``_SBUF_OFFSET_FREE``, whose rules and
-    record hold for every layout of the class alike; None when the call is not cacheable."""
-    try:
-        return ("class",) + _key(fn, args, kwargs, 2, [])
-    except (_Uncacheable, TypeError):
-        return None
-
-
-def _unfixed(prog, leaves, ki):
-    """``prog`` (a layout's replay, operands as key index ``ki`` fixes them) for its class: the operands whose
-    offset the class leaves out get no template (their extent and pattern made at each replay)."""
-    free = [_class_number(x) != _lk(x)[ki] for x in leaves]
-    steps = []
-    for p in prog:
-        if p[0] == 0 and any(free[op[0]] for op in p[3] + p[4]):
-            w, r = ([(i, oc, None if free[i] else tm) for i, oc, tm in ops] for ops in (p[3], p[4]))
-            p = p[:3] + (tuple(w), tuple(r)) + p[5:]
-        steps.append(p)
-    return _Prog(tuple(steps))
-
-
-def _fixed(cprog, core, leaves, ki):
-    """The replay of a layout made from its class's (``cprog``): the operands key index ``ki`` fixes get their
-    templates (``core.operand_template``), as the layout's own first run would have made them."""
-    steps = []
-    for p in cprog:
-        if p[0] == 0:
-            w, r = ([op if op[2] is not None or _lk(leaves[op[0]])[ki] != _lk(leaves[op[0]])[0] else
-                     (op[0],) + core.operand_template(leaves[op[0]], True) for op in ops] for ops in (p[3], p[4]))
-            p = p[:3] + (tuple(w), tuple(r)) + p[5:]
-        steps.append(p)
-    prog = _Prog(tuple(steps))
-    _adopt(prog, core)
-    return prog
-
-
-def _from_class(fn, args, kwargs, leaves, ki, core, store, key):
-    """A layout not validated yet whose class was (in an earlier launch, or at another offset): its replay made
-    from the class's and kept; None when the class is not known."""
-    ck = _class_key(fn, args, kwargs)
-    if ck is None or ck[1:] == key:
-        return None
-    cprog = store.get(ck)
-    if cprog is None:
-        return None
-    prog = cprog and _fixed(cprog, core, leaves, ki)
-    _keep(store, key, prog)
-    return prog
-
-
 def _adopt(prog, core):
     """A layout of the store replayed by ``core`` for the first time: its fixed access patterns interned in the
     core (as its first run there would have interned them), so that the core's record holds each pattern once."""
@@ -639,7 +506,7 @@ def clear_store():
     _STORES.clear()
 
 
-def _count_site(site, fn, args, kwargs, ki, prog):
+def _count_site(site, fn, args, kwargs, hbm_off, prog):
     """A call of ``fn`` at ``site`` replayed a cached layout through the loop of :func:`issue`: counted, and at
     KEY_AFTER such calls the site gets its function (False when the arguments are of kinds it does not handle).
     A site calling another function than the one counted starts again; a site calling several functions in turn
@@ -651,7 +518,7 @@ def _count_site(site, fn, args, kwargs, ki, prog):
         site[1] = fn
     n = site[3] = site[3] + 1
     if n >= KEY_AFTER:
-        site[2] = _site_function(fn, args, kwargs, ki, prog, site) or False
+        site[2] = _site_function(fn, args, kwargs, hbm_off, prog, site) or False
 
 
 _SITE_CODE: dict = {}     # source -> compiled code (_site_function): once per kinds of arguments and layout steps
@@ -674,7 +541,7 @@ def _inline_steps(prog):
     return steps
 
 
-def _site_missed(site, miss, core, fn, args, kwargs, ki, prog):
+def _site_missed(site, miss, core, fn, args, kwargs, hbm_off, prog):
     """A site function found another layout than the one written into it: counted, and at KEY_AFTER such calls
     the function is made again for ``prog`` (at most SITE_REMAKES times for one core's cache, then without a
     written-in replay; a layout of another core's cache -- the next run of the kernel -- starts the count again)."""
@@ -682,11 +549,11 @@ def _site_missed(site, miss, core, fn, args, kwargs, ki, prog):
     if miss[0] >= KEY_AFTER:
         # (the core by a weak reference: a site outlives its launch, and an id could be reused by the next core)
         remakes = miss[1] + 1 if miss[2] is not None and miss[2]() is core else 1
-        site[2] = _site_function(fn, args, kwargs, ki, prog if remakes <= SITE_REMAKES else None, site,
+        site[2] = _site_function(fn, args, kwargs, hbm_off, prog if remakes <= SITE_REMAKES else None, site,
                                  (remakes, weakref.ref(core))) or False
 
 
-def _site_function(fn, args, kwargs, ki, prog=None, site=None, remakes=(0, None)):
+def _site_function(fn, args, kwargs, hbm_off, prog=None, site=None, remakes=(0, None)):
     """``replay(core, loc, args, kwargs)`` for calls of ``fn`` whose arguments are of the same kinds as
     ``args``/``kwargs`` -- as many positional arguments, each of the same class (a tensor view class of
     ``_TENSORS`` or a plain type of ``_PLAIN``), and the same keyword names with values of the same plain types:
@@ -702,6 +569,7 @@ def _site_function(fn, args, kwargs, ki, prog=None, site=None, remakes=(0, None)
     (names ``C0``, ``N0``... for the classes and keyword names, ``R..`` for the replay's constants), so it is
     compiled once per structure."""
     ns = {"FN": fn, "_view_key": _view_key, "_MISSING": _MISSING}
+    ki = 0 if hbm_off else 1
     n = len(args)
     lines = ["def replay(core, loc, args, kwargs):",
              f"    if len(kwargs) != {len(kwargs)}:",
@@ -777,7 +645,7 @@ def _site_function(fn, args, kwargs, ki, prog=None, site=None, remakes=(0, None)
     if steps is not None:
         # the layout written in: its replay, as its straight-line code does it (hand-over test included)
         ns["P"], ns["SITE"], ns["MISS"], ns["_missed"] = prog, site, [0, remakes[0], remakes[1]], _site_missed
-        ns["KI"] = ki
+        ns["HBM_OFF"] = hbm_off
         lines += ["    if prog is P and not P.watched:",
                   "        if not core._record or core.programs is not None:",
                   f"            prog.run(core, loc, {leaves})",
@@ -788,7 +656,7 @@ def _site_function(fn, args, kwargs, ki, prog=None, site=None, remakes=(0, None)
               "        return False",
               f"    prog.run(core, loc, {leaves})"]
     if steps is not None:
-        lines.append("    _missed(SITE, MISS, core, FN, args, kwargs, KI, prog)")
+        lines.append("    _missed(SITE, MISS, core, FN, args, kwargs, HBM_OFF, prog)")
     lines.append("    return True")
     src = "\n".join(lines) + "\n"
     code = compiled_source(src, _SITE_CODE, "<trnsim issue-cache site>")
