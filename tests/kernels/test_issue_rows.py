@@ -44,6 +44,7 @@ def _both(fn, args, kw, monkeypatch, execute=False):
         monkeypatch.setattr(issue_cache, "KEY_AFTER", after)
         monkeypatch.setattr(space, "_ids", itertools.count(1))
         isa_api._LOCS.clear()
+        issue_cache.clear_store()          # (both start alike: no site function, no layout kept by a launch before)
         res = _run(fn, args, kw, execute=execute)
         made = sum(callable(s[2]) for s in isa_api._LOCS.values())
         out.append((res, made))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import trnsim
-from trnsim.kernels import context, issue_cache
+from trnsim.kernels import context, isa_api, issue_cache
 from trnsim.kernels.jit import run_kernel
 from trnsim.kernels.tensor import NkiTensor
 from trnsim.machine import replay_gen, schedule
@@ -27,6 +27,16 @@ _FIELDS = InstrRecord.__slots__
 
 
 _SF = load_file("_sf_for_replay_gen", os.path.join(HERE, "..", "machine", "test_sched_fast.py"))
+
+
+@pytest.fixture(autouse=True)
+def fresh_layouts(monkeypatch):
+    """Each test starts as a new process does: no call site's function (``isa_api._LOCS``) and no layout kept by
+    an earlier launch (``issue_cache``'s store), so what it counts of the replay machinery is its own launches'."""
+    monkeypatch.setattr(isa_api, "_LOCS", {})
+    issue_cache.clear_store()
+    yield
+    issue_cache.clear_store()
 
 
 # ------------------------------------------------------------------------------------------------ kernels

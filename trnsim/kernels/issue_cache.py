@@ -47,6 +47,7 @@ import os
 import re
 import types
 import weakref
+from _thread import get_ident
 
 import numpy as np
 
@@ -423,6 +424,17 @@ def issue(fn, core, loc, args, kwargs, hbm_off=None, site=None):
         key = None
     if key is None:                        # run whole, outside the handler: its own errors carry no cache context
         return fn(core, loc, *args, **kwargs)
+    if prog is None:
+        # not yet in this core's cache: a shape-only launch takes what an earlier one of this process validated
+        # with the same settings (the layout's rules were checked then; its replay makes the same record)
+        store = None if core.execute else _store(core)
+        if store is not None:
+            prog = store.get(key)
+            if prog is not None:
+                if prog is not False:
+                    _adopt(prog, core)
+                if len(cache) < MAX_ENTRIES:
+                    cache[key] = prog
     if prog is not None:
         if prog is False:                  # a layout the cache cannot replay: the function runs whole
             return fn(core, loc, *args, **kwargs)
@@ -433,7 +445,7 @@ def issue(fn, core, loc, args, kwargs, hbm_off=None, site=None):
     probe = _Probe(core)
     try:
         out = fn(probe, loc, *args, **kwargs)
-        if len(cache) < MAX_ENTRIES:
+        if len(cache) < MAX_ENTRIES or store is not None:
             prog = False
             if out is None and probe._ok:
                 try:
@@ -443,12 +455,55 @@ def issue(fn, core, loc, args, kwargs, hbm_off=None, site=None):
                     prog = _Prog(_compile(probe._calls, leaves, loc, probe, fixed))
                 except _Uncacheable:
                     pass
-            cache[key] = prog
+            if len(cache) < MAX_ENTRIES:
+                cache[key] = prog
+            if store is not None:
+                if len(store) >= STORE_ENTRIES:
+                    store.clear()
+                store[key] = prog
     finally:
         # the probe's notes hold the probe itself (each compute's core argument) and the call's tensors: a cycle
         # that would keep the core and its buffers (HBM data included) alive until the cyclic collector runs
         probe._calls.clear()
     return out
+
+
+# The layouts shape-only launches validated, kept across launches: one store per thread and core settings (target,
+# ``precise``, ``strict``), since a layout's rules and record follow from its key and these (a core's own cache,
+# ``core.issue_cache``, is filled from it as before: what the loop replay and the tests read of it is unchanged).
+# A launch that computes values does not use it (its replays redo numerics whose functions a first run resolved).
+STORE_ENTRIES = 1 << 15      # layouts kept per store; a full store starts again empty
+_STORES: dict = {}
+
+
+def _store(core):
+    """The store of ``core``'s thread and settings (made on first use)."""
+    tg = core.target
+    sk = (get_ident(), id(tg), core.precise, core.strict)
+    st = _STORES.get(sk)
+    if st is None:
+        if len(_STORES) >= 64:       # (stores of threads gone)
+            _STORES.clear()
+        st = _STORES[sk] = (tg, {})      # (the target kept: its id is in the key)
+    return st[1]
+
+
+def _adopt(prog, core):
+    """A layout of the store replayed by ``core`` for the first time: its fixed access patterns interned in the
+    core (as its first run there would have interned them), so that the core's record holds each pattern once."""
+    intern = core.intern_pattern
+    for p in prog:
+        if p[0] == 0:
+            for ops in (p[3], p[4]):
+                for op in ops:
+                    tm = op[2]
+                    if tm is not None:
+                        intern(tm[2])
+
+
+def clear_store():
+    """Forget every layout kept across launches (the next launches validate theirs again)."""
+    _STORES.clear()
 
 
 def _count_site(site, fn, args, kwargs, hbm_off, prog):

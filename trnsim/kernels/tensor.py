@@ -28,8 +28,8 @@ class NkiTensor(Tensor):
         dtype view (``view``/``reinterpret_cast``) it is the allocation the view was taken from."""
         return type(self).whole(self.buf)
 
-    def __getitem__(self, key):
-        """NumPy's indexing (:meth:`trnsim.memory.Tensor.__getitem__`), except that an integer index on the
+    def _index(self, key):
+        """NumPy's indexing (:meth:`trnsim.memory.Tensor.__getitem__`, whose general path this is), except that an integer index on the
         partition dimension (dim 0) of an SBUF/PSUM tile with free dimensions keeps that dimension with size 1:
         ``t[k, :]`` of a ``[P, F]`` tile is the ``[1, F]`` tile on partition ``k``.  NKI's on-chip tensors keep their
         partition dimension at dim 0 (awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/
@@ -42,7 +42,7 @@ class NkiTensor(Tensor):
         hosted.com/en/latest/nki/about/indexing-overview.html: ``x[1]`` of a ``(2, 2, 2)`` HBM tensor has shape
         ``[2, 2]``); an index out of range is refused as before.  An index that selects one element (``t[k, j]``)
         stays 0-d, and a 1-D tile's ``t[k]`` too."""
-        v = Tensor.__getitem__(self, key)
+        v = Tensor._index(self, key)
         k0 = key[0] if type(key) is tuple and key else key
         if type(k0) is not int and not (isinstance(k0, np.integer) and not isinstance(k0, bool)):
             return v

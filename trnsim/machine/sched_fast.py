@@ -33,7 +33,7 @@ FAST_MIN = 20_000
 # depends on it
 PY_ROWS = 10_000
 
-_STATE = {"kernels": None, "py": None, "py_rows": 0}
+_STATE = {"kernels": None, "py": None, "py_rows": 0, "loaded": None}
 _ENG_FIXED = ("tensor", "vector", "scalar", "gpsimd", "sync")
 _MEM = {"hbm": 0, "sbuf": 1, "psum": 2}
 _MEM_OBJ = np.array([None, "hbm", "sbuf", "psum"], dtype=object)     # index: mem code + 1
@@ -73,9 +73,18 @@ def mode(force=None) -> str:
 
 
 def compiled() -> bool:
-    """Whether the compiled loop is already loaded in this process."""
+    """Whether the compiled loop is already loaded in this process.  Once it is, it stays so: remembered per build
+    (numba's ``signatures`` list of a dispatcher hashes every argument type of each build: about 0.1 ms, at every
+    schedule)."""
     k = _STATE["kernels"]
-    return k is not None and bool(getattr(k.run, "signatures", ()))
+    if k is None:
+        return False
+    if _STATE["loaded"] is k:
+        return True
+    if getattr(k.run, "signatures", ()):
+        _STATE["loaded"] = k
+        return True
+    return False
 
 
 def choose(force=None, rows=0) -> str:

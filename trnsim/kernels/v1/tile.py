@@ -48,6 +48,9 @@ class Tile(NkiTensor):
 
     __slots__ = ("_src", "_inplace", "_dyn", "_mbox")
 
+    # NumPy's indexing rule (an integer index removes its dimension, on-chip too), not NkiTensor's
+    _index = Tensor._index
+
     # -- indexing -----------------------------------------------------------------------------------
     def __getitem__(self, key):
         if isinstance(key, _MGrid.Grid):          # t[nl.mgrid[0:128, 0:1]]: one expression per dimension
