@@ -107,3 +107,26 @@ def test_a_memoised_layer_is_not_run_again(monkeypatch):
     monkeypatch.setattr(step, "_run", lambda *a, **k: calls.append(a))
     step.layer_cost(TINY, "dense", tp=1, seq=SEQ, target="trn2", compiled=True)
     assert calls == []
+
+
+def test_a_compiled_search_says_what_it_compiled_and_what_it_left_out():
+    """``search(compile_top=2)``: the two fastest configurations eagerly are compiled, each the estimate of its own
+    configuration compiled; the note names both (eager and compiled step times) and the first one left out."""
+    from trnsim.cost import estimator as E
+    from trnsim.cost.search import search
+    kw = dict(counts=(1,), micro_batches=(1, 2), seq=SEQ, jobs=1)
+    eager, _, _ = search(TINY, "trn1.32xlarge", **kw)
+    res, front, _ = search(TINY, "trn1.32xlarge", compiled=True, compile_top=2, **kw)
+    ranked = sorted(eager, key=lambda e: e.step_time_s)
+    assert len(ranked) > 2 and [c.parallelism for c in res] == [e.parallelism for e in ranked[:2]]
+    note = res[0].notes[-1]
+    assert all(c.notes[-1] == note for c in res)
+    for e, c in zip(ranked, res):
+        p = e.parallelism
+        alone = E.estimate(TINY, "trn1.32xlarge", 1, dp=p.dp, tp=p.tp, pp=p.pp, ep=p.ep, micro_batch=p.micro_batch,
+                           seq=SEQ, global_batch=e.global_batch, checkpointing=p.checkpointing, compiled=True)
+        assert c.compiled and c.step_time_s == alone.step_time_s
+        assert f"{p.label()} (eager {e.step_time_s:.3f} s, compiled {c.step_time_s:.3f} s)" in note
+    assert note.startswith(f"compiled search: all {len(ranked)} configurations that fit estimated eagerly")
+    assert (f"the other {len(ranked) - 2} not compiled: eagerly {ranked[2].step_time_s:.3f} s "
+            f"({ranked[2].parallelism.label()}) or slower") in note

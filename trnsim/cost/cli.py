@@ -143,7 +143,8 @@ def main(argv=None) -> int:
                       file=sys.stderr)
                 return 1
             best = min(res, key=lambda e: e.step_time_s)
-            best.notes.append(f"configuration chosen by the search (fastest of {len(res)} that fit at the global "
+            which = f"fastest of the {len(res)} compiled" if a.compile else f"fastest of {len(res)} that fit"
+            best.notes.append(f"configuration chosen by the search ({which} at the global "
                               f"batch {best.global_batch}, the same for every candidate): "
                               f"{best.parallelism.label()}")
             if a.search:

@@ -99,16 +99,32 @@ def _search_any(model, instance, counts, micro_batches, seq, global_batch, lnc, 
     return res, pareto(res), rejected
 
 
+def _compiled_note(ranked, top, compiled, global_batch):
+    """What a compiled search compiled and why not the rest (the estimate's note)."""
+    def name(e):
+        return f"{e.parallelism.label()}{'' if e.count == 1 else f' x{e.count}'}"
+    done = "; ".join(f"{name(e)} (eager {e.step_time_s:.3f} s, compiled {c.step_time_s:.3f} s)"
+                     for e, c in zip(top, compiled))
+    rest = len(ranked) - len(top)
+    why = (f"; the other {rest} not compiled: eagerly {ranked[len(top)].step_time_s:.3f} s ({name(ranked[len(top)])})"
+           f" or slower, ranked by that eager step time, not proven slower compiled (no sound lower bound of a "
+           f"compiled step taken from the eager breakdown rules them out: benchmarks/speed-estim14.md)") if rest else ""
+    return (f"compiled search: all {len(ranked)} configurations that fit estimated eagerly at the global batch "
+            f"{global_batch}; the {len(top)} fastest compiled: {done}{why}")
+
+
 def search(model, instance, counts=(1,), micro_batches=(1, 2), seq=None, global_batch=None, lnc=None,
            checkpointing=(False, True), progress=None, jobs=None, compile_top=None, **kw):
     """Every candidate that fits in memory, estimated; returns ``(feasible, front, rejected)``.  Memory is
     checked first (the training state, then with activations: a configuration that does not fit is retried
     with activation checkpointing, then dropped).  ``jobs``: processes for the kernel simulations (default 1:
     this one).  ``compile_top=k`` with ``compiled=True``: every candidate is estimated eagerly (its layers run
-    op by op), and only the ``k`` fastest are compiled and estimated
-    compiled (a layer's ``torch.compile`` costs seconds of CPU per shape; compilation changes a configuration's
-    step time by a few percent, not its rank among configurations seconds apart); ``feasible`` then holds those
-    ``k`` compiled estimates.  ``global_batch`` defaults to :func:`search_global_batch` (one value for every
+    op by op), and only the ``k`` fastest are compiled and estimated compiled (a layer's ``torch.compile`` costs
+    a second or more of CPU per shape); ``feasible`` then holds those ``k`` compiled estimates, each with a note
+    naming them and the first one left out.  That the rest are slower compiled is not proven: no lower bound of a
+    compiled step taken from the eager estimate's breakdown separates them (fusion can remove any amount of the
+    vector/scalar/DMA time, and a fused matmul kernel is not bounded by the eager one; benchmarks/speed-estim14.md
+    gives the figures).  ``global_batch`` defaults to :func:`search_global_batch` (one value for every
     candidate).  A model run as its own code searches counts and micro-batches only (data parallel).  See the
     module docstring."""
     global_batch = global_batch or search_global_batch(instance, counts, micro_batches, lnc)
@@ -118,14 +134,16 @@ def search(model, instance, counts=(1,), micro_batches=(1, 2), seq=None, global_
     if compile_top and kw.get("compiled"):
         eager, _, rejected = search(model, instance, counts, micro_batches, seq, global_batch, lnc, checkpointing,
                                     progress, jobs, None, **dict(kw, compiled=False))
-        res = []
-        for e in sorted(eager, key=lambda e: e.step_time_s)[:int(compile_top)]:
+        ranked = sorted(eager, key=lambda e: e.step_time_s)
+        top, res = ranked[:int(compile_top)], []
+        for e in top:
             p = e.parallelism
             res.append(estimate(model, instance, e.count, dp=p.dp, tp=p.tp, pp=p.pp, cp=p.cp, ep=p.ep,
                                 micro_batch=p.micro_batch, seq=seq, global_batch=global_batch, lnc=lnc,
                                 checkpointing=p.checkpointing, jobs=jobs, **kw))
-            res[-1].notes.append(f"compiled search: every configuration estimated eagerly, the {int(compile_top)} "
-                                 f"fastest compiled")
+        note = _compiled_note(ranked, top, res, global_batch)
+        for c in res:
+            c.notes.append(note)
         return res, pareto(res), rejected
     from .step import prepare
     import torch

@@ -24,6 +24,7 @@ from ..op_table import category
 from ..rng import generator_overload, native_dropout
 from ..tensor import NeuronTensor, wrap
 from . import ops as O
+from . import traced_outputs
 from .fusion import _LOW, val
 
 _CPU = torch.device("cpu")
@@ -316,9 +317,12 @@ class CompiledGraph:
         self.serial = {st[0] for st in self.steps if st[4] in (0, 1, 2) and _serial_step(st[1])}
         self.calls = 0
         self._run = None        # the steps as one generated function (``_generate``), made on the first call
+        self._traced_outputs = traced_outputs.template(self, nodes, _Ref)
 
     # False: every call walks the argument templates (``_interpret``); tests compare the two ways
     GENERATED = True
+    # False: a graph on shape-only payloads runs its steps too (``traced_outputs.template``); tests compare the two
+    TRACED_OUTPUTS = True
 
     def __getstate__(self):
         # copies leave the generated function out (it lives in a namespace of its own): made again on first call
@@ -345,7 +349,8 @@ class CompiledGraph:
             out = run(env, wrappers)
         else:
             with mode:
-                out = run(env, wrappers)
+                traced = self._traced_outputs if CompiledGraph.TRACED_OUTPUTS else None
+                out = run(env, wrappers) if traced is None else traced_outputs.outputs(traced, env, _Ref)
         self._charge()
         self.calls += 1
         return [self._wrap(o, wrappers) for o in out]
