@@ -27,7 +27,7 @@ def _run(q, k, v, **kw):
 
 
 @pytest.mark.parametrize("H,L,S,D,window,group", [
-    (2, 512, 512, 32, 128, 2),      # the window one tile wide: each query tile computes its diagonal tile and the one before
+    (2, 512, 512, 32, 128, 2),      # one tile wide: each query tile computes its diagonal tile and the one before
     (1, 512, 512, 16, 200, 1),      # a window that is no multiple of 128: its start crosses two key tiles
     (1, 384, 384, 16, 64, 1),       # narrower than a tile: the diagonal tile holds both bounds
     (1, 2304, 2304, 16, 300, 1),    # two key blocks: the window's tiles straddle the block boundary
@@ -92,8 +92,8 @@ def test_kept_scores_with_a_window():
 
 def test_window_charge():
     """The charge is the windowed kernel's simulation: flops count the kept scores, the time is below the causal
-    kernel's (the same loads, fewer products), a window reaching past every query is the causal charge itself, and the backward is the ratio times
-    the windowed forward."""
+    kernel's (the same loads, fewer products), a window reaching past every query is the causal charge itself, and
+    the backward is the ratio times the windowed forward."""
     costs.clear_memo()
     with device_target("trn2") as tg:
         H, L, D, w = 2, 2048, 64, 128
@@ -144,8 +144,8 @@ def test_op_bad_arguments():
 
 
 def test_op_on_the_device_is_charged_the_windowed_kernel():
-    """On ``neuron``: the values (against float64), one fused kernel charged ``attention_cost(window=)`` forward and the ratio
-    times it backward (the profiler names the trnsim_attn ops), no CPU fallback."""
+    """On ``neuron``: the values (against float64), one fused kernel charged ``attention_cost(window=)`` forward
+    and the ratio times it backward (the profiler names the trnsim_attn ops), no CPU fallback."""
     from trnsim import backend
     from trnsim.backend.device_state import STATE
     torch.manual_seed(1)

@@ -1,5 +1,5 @@
-"""The issue cache's store (trnsim/kernels/issue_cache.py ``_store``): a shape-only launch replays the layouts an earlier
-launch of the process validated with the same settings, and its record, columns, interned patterns and timeline
+"""The issue cache's store (trnsim/kernels/issue_cache.py ``_store``): a shape-only launch replays the layouts an
+earlier launch of the process validated with the same settings, and its record, columns, interned patterns and timeline
 are exactly those of a launch without the cache; launches that compute values, other targets and settings, and
 other threads validate their own; a bad layout still fails as it does without the cache."""
 

@@ -2,8 +2,8 @@
 ``transformers`` config object) or a built-in name, its parameter counts, and the model flops of a step.
 
 Only decoder-only transformers are described here (dense, grouped-query attention with an optional sliding
-window on some layers, mixture of experts, DeepSeek's multi-head latent attention); their layers are built by :mod:`trnsim.cost.layers` and run on the
-shape-only device.
+window on some layers, mixture of experts, DeepSeek's multi-head latent attention); their layers are built by
+:mod:`trnsim.cost.layers` and run on the shape-only device.
 """
 
 from __future__ import annotations
