@@ -30,8 +30,8 @@ class NkiTensor(Tensor):
 
     def _index(self, key):
         """NumPy's indexing (:meth:`trnsim.memory.Tensor.__getitem__`, whose general path this is), except that an
-        integer index on the partition dimension (dim 0) of an SBUF/PSUM tile with free dimensions keeps that dimension with size 1:
-        ``t[k, :]`` of a ``[P, F]`` tile is the ``[1, F]`` tile on partition ``k``.  NKI's on-chip tensors keep their
+        integer index on the partition dimension (dim 0) of an SBUF/PSUM tile with free dimensions keeps that
+        dimension with size 1: ``t[k, :]`` of a ``[P, F]`` tile is the ``[1, F]`` tile on partition ``k``.  NKI's on-chip tensors keep their
         partition dimension at dim 0 (awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/
         nki.language.NkiTensor.html, "Partition dimension": "On-chip tensors (SBUF, PSUM) have a partition dimension
         at dim 0 that maps to the hardware's parallel partitions"), and AWS's kernels use
