@@ -381,3 +381,25 @@ def test_kept_scores():
     assert costs._kept_scores(4, 4, True) == 10           # 1 + 2 + 3 + 4
     assert costs._kept_scores(2, 5, True) == 3            # 1 + 2
     assert costs._kept_scores(5, 2, True) == 1 + 2 + 2 + 2 + 2
+
+
+def test_device_charges_each_layout_its_own_kernel_even_with_equal_shapes():
+    """The device's charge memo keys attention by its operands' strides too: a token-rows ``q`` after a head-major
+    one of the same shape is charged the row kernel, not the head-major charge remembered for that shape."""
+    from trnsim import backend
+    from trnsim.backend.device_state import STATE
+    B, H, L, D = 2, 4, 512, 64
+    dense = torch.randn(B, H, L, D).to("neuron")
+    rows = torch.randn(B, L, H * D).to("neuron").view(B, L, H, D).transpose(1, 2)
+
+    def charged(t):
+        with backend.profile_torch() as p:
+            torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(t, t, t, 0.0, True)
+        return [r.duration_ns for r in p.rows if r.op.endswith("flash_attention_for_cpu")]
+    tg = STATE.target
+    (d,), (r,) = charged(dense), charged(rows)
+    assert d == pytest.approx(costs.launch_ns(tg) + costs.attention_cost(tg, B * H, L, L, D, "float32",
+                                                                       causal=True)[0], rel=1e-9)
+    assert r == pytest.approx(costs.launch_ns(tg) + costs.attention_cost(tg, B * H, L, L, D, "float32", batch=B,
+                                                                       causal=True)[0], rel=1e-9)
+    assert r != pytest.approx(d, rel=1e-3)

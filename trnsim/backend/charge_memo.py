@@ -19,6 +19,9 @@ from . import charging, native_costs
 
 _MEMO = {}          # (name, cat, argument signature, result signature) -> (ns, kind, flops, bytes)
 _SKIP = frozenset(native_costs.COSTS) | {"view", "collective"}
+# categories whose charge depends on the operands' layout, not only their shapes and dtypes: attention is priced
+# with the row kernel when q and k are token rows (charging._token_rows_batch)
+_LAYOUT = frozenset(("sdpa", "backward:sdpa"))
 _TENSOR = torch.Tensor
 _NONE = type(None)
 _UNKEYED = object()
@@ -52,6 +55,8 @@ def op_time(name, cat, args, out):
             else:
                 sig.append(_sig(x))
         key = (name, cat, tuple(sig), (out.shape, out.dtype) if out.__class__ is _TENSOR else _sig(out))
+        if cat in _LAYOUT:          # a charge that reads the operands' strides: they are part of the key
+            key += (tuple(x.stride() for x in args if isinstance(x, _TENSOR)),)
         r = _MEMO.get(key)
     except TypeError:           # an unhashable argument (a dict, ...): cost it every time
         stats["unkeyed"] += 1
