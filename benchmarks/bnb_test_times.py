@@ -4,7 +4,8 @@ the suite's own files stay unedited.
 
 Plugin switches (environment, read only by this benchmark tool):
   ``BNB_TIMES_OUT``     JSON-lines file: one record per test (nodeid, family, outcome, CPU seconds of setup + call +
-                        teardown measured with ``time.process_time``).
+                        teardown measured with ``time.process_time``, and their wall seconds with
+                        ``time.perf_counter``).
   ``BNB_TIMES_STRIDE``  keep every N-th test of each family (test function), from the first: a bounded slice that
                         still covers every family and, within one, the parameter grid's spread.
   ``BNB_TIMES_FAMILY_STRIDE``  per-family strides overriding it, ``family=N,...`` with a family named by its test
@@ -14,8 +15,8 @@ Plugin switches (environment, read only by this benchmark tool):
                         passed there run first, in their order, then the rest (cases only the device runs), so a run
                         cut short still covers every test the two devices share.
 
-Table: ``python -m benchmarks.bnb_test_times CPU.jsonl NEURON.jsonl [cpu neuron]`` prints, per file and family, the
-tests that passed in both runs (A, B), their CPU seconds in each, B/A, and B/A per iteration where the suite runs a family a
+Table: ``python -m benchmarks.bnb_test_times [--wall] CPU.jsonl NEURON.jsonl [cpu neuron]`` prints, per file and family, the
+tests that passed in both runs (A, B), their CPU seconds (wall seconds with ``--wall``) in each, B/A, and B/A per iteration where the suite runs a family a
 different number of times per device (``ITERS``); ``A.jsonl B.jsonl neuron neuron`` compares two neuron runs."""
 
 import json
@@ -87,14 +88,14 @@ _outcome = {}
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    t0 = time.process_time()
+    t0, w0 = time.process_time(), time.perf_counter()
     _outcome[item.nodeid] = "passed"
     yield
-    dt = time.process_time() - t0
+    dt, wall = time.process_time() - t0, time.perf_counter() - w0
     out = os.environ.get("BNB_TIMES_OUT")
     if out:
         rec = {"nodeid": item.nodeid, "family": _family(item.nodeid), "outcome": _outcome.pop(item.nodeid),
-               "cpu_s": round(dt, 4)}
+               "cpu_s": round(dt, 4), "wall_s": round(wall, 4)}
         with open(out, "a", encoding="utf-8") as f:   # append-only log of a benchmark run, one line per test
             f.write(json.dumps(rec) + "\n")
 
@@ -139,11 +140,12 @@ def _ratio(b, a):
     return b / a if a else float("nan")
 
 
-def table(cpu_path, dev_path, device="neuron", base="cpu"):
+def table(cpu_path, dev_path, device="neuron", base="cpu", measure="cpu_s"):
     """Per file and family: the tests that passed in both runs, their CPU seconds in each (A, B), B/A, and B/A per
     iteration where the suite runs a family a different number of times per device (``ITERS``); per file the
     outcomes of each run, and the tests only B passed (cases A skips) apart.  ``base`` and ``device`` name the two
-    runs' devices (two runs on one device compare before and after a change)."""
+    runs' devices (two runs on one device compare before and after a change); ``measure`` is the record's field
+    summed: ``cpu_s`` or ``wall_s`` (records of runs before stop 45 have no ``wall_s``)."""
     cpu, dev = _load(cpu_path, base), _load(dev_path, device)
     fams, only, lost = {}, {}, []
     for n, r in dev.items():
@@ -153,13 +155,13 @@ def table(cpu_path, dev_path, device="neuron", base="cpu"):
             row = fams.setdefault(f, [0, 0.0, 0.0, 0.0])
             it = ITERS.get(f)
             row[0] += 1
-            row[1] += a["cpu_s"]
-            row[2] += r["cpu_s"]
-            row[3] += r["cpu_s"] * (it[base] / it[device] if it else 1.0)   # B's time at A's iteration count
+            row[1] += a[measure]
+            row[2] += r[measure]
+            row[3] += r[measure] * (it[base] / it[device] if it else 1.0)   # B's time at A's iteration count
         elif r["outcome"] == "passed":
             row = only.setdefault(_file(f), [0, 0.0])
             row[0] += 1
-            row[1] += r["cpu_s"]
+            row[1] += r[measure]
         elif a is not None and a["outcome"] == "passed":
             lost.append(f"{r['nodeid']}: {r['outcome']} on {device}, passed on {base}")
     head = f"{'file / family':58s} {'tests':>5s} {'A s':>8s} {'B s':>9s} {'B/A':>6s} {'per iter':>8s}"
@@ -184,15 +186,22 @@ def table(cpu_path, dev_path, device="neuron", base="cpu"):
     lines.append(f"passed only on {device}: {sum(v[0] for v in only.values())} tests, "
                  f"{sum(v[1] for v in only.values()):.2f} s")
     for name, d in ((base, cpu), (device, dev)):
-        lines.append(f"{name}: {_counts(d.values())}; {sum(r['cpu_s'] for r in d.values()):.1f} s CPU over all "
+        what = "CPU" if measure == "cpu_s" else "wall"
+        lines.append(f"{name}: {_counts(d.values())}; {sum(r[measure] for r in d.values()):.1f} s {what} over all "
                      f"recorded tests")
     lines += lost
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (3, 5):
-        sys.exit("usage: python -m benchmarks.bnb_test_times A.jsonl[,A2.jsonl] B.jsonl[,B2.jsonl] "
+    args = sys.argv[1:]
+    measure = "wall_s" if args[:1] == ["--wall"] else "cpu_s"
+    args = args[1:] if measure == "wall_s" else args
+    if len(args) not in (2, 4):
+        sys.exit("usage: python -m benchmarks.bnb_test_times [--wall] A.jsonl[,A2.jsonl] B.jsonl[,B2.jsonl] "
                  "[A_DEVICE B_DEVICE]  (default cpu neuron)")
-    a_dev, b_dev = sys.argv[3:5] if len(sys.argv) == 5 else ("cpu", "neuron")
-    print(table(sys.argv[1], sys.argv[2], device=b_dev, base=a_dev))
+    a_dev, b_dev = args[2:4] if len(args) == 4 else ("cpu", "neuron")
+    try:
+        print(table(args[0], args[1], device=b_dev, base=a_dev, measure=measure))
+    except KeyError as e:
+        sys.exit(f"a record has no {e} field: --wall needs runs recorded with wall times (stop 45 on)")
