@@ -11,6 +11,11 @@ Plugin switches (environment, read only by this benchmark tool):
   ``BNB_TIMES_FAMILY_STRIDE``  per-family strides overriding it, ``family=N,...`` with a family named by its test
                         function (``test_gemv_4bit``) or by file and function (``test_functional.py::test_gemv_4bit``):
                         a wider stride for the slowest families so a whole slice fits a time budget.
+  ``BNB_TIMES_CPU_AS_DEVICE``  ``1``: each test's ``device`` parameter ``"cpu"`` is handed to the test as
+                        ``torch.device("cpu")``, which is not equal to the string ``"cpu"``: the suite's own
+                        ``device == "cpu"`` branches (bitsandbytes narrows shapes and iterations on the CPU) take the
+                        path of any other device, so the CPU runs the same bodies a ``neuron`` run does.  Test ids are
+                        unchanged.  For a like-for-like suite time; a test that fails so is left out of the ratio.
   ``BNB_TIMES_FIRST``   a JSON-lines file of an earlier run (``BNB_TIMES_OUT`` of the CPU run): the kept tests that
                         passed there run first, in their order, then the rest (cases only the device runs), so a run
                         cut short still covers every test the two devices share.
@@ -63,7 +68,20 @@ def _stride_of(family, default, per_family):
     return per_family.get(family, per_family.get(family.rsplit("::", 1)[-1], default))
 
 
+def _cpu_as_device(items):
+    import torch
+    for it in items:
+        params = getattr(getattr(it, "callspec", None), "params", None)
+        if params is not None and params.get("device") == "cpu":
+            params["device"] = torch.device("cpu")
+
+
 def pytest_collection_modifyitems(config, items):
+    flag = os.environ.get("BNB_TIMES_CPU_AS_DEVICE", "0")
+    if flag not in ("0", "1"):
+        raise pytest.UsageError(f"BNB_TIMES_CPU_AS_DEVICE={flag!r}: must be 0 or 1")
+    if flag == "1":
+        _cpu_as_device(items)
     stride = _positive(os.environ.get("BNB_TIMES_STRIDE", "1") or "1", "BNB_TIMES_STRIDE")
     per_family = _family_strides(os.environ.get("BNB_TIMES_FAMILY_STRIDE", ""))
     first = os.environ.get("BNB_TIMES_FIRST")

@@ -92,3 +92,39 @@ def test_table_figures(tmp_path):
     assert total[-5:] == ["2", "4.00", "60.00", "15.00", "1.50"]
     assert any("passed only on neuron" in ln and "5.00" in ln for ln in lines)
     assert any(ln.startswith(n[2]) and "failed on neuron, passed on cpu" in ln for ln in lines)
+
+
+NARROWED = '''
+import pytest, torch
+
+@pytest.mark.parametrize("device", ["cpu"])
+def test_narrowed(device):
+    if device == "cpu":
+        pytest.skip("narrowed on CPU")
+    assert torch.zeros(2, device=device).device.type == "cpu"
+    print("RAN", type(device).__name__)
+'''
+
+
+@pytest.mark.parametrize("flag, outcome", [("0", {"skipped": 1}), ("1", {"passed": 1})])
+def test_cpu_as_device_takes_the_non_cpu_branch(flag, outcome, pytester, monkeypatch):
+    """With the switch a suite's ``device == "cpu"`` narrowing is not taken: the body runs, on the CPU, under the
+    same test id."""
+    pytest.importorskip("torch")
+    for k in ("BNB_TIMES_STRIDE", "BNB_TIMES_FAMILY_STRIDE", "BNB_TIMES_FIRST", "BNB_TIMES_OUT"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("BNB_TIMES_CPU_AS_DEVICE", flag)
+    pytester.makepyfile(test_user=NARROWED)
+    r = pytester.runpytest_inprocess("-p", "benchmarks.bnb_test_times", "-p", "no:cacheprovider", "-s", "-v")
+    r.assert_outcomes(**outcome)
+    assert "test_narrowed[cpu]" in r.stdout.str()
+    if flag == "1":
+        assert "RAN device" in r.stdout.str()
+
+
+def test_cpu_as_device_refuses_other_values(pytester, monkeypatch):
+    monkeypatch.setenv("BNB_TIMES_CPU_AS_DEVICE", "yes")
+    pytester.makepyfile(test_user=NARROWED)
+    r = pytester.runpytest_inprocess("-p", "benchmarks.bnb_test_times", "-p", "no:cacheprovider")
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    assert "BNB_TIMES_CPU_AS_DEVICE='yes': must be 0 or 1" in r.stderr.str()

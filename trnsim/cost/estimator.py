@@ -546,9 +546,7 @@ def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, c
     pipeline_s = steps * (stage_s + per_mb_comm + p2p)
     bubble_s = (pp - 1) * stage_s        # the collectives of the bubble steps are counted with the others
     # parameters held by one rank
-    dense_layer_local = {k: (spec.attention_params() / tp + spec.mlp_params(k) / (tp * (ep if mlp_kind(k) == "moe"
-                                                                                   else 1))
-                             + 2 * spec.hidden) for k, _ in kinds}
+    dense_layer_local = {k: layer_params_per_rank(spec, k, tp, ep) for k, _ in kinds}
     layer_params_local = sum(layers_per_stage[k] * dense_layer_local[k] for k, _ in kinds)
     emb_local = spec.embedding_params() / tp
     params_local = layer_params_local + emb_local
@@ -627,13 +625,19 @@ def estimate(model, instance="trn2.48xlarge", count=1, *, dp=None, tp=1, pp=1, c
     return est
 
 
+def layer_params_per_rank(spec, kind, tp, ep):
+    """Parameters of one layer of ``kind`` that one rank holds: attention split over the tensor-parallel group, the
+    MLP over it too (a MoE layer's experts also over the expert-parallel group), the two norms' weights whole."""
+    experts = ep if mlp_kind(kind) == "moe" else 1
+    return spec.attention_params() / tp + spec.mlp_params(kind) / (tp * experts) + 2 * spec.hidden
+
+
 def state_memory(spec, par):
     """Bytes per rank of the training state alone (no activations): bf16 weights (with FSDP the rank's shard plus
     two gathered layers), bf16 gradients and the fp32 master weights and AdamW moments (sharded over the data-
     parallel group with FSDP).  Known before any layer runs: the search drops configurations it cannot hold."""
     def local(k):
-        return (spec.attention_params() / par.tp + spec.mlp_params(k) / (par.tp * (par.ep if mlp_kind(k) == "moe"
-                                                                                    else 1)) + 2 * spec.hidden)
+        return layer_params_per_rank(spec, k, par.tp, par.ep)
     # the pipeline stage with the most parameters (ceil(layers / pp) consecutive layers a stage)
     per_stage = max(spec.stages(par.pp), key=lambda d: sum(n * local(k) for k, n in d.items()))
     nl = sum(per_stage.values())
