@@ -101,6 +101,20 @@ def _bool(env, text):
 _bool.kind = "on/off"
 
 
+def _auto_bool(env, text):
+    """``auto`` or an on/off word (by the one rule)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return parse_bool(env, text)
+    except ConfigError:
+        raise ConfigError(f"{env}={text!r}: expected auto, or one of {', '.join(TRUE_WORDS)} (on) or "
+                          f"{', '.join(FALSE_WORDS)} (off), in any case") from None
+
+
+_auto_bool.kind = "auto / on/off"
+
+
 @dataclass(frozen=True)
 class Knob:
     """One switch: the attribute ``name`` of this module, read from ``env``; ``default`` when unset."""
@@ -121,6 +135,10 @@ class Knob:
         if self.parse is _bool:
             if not isinstance(value, bool):
                 raise ConfigError(f"config.{self.name}: expected True or False, got {value!r}")
+            return value
+        if self.parse is _auto_bool:
+            if not isinstance(value, bool) and value != "auto":
+                raise ConfigError(f"config.{self.name}: expected True, False or 'auto', got {value!r}")
             return value
         if self.parse is _str:
             if not isinstance(value, str):
@@ -200,11 +218,12 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
        "On: the queues of one DMA engine share it round robin (NeuronCore-v2/v3), modelled in simulated time; "
        "off: each engine serves the earliest transfer in program order of those ready on it, as on NeuronCore-v4 "
        "(a rule of the one scheduler loop; the timelines before the round robin, to compare with them)."),
-    _k("serial_host_ops", "TRNSIM_SERIAL_HOST_OPS", _bool, True,
+    _k("serial_host_ops", "TRNSIM_SERIAL_HOST_OPS", _auto_bool, "auto",
        "Run the host numerics of the device ops whose results cannot depend on the thread count (elementwise, "
        "copies, gathers, max/min, sorts) on one host thread: torch's thread pool spin-waits, which on a loaded "
-       "host costs many times the CPU time (off: the caller's `torch.get_num_threads()`; the same values and "
-       "simulated times either way)."),
+       "host costs many times the CPU time. On: always; off: the caller's `torch.get_num_threads()`; `auto`: one "
+       "thread unless, over the last quarter second, the cores this process may use had one free beyond its own "
+       "(Linux `/proc/stat`; elsewhere one thread). The same values and simulated times either way."),
     # -- command line -----------------------------------------------------------------------------------------
     _k("progress", "TRNSIM_PROGRESS", _bool, True,
        "Off: the `trnsim` command shows no progress line (it shows one only on a terminal anyway)."),

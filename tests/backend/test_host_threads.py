@@ -13,9 +13,11 @@ from trnsim.backend.device_state import STATE
 
 @pytest.fixture
 def two_threads():
+    """Two host threads, and serial ops on one thread always (not ``auto``, which asks the host's load)."""
     prev = torch.get_num_threads()
     torch.set_num_threads(2)
-    yield
+    with config.override(serial_host_ops=True):
+        yield
     torch.set_num_threads(prev)
 
 
@@ -138,3 +140,130 @@ def test_compiled_graph_steps_set_one_thread_only_where_bits_cannot_change(two_t
     with config.override(serial_host_ops=False):
         cf(x, y)
     assert STATE.now_ns - t1 == t1 - t0
+
+
+class _Host:
+    """A scripted host for HostLoad: a clock, the busy core-seconds of 2 cpus, this process's CPU seconds."""
+
+    def __init__(self, cpus=2):
+        self.t, self.busy, self.own, self.cpus, self.reads = 100.0, 5000.0, 3.0, cpus, 0
+
+    def stat(self):
+        self.reads += 1
+        return self.busy, self.cpus
+
+    def run(self, seconds, own_cores, other_cores):
+        self.t += seconds
+        self.own += own_cores * seconds
+        self.busy += (own_cores + other_cores) * seconds
+
+
+def _load(host, quota=None):
+    return host_threads.HostLoad(window_s=0.25, margin=0.75, stat=host.stat, own=lambda: host.own,
+                                 clock=lambda: host.t, quota=lambda: quota)
+
+
+@pytest.mark.parametrize("own, others, free", [
+    (1.0, 0.0, True),       # this process alone on one core: the other is free
+    (2.0, 0.0, True),       # this process's own worker threads busy too: still nobody else's load
+    (1.0, 0.2, True),       # a little load from others leaves 0.8 of a core
+    (1.0, 0.3, False),      # 0.7 of a core left: under the margin
+    (1.0, 1.0, False),      # another process on the other core (pytest -n 2, a build beside)
+    (0.1, 1.9, False),
+])
+def test_a_core_is_free_when_others_leave_one(own, others, free):
+    h = _Host()
+    load = _load(h)
+    assert load.free_core() is False            # no window closed yet: one thread
+    h.run(0.3, own, others)
+    assert load.free_core() is free
+
+
+def test_the_answer_holds_for_a_window_and_follows_the_load():
+    h = _Host()
+    load = _load(h)
+    load.free_core()
+    h.run(0.3, 1.0, 0.0)
+    assert load.free_core() is True and h.reads == 2
+    h.run(0.1, 1.0, 1.0)                        # inside the window: no new read, the same answer
+    assert load.free_core() is True and h.reads == 2
+    h.run(0.2, 1.0, 1.0)
+    assert load.free_core() is False and h.reads == 3
+    h.run(0.3, 1.0, 0.0)
+    assert load.free_core() is True
+
+
+def test_no_proc_stat_or_a_small_quota_means_one_thread():
+    load = host_threads.HostLoad(stat=lambda: None)
+    assert load.free_core() is False
+    h = _Host()
+    load = _load(h, quota=1.5)                  # a cgroup quota of 1.5 cores: the other half core is no core
+    load.free_core()
+    h.run(0.3, 1.0, 0.0)
+    assert load.free_core() is False
+    h, load = _Host(cpus=4), None
+    load = _load(h, quota=3.0)
+    load.free_core()
+    h.run(0.3, 1.0, 1.0)
+    assert load.free_core() is True
+
+
+def test_reset_forgets_the_window():
+    h = _Host()
+    load = _load(h)
+    load.free_core()
+    h.run(0.3, 1.0, 0.0)
+    assert load.free_core() is True
+    load.reset()                                # as a forked child does: its CPU time starts again
+    h.own = 0.0
+    assert load.free_core() is False
+    h.run(0.3, 1.0, 0.0)
+    assert load.free_core() is True
+
+
+def test_proc_stat_reads_busy_seconds_of_this_process_cpus():
+    st = host_threads._proc_stat()
+    if st is None:
+        pytest.skip("no /proc/stat on this host")
+    busy, cpus = st
+    import os
+    assert cpus == len(os.sched_getaffinity(0)) and busy > 0
+
+
+@pytest.mark.parametrize("mode, free, one", [(True, True, True), (True, False, True), (False, False, False),
+                                             (False, True, False), ("auto", True, False), ("auto", False, True)])
+def test_one_thread_follows_the_switch(mode, free, one, monkeypatch):
+    monkeypatch.setattr(host_threads.HOST, "free_core", lambda: free)
+    with config.override(serial_host_ops=mode):
+        assert host_threads.one_thread() is one
+
+
+def test_auto_runs_serial_ops_on_the_callers_threads_when_a_core_is_free(monkeypatch):
+    prev = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        seen = host_threads.serial(lambda: torch.get_num_threads())
+        with config.override(serial_host_ops="auto"):
+            monkeypatch.setattr(host_threads.HOST, "free_core", lambda: True)
+            assert seen() == 2
+            monkeypatch.setattr(host_threads.HOST, "free_core", lambda: False)
+            assert seen() == 1
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(prev)
+
+
+@pytest.mark.parametrize("text, value", [("auto", "auto"), (" AUTO ", "auto"), ("1", True), ("off", False),
+                                         ("", "auto")])
+def test_the_switch_reads_auto_or_on_off(text, value, monkeypatch):
+    monkeypatch.setenv("TRNSIM_SERIAL_HOST_OPS", text)
+    assert config.serial_host_ops == value
+
+
+def test_the_switch_refuses_other_values(monkeypatch):
+    monkeypatch.setenv("TRNSIM_SERIAL_HOST_OPS", "sometimes")
+    with pytest.raises(config.ConfigError, match="TRNSIM_SERIAL_HOST_OPS='sometimes': expected auto, or one of"):
+        config.serial_host_ops
+    with pytest.raises(config.ConfigError, match="expected True, False or 'auto'"):
+        with config.override(serial_host_ops="yes"):
+            pass
