@@ -172,11 +172,16 @@ def _load(host, quota=None):
     (0.1, 1.9, False),
 ])
 def test_a_core_is_free_when_others_leave_one(own, others, free):
-    h = _Host()
-    load = _load(h)
-    assert load.free_core() is False            # no window closed yet: one thread
+    assert _first_and_after_a_window(own, others) == (False, free)     # no window closed yet: one thread
+
+
+def _first_and_after_a_window(own, others, cpus=2, quota=None):
+    """HostLoad's answer at its first call and after 0.3 s of this load."""
+    h = _Host(cpus)
+    load = _load(h, quota)
+    first = load.free_core()
     h.run(0.3, own, others)
-    assert load.free_core() is free
+    return first, load.free_core()
 
 
 def test_the_answer_holds_for_a_window_and_follows_the_load():
@@ -196,16 +201,9 @@ def test_the_answer_holds_for_a_window_and_follows_the_load():
 def test_no_proc_stat_or_a_small_quota_means_one_thread():
     load = host_threads.HostLoad(stat=lambda: None)
     assert load.free_core() is False
-    h = _Host()
-    load = _load(h, quota=1.5)                  # a cgroup quota of 1.5 cores: the other half core is no core
-    load.free_core()
-    h.run(0.3, 1.0, 0.0)
-    assert load.free_core() is False
-    h, load = _Host(cpus=4), None
-    load = _load(h, quota=3.0)
-    load.free_core()
-    h.run(0.3, 1.0, 1.0)
-    assert load.free_core() is True
+    # a cgroup quota of 1.5 cores: the other half core is no core; of 3 cores on 4 cpus: one is left
+    assert _first_and_after_a_window(1.0, 0.0, quota=1.5) == (False, False)
+    assert _first_and_after_a_window(1.0, 1.0, cpus=4, quota=3.0) == (False, True)
 
 
 def test_reset_forgets_the_window():
