@@ -8,6 +8,7 @@ and exit status 2 (never a traceback); output to a closed pipe (``trnsim profile
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import time
@@ -506,5 +507,16 @@ def main(argv=None):
         return 130
 
 
+def command(argv=None):
+    """The ``trnsim`` console script and ``python -m trnsim``: :func:`main`, for a process that ends right after.
+    It freezes the garbage collector's objects before the interpreter's shutdown: that shutdown's collections
+    would walk every object torch, dynamo and the run made only to free memory the process gives back anyway
+    (a cold compiled estimate: about 1.5 s of CPU after its exit handlers, 0.3 s frozen).  The exit handlers (the
+    caches' writes) still run, and objects are still released, with their finalizers, as the modules go."""
+    code = main(argv)
+    gc.freeze()
+    return code
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(command())
