@@ -70,17 +70,17 @@ def test_unmodified_kernel_test_file_runs_under_sim_pytest(tmp_path):
 
 def test_the_console_script_is_command_and_freezes_the_collector_before_exit(tmp_path):
     """The ``trnsim`` script (pyproject) and ``python -m trnsim`` run ``cli.command``: ``main``'s exit code, with
-    the collector's objects frozen for the shutdown; ``main`` itself (called in-process, as tests do) leaves the
-    collector alone."""
+    the collector's thresholds raised and its objects frozen for the shutdown; ``main`` itself (called in-process,
+    as tests do) leaves the collector alone."""
     import tomllib
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with open(os.path.join(root, "pyproject.toml"), "rb") as f:
         assert tomllib.load(f)["project"]["scripts"]["trnsim"] == "trnsim.cli:command"
-    r = _py("import gc, trnsim.cli as c\nn = gc.get_freeze_count()\ncode = c.main([])\n"
-            "a = gc.get_freeze_count()\ncode2 = c.command([])\n"
-            "print(n == a, code, code2, gc.get_freeze_count() > a)")
+    r = _py("import gc, trnsim.cli as c\nn, t = gc.get_freeze_count(), gc.get_threshold()\ncode = c.main([])\n"
+            "a = gc.get_freeze_count()\nsame = (n, t) == (a, gc.get_threshold())\ncode2 = c.command([])\n"
+            "print(same, code, code2, gc.get_freeze_count() > a, gc.get_threshold() == c.COLLECTOR_THRESHOLDS)")
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split()[-4:] == ["True", "2", "2", "True"]
+    assert r.stdout.split()[-5:] == ["True", "2", "2", "True", "True"]
     r = subprocess.run([sys.executable, "-m", "trnsim", "estimate", "--bogus"], capture_output=True, text=True,
                        timeout=120, cwd=tmp_path)
     assert r.returncode == 2 and "trnsim estimate: error" in r.stderr
