@@ -348,7 +348,8 @@ def optimizer_s(numel, target, name="adamw", compiled=False):
     from ..backend.device_state import STATE
     from ..backend.shape_only import device_target, meta_payloads, shape_only_tensor
     # eager: plain meta payloads (the same costs, less CPU; shape_only.meta_payloads); compiled: fake ones
-    with device_target(target), meta_payloads(bool(config.shape_only_meta) and not compiled):
+    from .step import own_clock
+    with device_target(target), meta_payloads(bool(config.shape_only_meta) and not compiled), own_clock():
         p = torch.nn.Parameter(shape_only_tensor((int(numel),), torch.float32))
         p.grad = shape_only_tensor((int(numel),), torch.float32)
         if compiled:

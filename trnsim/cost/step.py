@@ -8,6 +8,7 @@ later processes, so a layer compiled once is not compiled again by the next esti
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import torch
@@ -142,7 +143,7 @@ def _run_payloads(build, inputs, target, loss_fn, precision, compiled):
         return t
 
     launch = costs.launch_ns(tg)
-    with device_target(target) as tg, unmeasured:
+    with device_target(target) as tg, unmeasured, own_clock():
         with trnsim.profile_torch() as prof:
             t0 = STATE.now_ns
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -191,6 +192,20 @@ def _run_payloads(build, inputs, target, loss_fn, precision, compiled):
         n = len([r for r in prof.rows if r.kind != "fallback" and r.duration_ns > 0])
     return LayerCost(fwd, bwd, parts["tensor"], parts["other"], parts["fallback"], n * launch, n,
                      int(sum(saved.values())), tuple(sorted(fb)), graphs, ops, flops, comm[0], comm[1])
+
+
+@contextlib.contextmanager
+def own_clock():
+    """The device clock from zero for one measured run, then moved on by what the run took.  The clock is a
+    float, so a run's times (differences of it) would otherwise depend in their last bits on everything the
+    process ran before: with its own clock a layer run or an optimizer step gives the same bits whatever ran
+    before it (the estimate of one configuration does not depend on which others a search estimated first)."""
+    from ..backend.device_state import STATE
+    base, STATE.now_ns = STATE.now_ns, 0.0
+    try:
+        yield
+    finally:
+        STATE.now_ns = base + STATE.now_ns
 
 
 def _layer_job(spec, kind, tp, ep, micro_batch, seq, dtype, tg, precision, compiled, sp=False, comm=None):
