@@ -1,8 +1,15 @@
 """Where the CPU time of one ``trnsim estimate`` goes, cold: imports, the eager layer runs of the search, the
 compiled layer runs, the kernel simulations inside both, and the rest (composing the candidates).
 
-Usage: python benchmarks/bench_estimate_split.py [--keep-caches] -- [trnsim estimate arguments]
+Usage: python benchmarks/bench_estimate_split.py [--keep-caches] [--first-use] -- [trnsim estimate arguments]
        (default arguments: --model qwen3-32b --instance trn2.48xlarge --count 1 --compile)
+
+``--first-use``: before the estimate, do the one-time work of a process that the estimate would otherwise do
+inside its first layer runs, each as its own row: the imports a compile needs (``torch._dynamo``, which also
+imports ``torch.distributed.tensor``, and AOTAutograd; an eager estimate imports ``torch.distributed.tensor`` too,
+at its first tensor moved to the device), and numba's compiled scheduler (numba imported and its cached builds
+loaded, by one 7-element copy simulated with the compiled loop).  The total stays about the same; the rows show
+how much of it is a fixed cost per process and how much grows with the work.
 
 Cold by default: the op-cost and layer-cost caches (TRNSIM_CACHE_DIR) and the compile cache
 (TORCH_NEURONX_NEFF_CACHE_DIR) point at a fresh temporary folder, set before trnsim is imported.  numba's own
@@ -25,15 +32,30 @@ _DEFAULT = ["--model", "qwen3-32b", "--instance", "trn2.48xlarge", "--count", "1
 
 
 def _args(argv):
-    keep = "--keep-caches" in argv
-    argv = [a for a in argv if a != "--keep-caches"]
-    if "--" in argv:
-        argv = argv[argv.index("--") + 1:]
-    return keep, (argv or _DEFAULT)
+    head = argv[:argv.index("--")] if "--" in argv else argv
+    keep, first = "--keep-caches" in head, "--first-use" in head
+    argv = argv[argv.index("--") + 1:] if "--" in argv else [a for a in argv if a not in ("--keep-caches",
+                                                                                          "--first-use")]
+    return keep, first, (argv or _DEFAULT)
+
+
+def _first_use():
+    """(imports a compile needs, numba's compiled scheduler): process CPU seconds of each (see ``--first-use``)."""
+    t = time.process_time()
+    import torch._dynamo  # noqa: F401
+    import torch.distributed.tensor  # noqa: F401
+    from torch._dynamo.backends.common import aot_autograd  # noqa: F401
+    t_imports = time.process_time() - t
+    from trnsim.backend import costs
+    from trnsim.targets import get_target
+    t = time.process_time()
+    costs.expect_many()
+    costs.elementwise_cost(get_target("trn2"), 7, "float32", kind="copy")
+    return t_imports, time.process_time() - t
 
 
 def main(argv=None):
-    keep, est_args = _args(sys.argv[1:] if argv is None else argv)
+    keep, first, est_args = _args(sys.argv[1:] if argv is None else argv)
     if not keep:
         tmp = tempfile.mkdtemp(prefix="trnsim-estimate-split-")
         os.environ["TRNSIM_CACHE_DIR"] = os.path.join(tmp, "costs")
@@ -47,6 +69,7 @@ def main(argv=None):
     from trnsim.backend.compile import runtime
     from trnsim.cost import cli, step
     t_trnsim = time.process_time() - t
+    t_first = _first_use() if first else None
 
     acc = {"simulations": 0.0, "eager layer runs": 0.0, "compiled layer runs": 0.0, "compiled graph calls": 0.0}
     counts = {"simulations": 0, "eager layer runs": 0, "compiled layer runs": 0, "compiled graph calls": 0}
@@ -93,6 +116,9 @@ def main(argv=None):
           f"{line[0].strip() if line else 'no tokens/s line'})")
     print(f"{'part':34s} {'CPU s':>7s} {'calls':>6s}")
     rows = [("import torch", t_torch, 1), ("import trnsim (cost, compile runtime)", t_trnsim, 1)]
+    if t_first is not None:
+        rows += [("first use: dynamo, DTensor, AOTAutograd imports", t_first[0], 1),
+                 ("first use: numba's compiled scheduler", t_first[1], 1)]
     rows += [(k + (" (within compiled layer runs)" if k == "compiled graph calls" else ""), acc[k], counts[k])
              for k in ("eager layer runs", "compiled layer runs", "compiled graph calls", "simulations")]
     rest = t_main - acc["eager layer runs"] - acc["compiled layer runs"] - acc["simulations"]
