@@ -103,7 +103,6 @@ def _run(build, inputs, target, loss_fn, precision="bf16", compiled=False, meta=
     ``comm`` (compiled runs): the pricer of the collectives inside the graphs (``backend.compile.collective``: the
     collectives model on the estimate's topology and tensor-parallel group); their exposed time is in ``fwd_ns``/
     ``bwd_ns`` and ``comm_fwd_ns``/``comm_bwd_ns``."""
-    import contextlib
     from ..backend.shape_only import meta_payloads
     from ..backend import costs
     costs.expect_many()         # a layer run on cold caches simulates many kernels: the compiled scheduler at once
@@ -116,7 +115,6 @@ def _run(build, inputs, target, loss_fn, precision="bf16", compiled=False, meta=
 
 
 def _run_payloads(build, inputs, target, loss_fn, precision, compiled):
-    import contextlib
     import trnsim
     from ..backend import costs
     from ..backend.device_state import STATE
