@@ -69,21 +69,49 @@ def test_progress_is_throttled_but_never_drops_the_end():
 
 
 def test_scheduling_says_when_the_compiled_loop_is_loading(monkeypatch):
-    """Before the compiled scheduler's first use in a process (numba loads it, or compiles it: ~15 s after an
-    install, with no progress of its own) the line says so; then the bar."""
+    """Before the compiled scheduler's first use in a process (numba loads it, or compiles it: about 1.5 min after
+    an install, with no progress of its own) the line says which; then the bar."""
     from trnsim.cli import Progress
     from trnsim.machine import sched_fast
     s = _Stream(tty=True)
     p = Progress(True, s)
     p.line.min_interval = 0                              # (no throttling between the calls below)
     monkeypatch.setattr(sched_fast, "compiled", lambda: False)
+    monkeypatch.setattr(sched_fast, "last_choice", lambda: "numba")
+    monkeypatch.setattr(sched_fast, "cache_warm", lambda: True)
     p.scheduling(0, sched_fast.FAST_MIN)
-    assert "loading the numba scheduler" in s.getvalue()
+    assert "loading the compiled scheduler" in s.getvalue()
+    monkeypatch.setattr(sched_fast, "cache_warm", lambda: False)
+    p.scheduling(0, sched_fast.FAST_MIN)
+    assert "compiling the scheduler once (~1.5 min; 'trnsim warmup')" in s.getvalue()
     p.scheduling(0, sched_fast.FAST_MIN - 1)           # small records: the reference loop, its own bar
     assert s.getvalue().rstrip().endswith(f"0/{sched_fast.FAST_MIN - 1:,}")
     monkeypatch.setattr(sched_fast, "compiled", lambda: True)
     p.scheduling(0, sched_fast.FAST_MIN)
-    assert s.getvalue().count("loading the numba scheduler") == 1
+    assert s.getvalue().count("loading the compiled scheduler") == 1
+
+
+def test_scheduling_says_a_large_run_goes_uncompiled_before_the_compile(monkeypatch):
+    """Under ``auto`` with numba's cache cold, a large run schedules uncompiled (``sched_fast.choose``): its bar
+    says so and names the command that compiles the loop."""
+    from trnsim.cli import Progress
+    from trnsim.machine import sched_fast
+    monkeypatch.delenv("TRNSIM_SCHEDULER", raising=False)
+    monkeypatch.delenv("TRNSIM_NO_NUMBA", raising=False)
+    s = _Stream(tty=True)
+    p = Progress(True, s)
+    p.line.min_interval = 0
+    monkeypatch.setattr(sched_fast, "compiled", lambda: False)
+    monkeypatch.setattr(sched_fast, "fast_available", lambda: True)
+    monkeypatch.setattr(sched_fast, "last_choice", lambda: "python")
+    monkeypatch.setattr(sched_fast, "cache_warm", lambda: False)
+    p.scheduling(0, sched_fast.FAST_MIN)
+    assert "scheduling, uncompiled ('trnsim warmup' compiles it once)" in s.getvalue()
+    p.scheduling(1, sched_fast.FAST_MIN)
+    assert s.getvalue().rstrip().endswith(f"scheduling, uncompiled: [{'.' * 30}] 1/{sched_fast.FAST_MIN:,}")
+    monkeypatch.setattr(sched_fast, "cache_warm", lambda: True)      # warm: a short run's plain bar
+    p.scheduling(1, sched_fast.FAST_MIN)
+    assert s.getvalue().rstrip().rsplit("\r", 1)[-1].strip().startswith("scheduling: [")
 
 
 def test_progress_wanted(monkeypatch):

@@ -53,18 +53,52 @@ class Progress:
         if not self.enabled or total <= 0:
             return
         from .machine import sched_fast
-        if done == 0 and total >= sched_fast.FAST_MIN and sched_fast.mode() != "python" and not sched_fast.compiled():
-            # the compiled loop's first use in this process: numba loads it from its cache, or compiles it (the
-            # first run after an install: 15 s measured on a 2-core machine), with no progress of its own
-            self.line.show("  scheduling: loading the numba scheduler (compiled on first use: ~15 s)", force=True)
+        chosen = sched_fast.last_choice()
+        if done == 0 and total >= sched_fast.FAST_MIN and chosen == "numba" and not sched_fast.compiled():
+            # the compiled loop's first use in this process: numba loads it from its cache, or compiles it (after
+            # an install: about 90 s of CPU on the 2-core development machine, stop 47), with no progress of its own
+            what = ("loading the compiled scheduler" if sched_fast.cache_warm() else
+                    "compiling the scheduler once (~1.5 min; 'trnsim warmup')")
+            self.line.show(f"  scheduling: {what}", force=True)
+            return
+        # a large run under auto before the loop is compiled for this install: uncompiled (sched_fast.choose)
+        slow = (total >= sched_fast.FAST_MIN and chosen == "python" and sched_fast.mode() != "python"
+                and sched_fast.fast_available() and not sched_fast.cache_warm())
+        if slow and done == 0:
+            self.line.show("  scheduling, uncompiled ('trnsim warmup' compiles it once)", force=True)
             return
         w = 30
         k = int(w * done / total)
-        self.line.show(f"  scheduling: [{'#' * k}{'.' * (w - k)}] {done:,}/{total:,}", force=done >= total)
+        label = "scheduling, uncompiled" if slow else "scheduling"
+        self.line.show(f"  {label}: [{'#' * k}{'.' * (w - k)}] {done:,}/{total:,}", force=done >= total)
 
     def finish(self):
         self.stop_simulating()
         self.line.clear()
+
+
+def _warmup(args):
+    """``trnsim warmup``: the compiled scheduler built into numba's cache (or found there), with the time taken."""
+    from .kernels.jit import run_kernel
+    from .kernels.library.matmul import tiled_matmul
+    from .machine import sched_fast
+    from .machine.scheduler import schedule
+
+    if not sched_fast.fast_available():
+        raise UsageError("the compiled scheduler needs numba, which cannot be imported here (pip install numba); "
+                         "trnsim runs the same scheduler uncompiled without it")
+    held = sched_fast.cache_warm()
+    print("trnsim warmup: " + ("numba's cache holds the compiled scheduler: loading it" if held else
+                               "compiling the scheduler into numba's cache (about 1.5 min on a 2-core machine)"),
+          flush=True)
+    import ml_dtypes
+    z = np.zeros((128, 128), ml_dtypes.bfloat16)
+    res = run_kernel(tiled_matmul, (z, z), {}, (1,), "trn2", execute=False)        # shape only: no numerics
+    t0, c0 = time.perf_counter(), time.process_time()
+    schedule(res.cores, impl="numba")
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    print(f"  done in {wall:.1f} s ({cpu:.1f} s of CPU); later runs load it from the cache")
+    return 0
 
 
 def _write_outputs(prof, out_dir, stem, trace=None, png=None, plot=True):
@@ -454,12 +488,17 @@ def build_parser():
     pr.add_argument("--no-plot", action="store_true", help="skip the PNG")
     pr.add_argument("--progress", action="store_true", help="show progress even when stderr is not a terminal")
     pr.add_argument("--no-progress", action="store_true", help="never show progress")
+    _sub(sub, "warmup", help="compile the scheduler into numba's cache (once per install)",
+         description="Compile trnsim's scheduler loop with numba into numba's cache, so that no later run waits "
+                     "for it or runs it uncompiled (a fresh install, or after trnsim is upgraded or edited: about "
+                     "1.5 min on a 2-core machine; loading it afterwards takes under a second).  Without it, runs "
+                     "schedule uncompiled until their rows would repay the compile (the same timelines, slower).")
     for name, (_, _, helptext) in _DELEGATED.items():
         sub.add_parser(name, add_help=False, help=f"{helptext} (see 'trnsim {name} --help')")
     return p
 
 
-_COMMANDS = {"demo": _demo, "profile": _profile}
+_COMMANDS = {"demo": _demo, "profile": _profile, "warmup": _warmup}
 
 # subcommands with parsers of their own: name -> (module, function taking argv, help)
 _DELEGATED = {

@@ -205,7 +205,9 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     _k("scheduler", "TRNSIM_SCHEDULER", _choice("auto", "python", "numba"), "auto",
        "How the one scheduler loop runs: `numba` compiled; `python` uncompiled (for debugging: the same "
        "timelines, slower); `auto` compiled once a process has scheduled 10,000 instructions, uncompiled before "
-       "(a short run does not load numba)."),
+       "(a short run does not load numba); when numba's cache does not hold the compiled loop (after an install or "
+       "an upgrade: compiling it takes about 1.5 min, `trnsim warmup` does it ahead), uncompiled until the "
+       "process has scheduled 1,000,000."),
     _k("no_numba", "TRNSIM_NO_NUMBA", _bool, False,
        "On: run the scheduler loop uncompiled, as `TRNSIM_SCHEDULER=python` (numba is not loaded for it)."),
     # -- model choices and checks -----------------------------------------------------------------------------

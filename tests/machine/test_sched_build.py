@@ -60,6 +60,7 @@ def test_auto_runs_uncompiled_within_the_budget_then_compiled(monkeypatch):
     monkeypatch.setitem(sched_fast._STATE, "kernels", None)      # as in a process that has not loaded it
     monkeypatch.setitem(sched_fast._STATE, "py_rows", 0)
     monkeypatch.setattr(sched_fast, "PY_ROWS", 100)
+    monkeypatch.setattr(sched_fast, "cache_warm", lambda: True)      # numba's cache holds the loop
     assert sched_fast.choose(None, 60) == "python"
     assert sched_fast.choose("auto", 40) == "python"               # 100 rows so far: within the budget
     assert sched_fast._STATE["py_rows"] == 100
@@ -80,12 +81,88 @@ def test_expect_many_takes_the_compiled_loop_at_the_next_schedule(monkeypatch):
     monkeypatch.delenv("TRNSIM_NO_NUMBA", raising=False)
     monkeypatch.setattr(sched_fast, "compiled", lambda: False)        # as in a process that has not loaded it yet
     monkeypatch.setattr(sched_fast, "fast_available", lambda: True)
+    monkeypatch.setattr(sched_fast, "cache_warm", lambda: True)
     monkeypatch.setitem(sched_fast._STATE, "py_rows", 0)
     assert sched_fast.choose(None, 10) == "python"
     sched_fast.expect_many()
     assert sched_fast.choose(None, 1) == "numba"
     assert sched_fast.choose("python", 1) == "python"
     assert sched_fast._STATE["py_rows"] == sched_fast.PY_ROWS
+
+
+def test_auto_runs_uncompiled_until_its_rows_would_repay_a_cold_compile(monkeypatch):
+    """With numba's cache cold (a fresh install: compiling the loop costs about 90 s), ``auto`` runs uncompiled,
+    ``expect_many`` or not, until the process's uncompiled rows pass ``COLD_ROWS``; an explicit ``numba`` compiles."""
+    monkeypatch.delenv("TRNSIM_SCHEDULER", raising=False)
+    monkeypatch.delenv("TRNSIM_NO_NUMBA", raising=False)
+    monkeypatch.setattr(sched_fast, "compiled", lambda: False)
+    monkeypatch.setattr(sched_fast, "fast_available", lambda: True)
+    monkeypatch.setattr(sched_fast, "cache_warm", lambda: False)
+    monkeypatch.setattr(sched_fast, "PY_ROWS", 100)
+    monkeypatch.setattr(sched_fast, "COLD_ROWS", 1000)
+    monkeypatch.setitem(sched_fast._STATE, "py_rows", 0)
+    assert sched_fast.choose(None, 600) == "python" and sched_fast.last_choice() == "python"
+    sched_fast.expect_many()
+    assert sched_fast.choose(None, 400) == "python"                  # 1,000 rows: within the cold budget
+    assert sched_fast.choose("numba", 1) == "numba" and sched_fast.last_choice() == "numba"
+    assert sched_fast.choose(None, 1) == "numba"                     # past it: the compile now pays
+    assert sched_fast._STATE["py_rows"] == 1000
+
+
+_TINY = """
+import numpy as np
+def tiny(a):
+    s = 0.0
+    for x in a:
+        s += x * {k}
+    return s
+"""
+
+_HOLDS = """
+import importlib.util, sys
+import numba, numpy as np
+from trnsim.machine import sched_jit
+spec = importlib.util.spec_from_file_location('tinymod', sys.argv[1])
+m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+before = sched_jit.cache_holds(m.tiny)
+if sys.argv[2] == 'compile':
+    numba.njit(cache=True)(m.tiny)(np.ones(3))
+print(before, sched_jit.cache_holds(m.tiny))
+"""
+
+
+def test_cache_holds_asks_numbas_cache_for_the_source_as_it_is(tmp_path):
+    """``sched_jit.cache_holds``: False before numba has compiled a function into its cache, True after (in a new
+    process too), False again once the function's source changes."""
+    if not sched_fast.fast_available():
+        pytest.skip("numba cannot be imported")
+    src = tmp_path / "tinymod.py"
+    src.write_text(_TINY.format(k=2))
+    env = _env(NUMBA_CACHE_DIR=str(tmp_path / "nbcache"))
+
+    def run(what):
+        out = subprocess.run([sys.executable, "-c", _HOLDS, str(src), what], capture_output=True, text=True,
+                             env=env, timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout.split()
+
+    assert run("compile") == ["False", "True"]
+    assert run("look") == ["True", "True"]
+    src.write_text(_TINY.format(k=3))                                # an edited function: a stale cache
+    assert run("look") == ["False", "False"]
+
+
+def test_warmup_command_leaves_the_loop_in_numbas_cache(capsys):
+    """``trnsim warmup`` builds (or loads) the compiled loop; numba's cache then holds both large functions.  In this
+    process, so a worker that compiles the loop for other tests pays for it once."""
+    if not sched_fast.fast_available():
+        pytest.skip("numba cannot be imported")
+    from trnsim.cli import main
+    assert main(["warmup"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("trnsim warmup: ") and "done in" in out
+    assert sched_fast.compiled()
+    assert sched_jit.cache_holds(sched_state.new_state) and sched_jit.cache_holds(sched_events.run)
 
 
 def test_auto_uses_the_compiled_loop_once_it_is_loaded(monkeypatch):

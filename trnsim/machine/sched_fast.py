@@ -32,8 +32,14 @@ FAST_MIN = 20_000
 # cache about 0.4 s, the uncompiled loop 40-50 us per row of the stream kernel); trnsim's choice, no timeline
 # depends on it
 PY_ROWS = 10_000
+# rows a process schedules uncompiled under ``auto`` when numba's cache holds no build of the loop (a fresh install,
+# an edited loop, another CPU: :func:`cache_warm`), before it compiles the loop: about as many rows as the compile
+# costs.  Measured at stop 47 on the development machine (process CPU): compiling ``new_state`` and ``run`` from a
+# cold cache 88 s; the uncompiled loop 45-110 us per row (the stream kernel; the 128,898 rows of a cold compiled
+# Qwen3-32B estimate); so 0.8-2 million rows.  trnsim's choice, no timeline depends on it.
+COLD_ROWS = 1_000_000
 
-_STATE = {"kernels": None, "py": None, "py_rows": 0, "loaded": None}
+_STATE = {"kernels": None, "py": None, "py_rows": 0, "loaded": None, "warm": None, "chosen": None}
 _ENG_FIXED = ("tensor", "vector", "scalar", "gpsimd", "sync")
 _MEM = {"hbm": 0, "sbuf": 1, "psum": 2}
 _MEM_OBJ = np.array([None, "hbm", "sbuf", "psum"], dtype=object)     # index: mem code + 1
@@ -87,20 +93,42 @@ def compiled() -> bool:
     return False
 
 
+def cache_warm() -> bool:
+    """Whether numba's cache holds builds of the loop's two large functions (``new_state``, ``run``) as the source
+    now is (``sched_jit.cache_holds``): loading them costs about 0.4 s of CPU, compiling them about 90 s (numba's
+    other entry points are small).  Asked once per process (imports numba: 0.1-0.3 s)."""
+    if _STATE["warm"] is None:
+        from . import sched_events, sched_jit, sched_state
+        _STATE["warm"] = all(sched_jit.cache_holds(f) for f in (sched_state.new_state, sched_events.run))
+    return _STATE["warm"]
+
+
 def choose(force=None, rows=0) -> str:
     """The build that schedules a launch of ``rows`` instructions: :func:`mode`'s, except that ``auto`` (the default
     of ``TRNSIM_SCHEDULER``; not an explicit ``numba``) runs uncompiled while the compiled loop is not loaded in this
-    process and the rows this process has scheduled uncompiled so far, these included, stay within ``PY_ROWS``.  A
-    process scheduling little never loads numba (about 0.4 s of CPU from a warm cache, a compile of about a minute
-    from a cold one); one scheduling more pays at most ``PY_ROWS`` rows uncompiled before loading it once.  Both
-    builds give identical timelines."""
+    process and the rows this process has scheduled uncompiled so far, these included, stay within a budget:
+    ``PY_ROWS`` when numba's cache holds the loop's build, ``COLD_ROWS`` when it must be compiled
+    (:func:`cache_warm`).  A process scheduling little never loads numba; one scheduling more pays at most about
+    what the loading costs in rows run uncompiled before it loads the loop once (0.4 s from a warm cache, about
+    90 s of compiling from a cold one: a process never waits for a compile that its own rows would not repay;
+    ``trnsim warmup`` compiles it ahead).  Both builds give identical timelines.  :func:`last_choice` tells the
+    answer to the progress line."""
     m = mode(force)
     if m == "python" or (force or config.scheduler) != "auto" or compiled():
+        _STATE["chosen"] = m
         return m
-    if _STATE["py_rows"] + rows <= PY_ROWS or not fast_available():
-        _STATE["py_rows"] += rows
-        return "python"
+    n = _STATE["py_rows"] + rows
+    if n <= PY_ROWS or not fast_available() or (n <= COLD_ROWS and not cache_warm()):
+        _STATE["py_rows"] = n
+        m = "python"
+    _STATE["chosen"] = m
     return m
+
+
+def last_choice():
+    """:func:`choose`'s last answer in this process (``numba``, ``python``, or None before any schedule)."""
+    return _STATE["chosen"]
+
 
 
 def expect_many():

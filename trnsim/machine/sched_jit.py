@@ -25,7 +25,7 @@ import sys
 import threading
 import types
 
-__all__ = ["njit", "borrow", "available", "jitted", "loaded"]
+__all__ = ["njit", "borrow", "available", "jitted", "loaded", "cache_holds"]
 
 _MARKED: list = []          # (function, numba options), in definition order
 _JIT: dict = {}             # marked function -> its numba dispatcher (made by _make)
@@ -76,6 +76,35 @@ def jitted(fn):
         if d is None:
             raise KeyError(f"sched_jit.jitted: {getattr(fn, '__qualname__', fn)!r} is not marked with njit")
     return d
+
+
+def cache_holds(fn) -> bool:
+    """Whether numba's cache holds a build of the marked function ``fn`` as its source is now, for this machine:
+    loading it costs a fraction of a second, compiling it (a fresh install, an edited loop, another CPU) about a
+    minute for the loop's entry points (:data:`sched_fast.COLD_ROWS`).  Imports numba.  Asks numba's own cache
+    (its index, keyed by the source file's stamp, the machine's code generator and the function's bytecode); when
+    that cannot be read (numba's internals moved), says True, so callers behave as before this check existed."""
+    if not available():
+        return False
+    try:
+        import hashlib
+
+        from numba.core.caching import FunctionCache
+        from numba.core.registry import cpu_target
+        from numba.core.serialize import dumps
+        cache = FunctionCache(fn)
+        index = cache._cache_file._load_index()         # {} when absent or stale (numba checks the source stamp)
+        if not index:
+            return False
+        if fn.__closure__ is not None:
+            cvars = dumps(tuple(c.cell_contents for c in fn.__closure__))     # as numba keys it
+        else:
+            cvars = b""
+        code = (hashlib.sha256(fn.__code__.co_code).hexdigest(), hashlib.sha256(cvars).hexdigest())
+        magic = cpu_target.target_context.codegen().magic_tuple()
+    except Exception:                                   # noqa: BLE001 - an unreadable cache: the former behaviour
+        return True
+    return any(len(k) == 3 and k[1] == magic and k[2] == code for k in index)
 
 
 def _make():
