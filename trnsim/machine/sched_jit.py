@@ -82,8 +82,9 @@ def cache_holds(fn) -> bool:
     """Whether numba's cache holds a build of the marked function ``fn`` as its source is now, for this machine:
     loading it costs a fraction of a second, compiling it (a fresh install, an edited loop, another CPU) about a
     minute for the loop's entry points (:data:`sched_fast.COLD_ROWS`).  Imports numba.  Asks numba's own cache
-    (its index, keyed by the source file's stamp, the machine's code generator and the function's bytecode); when
-    that cannot be read (numba's internals moved), says True, so callers behave as before this check existed."""
+    (its index, keyed by the source file's stamp, the machine's code generator and the function's bytecode); False
+    when numba has no writable place for a cache (it would compile in every process); when the index cannot be read
+    (numba's internals moved), True, so callers behave as before this check existed."""
     if not available():
         return False
     try:
@@ -92,7 +93,10 @@ def cache_holds(fn) -> bool:
         from numba.core.caching import FunctionCache
         from numba.core.registry import cpu_target
         from numba.core.serialize import dumps
-        cache = FunctionCache(fn)
+        try:
+            cache = FunctionCache(fn)
+        except RuntimeError:                            # numba finds no writable place to cache: it compiles always
+            return False
         index = cache._cache_file._load_index()         # {} when absent or stale (numba checks the source stamp)
         if not index:
             return False
