@@ -148,7 +148,7 @@ def test_cache_holds_asks_numbas_cache_for_the_source_as_it_is(tmp_path):
 
     assert run("compile") == ["False", "True"]
     assert run("look") == ["True", "True"]
-    src.write_text(_TINY.format(k=3))                                # an edited function: a stale cache
+    src.write_text(_TINY.format(k=25))             # an edited function (another size and stamp): a stale cache
     assert run("look") == ["False", "False"]
 
 
