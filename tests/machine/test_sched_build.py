@@ -109,6 +109,39 @@ def test_auto_runs_uncompiled_until_its_rows_would_repay_a_cold_compile(monkeypa
     assert sched_fast._STATE["py_rows"] == 1000
 
 
+def test_ran_uncompiled_cold_says_when_warmup_would_have_helped(monkeypatch):
+    """``ran_uncompiled_cold``: past ``PY_ROWS`` uncompiled rows with the cache found cold and the loop not loaded
+    since; not on a warm cache, not within the budget, not once the loop is loaded."""
+    monkeypatch.setattr(sched_fast, "compiled", lambda: False)
+    monkeypatch.setitem(sched_fast._STATE, "warm", False)
+    monkeypatch.setitem(sched_fast._STATE, "py_rows", sched_fast.PY_ROWS + 1)
+    assert sched_fast.ran_uncompiled_cold()
+    monkeypatch.setitem(sched_fast._STATE, "py_rows", sched_fast.PY_ROWS)
+    assert not sched_fast.ran_uncompiled_cold()
+    monkeypatch.setitem(sched_fast._STATE, "py_rows", sched_fast.PY_ROWS + 1)
+    monkeypatch.setitem(sched_fast._STATE, "warm", True)
+    assert not sched_fast.ran_uncompiled_cold()
+    monkeypatch.setitem(sched_fast._STATE, "warm", None)                 # never asked
+    assert not sched_fast.ran_uncompiled_cold()
+    monkeypatch.setitem(sched_fast._STATE, "warm", False)
+    monkeypatch.setattr(sched_fast, "compiled", lambda: True)
+    assert not sched_fast.ran_uncompiled_cold()
+
+
+def test_estimate_names_warmup_after_running_uncompiled_cold(monkeypatch, capsys):
+    """``trnsim estimate`` ends with a note naming ``trnsim warmup`` when its process ran the scheduler uncompiled
+    for a cold numba cache, and without it otherwise (its own output unchanged)."""
+    from trnsim.cost.cli import main
+    args = ["--model", "no-such-model", "--instance", "trn2.48xlarge"]
+    monkeypatch.setattr(sched_fast, "ran_uncompiled_cold", lambda: True)
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "no-such-model" in err and "'trnsim warmup' compiles it once" in err
+    monkeypatch.setattr(sched_fast, "ran_uncompiled_cold", lambda: False)
+    assert main(args) == 2
+    assert "trnsim warmup" not in capsys.readouterr().err
+
+
 _TINY = """
 import numpy as np
 def tiny(a):

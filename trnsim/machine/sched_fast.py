@@ -125,6 +125,12 @@ def choose(force=None, rows=0) -> str:
     return m
 
 
+def ran_uncompiled_cold() -> bool:
+    """Whether this process has run more than ``PY_ROWS`` rows uncompiled because numba's cache did not hold the
+    compiled loop (:func:`choose`'s cold budget) and has not loaded it since: ``trnsim warmup`` would have helped."""
+    return _STATE["warm"] is False and _STATE["py_rows"] > PY_ROWS and not compiled()
+
+
 def last_choice():
     """:func:`choose`'s last answer in this process (``numba``, ``python``, or None before any schedule)."""
     return _STATE["chosen"]
