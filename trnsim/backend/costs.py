@@ -530,6 +530,13 @@ def expect_many():
     sched_fast.expect_many()
 
 
+def ran_uncompiled_cold() -> bool:
+    """Whether this process's kernel simulations ran the scheduler uncompiled because numba's cache did not hold
+    its compiled loop (``machine.sched_fast.ran_uncompiled_cold``): ``trnsim warmup`` would make them faster."""
+    from ..machine import sched_fast
+    return sched_fast.ran_uncompiled_cold()
+
+
 def deferring(pending):
     """Inside ``with deferring(d):`` missing kernel costs are recorded in ``d`` (key -> compute) and charged zero;
     :func:`fill` stores their computed values."""

@@ -108,8 +108,8 @@ def main(argv=None) -> int:
     """``trnsim estimate``: the estimate (or the search), then, when this process scheduled its kernel simulations
     uncompiled because numba's cache does not hold the compiled scheduler yet, a note naming ``trnsim warmup``."""
     code = _main(argv)
-    from ..machine import sched_fast
-    if sched_fast.ran_uncompiled_cold():
+    from ..backend import costs
+    if costs.ran_uncompiled_cold():
         print("trnsim estimate: note: the scheduler ran uncompiled (numba has not compiled it for this install yet); "
               "'trnsim warmup' compiles it once, about 1.5 min, and later estimates run faster", file=sys.stderr)
     return code
