@@ -136,7 +136,6 @@ def last_choice():
     return _STATE["chosen"]
 
 
-
 def expect_many():
     """Say that this process is about to schedule far more than ``PY_ROWS`` rows (a cost estimate's layer runs on cold
     caches simulate hundreds of kernels): under ``auto`` the compiled loop is loaded at the next schedule instead of
