@@ -525,7 +525,8 @@ def clear_memo():
 
 def expect_many():
     """Say that many kernel simulations follow (a cost estimate's layer run on cold caches): the scheduler takes its
-    compiled loop at the next schedule (``machine.sched_fast.expect_many``; timelines identical)."""
+    compiled loop at the next schedule when numba's cache holds it (``machine.sched_fast.expect_many``; timelines
+    identical)."""
     from ..machine import sched_fast
     sched_fast.expect_many()
 

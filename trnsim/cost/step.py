@@ -106,6 +106,7 @@ def _run(build, inputs, target, loss_fn, precision="bf16", compiled=False, meta=
     from ..backend.shape_only import meta_payloads
     from ..backend import costs
     costs.expect_many()         # a layer run on cold caches simulates many kernels: the compiled scheduler at once
+    #                             (when numba's cache holds it: sched_fast.choose)
     pricing = contextlib.nullcontext()
     if compiled and comm is not None:
         from ..backend.compile import collective

@@ -140,7 +140,8 @@ def expect_many():
     """Say that this process is about to schedule far more than ``PY_ROWS`` rows (a cost estimate's layer runs on cold
     caches simulate hundreds of kernels): under ``auto`` the compiled loop is loaded at the next schedule instead of
     after ``PY_ROWS`` rows run uncompiled first (about 0.45 s of CPU saved; a process that then schedules nothing
-    loads nothing).  Timelines are identical either way."""
+    loads nothing), when numba's cache holds it; when it does not, ``COLD_ROWS`` still applies (:func:`choose`).
+    Timelines are identical either way."""
     _STATE["py_rows"] = max(_STATE["py_rows"], PY_ROWS)
 
 
