@@ -103,13 +103,17 @@ def test_scheduling_says_a_large_run_goes_uncompiled_before_the_compile(monkeypa
     p.line.min_interval = 0
     monkeypatch.setattr(sched_fast, "compiled", lambda: False)
     monkeypatch.setattr(sched_fast, "fast_available", lambda: True)
-    monkeypatch.setattr(sched_fast, "last_choice", lambda: "python")
     monkeypatch.setattr(sched_fast, "cache_warm", lambda: False)
+    # what sched_fast.choose leaves after choosing the uncompiled loop for this run on a cold cache
+    monkeypatch.setitem(sched_fast._STATE, "warm", False)
+    monkeypatch.setitem(sched_fast._STATE, "py_rows", sched_fast.FAST_MIN)
+    monkeypatch.setitem(sched_fast._STATE, "chosen", "python")
+    assert sched_fast.ran_uncompiled_cold()
     p.scheduling(0, sched_fast.FAST_MIN)
     assert "scheduling, uncompiled ('trnsim warmup' compiles it once)" in s.getvalue()
     p.scheduling(1, sched_fast.FAST_MIN)
     assert s.getvalue().rstrip().endswith(f"scheduling, uncompiled: [{'.' * 30}] 1/{sched_fast.FAST_MIN:,}")
-    monkeypatch.setattr(sched_fast, "cache_warm", lambda: True)      # warm: a short run's plain bar
+    monkeypatch.setitem(sched_fast._STATE, "warm", True)         # warm: a short run's plain bar
     p.scheduling(1, sched_fast.FAST_MIN)
     assert s.getvalue().rstrip().rsplit("\r", 1)[-1].strip().startswith("scheduling: [")
 

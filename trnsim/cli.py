@@ -61,9 +61,9 @@ class Progress:
                     "compiling the scheduler once (~1.5 min; 'trnsim warmup')")
             self.line.show(f"  scheduling: {what}", force=True)
             return
-        # a large run under auto before the loop is compiled for this install: uncompiled (sched_fast.choose)
-        slow = (total >= sched_fast.FAST_MIN and chosen == "python" and sched_fast.mode() != "python"
-                and sched_fast.fast_available() and not sched_fast.cache_warm())
+        # a large run under auto before the loop is compiled for this install: uncompiled (sched_fast.choose's cold
+        # budget, the one condition sched_fast.ran_uncompiled_cold states)
+        slow = total >= sched_fast.FAST_MIN and chosen == "python" and sched_fast.ran_uncompiled_cold()
         if slow and done == 0:
             self.line.show("  scheduling, uncompiled ('trnsim warmup' compiles it once)", force=True)
             return
