@@ -21,6 +21,9 @@ ALLOWED = {
     ("trnsim/fileio.py", "atomic_write", "os.fdopen"): "the atomic writer itself",
     ("trnsim/fileio.py", "atomic_write", "os.replace"): "the atomic writer itself",
     ("trnsim/cli.py", "main", "os.open"): "opens /dev/null to silence stdout after a closed pipe; writes no file",
+    ("trnsim/cost/forked.py", "send", "os.fdopen"): "the write end of a pipe to the helper process; no file",
+    ("trnsim/cost/forked.py", "_helper_main", "os.open"): "opens /dev/null to silence the helper; writes no file",
+    ("trnsim/cost/forked.py", "_helper_main", "os.fdopen"): "the write end of a pipe back to the parent; no file",
     ("trnsim/difftest/bundle.py", "write_bundle", "np.savez"): "into an in-memory BytesIO; the bytes are then "
                                                                "written with atomic_write",
 }

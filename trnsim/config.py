@@ -227,6 +227,10 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
        "thread unless, over the last quarter second, the cores this process may use had one free beyond its own "
        "(Linux `/proc/stat`; elsewhere one thread). The same values and simulated times either way."),
     # -- command line -----------------------------------------------------------------------------------------
+    _k("estimate_fork", "TRNSIM_ESTIMATE_FORK", _auto_bool, "auto",
+       "`trnsim estimate --compile` without parallelism flags: a forked helper compiles the runner-up while the "
+       "process compiles the fastest configuration. `auto`: when `os.fork` exists, two CPUs are usable and the "
+       "layer-cost cache is on; on: also with one CPU; off: one process. The same figures either way."),
     _k("progress", "TRNSIM_PROGRESS", _bool, True,
        "Off: the `trnsim` command shows no progress line (it shows one only on a terminal anyway)."),
     # -- tests and tools --------------------------------------------------------------------------------------

@@ -531,6 +531,23 @@ def expect_many():
     sched_fast.expect_many()
 
 
+def load_scheduler() -> bool:
+    """Load the compiled scheduler now, when this process would take it for its next many simulations anyway
+    (``TRNSIM_SCHEDULER`` auto or numba, numba importable, its cache holding the build: loading costs about 0.3-0.4 s
+    of CPU, never a compile).  For a process about to fork helpers that simulate (``trnsim.cost.forked``): they
+    inherit it instead of loading it each.  Whether it is loaded."""
+    from ..machine import sched_fast
+    from ..machine.scheduler import schedule
+    if sched_fast.compiled():
+        return True
+    if config.scheduler == "python" or config.no_numba or not sched_fast.fast_available() \
+            or not sched_fast.cache_warm():
+        return False
+    res = run_kernel(elementwise.copy, (_inp((128, 8), "float32"),), {}, target="trn2", execute=False)
+    schedule(res.cores, impl="numba")
+    return sched_fast.compiled()
+
+
 def ran_uncompiled_cold() -> bool:
     """Whether this process's kernel simulations ran the scheduler uncompiled because numba's cache did not hold
     its compiled loop (``machine.sched_fast.ran_uncompiled_cold``): ``trnsim warmup`` would make them faster."""

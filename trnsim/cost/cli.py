@@ -145,7 +145,7 @@ def _main(argv=None) -> int:
                 # (--search --compile compiles every candidate)
                 res, front, rejected = search(a.model, a.instance, counts=counts, micro_batches=a.micro_batches,
                                               progress=_search_progress(line), jobs=a.jobs,
-                                              compile_top=None if a.search else 2, **common)
+                                              compile_top=None if a.search else 2, fork=True, **common)
             finally:
                 line.clear()
             if not res:

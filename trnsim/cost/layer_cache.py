@@ -28,7 +28,7 @@ import os
 
 from ..fileio import flush_json_memo, read_json_memo
 
-__all__ = ["lookup", "store", "lookup_seconds", "store_seconds", "flush", "path"]
+__all__ = ["lookup", "store", "lookup_seconds", "store_seconds", "flush", "path", "enabled", "entries", "merge"]
 
 _state = {"loaded": False, "entries": {}, "new": 0, "path": None, "fp": None}
 
@@ -122,6 +122,30 @@ def store_seconds(key, seconds):
     _load()
     _state["entries"][repr(key)] = seconds
     _state["new"] += 1
+
+
+def enabled():
+    """Whether the cache is on (with the op-cost cache: ``TRNSIM_COST_CACHE``)."""
+    return _enabled()
+
+
+def entries():
+    """A copy of this process's entries (``repr(key)`` -> a LayerCost as a JSON object, or seconds): what a helper
+    process (:mod:`trnsim.cost.forked`) adds to them is what it hands back."""
+    _load()
+    return dict(_state["entries"])
+
+
+def merge(new):
+    """Take ``new`` entries (as :func:`entries` gives them, from another process of this code) into this process's
+    cache; ``ValueError`` naming the first entry that is neither a layer cost nor seconds (nothing is taken)."""
+    names = _fields()
+    for k, v in new.items():
+        if not isinstance(k, str) or not ((isinstance(v, dict) and set(v) == names) or _seconds_ok(v)):
+            raise ValueError(f"layer-cost cache: an entry handed over for {k!r} is neither a layer cost nor seconds")
+    _load()
+    _state["entries"].update(new)
+    _state["new"] += len(new)
 
 
 def flush():

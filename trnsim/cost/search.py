@@ -113,8 +113,28 @@ def _compiled_note(ranked, top, compiled, global_batch):
             f"{global_batch}; the {len(top)} fastest compiled: {done}{why}")
 
 
+def _layer_shape(e):
+    """What a configuration's layer runs depend on besides the model and the sequence (step._key_job)."""
+    p = e.parallelism
+    return p.tp, p.ep, p.cp, p.micro_batch
+
+
+def _helper(compiled):
+    """A forked helper (:mod:`trnsim.cost.forked`) that compiles the configurations it is sent, or None when
+    ``TRNSIM_ESTIMATE_FORK`` and the host do not want one.  Forked once dynamo and the compile backend are imported
+    (both processes need them) and before any layer runs."""
+    from . import forked
+    if not forked.wanted():
+        return None
+    import torch._dynamo  # noqa: F401
+    from ..backend import compile as _backend  # noqa: F401  (registers backend="neuron")
+    from ..backend import costs
+    costs.load_scheduler()
+    return forked.start(lambda jobs: [compiled(**j) for j in jobs])
+
+
 def search(model, instance, counts=(1,), micro_batches=(1, 2), seq=None, global_batch=None, lnc=None,
-           checkpointing=(False, True), progress=None, jobs=None, compile_top=None, **kw):
+           checkpointing=(False, True), progress=None, jobs=None, compile_top=None, fork=False, **kw):
     """Every candidate that fits in memory, estimated; returns ``(feasible, front, rejected)``.  Memory is
     checked first (the training state, then with activations: a configuration that does not fit is retried
     with activation checkpointing, then dropped).  ``jobs``: processes for the kernel simulations (default 1:
@@ -125,22 +145,43 @@ def search(model, instance, counts=(1,), micro_batches=(1, 2), seq=None, global_
     compiled step taken from the eager estimate's breakdown separates them (fusion can remove any amount of the
     vector/scalar/DMA time, and a fused matmul kernel is not bounded by the eager one; benchmarks/speed-estim14.md
     gives the figures).  ``global_batch`` defaults to :func:`search_global_batch` (one value for every
-    candidate).  A model run as its own code searches counts and micro-batches only (data parallel).  See the
-    module docstring."""
+    candidate).  ``fork``: with ``compile_top`` above 1, a helper process compiles the finalists after the first
+    while this one compiles the first (:mod:`trnsim.cost.forked`, when ``TRNSIM_ESTIMATE_FORK`` and the host allow;
+    the same figures).  A model run as its own code searches counts and micro-batches only (data parallel).  See
+    the module docstring."""
     global_batch = global_batch or search_global_batch(instance, counts, micro_batches, lnc)
     if not is_template(model):
         return _search_any(model, instance, counts, micro_batches, seq, global_batch, lnc, progress, **kw)
     seq = seq or 4096
     if compile_top and kw.get("compiled"):
-        eager, _, rejected = search(model, instance, counts, micro_batches, seq, global_batch, lnc, checkpointing,
-                                    progress, jobs, None, **dict(kw, compiled=False))
-        ranked = sorted(eager, key=lambda e: e.step_time_s)
-        top, res = ranked[:int(compile_top)], []
-        for e in top:
+        def compiled(count, dp, tp, pp, cp, ep, micro_batch, checkpointing):
+            return estimate(model, instance, count, dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, micro_batch=micro_batch,
+                            seq=seq, global_batch=global_batch, lnc=lnc, checkpointing=checkpointing, jobs=jobs,
+                            **kw)
+
+        def job(e):
             p = e.parallelism
-            res.append(estimate(model, instance, e.count, dp=p.dp, tp=p.tp, pp=p.pp, cp=p.cp, ep=p.ep,
-                                micro_batch=p.micro_batch, seq=seq, global_batch=global_batch, lnc=lnc,
-                                checkpointing=p.checkpointing, jobs=jobs, **kw))
+            return dict(count=e.count, dp=p.dp, tp=p.tp, pp=p.pp, cp=p.cp, ep=p.ep, micro_batch=p.micro_batch,
+                        checkpointing=p.checkpointing)
+        helper = _helper(compiled) if fork and int(compile_top) > 1 else None
+        try:
+            eager, _, rejected = search(model, instance, counts, micro_batches, seq, global_batch, lnc,
+                                        checkpointing, progress, jobs, None, **dict(kw, compiled=False))
+            ranked = sorted(eager, key=lambda e: e.step_time_s)
+            top = ranked[:int(compile_top)]
+            # the helper's job: the finalists whose layers differ from the first's (the same layers would be
+            # compiled twice; what else a finalist needs, its optimizer step and composition, is cheap here)
+            first = _layer_shape(top[0])
+            jobs_out = [job(e) for e in top[1:] if _layer_shape(e) != first]
+            if helper is not None and jobs_out:
+                helper.send(jobs_out)
+            res = [compiled(**job(top[0]))]
+            if helper is not None and jobs_out:
+                helper.collect()        # the finalists' layer costs (a helper that failed: run below)
+            res += [compiled(**job(e)) for e in top[1:]]
+        finally:
+            if helper is not None:
+                helper.cancel()
         note = _compiled_note(ranked, top, res, global_batch)
         for c in res:
             c.notes.append(note)

@@ -105,6 +105,7 @@ def _run(build, inputs, target, loss_fn, precision="bf16", compiled=False, meta=
     ``bwd_ns`` and ``comm_fwd_ns``/``comm_bwd_ns``."""
     from ..backend.shape_only import meta_payloads
     from ..backend import costs
+    _RAN[0] = True
     costs.expect_many()         # a layer run on cold caches simulates many kernels: the compiled scheduler at once
     #                             (when numba's cache holds it: sched_fast.choose)
     pricing = contextlib.nullcontext()
@@ -113,6 +114,14 @@ def _run(build, inputs, target, loss_fn, precision="bf16", compiled=False, meta=
         pricing = collective.pricing(comm)
     with meta_payloads(meta and not compiled), pricing:
         return _run_payloads(build, inputs, target, loss_fn, precision, compiled)
+
+
+_RAN = [False]
+
+
+def layers_run() -> bool:
+    """Whether this process has run a layer (a forward and backward pass; ``trnsim.cost.forked`` forks only before)."""
+    return _RAN[0]
 
 
 def _run_payloads(build, inputs, target, loss_fn, precision, compiled):
