@@ -36,10 +36,10 @@ _os.environ.setdefault("TRNSIM_COST_CACHE", "0")
 # numba compiles the scheduler's kernels (trnsim/machine/sched_events.py, sched_state.py; ``cache=True``) on
 # first use and caches them on disk.  Under pytest-xdist every worker that reaches the compiled scheduler before
 # the cache exists compiles them itself, each paying the full compile (15-18 s of CPU each when this was written;
-# 80-90 s since the loop grew, benchmarks/speed-s47-sched-cold.md).  So that a session compiles each function once: every numba compile (which first tries the disk cache)
-# holds one lock file shared by the session's processes; a worker that waits for another's compile then loads
-# the cached result.  The patch is installed when numba's dispatcher is first imported (sessions that never use
-# numba do not import it).
+# 80-90 s since the loop grew, benchmarks/speed-s47-sched-cold.md).  So that a session compiles each function
+# once: every numba compile (which first tries the disk cache) holds one lock file shared by the session's
+# processes; a worker that waits for another's compile then loads the cached result.  The patch is installed
+# when numba's dispatcher is first imported (sessions that never use numba do not import it).
 import importlib.abc as _abc
 import importlib.util as _iu
 import sys as _sys

@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 
+from trnsim.backend import host_threads
 from trnsim.cost import forked, layer_cache, step
 
 # a search in a fresh process (a helper is only forked before any layer has run: PyTorch refuses a backward pass
@@ -87,9 +88,9 @@ def test_a_helper_is_forked_only_where_it_can_work(monkeypatch, tmp_path):
     monkeypatch.setenv("TRNSIM_ESTIMATE_FORK", "0")
     assert not forked.wanted()
     monkeypatch.setenv("TRNSIM_ESTIMATE_FORK", "auto")
-    monkeypatch.setattr(forked, "_usable_cpus", lambda: 1)
+    monkeypatch.setattr(host_threads, "usable_cores", lambda: 1)
     assert not forked.wanted()                      # one CPU: the helper would only add its CPU time
-    monkeypatch.setattr(forked, "_usable_cpus", lambda: 2)
+    monkeypatch.setattr(host_threads, "usable_cores", lambda: 2)
     assert forked.wanted()
     monkeypatch.setenv("TRNSIM_COST_CACHE", "0")    # its results come back through the layer-cost cache
     assert not forked.wanted()

@@ -540,8 +540,7 @@ def load_scheduler() -> bool:
     from ..machine.scheduler import schedule
     if sched_fast.compiled():
         return True
-    if config.scheduler == "python" or config.no_numba or not sched_fast.fast_available() \
-            or not sched_fast.cache_warm():
+    if sched_fast.mode() != "numba" or not sched_fast.fast_available() or not sched_fast.cache_warm():
         return False
     res = run_kernel(elementwise.copy, (_inp((128, 8), "float32"),), {}, target="trn2", execute=False)
     schedule(res.cores, impl="numba")

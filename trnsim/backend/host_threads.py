@@ -90,6 +90,17 @@ def _quota_cores():
     return None if quota == "max" else int(quota) / int(period)
 
 
+def usable_cores():
+    """How many cores this process may use: the CPUs of its affinity (else ``os.cpu_count()``), fewer when a
+    cgroup-v2 quota allows fewer (rounded down, at least 1)."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    q = _quota_cores()
+    return max(1, min(n, int(q))) if q is not None else n
+
+
 class HostLoad:
     """Whether a core beyond this process's own is free: over each window of ``window_s`` seconds, the busy
     core-seconds of the CPUs it may run on (``stat()``: ``(busy seconds, cpus)`` or None) less this process's CPU

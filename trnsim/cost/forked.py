@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 
 from . import layer_cache
@@ -29,33 +30,23 @@ from . import layer_cache
 __all__ = ["wanted", "start", "Helper"]
 
 
-def _usable_cpus():
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def wanted() -> bool:
-    """Whether to fork a helper: ``TRNSIM_ESTIMATE_FORK`` on, or ``auto`` (the default) with two CPUs usable by this
-    process; either way only where ``os.fork`` exists, the layer-cost cache is on (the helper's results come back
-    through it) and this process has run no layer yet (no backward pass: see the module docstring)."""
+    """Whether to fork a helper: ``TRNSIM_ESTIMATE_FORK`` on, or ``auto`` (the default) with two cores usable by this
+    process (``backend.host_threads.usable_cores``: affinity and cgroup quota); either way only where ``os.fork``
+    exists, the layer-cost cache is on (the helper's results come back through it) and this process has run no layer
+    yet (no backward pass: see the module docstring)."""
     from .. import config
+    from ..backend import host_threads
     from . import step
     mode = config.estimate_fork
     if mode is False or not hasattr(os, "fork") or not layer_cache.enabled() or step.layers_run():
         return False
-    return mode is True or _usable_cpus() >= 2
+    return mode is True or host_threads.usable_cores() >= 2
 
 
 def _read_all(fd):
-    chunks = []
     with os.fdopen(fd, "rb") as f:
-        while True:
-            b = f.read(1 << 16)
-            if not b:
-                return b"".join(chunks)
-            chunks.append(b)
+        return f.read()          # to the end: the writer closed its end
 
 
 class Helper:
@@ -101,7 +92,7 @@ class Helper:
                     pass
         self._job = self._result = None
         try:
-            os.kill(self.pid, 9)
+            os.kill(self.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         try:

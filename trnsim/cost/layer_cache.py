@@ -33,7 +33,8 @@ __all__ = ["lookup", "store", "lookup_seconds", "store_seconds", "flush", "path"
 _state = {"loaded": False, "entries": {}, "new": 0, "path": None, "fp": None}
 
 
-def _enabled():
+def enabled():
+    """Whether the cache is on (with the op-cost cache: ``TRNSIM_COST_CACHE``)."""
     from ..backend import cost_cache
     return cost_cache.enabled()
 
@@ -68,10 +69,14 @@ def _seconds_ok(v):
     return isinstance(v, float) and math.isfinite(v) and v >= 0.0
 
 
+def _entry_ok(v, names):
+    """An entry's value as the cache holds it: a LayerCost as a JSON object (``names``: its fields), or seconds."""
+    return (isinstance(v, dict) and set(v) == names) or _seconds_ok(v)
+
+
 def _read(p):
     names = _fields()
-    return read_json_memo(p, lambda v: (isinstance(v, dict) and set(v) == names) or _seconds_ok(v),
-                          "layer-cost cache")
+    return read_json_memo(p, lambda v: _entry_ok(v, names), "layer-cost cache")
 
 
 def _load():
@@ -84,7 +89,7 @@ def _load():
 
 def lookup(key):
     """The cached LayerCost of a memo key, or None."""
-    if not _enabled():
+    if not enabled():
         return None
     _load()
     d = _state["entries"].get(repr(key))
@@ -95,7 +100,7 @@ def lookup(key):
 
 
 def store(key, cost):
-    if not _enabled():
+    if not enabled():
         return
     _load()
     d = dataclasses.asdict(cost)
@@ -106,7 +111,7 @@ def store(key, cost):
 
 def lookup_seconds(key):
     """The cached seconds of a memo key (an optimizer step), or None."""
-    if not _enabled():
+    if not enabled():
         return None
     _load()
     v = _state["entries"].get(repr(key))
@@ -114,7 +119,7 @@ def lookup_seconds(key):
 
 
 def store_seconds(key, seconds):
-    if not _enabled():
+    if not enabled():
         return
     seconds = float(seconds)
     if not _seconds_ok(seconds):
@@ -122,11 +127,6 @@ def store_seconds(key, seconds):
     _load()
     _state["entries"][repr(key)] = seconds
     _state["new"] += 1
-
-
-def enabled():
-    """Whether the cache is on (with the op-cost cache: ``TRNSIM_COST_CACHE``)."""
-    return _enabled()
 
 
 def entries():
@@ -141,7 +141,7 @@ def merge(new):
     cache; ``ValueError`` naming the first entry that is neither a layer cost nor seconds (nothing is taken)."""
     names = _fields()
     for k, v in new.items():
-        if not isinstance(k, str) or not ((isinstance(v, dict) and set(v) == names) or _seconds_ok(v)):
+        if not isinstance(k, str) or not _entry_ok(v, names):
             raise ValueError(f"layer-cost cache: an entry handed over for {k!r} is neither a layer cost nor seconds")
     _load()
     _state["entries"].update(new)

@@ -173,10 +173,13 @@ def search(model, instance, counts=(1,), micro_batches=(1, 2), seq=None, global_
             # compiled twice; what else a finalist needs, its optimizer step and composition, is cheap here)
             first = _layer_shape(top[0])
             jobs_out = [job(e) for e in top[1:] if _layer_shape(e) != first]
-            if helper is not None and jobs_out:
+            if helper is not None and not jobs_out:
+                helper.cancel()
+                helper = None
+            elif helper is not None:
                 helper.send(jobs_out)
             res = [compiled(**job(top[0]))]
-            if helper is not None and jobs_out:
+            if helper is not None:
                 helper.collect()        # the finalists' layer costs (a helper that failed: run below)
             res += [compiled(**job(e)) for e in top[1:]]
         finally:
